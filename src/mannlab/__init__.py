@@ -1,0 +1,15 @@
+"""mannlab: memory-augmented neural networks in PyTorch.
+
+    model = mannlab.NTM(input_size=9, output_size=8)
+    y, state = model(x)                       # x (B, T, 9) -> logits (B, T, 8)
+    y, state, trace = model(x, return_trace=True)
+"""
+from mannlab import addressing
+from mannlab.errors import CheckpointError, ConfigError, DataError
+from mannlab.models import LSTM, NTM, NTMCell, NTMState, NTMTrace, build_model
+from mannlab.state import detach_state, map_state
+
+__version__ = "0.1.0"
+
+__all__ = ["addressing", "build_model", "detach_state", "map_state", "LSTM", "NTM", "NTMCell",
+           "NTMState", "NTMTrace", "ConfigError", "CheckpointError", "DataError"]

@@ -1,0 +1,111 @@
+"""The sequence wrapper every model shares: validation, layout, time loop, output head.
+
+A model is a one-step *cell* plus this wrapper. The cell provides
+
+    precompute(x (B, T, I)) -> per-step inputs (anything indexable as [:, t])
+    step(x_t, state, with_trace) -> (features_t (B, F), state, trace_t or None)
+    initial_state(batch_size, device, dtype) -> state (NamedTuple of tensors)
+    features: int, the width F of the output features
+
+and the wrapper turns it into a module shaped like torch.nn.LSTM:
+``y, state = model(x, state=None)``; ``return_trace=True`` adds a NamedTuple
+of per-step tensors stacked on a time axis right after the batch axis.
+The output head (features -> output_size logits) does not feed back into the
+recurrence, so it runs once on the whole sequence after the loop.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import torch
+from torch import nn
+
+from mannlab.errors import ConfigError
+
+
+def check_positive(**sizes: int) -> None:
+    """Constructor guard: every named size must be an int >= 1."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def stack_traces(traces: list) -> Optional[NamedTuple]:
+    """List over time of per-step NamedTuples (B, ...) -> one NamedTuple of (B, T, ...)."""
+    if not traces:
+        return None
+    first = traces[0]
+    return type(first)(*(torch.stack(field, dim=1) for field in zip(*traces)))
+
+
+class SequenceModel(nn.Module):
+    """Base for every model: subclasses set ``self.cell`` (or override ``run``)."""
+
+    #: True for models whose training loss needs ``aux_loss(trace, step_nll)``.
+    uses_aux_loss = False
+
+    def __init__(self, input_size: int, output_size: Optional[int], features: int,
+                 batch_first: bool = True):
+        super().__init__()
+        check_positive(input_size=input_size)
+        if output_size is not None:
+            check_positive(output_size=output_size)
+        self.input_size, self.output_size, self.batch_first = input_size, output_size, batch_first
+        self.output_features = output_size if output_size is not None else features
+        self.head = nn.Linear(features, output_size) if output_size is not None else None
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        """The state a sequence starts from (learned initial values, expanded to the batch)."""
+        return self.cell.initial_state(batch_size, device=device, dtype=dtype)
+
+    def aux_loss(self, trace: Any, step_nll: torch.Tensor) -> torch.Tensor:
+        """Extra training terms (estimators, regularisers); zero for fully differentiable models."""
+        return step_nll.new_zeros(())
+
+    def forward(self, x: torch.Tensor, state: Any = None, return_trace: bool = False):
+        """x (B, T, input_size) (or (T, B, .) if batch_first=False) -> y, state[, trace]."""
+        x = self._check_input(x)
+        if not self.batch_first:
+            x = x.transpose(0, 1)
+        if state is None:
+            state = self.initial_state(x.shape[0], device=x.device, dtype=x.dtype)
+        features, state, trace = self.run(x, state, return_trace)
+        y = self.head(features) if self.head is not None else features
+        if not self.batch_first:
+            y = y.transpose(0, 1)
+        return (y, state, trace) if return_trace else (y, state)
+
+    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+        """The time loop: the only Python loop in a model."""
+        inputs = self.cell.precompute(x)
+        outputs, traces = [], []
+        for t in range(x.shape[1]):
+            out, state, trace = self.cell.step(inputs[:, t], state, with_trace)
+            outputs.append(out)
+            if with_trace:
+                traces.append(trace)
+        return torch.stack(outputs, dim=1), state, stack_traces(traces)
+
+    def _check_input(self, x: torch.Tensor) -> torch.Tensor:
+        """Clear errors for the usual mistakes, before they become deep tracebacks."""
+        name = type(self).__name__
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}")
+        layout = "(batch, time, features)" if self.batch_first else "(time, batch, features)"
+        if x.dim() != 3:
+            raise ValueError(f"{name} expects a 3-D input {layout}, got shape {tuple(x.shape)}")
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"{name} expects input_size={self.input_size} features in the last "
+                             f"dimension, got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} expects a floating-point input, got {x.dtype}; "
+                            f"convert with x.float()")
+        dtype = next(self.parameters()).dtype
+        if x.dtype != dtype:
+            raise TypeError(f"{name} has {dtype} parameters but got a {x.dtype} input; "
+                            f"convert the input or the model (model.to({x.dtype}))")
+        if x.shape[0] == 0 or x.shape[1] == 0:
+            raise ValueError(f"{name} got an empty input of shape {tuple(x.shape)}")
+        if not torch.isfinite(x).all():
+            raise ValueError(f"{name} got an input containing NaN or infinity")
+        return x

@@ -1,0 +1,187 @@
+"""Neural Turing Machine.
+
+Paper: A. Graves, G. Wayne, I. Danihelka, "Neural Turing Machines", arXiv:1410.5401
+(2014). Equations as numbered in the NTM section of N. Taguchi, Y. Tsuruoka,
+"Partially Non-Recurrent Controllers for Memory-Augmented Neural Networks",
+which states them completely (including the sharpening exponent the summary
+omits); step order (i)-(iv) of that paper: controller, write, read, output.
+
+Glossary
+    x_t   input (I)                 h_t   controller output, drives the heads
+    M_t   memory (N x W)            r_t   read vectors of the R read heads (R x W)
+    k     key (W)                   beta  key strength >= 0 (softplus)
+    g     interpolation gate (sigmoid)
+    s     shift weighting over -shift_range..shift_range (softmax)
+    gamma sharpening exponent >= 1 (1 + softplus)
+    e, a  erase (sigmoid) and add vectors of each write head (W)
+    H^o_t = [h_t; r_t], the output features; y_t = W_o H^o_t + b_o
+
+Per time step (heads of one kind are addressed together, never in a loop):
+    (i)   h_t = controller([x_t; r_{t-1}], h_{t-1})
+    (ii)  w^w_t = address(M_{t-1}, w^w_{t-1});  M_t = M_{t-1} o (E - w^w e^T) + w^w a^T
+    (iii) w^r_t = address(M_t, w^r_{t-1});      r_t = M_t^T w^r_t
+    (iv)  H^o_t = [h_t; r_t]
+with address = content (eq. 8, cosine K) -> interpolation -> circular shift ->
+sharpening, the functions of mannlab.addressing.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mannlab import addressing
+from mannlab.controllers import make_controller
+from mannlab.errors import ConfigError
+from mannlab.models.base import SequenceModel, check_positive
+
+
+class NTMState(NamedTuple):
+    """Recurrent state: controller state, memory (B, N, W), read vectors (B, R, W),
+    read weightings (B, R, N) and write weightings (B, H, N) of the last step."""
+    controller: Any
+    memory: torch.Tensor
+    read_vectors: torch.Tensor
+    read_weights: torch.Tensor
+    write_weights: torch.Tensor
+
+
+class NTMTrace(NamedTuple):
+    """Per-step internals; stacked by the sequence module to (B, T, ...)."""
+    read_weights: torch.Tensor       # (B, R, N)  w^r_t
+    write_weights: torch.Tensor      # (B, H, N)  w^w_t
+    read_vectors: torch.Tensor       # (B, R, W)  r_t
+    erase_vectors: torch.Tensor      # (B, H, W)  e_t
+    add_vectors: torch.Tensor        # (B, H, W)  a_t
+    key_strengths: torch.Tensor      # (B, H + R) beta, write heads first
+    interpolation_gates: torch.Tensor  # (B, H + R) g
+    shift_weights: torch.Tensor      # (B, H + R, S) s
+    sharpening: torch.Tensor         # (B, H + R) gamma
+    memory: torch.Tensor             # (B, N, W) M_t after the write
+
+
+class NTMCell(nn.Module):
+    """One NTM time step: ``features, state = cell(x_t, state)``.
+
+    x_t (B, input_size) -> features H^o_t (B, controller_size + read_heads * memory_width).
+    """
+
+    def __init__(self, input_size: int, controller: str = "lstm", controller_size: int = 100,
+                 memory_slots: int = 128, memory_width: int = 20, read_heads: int = 1,
+                 write_heads: int = 1, shift_range: int = 1):
+        super().__init__()
+        check_positive(input_size=input_size, controller_size=controller_size,
+                       memory_slots=memory_slots, memory_width=memory_width,
+                       read_heads=read_heads, write_heads=write_heads)
+        if not isinstance(shift_range, int) or shift_range < 0 or 2 * shift_range + 1 > memory_slots:
+            raise ConfigError(f"shift_range must be an integer in [0, (memory_slots - 1) / 2] "
+                              f"= [0, {(memory_slots - 1) // 2}], got {shift_range!r}")
+        self.slots, self.width = memory_slots, memory_width
+        self.read_heads, self.write_heads = read_heads, write_heads
+        self.num_shifts = 2 * shift_range + 1
+        self.controller = make_controller(controller, input_size, read_heads * memory_width,
+                                          controller_size)
+        self.features = controller_size + read_heads * memory_width
+        # One linear layer emits every head's parameters: per head (write heads
+        # first) [k (W), beta, g, s (S), gamma], then per write head [e (W), a (W)].
+        self.address_size = memory_width + 3 + self.num_shifts
+        heads = read_heads + write_heads
+        self.head_params = nn.Linear(controller_size,
+                                     heads * self.address_size + write_heads * 2 * memory_width)
+        # Learned initial values ("reset to a learned bias" in the NTM paper).
+        bound = (memory_slots + memory_width) ** -0.5
+        self.memory_init = nn.Parameter(torch.empty(memory_slots, memory_width).uniform_(-bound, bound))
+        self.read_init = nn.Parameter(torch.zeros(read_heads, memory_width))
+        self.read_weight_logits = nn.Parameter(torch.zeros(read_heads, memory_slots))
+        self.write_weight_logits = nn.Parameter(torch.zeros(write_heads, memory_slots))
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> NTMState:
+        def batch(p: torch.Tensor) -> torch.Tensor:
+            return p.expand(batch_size, *p.shape)
+        return NTMState(
+            controller=self.controller.initial_state(batch_size, device, dtype),
+            memory=batch(self.memory_init),
+            read_vectors=batch(self.read_init),
+            read_weights=batch(torch.softmax(self.read_weight_logits, dim=-1)),
+            write_weights=batch(torch.softmax(self.write_weight_logits, dim=-1)),
+        )
+
+    def precompute(self, x: torch.Tensor) -> torch.Tensor:
+        """The controller's input projection for every step at once (B, T, I) -> (B, T, G)."""
+        return self.controller.precompute(x)
+
+    def _split_heads(self, params: torch.Tensor):
+        """Controller projection -> activated head parameters of the write and read heads."""
+        batch, heads = params.shape[0], self.read_heads + self.write_heads
+        address = params[:, :heads * self.address_size].view(batch, heads, self.address_size)
+        key, beta, gate, shift, gamma = address.split(
+            [self.width, 1, 1, self.num_shifts, 1], dim=-1)
+        beta = F.softplus(beta.squeeze(-1))            # beta >= 0
+        gate = torch.sigmoid(gate.squeeze(-1))         # g in (0, 1)
+        shift = torch.softmax(shift, dim=-1)           # s: distribution over shifts
+        gamma = 1 + F.softplus(gamma.squeeze(-1))      # gamma >= 1
+        erase_add = params[:, heads * self.address_size:].view(batch, self.write_heads, 2 * self.width)
+        erase = torch.sigmoid(erase_add[..., :self.width])
+        add = erase_add[..., self.width:]
+        return key, beta, gate, shift, gamma, erase, add
+
+    def _address(self, memory, previous, key, beta, gate, shift, gamma):
+        """Eq. 8 content weights, then interpolation, circular shift and sharpening."""
+        content = addressing.content_weights(key, memory, beta)
+        gated = addressing.interpolate(content, previous, gate)
+        shifted = addressing.circular_shift(gated, shift)
+        return addressing.sharpen(shifted, gamma)
+
+    def step(self, x_proj: torch.Tensor, state: NTMState, with_trace: bool = False):
+        """One step from the precomputed input projection; returns (H^o_t, state, trace or None)."""
+        ctrl, memory, reads, read_w, write_w = state
+        h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)        # (i)
+        key, beta, gate, shift, gamma, erase, add = self._split_heads(self.head_params(h))
+        nw = self.write_heads
+        write_w = self._address(memory, write_w, key[:, :nw], beta[:, :nw], gate[:, :nw],
+                                shift[:, :nw], gamma[:, :nw])                         # (ii)
+        memory = addressing.write(memory, write_w, erase, add)
+        read_w = self._address(memory, read_w, key[:, nw:], beta[:, nw:], gate[:, nw:],
+                               shift[:, nw:], gamma[:, nw:])                          # (iii)
+        reads = addressing.read(memory, read_w)
+        features = torch.cat([h_out, reads.flatten(1)], dim=-1)                       # (iv)
+        trace = NTMTrace(read_w, write_w, reads, erase, add, beta, gate, shift, gamma,
+                         memory) if with_trace else None
+        return features, NTMState(ctrl, memory, reads, read_w, write_w), trace
+
+    def forward(self, x_t: torch.Tensor, state: Optional[NTMState] = None,
+                return_trace: bool = False):
+        """One step on raw input x_t (B, input_size); state None starts a new sequence."""
+        if state is None:
+            state = self.initial_state(x_t.shape[0], x_t.device, x_t.dtype)
+        features, state, trace = self.step(self.precompute(x_t), state, return_trace)
+        return (features, state, trace) if return_trace else (features, state)
+
+
+class NTM(SequenceModel):
+    """Neural Turing Machine shaped like torch.nn.LSTM.
+
+    ``y, state = NTM(input_size, output_size)(x)`` with x (B, T, input_size)
+    (batch_first=True, the default) gives logits y (B, T, output_size); with
+    ``output_size=None`` y is the feature sequence H^o (B, T, controller_size +
+    read_heads * memory_width). The memory starts from the learned initial
+    state for every call unless a ``state`` is passed in (to carry memory over
+    segments). ``return_trace=True`` also returns an :class:`NTMTrace` stacked
+    over time: read/write weightings (B, T, heads, N), read vectors, erase/add
+    vectors, head parameters and the memory after each write.
+
+    controller: "lstm" or "fnn"; shift_range r allows shifts -r..r.
+    """
+
+    def __init__(self, input_size: int, output_size: Optional[int] = None, controller: str = "lstm",
+                 controller_size: int = 100, memory_slots: int = 128, memory_width: int = 20,
+                 read_heads: int = 1, write_heads: int = 1, shift_range: int = 1,
+                 batch_first: bool = True):
+        check_positive(controller_size=controller_size, read_heads=read_heads,
+                       memory_width=memory_width)
+        super().__init__(input_size, output_size, controller_size + read_heads * memory_width,
+                         batch_first)
+        self.cell = NTMCell(input_size, controller, controller_size, memory_slots, memory_width,
+                            read_heads, write_heads, shift_range)

@@ -22,7 +22,8 @@ Per time step (heads of one kind are addressed together, never in a loop):
     (iii) w^r_t = address(M_t, w^r_{t-1});      r_t = M_t^T w^r_t
     (iv)  H^o_t = [h_t; r_t]
 with address = content (eq. 8, cosine K) -> interpolation -> circular shift ->
-sharpening, the functions of mannlab.addressing.
+sharpening: the functions of mannlab.addressing, run as one fused autograd
+function (mannlab.fused_addressing) with the same values and gradients.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from torch import nn
 
 from mannlab import addressing
 from mannlab.controllers import make_controller
+from mannlab.fused_addressing import ntm_address
 from mannlab.errors import ConfigError
 from mannlab.models.base import SequenceModel, check_positive
 
@@ -112,43 +114,37 @@ class NTMCell(nn.Module):
         """The controller's input projection for every step at once (B, T, I) -> (B, T, G)."""
         return self.controller.precompute(x)
 
-    def _split_heads(self, params: torch.Tensor):
-        """Controller projection -> activated head parameters of the write and read heads."""
-        batch, heads = params.shape[0], self.read_heads + self.write_heads
-        address = params[:, :heads * self.address_size].view(batch, heads, self.address_size)
-        key, beta, gate, shift, gamma = address.split(
-            [self.width, 1, 1, self.num_shifts, 1], dim=-1)
-        beta = F.softplus(beta.squeeze(-1))            # beta >= 0
-        gate = torch.sigmoid(gate.squeeze(-1))         # g in (0, 1)
-        shift = torch.softmax(shift, dim=-1)           # s: distribution over shifts
-        gamma = 1 + F.softplus(gamma.squeeze(-1))      # gamma >= 1
-        erase_add = params[:, heads * self.address_size:].view(batch, self.write_heads, 2 * self.width)
-        erase = torch.sigmoid(erase_add[..., :self.width])
-        add = erase_add[..., self.width:]
-        return key, beta, gate, shift, gamma, erase, add
-
-    def _address(self, memory, previous, key, beta, gate, shift, gamma):
-        """Eq. 8 content weights, then interpolation, circular shift and sharpening."""
-        content = addressing.content_weights(key, memory, beta)
-        gated = addressing.interpolate(content, previous, gate)
-        shifted = addressing.circular_shift(gated, shift)
-        return addressing.sharpen(shifted, gamma)
+    def _addressing_params(self, address: torch.Tensor):
+        """Raw head parameters (B, heads, W + 3 + S) -> activated (k, beta, g, s, gamma)."""
+        key, beta, gate, shift, gamma = address.split([self.width, 1, 1, self.num_shifts, 1], dim=-1)
+        return (key,
+                F.softplus(beta.squeeze(-1)),         # beta >= 0
+                torch.sigmoid(gate.squeeze(-1)),      # g in (0, 1)
+                torch.softmax(shift, dim=-1),         # s: distribution over shifts
+                1 + F.softplus(gamma.squeeze(-1)))    # gamma >= 1
 
     def step(self, x_proj: torch.Tensor, state: NTMState, with_trace: bool = False):
         """One step from the precomputed input projection; returns (H^o_t, state, trace or None)."""
         ctrl, memory, reads, read_w, write_w = state
         h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)        # (i)
-        key, beta, gate, shift, gamma, erase, add = self._split_heads(self.head_params(h))
-        nw = self.write_heads
-        write_w = self._address(memory, write_w, key[:, :nw], beta[:, :nw], gate[:, :nw],
-                                shift[:, :nw], gamma[:, :nw])                         # (ii)
+        batch, nw, nr = h.shape[0], self.write_heads, self.read_heads
+        params = self.head_params(h)
+        address = params[:, :(nw + nr) * self.address_size].view(batch, nw + nr, self.address_size)
+        write_address, read_address = address.split([nw, nr], dim=1)
+        erase, add = params[:, (nw + nr) * self.address_size:].view(
+            batch, nw, 2 * self.width).split(self.width, dim=-1)
+        erase = torch.sigmoid(erase)                                                 # e in (0, 1)
+        write_params = self._addressing_params(write_address)
+        write_w = ntm_address(write_params[0], memory, write_w, *write_params[1:])  # (ii)
         memory = addressing.write(memory, write_w, erase, add)
-        read_w = self._address(memory, read_w, key[:, nw:], beta[:, nw:], gate[:, nw:],
-                               shift[:, nw:], gamma[:, nw:])                          # (iii)
+        read_params = self._addressing_params(read_address)
+        read_w = ntm_address(read_params[0], memory, read_w, *read_params[1:])      # (iii)
         reads = addressing.read(memory, read_w)
         features = torch.cat([h_out, reads.flatten(1)], dim=-1)                       # (iv)
-        trace = NTMTrace(read_w, write_w, reads, erase, add, beta, gate, shift, gamma,
-                         memory) if with_trace else None
+        trace = None
+        if with_trace:
+            heads = [torch.cat(pair, dim=1) for pair in zip(write_params[1:], read_params[1:])]
+            trace = NTMTrace(read_w, write_w, reads, erase, add, *heads, memory)
         return features, NTMState(ctrl, memory, reads, read_w, write_w), trace
 
     def forward(self, x_t: torch.Tensor, state: Optional[NTMState] = None,

@@ -92,6 +92,11 @@ class NTMCell(nn.Module):
         heads = read_heads + write_heads
         self.head_params = nn.Linear(controller_size,
                                      heads * self.address_size + write_heads * 2 * memory_width)
+        # Larger than nn.Linear's default so that the first keys and strengths
+        # already pick out slots; with near-zero head outputs every weighting
+        # starts uniform and the copy task sits longer on its plateau.
+        nn.init.xavier_uniform_(self.head_params.weight, gain=1.4)
+        nn.init.normal_(self.head_params.bias, std=0.01)
         # Learned initial values ("reset to a learned bias" in the NTM paper).
         bound = (memory_slots + memory_width) ** -0.5
         self.memory_init = nn.Parameter(torch.empty(memory_slots, memory_width).uniform_(-bound, bound))

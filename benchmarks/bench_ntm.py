@@ -1,0 +1,213 @@
+"""Speed of the NTM copy configuration, as ratios to a torch.nn.LSTMCell loop.
+
+Measures, per time step, the median over several repeats of:
+  train  forward + loss + backward over a whole sequence, divided by its length T
+  infer  forward under torch.no_grad(), divided by T
+for three models measured in the same run, on the same inputs:
+  NTM        mannlab.NTM(9, 8), 100-unit LSTM controller, 128 x 20 memory,
+             one read and one write head (the NTM paper's copy configuration)
+  LSTMCell   torch.nn.LSTMCell(9, 100) stepped in a Python loop + Linear(100, 8):
+             the reference, since the NTM also steps its controller in Python
+  LSTM       torch.nn.LSTM(9, 100) (the fused sequence op) + Linear, for information
+
+and, once per training setting (untimed), the bytes autograd keeps for the
+backward pass (unique tensor storages saved during the forward): the
+activation memory a training step needs beyond the weights.
+
+    python benchmarks/bench_ntm.py                       # batch 1 and 32, T=41, 1 thread
+    python benchmarks/bench_ntm.py --threads 2 --json bench.json
+
+One thread by default: on a small machine, intra-op threads mostly add noise,
+and the ratio to LSTMCell is what should stay comparable between machines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import mannlab
+
+INPUT, OUTPUT, HIDDEN = 9, 8, 100  # copy task: 8 bits + delimiter channel in, 8 bits out
+
+
+class LSTMCellLoop(nn.Module):
+    """The reference: an LSTMCell stepped over time in Python, with a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(INPUT, HIDDEN)
+        self.head = nn.Linear(HIDDEN, OUTPUT)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.new_zeros(x.shape[0], HIDDEN)
+        c = x.new_zeros(x.shape[0], HIDDEN)
+        outputs = []
+        for t in range(x.shape[1]):
+            h, c = self.cell(x[:, t], (h, c))
+            outputs.append(h)
+        return self.head(torch.stack(outputs, dim=1))
+
+
+class FusedLSTM(nn.Module):
+    """torch.nn.LSTM over the whole sequence (one fused op), with a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(INPUT, HIDDEN, batch_first=True)
+        self.head = nn.Linear(HIDDEN, OUTPUT)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(x)[0])
+
+
+class NTMLogits(nn.Module):
+    """mannlab.NTM in the copy configuration, returning only the logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.ntm = mannlab.NTM(INPUT, OUTPUT, controller="lstm", controller_size=HIDDEN,
+                               memory_slots=128, memory_width=20, read_heads=1, write_heads=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ntm(x)[0]
+
+
+MODELS: dict[str, Callable[[], nn.Module]] = {
+    "NTM": NTMLogits, "LSTMCell": LSTMCellLoop, "LSTM": FusedLSTM}
+REFERENCE = "LSTMCell"
+
+
+def train_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
+    """Forward, BCE loss over every step, and backward (no optimizer update)."""
+    model.zero_grad(set_to_none=True)
+    F.binary_cross_entropy_with_logits(model(x), target).backward()
+
+
+def infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
+    with torch.no_grad():
+        model(x)
+
+
+def time_round_robin(calls: dict[str, Callable[[], None]], warmup: int,
+                     repeats: int) -> dict[str, list[float]]:
+    """Wall times of each call, ``repeats`` rounds after ``warmup`` untimed rounds.
+
+    The models take turns within every round (in a rotating order), so a change of
+    machine load during the run slows all of them alike instead of one of them.
+    """
+    names = list(calls)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(warmup + repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            calls[name]()
+            if round_index >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def saved_for_backward_bytes(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> int:
+    """Bytes of the unique storages autograd saves during one training forward."""
+    storages: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()  # views of one storage count once
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = F.binary_cross_entropy_with_logits(model(x), target)
+    loss.backward()  # free the graph
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(n for ptr, n in storages.items() if ptr not in params)  # activations only
+
+
+def run(batch_sizes: list[int], steps: int, repeats: int, warmup: int) -> list[dict]:
+    """Time every model, mode and batch size; return one record per measurement.
+
+    ``us_per_step`` is the median time per call divided by ``steps``; ``ratio_to_lstmcell``
+    is the median over rounds of (this model's time / LSTMCell's time in the same round).
+    """
+    torch.manual_seed(0)
+    models = {name: make() for name, make in MODELS.items()}
+    records = []
+    for batch in batch_sizes:
+        x = torch.randint(0, 2, (batch, steps, INPUT)).float()
+        target = torch.randint(0, 2, (batch, steps, OUTPUT)).float()
+        for mode, step_fn in (("train", train_step), ("infer", infer_step)):
+            calls = {name: (lambda m=model: step_fn(m, x, target)) for name, model in models.items()}
+            times = time_round_robin(calls, warmup, repeats)
+            for name, seconds in times.items():
+                ratios = [a / b for a, b in zip(seconds, times[REFERENCE])]
+                record = {"mode": mode, "batch": batch, "model": name, "steps": steps,
+                          "us_per_step": 1e6 * statistics.median(seconds) / steps,
+                          "us_per_step_min": 1e6 * min(seconds) / steps,
+                          "ratio_to_lstmcell": statistics.median(ratios)}
+                if mode == "train":
+                    record["saved_mb"] = saved_for_backward_bytes(models[name], x, target) / 2**20
+                records.append(record)
+    return records
+
+
+def markdown_table(records: list[dict]) -> str:
+    lines = ["| mode | batch | model | µs / step | × LSTMCell | saved for backward (MB) |",
+             "|---|---:|---|---:|---:|---:|"]
+    for r in records:
+        saved = f"{r['saved_mb']:.2f}" if "saved_mb" in r else ""
+        lines.append(f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} "
+                     f"| {r['ratio_to_lstmcell']:.2f} | {saved} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch-sizes", default="1,32", help="comma-separated (default: 1,32)")
+    parser.add_argument("--steps", type=int, default=41,
+                        help="sequence length T (default 41: copy of length 20 with delimiter)")
+    parser.add_argument("--repeats", type=int, default=15,
+                        help="timed rounds; medians are reported (default 15)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed rounds before timing (default 3)")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    parser.add_argument("--json", metavar="OUT", help="also write the records and settings as JSON")
+    args = parser.parse_args(argv)
+    try:
+        batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
+    except ValueError:
+        parser.error(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}")
+    if not batch_sizes or min(batch_sizes) < 1 or args.steps < 1 or args.repeats < 1 \
+            or args.warmup < 0 or args.threads < 1:
+        parser.error("batch sizes, --steps, --repeats and --threads must be >= 1, --warmup >= 0")
+
+    torch.set_num_threads(args.threads)
+    settings = {"torch": torch.__version__, "mannlab": mannlab.__version__,
+                "python": platform.python_version(), "machine": platform.machine(),
+                "processor": platform.processor(), "threads": args.threads, "steps": args.steps,
+                "repeats": args.repeats, "warmup": args.warmup, "batch_sizes": batch_sizes}
+    start = time.perf_counter()
+    records = run(batch_sizes, args.steps, args.repeats, args.warmup)
+    settings["total_seconds"] = round(time.perf_counter() - start, 1)
+    # Other processes on the machine add noise; the 1-minute load average shows how much.
+    settings["load_average_1min"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+    print(f"T={args.steps}, threads={args.threads}, median of {args.repeats} "
+          f"(warm-up {args.warmup}), torch {torch.__version__}, "
+          f"{settings['total_seconds']} s total, load average {settings['load_average_1min']} "
+          f"on {os.cpu_count()} cores\n")
+    print(markdown_table(records))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"settings": settings, "records": records}, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

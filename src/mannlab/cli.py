@@ -1,0 +1,382 @@
+"""The `mannlab` command: train, run (recipes over seeds), eval and plot.
+
+A thin argparse layer over mannlab.config and mannlab.training; everything it
+does is one function call a user can make from Python as well.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import mannlab
+from mannlab.config import RunConfig, default_config_dict, default_run_dir, load_config, read_toml
+from mannlab.errors import CheckpointError, ConfigError, DataError
+
+USER_ERRORS = (ConfigError, CheckpointError, DataError, FileNotFoundError)
+
+MAIN_HELP = """\
+Memory-augmented neural networks: train, evaluate and plot.
+
+  mannlab train --model ntm --task copy     train one model on one task
+  mannlab run recipes/ntm-copy.toml         run a recipe over several seeds
+  mannlab eval runs/ntm-copy-seed0 --lengths 20,40,80
+  mannlab plot runs/ntm-copy-seed0
+
+Run `mannlab <command> --help` for the options of each command.
+"""
+
+TRAIN_HELP = """\
+Train one model on one task. The run directory (default runs/<model>-<task>-seed<seed>)
+receives config.toml (the resolved configuration), metrics.jsonl, checkpoints/best and
+checkpoints/last, summary.json and figures/. At the end a table shows the validation
+metrics at the training length and at the longer lengths of train.val_length_multiples.
+
+Configuration is layered: built-in defaults for the model and task (or --config FILE),
+then --set overrides, then the shortcut flags (--seed, --steps, ...).
+--set takes dotted keys with TOML values, e.g.
+  --set model.controller=fnn --set task.max_length=10 --set train.lr=3e-4
+Sections: model (its keyword arguments), task (its parameters), train (see TrainConfig
+in mannlab/config.py: optimizer, lr, batch_size, steps, val_every, clip_grad_norm, ...).
+"""
+
+TRAIN_EXAMPLES = """\
+examples:
+  mannlab train --model ntm --task copy
+  mannlab train --model lstm --task copy --steps 5000 --set model.hidden_size=256
+  mannlab train --config my.toml --seed 3
+  mannlab train --run-dir runs/ntm-copy-seed0 --resume --steps 4000   # continue a run
+"""
+
+RUN_HELP = """\
+Run a recipe (a TOML run config) once per seed, into <run_dir>/seed<k>, then print a table
+over seeds (solved or not, steps and wall time to solve, validation bce and bit errors per
+sequence at each length) and write it to <run_dir>/summary.md. The seeds come from --seeds,
+else the recipe's `seeds = [...]`, else its `seed`. run_dir defaults to runs/<recipe name>.
+"""
+
+EVAL_HELP = """\
+Evaluate a run's best checkpoint (or --checkpoint last) at the given sequence lengths
+(the task's size parameter: sequence length for copy, items for recall, ...) on fresh
+sampled batches, and print bce, bit error rate and bit errors per sequence per length.
+"""
+
+PLOT_HELP = """\
+Draw figures of a run: memory_access.png (reads and writes over one sampled sequence of
+--length, default the training length; for models with memory) and learning_curve.png
+(from metrics.jsonl), into <RUN>/figures or --out, and print their paths.
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `mannlab` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    from mannlab.training import NonFiniteLossError
+
+    try:
+        return args.func(args)
+    except USER_ERRORS as exc:
+        _fail(exc, 2)
+    except NonFiniteLossError as exc:
+        _fail(exc, 1)
+    except KeyboardInterrupt:
+        print("\nmannlab: interrupted; continue a run with --resume (from its last checkpoint)",
+              file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _fail(exc: BaseException, status: int) -> None:
+    message = str(exc)
+    if isinstance(exc, FileNotFoundError) and exc.filename is not None:  # raised by open()
+        message = f"file not found: {exc.filename}"
+    print(f"mannlab: error: {message}", file=sys.stderr)
+    raise SystemExit(status) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mannlab", description=MAIN_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"mannlab {mannlab.__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str, epilog: str | None = None):
+        sub = commands.add_parser(name, help=summary, description=description, epilog=epilog,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        return sub
+
+    train = command("train", "train one model on one task", TRAIN_HELP, TRAIN_EXAMPLES)
+    train.add_argument("--model", help="model name (e.g. ntm, lstm)")
+    train.add_argument("--task", help="task name (e.g. copy, repeat_copy, associative_recall)")
+    train.add_argument("--config", metavar="FILE.toml", help="start from this run config instead of the defaults")
+    _add_set(train)
+    train.add_argument("--seed", type=int, help="random seed of initialisation and data (default 0)")
+    train.add_argument("--steps", type=int, help="total training steps (train.steps)")
+    train.add_argument("--batch-size", type=int, help="sequences per step (train.batch_size)")
+    train.add_argument("--lr", type=float, help="learning rate (train.lr)")
+    train.add_argument("--run-dir", metavar="DIR", help="where to write the run (default runs/<model>-<task>-seed<seed>)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in the run directory from checkpoints/last (its config.toml is the base)")
+    train.add_argument("--force", action="store_true", help="overwrite an existing run in the run directory")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar (train.progress=false)")
+    train.set_defaults(func=cmd_train)
+
+    run = command("run", "run a recipe over several seeds", RUN_HELP,
+                  "examples:\n  mannlab run recipes/ntm-copy.toml\n"
+                  "  mannlab run recipes/ntm-copy.toml --seeds 0,1,2 --set train.steps=500\n")
+    run.add_argument("recipe", metavar="RECIPE.toml", help="the run config to train")
+    _add_set(run)
+    run.add_argument("--seeds", type=_int_list, metavar="S1,S2,...", help="seeds to train (overrides the recipe)")
+    run.add_argument("--run-dir", metavar="DIR", help="parent directory of the seed runs (default: the recipe's run_dir)")
+    run.add_argument("--resume", action="store_true", help="continue seeds that have a checkpoint, start the others")
+    run.add_argument("--force", action="store_true", help="overwrite existing seed runs")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.set_defaults(func=cmd_run)
+
+    evaluate = command("eval", "evaluate a run at several sequence lengths", EVAL_HELP,
+                       "example:\n  mannlab eval runs/ntm-copy-seed0 --lengths 20,40,80 --batches 8\n")
+    evaluate.add_argument("run_dir", metavar="RUN", help="a run directory (written by train or run)")
+    evaluate.add_argument("--lengths", type=_int_list, metavar="L1,L2,...",
+                          help="lengths to test (default: the training length times train.val_length_multiples)")
+    evaluate.add_argument("--batches", type=int, default=4, help="batches per length (default 4)")
+    evaluate.add_argument("--batch-size", type=int, default=32, help="sequences per batch (default 32)")
+    evaluate.add_argument("--seed", type=int, help="seed of the evaluation data (default: the run's seed)")
+    evaluate.add_argument("--checkpoint", choices=("best", "last"), default="best",
+                          help="which checkpoint to load (default best; falls back to last)")
+    evaluate.set_defaults(func=cmd_eval)
+
+    plot = command("plot", "draw memory-access and learning-curve figures of a run", PLOT_HELP,
+                   "example:\n  mannlab plot runs/ntm-copy-seed0 --length 40 --out figs/\n")
+    plot.add_argument("run_dir", metavar="RUN", help="a run directory")
+    plot.add_argument("--length", type=int, help="sequence length of the memory-access figure (default: training length)")
+    plot.add_argument("--out", metavar="DIR", help="directory for the figures (default RUN/figures)")
+    plot.add_argument("--checkpoint", choices=("best", "last"), default="best",
+                      help="which checkpoint to draw (default best; falls back to last)")
+    plot.set_defaults(func=cmd_plot)
+    return parser
+
+
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value, e.g. train.lr=3e-4 or model.controller=fnn (repeatable)")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+# ------------------------------------------------------------------- train
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from mannlab.training import train
+
+    config = train_config(args)
+    config.build()  # a typo in a model or task argument fails now, before any file is written
+    print(f"training {config.model} on {config.task} (seed {config.seed}) into {config.run_dir}"
+          + (" (resuming)" if args.resume else ""))
+    summary = train(config, resume=args.resume, force=args.force)
+    print(describe_summary(summary))
+    return 0
+
+
+def train_config(args: argparse.Namespace) -> RunConfig:
+    """The RunConfig of `mannlab train` from its arguments (see TRAIN_HELP for the layers)."""
+    if args.config:
+        base = read_toml(args.config)
+    else:
+        run_dir = args.run_dir
+        if run_dir is None and args.model and args.task:
+            run_dir = str(Path("runs") / f"{args.model}-{args.task}-seed{args.seed or 0}")
+        saved = Path(run_dir) / "config.toml" if run_dir else None
+        if args.resume and saved is not None and saved.is_file():
+            base = read_toml(saved)
+        elif args.model and args.task:
+            base = default_config_dict(args.model, args.task)
+        else:
+            raise ConfigError("give --model and --task (or --config FILE, or --run-dir DIR --resume)"
+                              + _valid_names_hint())
+    for section in ("model", "task"):
+        name = getattr(args, section)
+        if name and base.get(section, {}).get("name") != name:
+            base[section] = {"name": name}  # the other model's (task's) arguments would not fit
+    config = RunConfig.from_dict(base).with_overrides(args.overrides)
+    changes: dict[str, Any] = {}
+    if args.seed is not None:
+        changes["seed"] = args.seed
+    if args.run_dir is not None:
+        changes["run_dir"] = args.run_dir
+    train_changes = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr}
+    train_changes = {k: v for k, v in train_changes.items() if v is not None}
+    if args.no_progress:
+        train_changes["progress"] = False
+    if train_changes:
+        changes["train"] = type(config.train).from_dict({**config.train.to_dict(), **train_changes})
+    config = config.replace(**changes)
+    if config.run_dir is None:
+        config = config.replace(run_dir=default_run_dir(config))
+    return config
+
+
+def _valid_names_hint() -> str:
+    try:
+        from mannlab.models import MODELS
+        from mannlab.tasks import names
+        return f"; models: {', '.join(sorted(MODELS))}; tasks: {', '.join(sorted(names()))}"
+    except ImportError:
+        return ""
+
+
+def describe_summary(summary: dict[str, Any]) -> str:
+    """What `mannlab train` prints at the end: solve status, the per-length table, file paths."""
+    from mannlab.training import format_table
+
+    lines = []
+    if summary["solved"]:
+        lines.append(f"solved (val bce < {summary['solve_bce']:g}) at step {summary['solved_at_step']} "
+                     f"after {_duration(summary['solved_at_seconds'])}")
+    else:
+        best = summary["best_val"]
+        best_text = f"{best['bce']:.4g} at step {best['step']}" if best["bce"] is not None else "none"
+        lines.append(f"not solved (val bce < {summary['solve_bce']:g}); best val bce {best_text}")
+    lines.append(f"{summary['steps']} steps in {_duration(summary['wall_seconds'])}; "
+                 f"validation at step {summary['steps']}:")
+    lines.append(format_table(summary["final_val"] or []))
+    run_dir = Path(summary["run_dir"])
+    lines.append(f"checkpoints: {run_dir / 'checkpoints'} (best, last)")
+    for name, path in summary.get("figures", {}).items():
+        lines.append(f"{name.replace('_', ' ')}: {path}")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+# --------------------------------------------------------------------- run
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mannlab.training import train
+
+    recipe = Path(args.recipe)
+    config = load_config(recipe, args.overrides)
+    config.build()  # fail on a typo before the first seed starts
+    seeds = args.seeds or list(config.seeds or [config.seed])
+    parent = Path(args.run_dir or config.run_dir or Path("runs") / recipe.stem)
+    if args.no_progress:
+        config = config.replace(train=type(config.train).from_dict(
+            {**config.train.to_dict(), "progress": False}))
+    summaries = []
+    for seed in seeds:
+        seed_dir = parent / f"seed{seed}"
+        resume = args.resume and (seed_dir / "checkpoints" / "last").is_dir()
+        # with --resume, a seed that never reached a checkpoint simply starts over
+        force = args.force or (args.resume and not resume)
+        print(f"[{recipe.name}] seed {seed}: {'resuming' if resume else 'training'} into {seed_dir}")
+        seed_config = config.replace(seed=seed, seeds=None, run_dir=str(seed_dir))
+        summaries.append(train(seed_config, resume=resume, force=force))
+    table = seeds_table(summaries)
+    header = (f"# {recipe.name}: {config.model} on {config.task}\n\n"
+              f"Recipe `{recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n")
+    (parent / "summary.md").write_text(header + table + "\n")
+    print(table)
+    print(f"summary: {parent / 'summary.md'}")
+    return 0
+
+
+def seeds_table(summaries: list[dict[str, Any]]) -> str:
+    """Markdown table over seeds, then how many solved and the median cost of solving."""
+    lengths = [(row["length"], row.get("multiple")) for row in summaries[0]["final_val"] or []]
+    header = ["seed", "solved", "steps to solve", "time to solve"]
+    for length, multiple in lengths:
+        suffix = f"{length}" + (" (train)" if multiple == 1 else "")
+        header += [f"bce @{suffix}", f"bit errors/seq @{suffix}"]
+    rows = []
+    for s in summaries:
+        by_length = {row["length"]: row for row in s["final_val"] or []}
+        cells = [str(s["seed"]), "yes" if s["solved"] else "no",
+                 "-" if s["solved_at_step"] is None else str(s["solved_at_step"]),
+                 _duration(s["solved_at_seconds"])]
+        for length, _ in lengths:
+            row = by_length.get(length, {})
+            cells += [_number(row.get("bce")), _number(row.get("seq_bit_errors"))]
+        rows.append(cells)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    solved = [s for s in summaries if s["solved"]]
+    note = f"\nSolved: {len(solved)}/{len(summaries)} seeds"
+    if solved:
+        note += (f"; median {statistics.median(s['solved_at_step'] for s in solved):g} steps, "
+                 f"{_duration(statistics.median(s['solved_at_seconds'] for s in solved))} to solve")
+    return "\n".join(lines) + "\n" + note + "."
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+# -------------------------------------------------------------- eval, plot
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from mannlab.training import evaluate, format_table, load_run
+
+    config, task, model, meta = load_run(args.run_dir, args.checkpoint)
+    _use_threads(config)
+    lengths = args.lengths or [task.train_length * m for m in config.train.val_length_multiples]
+    rows = evaluate((model, task), lengths, batches=args.batches, batch_size=args.batch_size,
+                    seed=config.seed if args.seed is None else args.seed)
+    print(f"{config.model} on {config.task}, {meta.get('kind', args.checkpoint)} checkpoint "
+          f"(step {meta.get('step')}), {args.batches} x {args.batch_size} sequences per length "
+          f"({task.length_name}):")
+    print(format_table(rows, train_length=task.train_length))
+    return 0
+
+
+def _use_threads(config: RunConfig) -> None:
+    if config.train.threads:  # as in training: small models run fastest on one thread
+        import torch
+        torch.set_num_threads(config.train.threads)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from mannlab import plot
+    from mannlab.training import load_run
+    from mannlab.training.loop import draw_memory_access
+
+    run_dir = Path(args.run_dir)
+    config, task, model, meta = load_run(run_dir, args.checkpoint)
+    _use_threads(config)
+    out = Path(args.out) if args.out else run_dir / "figures"
+    length = args.length or task.train_length
+    title = f"{config.model} on {config.task}, step {meta.get('step')}, {task.length_name} {length}"
+    path = out / ("memory_access.png" if args.length is None else f"memory_access_len{length}.png")
+    if draw_memory_access(model, task, path, config.seed, length=length, title=title):
+        print(f"memory access: {path}")
+    else:
+        print(f"memory access: skipped ({config.model} has no read/write weights to show)")
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+    path = out / "learning_curve.png"
+    plot.learning_curve(metrics, path, title=f"{config.model} on {config.task}",
+                        threshold=config.train.solve_bce)
+    print(f"learning curve: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

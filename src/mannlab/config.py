@@ -1,0 +1,319 @@
+"""Run configuration: what to train (model, task, seed) and how (TrainConfig).
+
+A run is described by a plain nested dict, the same shape as its TOML file::
+
+    seed = 0
+    run_dir = "runs/ntm-copy-seed0"   # optional
+    seeds = [0, 1, 2]                 # optional, for `mannlab run` recipes
+
+    [model]
+    name = "ntm"                      # the rest are keyword arguments of the model
+    controller_size = 100
+
+    [task]
+    name = "copy"                     # the rest are the task's parameters
+    max_length = 20
+
+    [train]                           # fields of TrainConfig
+    lr = 1e-4
+
+Layers are merged in this order: TrainConfig's defaults, then (only for
+`mannlab train` without --config) the tuned ``DEFAULTS`` below, then the TOML
+file, then ``--set key=value`` overrides. Unknown keys fail naming the valid
+ones; model and task arguments are checked by building them (``RunConfig.build``).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import tomli_w
+
+from mannlab.errors import ConfigError
+
+# What `mannlab train --model M --task T` uses when no --config is given, so the
+# bare command trains something sensible in a few minutes on a laptop CPU.
+# Keys are (model, task); "*" matches any. Entries are merged from the least to
+# the most specific: ("*", "*"), (model, "*"), ("*", task), (model, task).
+# Recipes (--config / `mannlab run`) do not use this table, so retuning it
+# never changes a published result.
+DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
+    ("*", "*"): {
+        "train": {"steps": 2000, "batch_size": 16, "optimizer": "rmsprop", "lr": 1e-4},
+    },
+    ("ntm", "copy"): {"model": {}, "task": {}, "train": {}},
+}
+
+OPTIMIZERS = ("rmsprop", "adam")
+TOP_LEVEL_KEYS = ("seed", "seeds", "run_dir", "model", "task", "train")
+SECTIONS = ("model", "task", "train")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train: optimizer, budget, validation, checkpoints and stopping."""
+
+    optimizer: str = "rmsprop"          # "rmsprop" | "adam"
+    lr: float = 1e-4
+    momentum: float = 0.9               # rmsprop only
+    alpha: float = 0.95                 # rmsprop smoothing, as in the NTM implementations
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip_grad_norm: float | None = 10.0  # global norm; 0 (or None, stored as 0) turns clipping off
+    batch_size: int = 1
+    steps: int = 2000                   # total optimizer steps of the run
+    val_every: int = 200
+    val_batch_size: int = 32
+    val_batches: int = 2
+    val_length_multiples: tuple[int, ...] = (1, 2, 4)  # validate at train_length * m
+    checkpoint_every: int = 500
+    # solved when the val bce at multiple 1 (minus the task's optimal_bce, if it reports one)
+    # drops below this; the first such step and wall time are recorded
+    solve_bce: float = 0.02
+    stop_after_solve: int | None = None  # None: never stop early; N: stop N steps after solving
+    tensorboard: bool = False
+    progress: bool = True
+    # torch intra-op threads during the run (0: torch's default). One thread is much faster for
+    # these small recurrent models on a busy CPU, and a resume must use the same count to be exact.
+    threads: int = 1
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
+        """Build from a [train] table, checking names, types and ranges."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in values.items():
+            if key not in known:
+                raise ConfigError(f"unknown key 'train.{key}'; valid keys: {', '.join(known)}")
+            kwargs[key] = _coerce(f"train.{key}", value, known[key].type)
+        return cls(**kwargs)
+
+    def __post_init__(self) -> None:
+        if self.clip_grad_norm is None:  # one spelling of "off", so the TOML round trip is exact
+            object.__setattr__(self, "clip_grad_norm", 0.0)
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        for name in ("steps", "threads"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("batch_size", "val_every", "val_batch_size", "val_batches", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ConfigError(f"train.lr must be > 0, got {self.lr}")
+        multiples = self.val_length_multiples
+        if not multiples or 1 not in multiples or any(m < 1 for m in multiples):
+            raise ConfigError(
+                "train.val_length_multiples must be positive integers including 1 "
+                f"(the training length, used to pick the best checkpoint), got {list(multiples)}")
+        if self.stop_after_solve is not None and self.stop_after_solve < 0:
+            raise ConfigError(f"train.stop_after_solve must be >= 0 or absent, got {self.stop_after_solve}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["val_length_multiples"] = list(self.val_length_multiples)
+        return out
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What to train: model and task by registry name with their arguments, and the seed."""
+
+    model: str
+    task: str
+    model_args: dict[str, Any] = field(default_factory=dict)
+    task_args: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    train: TrainConfig = field(default_factory=TrainConfig)
+    run_dir: str | None = None
+    seeds: tuple[int, ...] | None = None   # several seeds for `mannlab run`
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "RunConfig":
+        """Build from the TOML-shaped dict; unknown keys raise ConfigError."""
+        for key in values:
+            if key not in TOP_LEVEL_KEYS:
+                raise ConfigError(f"unknown key '{key}' at the top level; valid keys: {', '.join(TOP_LEVEL_KEYS)}")
+        model_args, model = _named_section(values, "model")
+        task_args, task = _named_section(values, "task")
+        train = values.get("train", {})
+        if not isinstance(train, Mapping):
+            raise ConfigError(f"'train' must be a table ([train]), got {train!r}")
+        seeds = values.get("seeds")
+        if seeds is not None:
+            seeds = _coerce("seeds", seeds, "tuple[int, ...]")
+            if not seeds:
+                raise ConfigError("'seeds' must list at least one seed")
+        return cls(
+            model=model, task=task, model_args=model_args, task_args=task_args,
+            seed=_coerce("seed", values.get("seed", 0), "int"),
+            train=TrainConfig.from_dict(train),
+            run_dir=_coerce("run_dir", values.get("run_dir"), "str | None"),
+            seeds=seeds,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The TOML-shaped dict (None values kept; `save_config` drops them)."""
+        return {
+            "seed": self.seed,
+            "seeds": list(self.seeds) if self.seeds is not None else None,
+            "run_dir": self.run_dir,
+            "model": {"name": self.model, **copy.deepcopy(self.model_args)},
+            "task": {"name": self.task, **copy.deepcopy(self.task_args)},
+            "train": self.train.to_dict(),
+        }
+
+    def with_overrides(self, overrides: Iterable[str]) -> "RunConfig":
+        """A copy with ``key=value`` overrides applied (see `apply_overrides`)."""
+        return RunConfig.from_dict(apply_overrides(self.to_dict(), overrides))
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+    def build(self):
+        """Build (task, model); the builders raise ConfigError on bad names or arguments."""
+        from mannlab import tasks
+        from mannlab.models import build_model
+
+        task = tasks.make(self.task, **self.task_args)
+        model = build_model(self.model, task.input_size, task.output_size, **self.model_args)
+        return task, model
+
+
+def default_run_dir(config: RunConfig) -> str:
+    """runs/<model>-<task>-seed<seed>, relative to the working directory."""
+    return str(Path("runs") / f"{config.model}-{config.task}-seed{config.seed}")
+
+
+def default_config_dict(model: str, task: str) -> dict[str, Any]:
+    """The TOML-shaped dict `mannlab train --model M --task T` starts from."""
+    out: dict[str, Any] = {"model": {"name": model}, "task": {"name": task}}
+    for key in (("*", "*"), (model, "*"), ("*", task), (model, task)):
+        for section, values in DEFAULTS.get(key, {}).items():
+            out.setdefault(section, {}).update(copy.deepcopy(values))
+    return out
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
+    """Read a TOML run config and apply ``key=value`` overrides."""
+    return RunConfig.from_dict(apply_overrides(read_toml(path), overrides))
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+
+
+def save_config(config: RunConfig, path: str | Path) -> None:
+    """Write the config as TOML (TOML has no null, so None values are left out)."""
+    Path(path).write_text(tomli_w.dumps(_drop_none(config.to_dict())))
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"train.lr=3e-4"`` -> (["train", "lr"], 0.0003). Values are TOML, else strings."""
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key:
+        raise ConfigError(f"override must look like key=value (e.g. train.lr=3e-4), got {text!r}")
+    path = key.split(".")
+    if len(path) > 2 or not all(path):
+        raise ConfigError(f"override key must be 'key' or 'section.key', got {key!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # bare words such as model.controller=fnn
+    return path, value
+
+
+def apply_overrides(values: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """A deep copy of ``values`` with each ``key=value`` override applied."""
+    out = copy.deepcopy(dict(values))
+    for text in overrides:
+        path, value = parse_override(text)
+        if len(path) == 1:
+            if path[0] in SECTIONS:
+                raise ConfigError(f"'{path[0]}' is a section; set one of its keys, e.g. {path[0]}.name=...")
+            if path[0] not in TOP_LEVEL_KEYS:
+                raise ConfigError(f"unknown key '{path[0]}' at the top level; valid keys: {', '.join(TOP_LEVEL_KEYS)}")
+            out[path[0]] = value
+        else:
+            section, key = path
+            if section not in SECTIONS:
+                raise ConfigError(f"unknown section '{section}' in override {text!r}; valid sections: {', '.join(SECTIONS)}")
+            out.setdefault(section, {})[key] = value
+    return out
+
+
+# --- helpers -----------------------------------------------------------------
+
+def _named_section(values: Mapping[str, Any], section: str) -> tuple[dict[str, Any], str]:
+    table = values.get(section)
+    if not isinstance(table, Mapping) or "name" not in table:
+        raise ConfigError(f"[{section}] needs a 'name' key{_valid_names(section)}")
+    args = dict(copy.deepcopy(table))
+    name = args.pop("name")
+    if not isinstance(name, str):
+        raise ConfigError(f"{section}.name must be a string, got {name!r}")
+    return args, name
+
+
+def _valid_names(section: str) -> str:
+    try:
+        if section == "model":
+            from mannlab.models import MODELS
+            names = list(MODELS)
+        else:
+            from mannlab.tasks import names as task_names
+            names = list(task_names())
+    except ImportError:
+        return ""
+    return f" (one of: {', '.join(sorted(names))})"
+
+
+def _coerce(key: str, value: Any, type_name: str) -> Any:
+    """Check ``value`` against a field annotation string; ints are accepted as floats."""
+    optional = type_name.endswith("| None")
+    base = type_name.removesuffix("| None").strip()
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
+        if optional:
+            return None
+        raise ConfigError(f"{key} must not be empty")
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+    elif base == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif base == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif base == "str":
+        if isinstance(value, str):
+            return value
+    elif base == "tuple[int, ...]":
+        if isinstance(value, (list, tuple)):
+            return tuple(_coerce(f"{key}[{i}]", v, "int") for i, v in enumerate(value))
+    else:  # a new field type needs a case here
+        raise AssertionError(f"no coercion for {type_name}")
+    expected = {"tuple[int, ...]": "a list of integers"}.get(base, f"a {base}")
+    raise ConfigError(f"{key} must be {expected}{' or absent' if optional else ''}, got {value!r}")
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_drop_none(v) for v in value]
+    return value

@@ -1,0 +1,155 @@
+"""Atomic checkpoints: weights.safetensors, meta.json and train_state.pt in one directory.
+
+A save writes a complete sibling directory ``.<name>.tmp`` (every file fsynced),
+moves the current checkpoint aside to ``.<name>.old``, renames the new one into
+place and only then deletes the old one. A crash at any point leaves either the
+old or the new checkpoint complete; if it happens between the two renames,
+`load_checkpoint` finds the old copy.
+
+``train_state.pt`` holds only tensors and plain containers and is read with
+``torch.load(weights_only=True)``, so loading a checkpoint never runs pickled code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from mannlab.errors import CheckpointError
+
+WEIGHTS = "weights.safetensors"
+META = "meta.json"
+TRAIN_STATE = "train_state.pt"
+FILES = (WEIGHTS, META, TRAIN_STATE)
+
+
+def save_checkpoint(directory: str | Path, model: torch.nn.Module, meta: dict[str, Any],
+                    train_state: dict[str, Any]) -> None:
+    """Write the checkpoint into ``directory``, replacing any previous one atomically."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = _sibling(directory, "tmp"), _sibling(directory, "old")
+    if tmp.exists():  # left by a save that crashed: never complete, safe to drop
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        # clones: safetensors refuses tensors that share storage (tied weights, views)
+        weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+        save_file(weights, str(tmp / WEIGHTS))
+        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        torch.save(train_state, tmp / TRAIN_STATE)
+        for name in FILES:
+            _fsync(tmp / name)
+        _fsync(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if directory.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.rename(directory, old)
+    # else: a previous swap may have crashed here; `old` (if any) stays until the new one is in
+    os.rename(tmp, directory)
+    _fsync(directory.parent)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def load_checkpoint(directory: str | Path, model: torch.nn.Module | None = None
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return (meta, train_state); if ``model`` is given, load the weights into it."""
+    directory = _existing(Path(directory))
+    for name in FILES:
+        if not (directory / name).is_file():
+            raise CheckpointError(
+                f"checkpoint {directory} is incomplete: {name} is missing. "
+                "Restore the file or start the run again without --resume.")
+    meta = _read_meta(directory / META)
+    train_state = _read_train_state(directory / TRAIN_STATE)
+    if model is not None:
+        load_weights(directory / WEIGHTS, model)
+    return meta, train_state
+
+
+def load_weights(path: str | Path, model: torch.nn.Module) -> None:
+    """Load a weights.safetensors file into ``model``; any mismatch raises CheckpointError."""
+    path = Path(path)
+    try:
+        weights = load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{path} is truncated or not a safetensors file ({exc}). "
+                              "Restore it from a copy or retrain.") from None
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    wrong_shape = [f"{k}: checkpoint {tuple(weights[k].shape)} vs model {tuple(v.shape)}"
+                   for k, v in expected.items() if k in weights and weights[k].shape != v.shape]
+    if missing or unexpected or wrong_shape:
+        problems = []
+        if missing:
+            problems.append(f"missing keys {_short(missing)}")
+        if unexpected:
+            problems.append(f"unexpected keys {_short(unexpected)}")
+        if wrong_shape:
+            problems.append(f"shape mismatch {_short(wrong_shape)}")
+        raise CheckpointError(
+            f"{path} does not match the model ({'; '.join(problems)}). "
+            "Build the model with the config saved in the run (config.toml / meta.json).")
+    model.load_state_dict(weights)
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is truncated or not JSON ({exc}). "
+                              "Restore it from a copy or start the run again.") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path} should hold a JSON object, found {type(meta).__name__}")
+    return meta
+
+
+def _read_train_state(path: Path) -> dict[str, Any]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for truncated or foreign files
+        raise CheckpointError(
+            f"{path} is truncated, corrupt or holds objects other than tensors and plain "
+            f"containers ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
+            "Restore it from a copy or start the run again without --resume.") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} should hold a dict, found {type(state).__name__}")
+    return state
+
+
+def _existing(directory: Path) -> Path:
+    if directory.is_dir():
+        return directory
+    old = _sibling(directory, "old")
+    if old.is_dir() and all((old / name).is_file() for name in FILES):
+        return old  # a save crashed between its two renames; the old copy is complete
+    raise CheckpointError(f"no checkpoint at {directory}. Check the run directory, "
+                          "or train without --resume to start a new run.")
+
+
+def _sibling(directory: Path, kind: str) -> Path:
+    return directory.parent / f".{directory.name}.{kind}"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _short(items: list[str], limit: int = 5) -> str:
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more

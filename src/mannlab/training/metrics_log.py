@@ -1,0 +1,99 @@
+"""metrics.jsonl: one JSON object per line, appended as training goes.
+
+Each line is ``{"step": int, "split": "train" | "val", "wall": seconds, ...metrics}``;
+validation lines also carry ``length`` and ``multiple`` (of the training length).
+A crash can cut the last line short, so the reader skips a broken final line.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from mannlab.errors import ConfigError, DataError
+
+
+class MetricsLog:
+    """Appends metric lines to ``path``; mirrors them to TensorBoard if ``tensorboard_dir`` is set."""
+
+    def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = _tensorboard_writer(tensorboard_dir) if tensorboard_dir else None
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def log(self, step: int, split: str, metrics: Mapping[str, Any], wall: float,
+            **extra: Any) -> None:
+        row = {"step": int(step), "split": split, **extra,
+               **{k: _number(v) for k, v in metrics.items()}, "wall": round(float(wall), 3)}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()  # a reader (plot, tail -f) sees every line right away
+        if self._writer is not None:
+            prefix = split if "length" not in extra else f"{split}_len{extra['length']}"
+            for key, value in metrics.items():
+                self._writer.add_scalar(f"{prefix}/{key}", _number(value), int(step))
+
+    def close(self) -> None:
+        self._file.close()
+        if self._writer is not None:
+            self._writer.close()
+
+    def __enter__(self) -> "MetricsLog":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All rows of a metrics.jsonl file; a truncated last line is ignored."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break  # cut short by a crash mid-write
+            raise DataError(f"{path}, line {number}: not a JSON object: {line[:80]!r}") from None
+    return rows
+
+
+def truncate_metrics(path: str | Path, step: int) -> None:
+    """Keep only rows up to ``step`` (used on resume, so replayed steps are not logged twice)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    kept = [row for row in read_metrics(path) if row.get("step", 0) <= step]
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(row) + "\n" for row in kept)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _number(value: Any) -> float:
+    return float(value)  # tensors and numpy scalars; json writes NaN as NaN
+
+
+def check_tensorboard() -> None:
+    """Raise ConfigError if TensorBoard logging was asked for but cannot work."""
+    _summary_writer_class()
+
+
+def _summary_writer_class():
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError("train.tensorboard = true needs the tensorboard package: "
+                          "pip install 'mannlab[tensorboard]' (or set train.tensorboard=false)") from None
+    return SummaryWriter
+
+
+def _tensorboard_writer(log_dir: str | Path):
+    return _summary_writer_class()(log_dir=str(log_dir))

@@ -4,12 +4,21 @@
     y, state = model(x)                       # x (B, T, 9) -> logits (B, T, 8)
     y, state, trace = model(x, return_trace=True)
 """
-from mannlab import addressing
+import importlib
+
+from mannlab import addressing, tasks
 from mannlab.errors import CheckpointError, ConfigError, DataError
 from mannlab.models import LSTM, NTM, NTMCell, NTMState, NTMTrace, build_model
 from mannlab.state import detach_state, map_state
 
 __version__ = "0.1.0"
 
-__all__ = ["addressing", "build_model", "detach_state", "map_state", "LSTM", "NTM", "NTMCell",
-           "NTMState", "NTMTrace", "ConfigError", "CheckpointError", "DataError"]
+__all__ = ["addressing", "tasks", "plot", "build_model", "detach_state", "map_state", "LSTM",
+           "NTM", "NTMCell", "NTMState", "NTMTrace", "ConfigError", "CheckpointError", "DataError"]
+
+
+def __getattr__(name):
+    # matplotlib is slow to import: load mannlab.plot on first use only.
+    if name == "plot":
+        return importlib.import_module("mannlab.plot")
+    raise AttributeError(f"module 'mannlab' has no attribute {name!r}")

@@ -21,7 +21,7 @@ MAIN_HELP = """\
 Memory-augmented neural networks: train, evaluate and plot.
 
   mannlab train --model ntm --task copy     train one model on one task
-  mannlab run recipes/ntm-copy.toml         run a recipe over several seeds
+  mannlab run recipes/ntm-copy-lstm.toml         run a recipe over several seeds
   mannlab eval runs/ntm-copy-seed0 --lengths 20,40,80
   mannlab plot runs/ntm-copy-seed0
 
@@ -127,8 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
 
     run = command("run", "run a recipe over several seeds", RUN_HELP,
-                  "examples:\n  mannlab run recipes/ntm-copy.toml\n"
-                  "  mannlab run recipes/ntm-copy.toml --seeds 0,1,2 --set train.steps=500\n")
+                  "examples:\n  mannlab run recipes/ntm-copy-lstm.toml\n"
+                  "  mannlab run recipes/ntm-copy-lstm.toml --seeds 0,1,2 --set train.steps=500\n")
     run.add_argument("recipe", metavar="RECIPE.toml", help="the run config to train")
     _add_set(run)
     run.add_argument("--seeds", type=_int_list, metavar="S1,S2,...", help="seeds to train (overrides the recipe)")

@@ -110,7 +110,7 @@ def test_run_recipe_over_seeds(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["train", "--model", "nmt", "--task", "copy"], "valid models: lstm, ntm"),
+    (["train", "--model", "nmt", "--task", "copy"], "lstm, ntm"),
     (["train", "--model", "ntm", "--task", "cpy"], "copy, repeat_copy"),
     (["train", "--model", "ntm", "--task", "copy", "--set", "train.lrr=1"], "valid keys: optimizer, lr"),
     (["train", "--model", "ntm", "--task", "copy", "--set", "model.controler=fnn"], "valid options: controller"),

@@ -133,6 +133,17 @@ def test_stop_after_solve_and_solve_record(tmp_path, no_figures):
     assert summary["steps"] == 5 and summary["solved_at_seconds"] >= 0
 
 
+def test_lr_drops_after_solve_and_after_solve_record(tmp_path, no_figures):
+    config = tiny_config(tmp_path, steps=50, val_every=2, solve_bce=100.0, stop_after_solve=4,
+                         lr=1e-3, lr_after_solve=1e-5)
+    summary = train(config)
+    _, state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last")
+    assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [1e-5]
+    assert summary["after_solve"] == {"validations": 2, "solved": 2,
+                                      "max_bce": summary["after_solve"]["max_bce"]}
+    assert summary["best_val"]["rows"][0]["multiple"] == 1
+
+
 def test_aux_loss_gets_detached_step_nll(tmp_path, monkeypatch, no_figures):
     seen = []
 

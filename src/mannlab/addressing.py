@@ -102,3 +102,114 @@ def write(memory: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor,
 def read(memory: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Read, r = sum_i w(i) M(i) for each head: memory (B, N, W), weights (B, H, N) -> (B, H, W)."""
     return weights @ memory
+
+
+# ---------------------------------------------------------------------------
+# Differentiable Neural Computer (Graves et al. 2016, "Hybrid computing using a
+# neural network with dynamic external memory"), equations as written in the DNC
+# section of Taguchi & Tsuruoka (errata in shared/papers/README.md).
+#
+#     R  number of read heads        one write head (the DNC's)
+#
+# Write weightings of the single write head are (B, N); read weightings are
+# (B, R, N); the temporal link matrix is (B, N, N) with L[i, j] the degree to
+# which slot i was written right after slot j. Content weights c^w, c^{r,i} come
+# from ``content_weights`` above; the memory update and the reads are ``write``
+# and ``read``.
+# ---------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=16)
+def _diagonal(slots: int, device: torch.device) -> torch.Tensor:
+    """Boolean (N, N) identity, the mask of the link matrix's diagonal."""
+    return torch.eye(slots, dtype=torch.bool, device=device)
+
+
+def retention(free_gates: torch.Tensor, read_weights: torch.Tensor) -> torch.Tensor:
+    """Memory retention, psi_t = prod_i (1 - f^i_t w^{r,i}_{t-1}).
+
+    free gates f_t (B, R) in [0, 1], previous read weightings w^r_{t-1} (B, R, N)
+    -> psi_t (B, N) in [0, 1]: how much of each slot the free gates do not release.
+    """
+    return (1 - free_gates.unsqueeze(-1) * read_weights).prod(dim=1)
+
+
+def usage(previous: torch.Tensor, write_weights: torch.Tensor, psi: torch.Tensor) -> torch.Tensor:
+    """Usage, u_t = (u_{t-1} + w^w_{t-1} - u_{t-1} o w^w_{t-1}) o psi_t.
+
+    previous usage u_{t-1} (B, N), previous write weighting w^w_{t-1} (B, N),
+    retention psi_t (B, N) -> u_t (B, N) in [0, 1].
+    """
+    return torch.addcmul(previous, write_weights, 1 - previous) * psi
+
+
+def allocation(usage: torch.Tensor) -> torch.Tensor:
+    """Allocation weighting, a_t[phi_t[j]] = (1 - u_t[phi_t[j]]) prod_{i<j} u_t[phi_t[i]].
+
+    usage u_t (B, N) -> a_t (B, N), with sum_j a_t[j] = 1 - prod_j u_t[j].
+    phi_t lists the slots by ascending usage (the free list); the sort is
+    stable, so equal usages go to the lower slot index first. The order is a
+    constant for the gradient (it is piecewise constant in u); the values reach
+    a_t through a gather, an exclusive cumulative product and a scatter.
+    """
+    order = torch.argsort(usage.detach(), dim=-1, stable=True)            # phi_t
+    ranked = usage.gather(-1, order)                                       # u_t[phi_t[j]]
+    # exclusive cumprod: prod_{i<j} u_t[phi_t[i]], 1 for j = 0
+    before = torch.cumprod(torch.cat([torch.ones_like(ranked[..., :1]), ranked[..., :-1]], -1), -1)
+    return torch.zeros_like(usage).scatter(-1, order, (1 - ranked) * before)
+
+
+def write_weighting(allocation: torch.Tensor, content: torch.Tensor, write_gate: torch.Tensor,
+                    allocation_gate: torch.Tensor) -> torch.Tensor:
+    """Write weighting, w^w_t = g^w [g^a a_t + (1 - g^a) c^w_t].
+
+    allocation a_t (B, N), content weighting c^w_t (B, N), write gate g^w (B,)
+    and allocation gate g^a (B,) in [0, 1] -> w^w_t (B, N), summing to <= 1.
+    """
+    return write_gate.unsqueeze(-1) * torch.lerp(content, allocation, allocation_gate.unsqueeze(-1))
+
+
+def precedence(previous: torch.Tensor, write_weights: torch.Tensor) -> torch.Tensor:
+    """Precedence, p_t = (1 - sum_i w^w_t[i]) p_{t-1} + w^w_t  (p_0 = 0).
+
+    previous precedence p_{t-1} (B, N), write weighting w^w_t (B, N) -> p_t (B, N):
+    where the last write went, fading only when something is written again.
+    """
+    return torch.addcmul(write_weights, 1 - write_weights.sum(-1, keepdim=True), previous)
+
+
+def link_matrix(previous: torch.Tensor, write_weights: torch.Tensor,
+                previous_precedence: torch.Tensor) -> torch.Tensor:
+    """Temporal links, L_t[i,j] = (1 - w^w_t[i] - w^w_t[j]) L_{t-1}[i,j] + w^w_t[i] p_{t-1}[j].
+
+    previous links L_{t-1} (B, N, N), write weighting w^w_t (B, N), previous
+    precedence p_{t-1} (B, N) -> L_t (B, N, N) with L_t[i, i] = 0 (the diagonal is
+    masked, so a slot never links to itself). Rows and columns sum to <= 1.
+    """
+    w_i, w_j = write_weights.unsqueeze(-1), write_weights.unsqueeze(-2)
+    keep = (1 - w_i) - w_j                                                  # (B, N, N)
+    links = torch.addcmul(w_i * previous_precedence.unsqueeze(-2), keep, previous)
+    return links.masked_fill(_diagonal(links.shape[-1], links.device), 0.0)
+
+
+def directional_weights(links: torch.Tensor, read_weights: torch.Tensor):
+    """Forward and backward weightings, f^i_t = L_t w^{r,i}_{t-1}, b^i_t = L_t^T w^{r,i}_{t-1}.
+
+    links L_t (B, N, N), previous read weightings w^r_{t-1} (B, R, N) ->
+    (f_t, b_t), each (B, R, N): f moves each head to the slots written after
+    the ones it read, b to those written before. (The summary writes w^r_t;
+    that would be circular, so the previous weighting is used, as in the DNC paper.)
+    """
+    forward = read_weights @ links.transpose(1, 2)      # f[r, i] = sum_j L[i, j] w[r, j]
+    backward = read_weights @ links                     # b[r, j] = sum_i L[i, j] w[r, i]
+    return forward, backward
+
+
+def read_weighting(backward: torch.Tensor, content: torch.Tensor, forward: torch.Tensor,
+                   modes: torch.Tensor) -> torch.Tensor:
+    """Read weighting, w^{r,i}_t = pi^i_t[0] b^i_t + pi^i_t[1] c^{r,i}_t + pi^i_t[2] f^i_t.
+
+    backward b_t, content c^r_t and forward f_t weightings (B, R, N); read modes
+    pi_t (B, R, 3), a distribution over (backward, content, forward) -> w^r_t (B, R, N).
+    """
+    return (torch.stack([backward, content, forward], dim=-1) @ modes.unsqueeze(-1)).squeeze(-1)

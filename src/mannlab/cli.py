@@ -299,21 +299,34 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def seeds_table(summaries: list[dict[str, Any]]) -> str:
-    """Markdown table over seeds, then how many solved and the median cost of solving."""
-    lengths = [(row["length"], row.get("multiple")) for row in summaries[0]["final_val"] or []]
-    header = ["seed", "solved", "steps to solve", "time to solve"]
+    """Markdown table over seeds, then how many solved and the median cost of solving.
+
+    Metrics are those of the best checkpoint (selected by validation bce at the training
+    length, as the papers do); "stayed solved" counts the validations after the first
+    solve that were still below the threshold, and "final bce" is the last validation.
+    """
+    def best_rows(s):
+        return s["best_val"].get("rows") or s["final_val"] or []
+
+    lengths = [(row["length"], row.get("multiple")) for row in best_rows(summaries[0])]
+    header = ["seed", "solved", "steps to solve", "time to solve", "stayed solved"]
     for length, multiple in lengths:
         suffix = f"{length}" + (" (train)" if multiple == 1 else "")
         header += [f"bce @{suffix}", f"bit errors/seq @{suffix}"]
+    header += ["final bce @train", "steps"]
     rows = []
     for s in summaries:
-        by_length = {row["length"]: row for row in s["final_val"] or []}
+        by_length = {row["length"]: row for row in best_rows(s)}
+        after = s.get("after_solve")
         cells = [str(s["seed"]), "yes" if s["solved"] else "no",
                  "-" if s["solved_at_step"] is None else str(s["solved_at_step"]),
-                 _duration(s["solved_at_seconds"])]
+                 _duration(s["solved_at_seconds"]),
+                 "-" if not after else f"{after['solved']}/{after['validations']}"]
         for length, _ in lengths:
             row = by_length.get(length, {})
             cells += [_number(row.get("bce")), _number(row.get("seq_bit_errors"))]
+        final = (s["final_val"] or [{}])[0]
+        cells += [_number(final.get("bce")), str(s["steps"])]
         rows.append(cells)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]

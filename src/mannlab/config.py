@@ -48,7 +48,7 @@ DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "train": {"steps": 2000, "batch_size": 16, "optimizer": "rmsprop", "lr": 3e-4},
     },
     # The Quick start job: stop 200 steps after solving (val BCE < 0.02 at length 20).
-    ("ntm", "copy"): {"train": {"val_every": 50, "stop_after_solve": 200}},
+    ("ntm", "copy"): {"train": {"val_every": 50, "stop_after_solve": 200, "lr_after_solve": 3e-5}},
 }
 
 OPTIMIZERS = ("rmsprop", "adam")
@@ -62,6 +62,9 @@ class TrainConfig:
 
     optimizer: str = "rmsprop"          # "rmsprop" | "adam"
     lr: float = 1e-4
+    # lr from the first solve on (0: keep lr). A solved NTM at full lr tends to collapse and
+    # relearn over and over (docs/RESULTS.md); a smaller step once solved keeps it solved.
+    lr_after_solve: float = 0.0
     momentum: float = 0.9               # rmsprop only
     alpha: float = 0.95                 # rmsprop smoothing, as in the NTM implementations
     eps: float = 1e-8
@@ -108,6 +111,9 @@ class TrainConfig:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ConfigError(f"train.lr must be > 0, got {self.lr}")
+        if self.lr_after_solve < 0:
+            raise ConfigError(f"train.lr_after_solve must be >= 0 (0: keep train.lr), "
+                              f"got {self.lr_after_solve}")
         multiples = self.val_length_multiples
         if not multiples or 1 not in multiples or any(m < 1 for m in multiples):
             raise ConfigError(

@@ -7,16 +7,27 @@ and its own recurrent state, and returns two vectors (Taguchi & Tsuruoka,
     h_ctrl  = H^r_t = H^w_t, which drives the read and write heads
     h_out   the controller part of H^o_t = [h_out; r_t], which drives the output
 
-For the standard controllers both are h_t. The input-dependent part of the
-pre-activations does not depend on the recurrence, so ``precompute`` projects
-the whole input sequence with one matrix product before the time loop and
-``step`` adds only the read-vector and recurrent terms.
+For the standard controllers both are h_t. The partially non-recurrent ones
+(same paper, eqs. 9-13) return h_out = h'_t, computed without h_{t-1}.
+The input-dependent part of the pre-activations does not depend on the
+recurrence, so ``precompute`` projects the whole input sequence with one
+matrix product before the time loop and ``step`` adds only the read-vector
+and recurrent terms (one addmm each).
 
 Interface (every controller):
     precompute(x (B, T, I)) -> (B, T, G)
     step(x_proj_t (B, G), r_prev (B, R*W), state) -> (h_ctrl, h_out, state)
-    initial_state(batch_size, device, dtype) -> state (tensor or tuple of tensors)
+    initial_state(batch_size, device, dtype) -> state (a tuple of (B, hidden) tensors)
     hidden_size
+
+Names (``make_controller``; case-insensitive, "_" may replace "-"):
+
+    fnn        FNNController         h_t = phi(W_xh x_t + W_rh r_{t-1} + b)       state ()
+    elman      ElmanController       eq. 1                                          state (h,)
+    gru        GRUController         torch.nn.GRUCell over [x_t; r_{t-1}]           state (h,)
+    lstm       LSTMController        eqs. 2-7                                       state (h, c)
+    pnr-elman  PNRElmanController    eqs. 9-11, the parameters of "elman"           state (h,)
+    pnr-lstm   PNRLSTMController     eqs. 12-13 with 3-7, the parameters of "lstm"  state (h, c)
 """
 from __future__ import annotations
 
@@ -63,7 +74,7 @@ class Controller(nn.Module):
 
 
 class FNNController(Controller):
-    """Feed-forward controller, h_t = phi(W_xh x_t + W_rh r_{t-1} + b). State: None."""
+    """Feed-forward controller, h_t = phi(W_xh x_t + W_rh r_{t-1} + b). State: ()."""
 
     def __init__(self, input_size: int, read_size: int, hidden_size: int, activation: str = "tanh"):
         super().__init__(input_size, read_size, hidden_size)
@@ -79,21 +90,108 @@ class FNNController(Controller):
         return h, h, state
 
 
-class LSTMController(Controller):
+class RecurrentController(Controller):
+    """Adds the recurrent weights W_h (gates * hidden, hidden) and a learned h_0.
+
+    The initial state is a learned bias (zero at initialisation, as h_0 = c_0 = 0
+    in the paper), as the NTM paper resets the controller to learned bias
+    vectors for each sequence.
+    """
+
+    def __init__(self, input_size: int, read_size: int, hidden_size: int):
+        super().__init__(input_size, read_size, hidden_size)
+        self.recurrent_weight = nn.Parameter(torch.empty(self.gates * hidden_size, hidden_size))
+        _uniform_(self.recurrent_weight, hidden_size)
+        self.h0 = nn.Parameter(torch.zeros(hidden_size))
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        return (self.h0.expand(batch_size, -1),)
+
+    def _recurrent(self, pre: torch.Tensor, h_prev: torch.Tensor) -> torch.Tensor:
+        """pre + W_h h_{t-1}."""
+        return torch.addmm(pre, h_prev, self.recurrent_weight.t())
+
+    def _output(self, h_bar: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """h_out of a standard controller: h_t itself (H^o_t = [h_t; r_t])."""
+        return h
+
+
+class PartiallyNonRecurrent:
+    """Mixin for eqs. 9-13: h_out = h'_t = tanh(h'bar_t), where h'bar_t is the
+    first block (z for the LSTM) of W_x x_t + W_r r_{t-1} + b, without h_{t-1}."""
+
+    def _output(self, h_bar: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(h_bar[:, :self.hidden_size])             # eq. 10
+
+
+class ElmanController(RecurrentController):
+    """Elman controller, eq. 1: h_t = tanh(W_xh x_t + W_rh r_{t-1} + W_hh h_{t-1} + b).
+
+    State (h,), (B, hidden); h_ctrl = h_out = h_t.
+    """
+
+    def step(self, x_proj, r_prev, state):
+        h_prev, = state
+        h_bar = self._feedforward(x_proj, r_prev)                  # eq. 9 (h'bar)
+        h = torch.tanh(self._recurrent(h_bar, h_prev))             # eq. 1 = eq. 11
+        return h, self._output(h_bar, h), (h,)
+
+
+class PNRElmanController(PartiallyNonRecurrent, ElmanController):
+    """Partially non-recurrent Elman controller, eqs. 9-11:
+
+        h'bar_t = W_xh x_t + W_rh r_{t-1} + b        (9)
+        h'_t    = tanh(h'bar_t)                       (10)  -> h_out
+        h_t     = tanh(W_hh h_{t-1} + h'bar_t)        (11)  -> h_ctrl and the state
+
+    Exactly the parameters of ElmanController (same names and shapes).
+    """
+
+
+class GRUController(RecurrentController):
+    """GRU controller (Cho et al. 2014) over the input [x_t; r_{t-1}], as torch.nn.GRUCell.
+
+    Gate order of every stacked weight and bias is (r, u, n): reset, update, candidate.
+    With a_t = W_x x_t + W_r r_{t-1} + b and g_t = W_h h_{t-1} + b_h:
+
+        r_t = sigmoid(a^r_t + g^r_t)
+        u_t = sigmoid(a^u_t + g^u_t)
+        n_t = tanh(a^n_t + r_t * g^n_t)          (reset applied to W_hn h_{t-1} + b_hn)
+        h_t = (1 - u_t) * n_t + u_t * h_{t-1}
+
+    ``bias`` is GRUCell's bias_ih and ``recurrent_bias`` its bias_hh (only its n
+    block is not redundant, but keeping all of it matches GRUCell one-to-one).
+    State (h,); h_ctrl = h_out = h_t.
+    """
+
+    gates = 3
+
+    def __init__(self, input_size: int, read_size: int, hidden_size: int):
+        super().__init__(input_size, read_size, hidden_size)
+        self.recurrent_bias = nn.Parameter(torch.empty(3 * hidden_size))
+        _uniform_(self.recurrent_bias, hidden_size)
+
+    def step(self, x_proj, r_prev, state):
+        h_prev, = state
+        hidden = self.hidden_size
+        a = self._feedforward(x_proj, r_prev)
+        g = torch.addmm(self.recurrent_bias, h_prev, self.recurrent_weight.t())
+        reset, update = torch.sigmoid(a[:, :2 * hidden] + g[:, :2 * hidden]).chunk(2, dim=-1)
+        n = torch.tanh(torch.addcmul(a[:, 2 * hidden:], reset, g[:, 2 * hidden:]))
+        h = torch.lerp(n, h_prev, update)                          # (1 - u) n + u h_{t-1}
+        return h, h, (h,)
+
+
+class LSTMController(RecurrentController):
     """LSTM controller, eqs. 2-7 of Taguchi & Tsuruoka (gate order z, i, f, o).
 
-    State (h, c), each (B, hidden). The initial state is a learned bias (zero at
-    initialisation, as h_0 = c_0 = 0 in the paper), as the NTM paper resets the
-    controller to learned bias vectors for each sequence.
+    State (h, c), each (B, hidden); h_ctrl = h_out = h_t.
     """
 
     gates = 4
 
     def __init__(self, input_size: int, read_size: int, hidden_size: int):
         super().__init__(input_size, read_size, hidden_size)
-        self.recurrent_weight = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
-        _uniform_(self.recurrent_weight, hidden_size)
-        self.h0 = nn.Parameter(torch.zeros(hidden_size))
         self.c0 = nn.Parameter(torch.zeros(hidden_size))
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
@@ -101,9 +199,22 @@ class LSTMController(Controller):
 
     def step(self, x_proj, r_prev, state):
         h_prev, c_prev = state
-        pre = torch.addmm(self._feedforward(x_proj, r_prev), h_prev, self.recurrent_weight.t())
-        h, c = _lstm_update(pre, c_prev)
-        return h, h, (h, c)
+        h_bar = self._feedforward(x_proj, r_prev)                  # its z block is eq. 12
+        h, c = _lstm_update(self._recurrent(h_bar, h_prev), c_prev)
+        return h, self._output(h_bar, h), (h, c)
+
+
+class PNRLSTMController(PartiallyNonRecurrent, LSTMController):
+    """Partially non-recurrent LSTM controller, eqs. 12-13 with eqs. 3-7:
+
+        h'bar_t = W_xz x_t + W_rz r_{t-1} + b_z       (12)
+        h'_t    = tanh(h'bar_t)                       (10)  -> h_out
+        z_t     = tanh(W_hz h_{t-1} + h'bar_t)        (13)
+        i, f, o, c_t, h_t as in eqs. 3-7              h_t -> h_ctrl and the state
+
+    Exactly the parameters of LSTMController (same names and shapes); z_t of
+    eq. 13 equals z_t of eq. 2, so only the returned h_out differs.
+    """
 
 
 def _lstm_update(pre: torch.Tensor, c_prev: torch.Tensor):
@@ -117,11 +228,20 @@ def _lstm_update(pre: torch.Tensor, c_prev: torch.Tensor):
     return h, c
 
 
-CONTROLLERS = {"fnn": FNNController, "lstm": LSTMController}
+CONTROLLERS = {
+    "fnn": FNNController,
+    "elman": ElmanController,
+    "gru": GRUController,
+    "lstm": LSTMController,
+    "pnr-elman": PNRElmanController,
+    "pnr-lstm": PNRLSTMController,
+}
 
 
 def make_controller(name: str, input_size: int, read_size: int, hidden_size: int) -> Controller:
-    """Build a controller by name; unknown names fail naming the valid ones."""
-    if name not in CONTROLLERS:
+    """Build a controller by name (case-insensitive, "_" or "-"); unknown names fail
+    naming the valid ones."""
+    key = name.strip().lower().replace("_", "-") if isinstance(name, str) else None
+    if key not in CONTROLLERS:
         raise ConfigError(f"unknown controller {name!r}; valid: {sorted(CONTROLLERS)}")
-    return CONTROLLERS[name](input_size, read_size, hidden_size)
+    return CONTROLLERS[key](input_size, read_size, hidden_size)

@@ -7,10 +7,11 @@ from torch import nn
 
 from mannlab.errors import ConfigError
 from mannlab.models.base import SequenceModel
+from mannlab.models.dnc import DNC, DNCCell, DNCState, DNCTrace
 from mannlab.models.lstm import LSTM, LSTMState
 from mannlab.models.ntm import NTM, NTMCell, NTMState, NTMTrace
 
-MODELS: dict[str, type[SequenceModel]] = {"ntm": NTM, "lstm": LSTM}
+MODELS: dict[str, type[SequenceModel]] = {"ntm": NTM, "dnc": DNC, "lstm": LSTM}
 
 
 def model_kwargs(name: str) -> list[str]:
@@ -33,4 +34,4 @@ def build_model(name: str, input_size: int, output_size: int | None, **kwargs) -
 
 
 __all__ = ["MODELS", "build_model", "model_kwargs", "SequenceModel", "LSTM", "LSTMState",
-           "NTM", "NTMCell", "NTMState", "NTMTrace"]
+           "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNCCell", "DNCState", "DNCTrace"]

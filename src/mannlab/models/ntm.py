@@ -173,7 +173,8 @@ class NTM(SequenceModel):
     over time: read/write weightings (B, T, heads, N), read vectors, erase/add
     vectors, head parameters and the memory after each write.
 
-    controller: "lstm" or "fnn"; shift_range r allows shifts -r..r.
+    controller: any name of mannlab.controllers.CONTROLLERS ("lstm", "fnn", "elman",
+    "gru", "pnr-elman", "pnr-lstm"); shift_range r allows shifts -r..r.
     """
 
     def __init__(self, input_size: int, output_size: Optional[int] = None, controller: str = "lstm",

@@ -30,7 +30,8 @@ import mannlab
 from mannlab.config import RunConfig, TrainConfig, default_run_dir, save_config
 from mannlab.errors import ConfigError
 from mannlab.training.checkpoint import load_checkpoint, save_checkpoint
-from mannlab.training.metrics_log import MetricsLog, check_tensorboard, truncate_metrics
+from mannlab.training.metrics_log import (MetricsLog, check_tensorboard, read_metrics,
+                                          truncate_metrics)
 
 VAL_SEED_OFFSET = 10**9   # keeps validation seeds apart from training steps [seed, i]
 RUN_ARTIFACTS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoints", "figures", "tensorboard")
@@ -128,6 +129,7 @@ class _Trainer:
         bar = tqdm(total=cfg.steps, initial=progress.step, disable=not cfg.progress, unit="step",
                    desc=f"{self.config.model}-{self.config.task}", dynamic_ncols=True)
         self.model.train()
+        self._apply_lr()
         try:
             while progress.step < self._end_step():
                 loss, bce = self._train_step(progress.step)
@@ -227,6 +229,15 @@ class _Trainer:
         excess = bce - rows[0].get("optimal_bce", 0.0)
         if progress.solved_at_step is None and excess < self.train_cfg.solve_bce:
             progress.solved_at_step, progress.solved_at_seconds = progress.step, self._elapsed()
+            self._apply_lr()
+
+    def _apply_lr(self) -> None:
+        """train.lr, or train.lr_after_solve once the run has solved (also after a resume)."""
+        cfg = self.train_cfg
+        solved = self.progress.solved_at_step is not None
+        lr = cfg.lr_after_solve if (solved and cfg.lr_after_solve) else cfg.lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     # --------------------------------------------------------- checkpoints
 
@@ -250,7 +261,10 @@ class _Trainer:
     # -------------------------------------------------------------- finish
 
     def finish(self) -> dict[str, Any]:
+        """Write summary.json and the figures. The figures show the best checkpoint, the
+        model the papers evaluate ("best parameters in terms of validation loss")."""
         progress, cfg = self.progress, self.train_cfg
+        best_meta, _ = load_checkpoint(self.checkpoints / "best", self.model)
         summary = {
             "model": self.config.model, "task": self.config.task, "seed": self.config.seed,
             "run_dir": str(self.run_dir),
@@ -261,12 +275,26 @@ class _Trainer:
             "solved_at_step": progress.solved_at_step,
             "solved_at_seconds": (None if progress.solved_at_seconds is None
                                   else round(progress.solved_at_seconds, 3)),
-            "best_val": {"step": progress.best_step, "bce": progress.best_bce},
+            "after_solve": self._after_solve(),
+            "best_val": {"step": progress.best_step, "bce": progress.best_bce,
+                         "rows": best_meta.get("val")},
             "final_val": self.last_val,
             "figures": self._figures(),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
+
+    def _after_solve(self) -> dict[str, Any] | None:
+        """Did a solved run stay solved? Validations at the training length after the solve."""
+        solved_at = self.progress.solved_at_step
+        if solved_at is None:
+            return None
+        bces = [row["bce"] - row.get("optimal_bce", 0.0)
+                for row in read_metrics(self.run_dir / "metrics.jsonl")
+                if row.get("split") == "val" and row.get("multiple") == 1 and row["step"] > solved_at]
+        return {"validations": len(bces),
+                "solved": sum(b < self.train_cfg.solve_bce for b in bces),
+                "max_bce": max(bces, default=None)}
 
     def _figures(self) -> dict[str, str]:
         """Learning curve and memory access; a drawing failure warns but keeps the run."""
@@ -281,7 +309,8 @@ class _Trainer:
             out["learning_curve"] = str(path)
             path = figures_dir / "memory_access.png"
             if draw_memory_access(self.model, self.task, path, self.config.seed,
-                                  title=f"{self.config.model} on {self.config.task}, step {self.progress.step}"):
+                                  title=f"{self.config.model} on {self.config.task}, "
+                                        f"best checkpoint (step {self.progress.best_step})"):
                 out["memory_access"] = str(path)
         except Exception as exc:  # noqa: BLE001 - figures are a convenience, the run is saved
             warnings.warn(f"could not draw the figures in {figures_dir}: {type(exc).__name__}: {exc}",

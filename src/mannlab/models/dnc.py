@@ -1,0 +1,198 @@
+"""Differentiable Neural Computer.
+
+Paper: A. Graves, G. Wayne, M. Reynolds, T. Harley, I. Danihelka et al., "Hybrid
+computing using a neural network with dynamic external memory", Nature 538 (2016).
+Equations as written in the DNC section of N. Taguchi, Y. Tsuruoka, "Partially
+Non-Recurrent Controllers for Memory-Augmented Neural Networks" (with the errata
+in shared/papers/README.md); one write head, no sparse link matrix, as there.
+
+Glossary
+    x_t   input (I)                   h_t   controller output, drives the heads
+    M_t   memory (N x W)              r_t   read vectors of the R read heads (R x W)
+    k^r, beta^r  read keys (R x W), strengths >= 1 (oneplus = 1 + softplus)
+    k^w, beta^w  write key (W), strength >= 1 (oneplus)
+    e, v  erase (sigmoid) and write vectors (W)
+    f     free gates, one per read head (sigmoid)
+    g^a, g^w  allocation and write gates (sigmoid)
+    pi    read modes per read head over (backward, content, forward) (softmax)
+    psi   retention           u   usage            a   allocation weighting
+    p     precedence          L   temporal links (L[i, j]: i written right after j)
+    c     content weighting (eq. 8 with beta inside the exponential, cosine K)
+    H^o_t = [h_t; r_t], the output features; y_t = W_o H^o_t + b_o
+
+Per time step (read heads together, never in a loop; functions of mannlab.addressing):
+    (i)   h_t = controller([x_t; r_{t-1}], h_{t-1}); interface vector = W_xi h_t + b_i
+    (ii)  psi_t = prod_i (1 - f^i w^{r,i}_{t-1})                        retention
+          u_t = (u_{t-1} + w^w_{t-1} - u_{t-1} o w^w_{t-1}) o psi_t     usage
+          a_t[phi[j]] = (1 - u_t[phi[j]]) prod_{i<j} u_t[phi[i]]      allocation
+          w^w_t = g^w [g^a a_t + (1 - g^a) C(M_{t-1}, k^w, beta^w)]    write weighting
+          M_t = M_{t-1} o (E - w^w e^T) + w^w v^T                      write
+          L_t[i,j] = (1 - w^w[i] - w^w[j]) L_{t-1}[i,j] + w^w[i] p_{t-1}[j], L_t[i,i] = 0
+          p_t = (1 - sum_i w^w_t[i]) p_{t-1} + w^w_t                   precedence
+    (iii) f^i = L_t w^{r,i}_{t-1},  b^i = L_t^T w^{r,i}_{t-1}            (previous reads)
+          w^{r,i}_t = pi^i[0] b^i + pi^i[1] C(M_t, k^{r,i}, beta^{r,i}) + pi^i[2] f^i
+          r^i_t = M_t^T w^{r,i}_t
+    (iv)  H^o_t = [h_t; r_t]
+Every sequence starts from zeros: memory, usage, precedence, links, weightings
+and read vectors (the DNC's reset; the controller's initial state is its own).
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mannlab import addressing
+from mannlab.controllers import make_controller
+from mannlab.models.base import SequenceModel, check_positive
+
+
+class DNCState(NamedTuple):
+    """Recurrent state of the last step: controller state, memory M (B, N, W),
+    read vectors r (B, R, W), read weightings w^r (B, R, N), write weighting
+    w^w (B, 1, N), usage u (B, N), precedence p (B, N) and links L (B, N, N)."""
+    controller: Any
+    memory: torch.Tensor
+    read_vectors: torch.Tensor
+    read_weights: torch.Tensor
+    write_weights: torch.Tensor
+    usage: torch.Tensor
+    precedence: torch.Tensor
+    links: torch.Tensor
+
+
+class DNCTrace(NamedTuple):
+    """Per-step internals; stacked by the sequence module to (B, T, ...)."""
+    read_weights: torch.Tensor       # (B, R, N)  w^r_t
+    write_weights: torch.Tensor      # (B, 1, N)  w^w_t
+    read_vectors: torch.Tensor       # (B, R, W)  r_t
+    usage: torch.Tensor              # (B, N)     u_t
+    allocation: torch.Tensor         # (B, N)     a_t
+    precedence: torch.Tensor         # (B, N)     p_t
+    links: torch.Tensor              # (B, N, N)  L_t
+    read_modes: torch.Tensor         # (B, R, 3)  pi_t over (backward, content, forward)
+    free_gates: torch.Tensor         # (B, R)     f_t
+    allocation_gate: torch.Tensor    # (B,)       g^a_t
+    write_gate: torch.Tensor         # (B,)       g^w_t
+    memory: torch.Tensor             # (B, N, W)  M_t after the write
+
+
+class DNCCell(nn.Module):
+    """One DNC time step: ``features, state = cell(x_t, state)``.
+
+    x_t (B, input_size) -> features H^o_t (B, controller_size + read_heads * memory_width).
+    """
+
+    def __init__(self, input_size: int, controller: str = "lstm", controller_size: int = 128,
+                 memory_slots: int = 128, memory_width: int = 20, read_heads: int = 1):
+        super().__init__()
+        check_positive(input_size=input_size, controller_size=controller_size,
+                       memory_slots=memory_slots, memory_width=memory_width,
+                       read_heads=read_heads)
+        self.slots, self.width, self.read_heads = memory_slots, memory_width, read_heads
+        self.controller = make_controller(controller, input_size, read_heads * memory_width,
+                                          controller_size)
+        self.features = controller_size + read_heads * memory_width
+        # The interface vector, one linear layer on h_t, grouped by activation
+        # (the paper's order differs; only the grouping matters):
+        #   [k^r (R*W), k^w (W), v (W) | beta^r (R), beta^w (1) | e (W), f (R), g^a, g^w | pi (3R)]
+        #    identity                  | oneplus                | sigmoid                | softmax
+        R, W = read_heads, memory_width
+        self.split_sizes = [R * W + 2 * W, R + 1, W + R + 2, 3 * R]
+        self.interface = nn.Linear(controller_size, sum(self.split_sizes))
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> DNCState:
+        """Zero memory, usage, precedence, links, weightings and read vectors."""
+        ref = self.interface.weight
+        zero = torch.zeros((), device=ref.device if device is None else device,
+                           dtype=ref.dtype if dtype is None else dtype)
+        R, N, W = self.read_heads, self.slots, self.width
+
+        def zeros(*shape: int) -> torch.Tensor:
+            return zero.expand(batch_size, *shape)
+        return DNCState(controller=self.controller.initial_state(batch_size, device, dtype),
+                        memory=zeros(N, W), read_vectors=zeros(R, W), read_weights=zeros(R, N),
+                        write_weights=zeros(1, N), usage=zeros(N), precedence=zeros(N),
+                        links=zeros(N, N))
+
+    def precompute(self, x: torch.Tensor) -> torch.Tensor:
+        """The controller's input projection for every step at once (B, T, I) -> (B, T, G)."""
+        return self.controller.precompute(x)
+
+    def _interface(self, h: torch.Tensor):
+        """h_t (B, controller_size) -> the activated interface parameters (see __init__)."""
+        R, W = self.read_heads, self.width
+        linear, strengths, gates, modes = self.interface(h).split(self.split_sizes, dim=-1)
+        read_keys, write_key, write_vector = linear.split([R * W, W, W], dim=-1)
+        strengths = 1 + F.softplus(strengths)                          # oneplus: beta >= 1
+        erase, free, alloc_gate, write_gate = torch.sigmoid(gates).split([W, R, 1, 1], dim=-1)
+        modes = torch.softmax(modes.view(-1, R, 3), dim=-1)            # pi over (b, c, f)
+        return (read_keys.view(-1, R, W), strengths[:, :R], write_key.unsqueeze(1),
+                strengths[:, R:], erase.unsqueeze(1), write_vector.unsqueeze(1), free,
+                alloc_gate.squeeze(-1), write_gate.squeeze(-1), modes)
+
+    def step(self, x_proj: torch.Tensor, state: DNCState, with_trace: bool = False):
+        """One step from the precomputed input projection; returns (H^o_t, state, trace or None)."""
+        ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
+        h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)           # (i)
+        (read_keys, read_strengths, write_key, write_strength, erase, write_vector, free,
+         alloc_gate, write_gate, modes) = self._interface(h)
+        # (ii) dynamic allocation and the write, addressed on M_{t-1}
+        psi = addressing.retention(free, read_w)
+        usage = addressing.usage(usage, write_w.squeeze(1), psi)
+        alloc = addressing.allocation(usage)
+        write_content = addressing.content_weights(write_key, memory, write_strength)  # c^w
+        write_w = addressing.write_weighting(alloc, write_content.squeeze(1), write_gate,
+                                             alloc_gate).unsqueeze(1)                # (B, 1, N)
+        memory = addressing.write(memory, write_w, erase, write_vector)
+        links = addressing.link_matrix(links, write_w.squeeze(1), precedence)         # uses p_{t-1}
+        precedence = addressing.precedence(precedence, write_w.squeeze(1))
+        # (iii) temporal and content read weightings, read from M_t
+        forward, backward = addressing.directional_weights(links, read_w)             # w^r_{t-1}
+        read_content = addressing.content_weights(read_keys, memory, read_strengths)  # c^r
+        read_w = addressing.read_weighting(backward, read_content, forward, modes)
+        reads = addressing.read(memory, read_w)
+        features = torch.cat([h_out, reads.flatten(1)], dim=-1)                        # (iv)
+        trace = None
+        if with_trace:
+            trace = DNCTrace(read_w, write_w, reads, usage, alloc, precedence, links, modes,
+                             free, alloc_gate, write_gate, memory)
+        state = DNCState(ctrl, memory, reads, read_w, write_w, usage, precedence, links)
+        return features, state, trace
+
+    def forward(self, x_t: torch.Tensor, state: Optional[DNCState] = None,
+                return_trace: bool = False):
+        """One step on raw input x_t (B, input_size); state None starts a new sequence."""
+        if state is None:
+            state = self.initial_state(x_t.shape[0], x_t.device, x_t.dtype)
+        features, state, trace = self.step(self.precompute(x_t), state, return_trace)
+        return (features, state, trace) if return_trace else (features, state)
+
+
+class DNC(SequenceModel):
+    """Differentiable Neural Computer shaped like torch.nn.LSTM.
+
+    ``y, state = DNC(input_size, output_size)(x)`` with x (B, T, input_size)
+    (batch_first=True, the default) gives logits y (B, T, output_size); with
+    ``output_size=None`` y is the feature sequence H^o (B, T, controller_size +
+    read_heads * memory_width). Every call starts from the zero state (empty
+    memory, no usage, no links) unless a ``state`` is passed in (to carry memory
+    over segments). ``return_trace=True`` also returns a :class:`DNCTrace`
+    stacked over time: read weightings (B, T, R, N), write weighting
+    (B, T, 1, N), usage, allocation, links (B, T, N, N), read modes, gates and
+    the memory after each write.
+
+    controller: any name in mannlab.controllers.CONTROLLERS ("lstm", "fnn", ...).
+    """
+
+    def __init__(self, input_size: int, output_size: Optional[int] = None, controller: str = "lstm",
+                 controller_size: int = 128, memory_slots: int = 128, memory_width: int = 20,
+                 read_heads: int = 1, batch_first: bool = True):
+        check_positive(controller_size=controller_size, read_heads=read_heads,
+                       memory_width=memory_width)
+        super().__init__(input_size, output_size, controller_size + read_heads * memory_width,
+                         batch_first)
+        self.cell = DNCCell(input_size, controller, controller_size, memory_slots, memory_width,
+                            read_heads)

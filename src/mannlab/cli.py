@@ -70,6 +70,18 @@ Draw figures of a run: memory_access.png (reads and writes over one sampled sequ
 """
 
 
+REPORT_HELP = """\
+Tables over many runs, in the layout of Table 2 of the partially non-recurrent controllers
+paper. RUNS_DIR is searched recursively for run directories (config.toml with summary.json,
+e.g. <group>/seed<k>/ as `mannlab run` writes them); model, controller and task come from
+each run's config.toml. First table: a row per task, a column per (model, controller); a cell
+is the mean over seeds of the bit error rate (%) at the training length of the best-by-
+validation checkpoint and, in brackets, the number of seeds with 0 bit errors ("37.5 (0)");
+"-" where no run finished. Second table: seeds, steps and wall time per cell. The markdown is
+printed and written to RUNS_DIR/report.md (or --out).
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `mannlab` console script; returns the exit status."""
     parser = build_parser()
@@ -158,6 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--checkpoint", choices=("best", "last"), default="best",
                       help="which checkpoint to draw (default best; falls back to last)")
     plot.set_defaults(func=cmd_plot)
+
+    report = command("report", "tables of bit error rates over many runs (the paper's Table 2 layout)",
+                     REPORT_HELP,
+                     "examples:\n  mannlab report runs/table2\n"
+                     "  mannlab report runs/table2-batched --paper --out docs/table2-batched.md\n")
+    report.add_argument("runs_dir", metavar="RUNS_DIR", help="directory searched for run directories")
+    report.add_argument("--out", metavar="FILE.md", help="where to write the markdown (default RUNS_DIR/report.md)")
+    report.add_argument("--paper", action="store_true",
+                        help="add a row with the paper's Table 2 numbers (10 models per cell) below each task")
+    report.set_defaults(func=cmd_report)
     return parser
 
 
@@ -388,6 +410,17 @@ def cmd_plot(args: argparse.Namespace) -> int:
     plot.learning_curve(metrics, path, title=f"{config.model} on {config.task}",
                         threshold=config.train.solve_bce)
     print(f"learning curve: {path}")
+    return 0
+
+
+# ------------------------------------------------------------------ report
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from mannlab.report import write_report
+
+    text, path = write_report(args.runs_dir, out=args.out, paper=args.paper)
+    print(text, end="")
+    print(f"report: {path}")
     return 0
 
 

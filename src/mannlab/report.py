@@ -1,0 +1,360 @@
+"""Tables over many runs, in the layout of Table 2 of Taguchi & Tsuruoka ("Partially
+Non-Recurrent Controllers for Memory-Augmented Neural Networks"): `mannlab report`.
+
+A runs directory is searched (recursively) for run directories, i.e. directories
+holding a ``config.toml`` next to a ``summary.json`` (finished) or ``metrics.jsonl`` /
+``checkpoints/`` (started, not finished). `mannlab run` writes them as
+``<group>/seed<k>/``; model, controller and task are read from each run's
+``config.toml`` (the group directory's name is only shown, never parsed).
+
+Per cell (task x (model, controller)) the report gives the mean over seeds of the
+bit error rate in percent of the best-by-validation checkpoint at the training
+length (``summary["best_val"]["rows"]``, the row with multiple 1; ``final_val``
+when the best checkpoint has no validation row), and in brackets the number of
+seeds whose bit error rate is exactly 0 (no wrong bit in the validation set):
+"37.5 (0)", as in the paper. A second table gives seeds, steps and wall time.
+
+    text = build_report("runs/table2", paper=True)
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from mannlab.config import read_toml
+from mannlab.errors import ConfigError, DataError
+
+__all__ = ["Run", "PAPER_COLUMNS", "PAPER_TABLE2", "PAPER_SEEDS", "find_runs", "bit_error_percent",
+           "error_table", "runs_table", "build_report", "write_report"]
+
+# ----------------------------------------------------------------- the paper
+
+PAPER_SEEDS = 10  # "average scores of ten individual models"
+
+# Column order of the paper's Table 2: the plain one-layer EN and LSTM (128 units),
+# then NTM and DNC with the FNN, EN, proposed EN, LSTM and proposed LSTM controllers.
+# Keys are (model, controller) in mannlab's names; the plain EN has no mannlab model yet.
+PAPER_COLUMNS: tuple[tuple[str, str | None], ...] = (
+    ("elman", None), ("lstm", None),
+    ("ntm", "fnn"), ("ntm", "elman"), ("ntm", "pnr-elman"), ("ntm", "lstm"), ("ntm", "pnr-lstm"),
+    ("dnc", "fnn"), ("dnc", "elman"), ("dnc", "pnr-elman"), ("dnc", "lstm"), ("dnc", "pnr-lstm"),
+)
+
+# Table 2 (average bit error rate in %, and in brackets how many of the ten models
+# reached 0.0 %), transcribed from the paper's text; one entry per PAPER_COLUMNS item.
+_PAPER_ROWS: dict[str, tuple[tuple[float, int], ...]] = {
+    "copy": ((37.5, 0), (21.8, 0),
+             (0.0, 10), (0.0, 9), (0.0, 10), (11.0, 3), (0.0, 10),
+             (2.8, 9), (0.0, 9), (0.0, 10), (13.2, 3), (3.3, 7)),
+    "reverse": ((25.8, 0), (13.2, 0),
+                (10.0, 6), (2.0, 8), (15.2, 2), (8.9, 2), (7.8, 3),
+                (2.2, 9), (7.4, 5), (0.0, 10), (7.7, 1), (13.5, 3)),
+    "bigram_flip": ((37.1, 0), (23.2, 0),
+                    (4.5, 3), (2.0, 8), (0.0, 10), (9.6, 5), (0.0, 10),
+                    (2.8, 5), (0.8, 8), (1.7, 8), (9.6, 3), (7.0, 6)),
+    "odd_first": ((36.0, 0), (13.1, 0),
+                  (3.2, 1), (2.9, 6), (0.2, 7), (5.7, 3), (0.0, 10),
+                  (18.0, 0), (4.7, 2), (2.7, 6), (10.1, 1), (10.6, 1)),
+    "repeat_copy": ((15.6, 0), (7.7, 0),
+                    (1.0, 8), (0.0, 10), (0.0, 10), (0.9, 5), (0.0, 10),
+                    (1.5, 8), (0.3, 9), (0.0, 10), (0.0, 10), (0.0, 10)),
+    "priority_sort": ((30.0, 0), (14.7, 0),
+                      (11.2, 0), (7.4, 0), (9.3, 0), (7.5, 0), (8.2, 0),
+                      (12.1, 0), (6.7, 0), (9.0, 0), (8.3, 0), (4.4, 0)),
+}
+PAPER_TABLE2: dict[str, dict[tuple[str, str | None], tuple[float, int]]] = {
+    task: dict(zip(PAPER_COLUMNS, row, strict=True)) for task, row in _PAPER_ROWS.items()
+}
+
+# Display order: the paper's, then anything else alphabetically.
+TASK_ORDER = tuple(_PAPER_ROWS)
+MODEL_ORDER = ("elman", "lstm", "ntm", "dnc")
+CONTROLLER_ORDER = ("fnn", "elman", "pnr-elman", "lstm", "pnr-lstm")
+MODEL_LABELS = {"elman": "EN", "lstm": "LSTM", "ntm": "NTM", "dnc": "DNC"}
+
+SEED_DIR = re.compile(r"seed\d+")
+
+
+# --------------------------------------------------------------------- runs
+
+@dataclass
+class Run:
+    """One run directory: what it trained (from config.toml) and its summary.json, if finished."""
+
+    path: Path
+    group: Path                      # the parent for the <group>/seed<k> layout, else the run itself
+    model: str
+    controller: str | None           # None for models without a controller (the plain LSTM)
+    task: str
+    seed: int | None
+    summary: dict[str, Any] | None   # None: not finished (no summary.json yet)
+
+    @property
+    def column(self) -> tuple[str, str | None]:
+        return (self.model, self.controller)
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def bit_error_percent(self) -> float | None:
+        return None if self.summary is None else bit_error_percent(self.summary)
+
+
+def bit_error_percent(summary: dict[str, Any]) -> float | None:
+    """Bit error rate (%) at the training length of the best checkpoint (else the last validation)."""
+    for rows in ((summary.get("best_val") or {}).get("rows"), summary.get("final_val")):
+        row = _training_length_row(rows or [])
+        if row is not None and row.get("bit_error_rate") is not None:
+            return 100.0 * float(row["bit_error_rate"])
+    return None
+
+
+def _training_length_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for row in rows:
+        if row.get("multiple") == 1:
+            return row
+    return None
+
+
+def find_runs(runs_dir: str | Path) -> tuple[list[Run], list[str]]:
+    """All run directories under ``runs_dir`` (itself included), and warnings about skipped ones."""
+    root = Path(runs_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"runs directory not found: {runs_dir}")
+    runs, warnings = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        here = Path(dirpath)
+        if "checkpoints" in dirnames:
+            dirnames.remove("checkpoints")  # no runs inside a run's checkpoints
+        started = "summary.json" in filenames or "metrics.jsonl" in filenames or (here / "checkpoints").is_dir()
+        if not started:
+            continue
+        if "config.toml" not in filenames:
+            if "summary.json" in filenames:
+                warnings.append(f"{here}: summary.json without config.toml, skipped")
+            continue
+        runs.append(_read_run(here))
+    return runs, warnings
+
+
+def _read_run(path: Path) -> Run:
+    try:
+        config = read_toml(path / "config.toml")
+    except ConfigError as exc:
+        raise DataError(str(exc)) from None
+    model_table, task_table = config.get("model"), config.get("task")
+    if not isinstance(model_table, dict) or not isinstance(task_table, dict) \
+            or "name" not in model_table or "name" not in task_table:
+        raise DataError(f"{path / 'config.toml'}: expected [model] and [task] tables with a name")
+    model = str(model_table["name"]).strip().lower().replace("_", "-")
+    controller = model_table.get("controller", _default_controller(model))
+    if controller is not None:
+        controller = str(controller).strip().lower().replace("_", "-")
+    task = str(task_table["name"]).strip().lower().replace("-", "_")
+    summary = None
+    if (path / "summary.json").is_file():
+        try:
+            summary = json.loads((path / "summary.json").read_text())
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path / 'summary.json'} is not valid JSON: {exc}") from None
+        if not isinstance(summary, dict):
+            raise DataError(f"{path / 'summary.json'}: expected a JSON object")
+    seed = (summary or {}).get("seed", config.get("seed"))
+    group = path.parent if SEED_DIR.fullmatch(path.name) else path
+    return Run(path, group, model, controller, task, seed, summary)
+
+
+def _default_controller(model: str) -> str | None:
+    """The model's default controller (config.toml holds only the keys a recipe set)."""
+    try:
+        from mannlab.models import MODELS
+        param = inspect.signature(MODELS[model]).parameters.get("controller")
+    except (ImportError, KeyError):
+        return None
+    return None if param is None else param.default
+
+
+# ------------------------------------------------------------------- tables
+
+def _order(values: Iterable[str | None], preferred: tuple[str, ...]) -> list:
+    def key(value):
+        if value in preferred:
+            return (0, preferred.index(value), "")
+        return (1, 0, value or "")
+    return sorted(set(values), key=key)
+
+
+def _columns(runs: list[Run]) -> list[tuple[str, str | None]]:
+    models = _order((r.model for r in runs), MODEL_ORDER)
+    columns = []
+    for model in models:
+        controllers = _order((r.controller for r in runs if r.model == model), CONTROLLER_ORDER)
+        columns += [(model, c) for c in controllers]
+    return columns
+
+
+def column_label(column: tuple[str, str | None]) -> str:
+    model, controller = column
+    label = MODEL_LABELS.get(model, model)
+    return label if controller is None else f"{label} {controller}"
+
+
+def _cell(runs: list[Run]) -> str:
+    values = [v for v in (r.bit_error_percent for r in runs) if v is not None]
+    if not values:
+        return "-"
+    solved = sum(v == 0.0 for v in values)
+    return f"{statistics.fmean(values):.1f} ({solved})"
+
+
+def _markdown(header: list[str], rows: list[list[str]], align: list[str]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(lines)
+
+
+def error_table(runs: list[Run], paper: bool = False) -> str:
+    """Markdown: a row per task, a column per (model, controller), cells "mean % (seeds at 0)".
+
+    Cells without a finished run are "-". With ``paper``, each task of the paper's Table 2
+    is followed by a row with the paper's numbers for the same columns ("-" where the
+    paper has none).
+    """
+    columns = _columns(runs)
+    rows = []
+    for task in _order((r.task for r in runs), TASK_ORDER):
+        cells = [_cell([r for r in runs if r.task == task and r.column == col]) for col in columns]
+        rows.append([task] + cells)
+        if paper and task in PAPER_TABLE2:
+            reported = PAPER_TABLE2[task]
+            rows.append([f"{task} (paper)"] + [
+                "-" if col not in reported else f"{reported[col][0]:.1f} ({reported[col][1]})"
+                for col in columns])
+    header = ["task"] + [column_label(c) for c in columns]
+    return _markdown(header, rows, ["---"] + ["---:"] * len(columns))
+
+
+def runs_table(runs: list[Run], root: Path | None = None) -> str:
+    """Markdown: a row per (task, model, controller) with seeds, steps and wall time."""
+    rows = []
+    for task in _order((r.task for r in runs), TASK_ORDER):
+        for column in _columns(runs):
+            cell = [r for r in runs if r.task == task and r.column == column]
+            if not cell:
+                continue
+            done = [r for r in cell if r.finished]
+            seeds = sorted((r.seed for r in done if r.seed is not None))
+            steps = [r.summary["steps"] for r in done if r.summary.get("steps") is not None]
+            best = [r.summary["best_val"]["step"] for r in done
+                    if (r.summary.get("best_val") or {}).get("step") is not None]
+            walls = [r.summary["wall_seconds"] for r in done if r.summary.get("wall_seconds") is not None]
+            solved = sum(bool(r.summary.get("solved")) for r in done)
+            groups = sorted({_relative(r.group, root) for r in cell})
+            model, controller = column
+            rows.append([
+                task, model, controller or "-", str(len(done)),
+                ", ".join(map(str, seeds)) or "-", str(len(cell) - len(done)),
+                _mean(steps), _mean(best), f"{solved}/{len(done)}",
+                _duration(statistics.fmean(walls)) if walls else "-",
+                _duration(sum(walls)) if walls else "-",
+                ", ".join(f"`{g}`" for g in groups),
+            ])
+    header = ["task", "model", "controller", "seeds", "seed ids", "unfinished", "steps (mean)",
+              "best step (mean)", "val bce solved", "wall per seed", "wall total", "directory"]
+    return _markdown(header, rows, ["---"] * 3 + ["---:"] * 2 + ["---:"] * 6 + ["---"])
+
+
+def _relative(path: Path, root: Path | None) -> str:
+    if root is not None:
+        try:
+            rel = path.relative_to(root)
+            return "." if str(rel) == "." else str(rel)
+        except ValueError:
+            pass
+    return str(path)
+
+
+def _mean(values: list[float]) -> str:
+    return "-" if not values else f"{statistics.fmean(values):.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _pooling_warnings(runs: list[Run], root: Path) -> list[str]:
+    """A cell fed by more than one group directory mixes recipes (e.g. batch 1 and batch 16)."""
+    warnings = []
+    cells: dict[tuple, set[str]] = {}
+    for r in runs:
+        cells.setdefault((r.task, r.column), set()).add(_relative(r.group, root))
+    for (task, column), groups in sorted(cells.items(), key=lambda item: str(item[0])):
+        if len(groups) > 1:
+            warnings.append(f"{task} / {column_label(column)} pools runs of {len(groups)} directories "
+                            f"({', '.join(sorted(groups))}); report on one recipe's runs directory "
+                            f"to keep them apart")
+    seen: dict[tuple, Path] = {}
+    for r in runs:
+        key = (r.task, r.column, r.seed)
+        if r.seed is not None and key in seen:
+            warnings.append(f"seed {r.seed} of {r.task} / {column_label(r.column)} appears twice: "
+                            f"{_relative(seen[key], root)} and {_relative(r.path, root)}")
+        seen.setdefault(key, r.path)
+    return warnings
+
+
+def build_report(runs_dir: str | Path, paper: bool = False) -> str:
+    """The markdown report of every run under ``runs_dir`` (see the module docstring)."""
+    root = Path(runs_dir)
+    runs, warnings = find_runs(root)
+    if not runs:
+        raise DataError(f"no runs in {runs_dir}: expected run directories with config.toml and "
+                        f"summary.json, e.g. <group>/seed<k>/ as `mannlab run` writes them")
+    warnings += _pooling_warnings(runs, root)
+    unfinished = sum(not r.finished for r in runs)
+    lines = [
+        f"# Bit error rates of the runs in `{runs_dir}`",
+        "",
+        "Mean over seeds of the bit error rate (%) at the training length (validation set, "
+        "multiple 1) of the best-by-validation checkpoint; in brackets the number of seeds "
+        "with 0 bit errors. The layout of Table 2 of Taguchi & Tsuruoka; \"-\": no finished run"
+        + (f" ({unfinished} run{'s' if unfinished != 1 else ''} not finished yet)." if unfinished else "."),
+    ]
+    if paper:
+        lines.append(f"Rows \"(paper)\": the paper's Table 2 ({PAPER_SEEDS} models per cell, "
+                     "1,000,000 training sequences each, test set of 10,000 sequences).")
+    lines += ["", error_table(runs, paper=paper), "", "## Runs", "",
+              "Seeds with a summary.json (finished); steps and the step of the best checkpoint "
+              "(means over seeds); \"val bce solved\": seeds whose validation bce at the training "
+              "length dropped below train.solve_bce; wall time is training time as recorded.",
+              "", runs_table(runs, root)]
+    if warnings:
+        lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(runs_dir: str | Path, out: str | Path | None = None,
+                 paper: bool = False) -> tuple[str, Path]:
+    """Build the report and write it to ``out`` (default ``<runs_dir>/report.md``; an
+    existing directory ``out`` receives ``report.md``)."""
+    text = build_report(runs_dir, paper=paper)
+    path = Path(out) if out is not None else Path(runs_dir) / "report.md"
+    if path.is_dir():
+        path = path / "report.md"
+    if path.parent != Path(""):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text, path

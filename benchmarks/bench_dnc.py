@@ -30,59 +30,19 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (infer_step, markdown_table, saved_for_backward_bytes,  # noqa: E402
-                       time_round_robin, train_step)
+from bench_ntm import (INPUT, OUTPUT, FusedLSTM, Logits, LSTMCellLoop,  # noqa: E402
+                       infer_step, markdown_table, saved_for_backward_bytes, time_round_robin,
+                       train_step)
 
 import mannlab  # noqa: E402
 
-INPUT, OUTPUT, HIDDEN, SLOTS, WIDTH, READS = 9, 8, 128, 128, 20, 1
+HIDDEN, SLOTS, WIDTH, READS = 128, 128, 20, 1
 REFERENCE = "LSTMCell"
-
-
-class LSTMCellLoop(nn.Module):
-    """The reference: an LSTMCell of the DNC's controller width stepped in Python, with a head."""
-
-    def __init__(self):
-        super().__init__()
-        self.cell = nn.LSTMCell(INPUT, HIDDEN)
-        self.head = nn.Linear(HIDDEN, OUTPUT)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = c = x.new_zeros(x.shape[0], HIDDEN)
-        outputs = []
-        for t in range(x.shape[1]):
-            h, c = self.cell(x[:, t], (h, c))
-            outputs.append(h)
-        return self.head(torch.stack(outputs, dim=1))
-
-
-class FusedLSTM(nn.Module):
-    """torch.nn.LSTM over the whole sequence (one fused op), with a linear head."""
-
-    def __init__(self):
-        super().__init__()
-        self.lstm = nn.LSTM(INPUT, HIDDEN, batch_first=True)
-        self.head = nn.Linear(HIDDEN, OUTPUT)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.lstm(x)[0])
-
-
-class Logits(nn.Module):
-    """A mannlab sequence model, returning only the logits."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)[0]
 
 
 class PyPIDNC(nn.Module):
@@ -108,8 +68,8 @@ def make_models() -> tuple[dict[str, nn.Module], str | None]:
     models: dict[str, nn.Module] = {
         "DNC": Logits(mannlab.DNC(INPUT, OUTPUT, **sizes)),
         "NTM": Logits(mannlab.NTM(INPUT, OUTPUT, **sizes)),
-        "LSTMCell": LSTMCellLoop(),
-        "LSTM": FusedLSTM(),
+        "LSTMCell": LSTMCellLoop(HIDDEN),
+        "LSTM": FusedLSTM(HIDDEN),
     }
     try:
         pypi = PyPIDNC()

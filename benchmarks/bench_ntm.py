@@ -42,14 +42,14 @@ INPUT, OUTPUT, HIDDEN = 9, 8, 100  # copy task: 8 bits + delimiter channel in, 8
 class LSTMCellLoop(nn.Module):
     """The reference: an LSTMCell stepped over time in Python, with a linear head."""
 
-    def __init__(self):
+    def __init__(self, hidden: int = HIDDEN):
         super().__init__()
-        self.cell = nn.LSTMCell(INPUT, HIDDEN)
-        self.head = nn.Linear(HIDDEN, OUTPUT)
+        self.hidden = hidden
+        self.cell = nn.LSTMCell(INPUT, hidden)
+        self.head = nn.Linear(hidden, OUTPUT)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.new_zeros(x.shape[0], HIDDEN)
-        c = x.new_zeros(x.shape[0], HIDDEN)
+        h = c = x.new_zeros(x.shape[0], self.hidden)
         outputs = []
         for t in range(x.shape[1]):
             h, c = self.cell(x[:, t], (h, c))
@@ -60,29 +60,34 @@ class LSTMCellLoop(nn.Module):
 class FusedLSTM(nn.Module):
     """torch.nn.LSTM over the whole sequence (one fused op), with a linear head."""
 
-    def __init__(self):
+    def __init__(self, hidden: int = HIDDEN):
         super().__init__()
-        self.lstm = nn.LSTM(INPUT, HIDDEN, batch_first=True)
-        self.head = nn.Linear(HIDDEN, OUTPUT)
+        self.lstm = nn.LSTM(INPUT, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, OUTPUT)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.lstm(x)[0])
 
 
-class NTMLogits(nn.Module):
-    """mannlab.NTM in the copy configuration, returning only the logits."""
+class Logits(nn.Module):
+    """A mannlab sequence model, returning only the logits."""
 
-    def __init__(self):
+    def __init__(self, model: nn.Module):
         super().__init__()
-        self.ntm = mannlab.NTM(INPUT, OUTPUT, controller="lstm", controller_size=HIDDEN,
-                               memory_slots=128, memory_width=20, read_heads=1, write_heads=1)
+        self.model = model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ntm(x)[0]
+        return self.model(x)[0]
+
+
+def ntm_copy() -> nn.Module:
+    """mannlab.NTM in the NTM paper's copy configuration."""
+    return Logits(mannlab.NTM(INPUT, OUTPUT, controller="lstm", controller_size=HIDDEN,
+                              memory_slots=128, memory_width=20, read_heads=1, write_heads=1))
 
 
 MODELS: dict[str, Callable[[], nn.Module]] = {
-    "NTM": NTMLogits, "LSTMCell": LSTMCellLoop, "LSTM": FusedLSTM}
+    "NTM": ntm_copy, "LSTMCell": LSTMCellLoop, "LSTM": FusedLSTM}
 REFERENCE = "LSTMCell"
 
 

@@ -11,17 +11,9 @@ import pytest
 import torch
 
 import mannlab
-from mannlab import ConfigError, tasks
+from mannlab import ConfigError
 from mannlab.controllers import CONTROLLERS, make_controller
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread, as in training: these small ops only slow down with two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tiny_copy import tiny_copy_losses
 
 
 NAMES = ["fnn", "elman", "gru", "lstm", "pnr-elman", "pnr-lstm"]
@@ -274,23 +266,7 @@ def test_ntm_output_features_use_h_out(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_learns_tiny_copy_inside_the_ntm(name):
-    torch.manual_seed(0)
-    task = tasks.make("copy", width=4, max_length=3)
-    model = mannlab.NTM(task.input_size, task.output_size, controller=name, controller_size=24,
-                        memory_slots=8, memory_width=6)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    val = task.sample(64, 12345)
-
-    def val_loss():
-        with torch.no_grad():
-            return task.loss(model(val[0])[0], val[1], val[2]).item()
-
-    before = val_loss()
-    for step in range(150):
-        x, y, mask = task.sample(16, [0, step])
-        loss = task.loss(model(x)[0], y, mask)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    after = val_loss()
+    before, after = tiny_copy_losses(lambda task: mannlab.NTM(
+        task.input_size, task.output_size, controller=name, controller_size=24,
+        memory_slots=8, memory_width=6))
     assert after < 0.75 * before, f"{name}: validation BCE {before:.3f} -> {after:.3f}"

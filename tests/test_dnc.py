@@ -3,9 +3,10 @@ import pytest
 import torch
 
 import mannlab
-from mannlab import ConfigError, detach_state, tasks
+from mannlab import ConfigError, detach_state
 from mannlab.controllers import CONTROLLERS
 from mannlab.models import DNCState, build_model
+from tiny_copy import tiny_copy_losses
 
 SMALL = dict(controller_size=6, memory_slots=7, memory_width=3)
 
@@ -17,15 +18,6 @@ def small_dnc(**kw):
 
 def seq(b=3, t=6, i=5):
     return torch.randn(b, t, i, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-
-
-@pytest.fixture
-def one_thread():
-    """These models are many small ops: one intra-op thread is fastest (docs/ARCHITECTURE.md)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("controller", sorted(CONTROLLERS))
@@ -170,24 +162,8 @@ def test_registry_builds_dnc_and_rejects_unknown_options():
         build_model("dncc", 5, 4)
 
 
-def test_learns_tiny_copy(one_thread):
-    torch.manual_seed(0)
-    task = tasks.make("copy", width=4, max_length=3)
-    model = build_model("dnc", task.input_size, task.output_size, controller_size=24,
-                        memory_slots=8, memory_width=6)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    val = task.sample(64, 12345)
-
-    def val_loss():
-        with torch.no_grad():
-            return task.loss(model(val[0])[0], val[1], val[2]).item()
-
-    before = val_loss()
-    for step in range(150):
-        x, y, mask = task.sample(16, [0, step])
-        loss = task.loss(model(x)[0], y, mask)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    after = val_loss()
+def test_learns_tiny_copy():
+    before, after = tiny_copy_losses(lambda task: build_model(
+        "dnc", task.input_size, task.output_size, controller_size=24, memory_slots=8,
+        memory_width=6))
     assert after < 0.75 * before, f"validation BCE {before:.3f} -> {after:.3f}"

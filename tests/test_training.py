@@ -19,15 +19,6 @@ TINY_NTM = {"controller_size": 8, "memory_slots": 8, "memory_width": 4}
 TINY_TASK = {"width": 3, "max_length": 3}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny models on a busy 2-core machine: one thread avoids contention and is faster
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def no_figures(monkeypatch):
     monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})

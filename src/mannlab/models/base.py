@@ -38,6 +38,21 @@ def stack_traces(traces: list) -> Optional[NamedTuple]:
     return type(first)(*(torch.stack(field, dim=1) for field in zip(*traces)))
 
 
+class MemoryCell(nn.Module):
+    """Base of the one-step cells: ``features, state = cell(x_t, state)`` on raw input.
+
+    Subclasses provide ``precompute``, ``step`` and ``initial_state`` (see the top
+    of this module); the sequence module calls those directly.
+    """
+
+    def forward(self, x_t: torch.Tensor, state: Any = None, return_trace: bool = False):
+        """One step on x_t (B, input_size); state None starts a new sequence."""
+        if state is None:
+            state = self.initial_state(x_t.shape[0], x_t.device, x_t.dtype)
+        features, state, trace = self.step(self.precompute(x_t), state, return_trace)
+        return (features, state, trace) if return_trace else (features, state)
+
+
 class SequenceModel(nn.Module):
     """Base for every model: subclasses set ``self.cell`` (or override ``run``)."""
 

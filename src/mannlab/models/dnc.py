@@ -46,7 +46,7 @@ from torch import nn
 
 from mannlab import addressing
 from mannlab.controllers import make_controller
-from mannlab.models.base import SequenceModel, check_positive
+from mannlab.models.base import MemoryCell, SequenceModel, check_positive
 
 
 class DNCState(NamedTuple):
@@ -79,7 +79,7 @@ class DNCTrace(NamedTuple):
     memory: torch.Tensor             # (B, N, W)  M_t after the write
 
 
-class DNCCell(nn.Module):
+class DNCCell(MemoryCell):
     """One DNC time step: ``features, state = cell(x_t, state)``.
 
     x_t (B, input_size) -> features H^o_t (B, controller_size + read_heads * memory_width).
@@ -161,14 +161,6 @@ class DNCCell(nn.Module):
                              free, alloc_gate, write_gate, memory)
         state = DNCState(ctrl, memory, reads, read_w, write_w, usage, precedence, links)
         return features, state, trace
-
-    def forward(self, x_t: torch.Tensor, state: Optional[DNCState] = None,
-                return_trace: bool = False):
-        """One step on raw input x_t (B, input_size); state None starts a new sequence."""
-        if state is None:
-            state = self.initial_state(x_t.shape[0], x_t.device, x_t.dtype)
-        features, state, trace = self.step(self.precompute(x_t), state, return_trace)
-        return (features, state, trace) if return_trace else (features, state)
 
 
 class DNC(SequenceModel):

@@ -37,7 +37,7 @@ from mannlab import addressing
 from mannlab.controllers import make_controller
 from mannlab.fused_addressing import ntm_address
 from mannlab.errors import ConfigError
-from mannlab.models.base import SequenceModel, check_positive
+from mannlab.models.base import MemoryCell, SequenceModel, check_positive
 
 
 class NTMState(NamedTuple):
@@ -64,7 +64,7 @@ class NTMTrace(NamedTuple):
     memory: torch.Tensor             # (B, N, W) M_t after the write
 
 
-class NTMCell(nn.Module):
+class NTMCell(MemoryCell):
     """One NTM time step: ``features, state = cell(x_t, state)``.
 
     x_t (B, input_size) -> features H^o_t (B, controller_size + read_heads * memory_width).
@@ -151,14 +151,6 @@ class NTMCell(nn.Module):
             heads = [torch.cat(pair, dim=1) for pair in zip(write_params[1:], read_params[1:])]
             trace = NTMTrace(read_w, write_w, reads, erase, add, *heads, memory)
         return features, NTMState(ctrl, memory, reads, read_w, write_w), trace
-
-    def forward(self, x_t: torch.Tensor, state: Optional[NTMState] = None,
-                return_trace: bool = False):
-        """One step on raw input x_t (B, input_size); state None starts a new sequence."""
-        if state is None:
-            state = self.initial_state(x_t.shape[0], x_t.device, x_t.dtype)
-        features, state, trace = self.step(self.precompute(x_t), state, return_trace)
-        return (features, state, trace) if return_trace else (features, state)
 
 
 class NTM(SequenceModel):

@@ -140,10 +140,13 @@ class NTMCell(MemoryCell):
             batch, nw, 2 * self.width).split(self.width, dim=-1)
         erase = torch.sigmoid(erase)                                                 # e in (0, 1)
         write_params = self._addressing_params(write_address)
-        write_w = ntm_address(write_params[0], memory, write_w, *write_params[1:])  # (ii)
+        # (ii) eq. 8 content weights on M_{t-1}, interpolation, shift, sharpening ...
+        write_w = ntm_address(write_params[0], memory, write_w, *write_params[1:])
+        # ... then M_t = M_{t-1} o (E - w^w e^T) + w^w a^T
         memory = addressing.write(memory, write_w, erase, add)
         read_params = self._addressing_params(read_address)
-        read_w = ntm_address(read_params[0], memory, read_w, *read_params[1:])      # (iii)
+        # (iii) the same addressing on M_t, then r^i_t = M_t^T w^{r,i}_t
+        read_w = ntm_address(read_params[0], memory, read_w, *read_params[1:])
         reads = addressing.read(memory, read_w)
         features = torch.cat([h_out, reads.flatten(1)], dim=-1)                       # (iv)
         trace = None

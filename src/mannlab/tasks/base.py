@@ -16,6 +16,7 @@ end with zero inputs, zero targets and mask 0.
 from __future__ import annotations
 
 import numbers
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -147,7 +148,7 @@ def signed_unit_char(value: float) -> str:
 
 # -------------------------------------------------------------------- Task
 
-class Task:
+class Task(ABC):
     """Base class of a task: resolved parameters, sizes, ``sample`` and scoring.
 
     Subclasses set the class attributes ``name``, ``length_name``, ``defaults``
@@ -179,8 +180,9 @@ class Task:
         self._validate(resolved)
         self.params: dict[str, Any] = resolved
 
+    @abstractmethod
     def _validate(self, params: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Raise ConfigError for invalid parameter values (each task knows its own)."""
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -203,10 +205,9 @@ class Task:
         return self._pad(examples)
 
     def _generate(self, rng: np.random.Generator, batch_size: int, length: int | None) -> list[Example]:
+        """One example per sequence from the subclass's ``_sequence(rng, length)`` (inputs,
+        targets, mask as numpy arrays); tasks that draw a whole batch at once override this."""
         return [self._sequence(rng, length) for _ in range(batch_size)]
-
-    def _sequence(self, rng: np.random.Generator, length: int | None) -> Example:
-        raise NotImplementedError
 
     def _pad(self, examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         steps = max(len(m) for _, _, m in examples)

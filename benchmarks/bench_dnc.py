@@ -22,7 +22,6 @@ backward pass. The timing, memory and table helpers are bench_ntm.py's.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -36,7 +35,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ntm import (INPUT, OUTPUT, FusedLSTM, Logits, LSTMCellLoop,  # noqa: E402
-                       infer_step, markdown_table, saved_for_backward_bytes, time_round_robin,
+                       infer_step, markdown_table, parse_args, saved_for_backward_bytes, time_round_robin,
                        train_step)
 
 import mannlab  # noqa: E402
@@ -103,24 +102,7 @@ def run(models: dict[str, nn.Module], batch_sizes: list[int], steps: int, repeat
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch-sizes", default="1,32", help="comma-separated (default: 1,32)")
-    parser.add_argument("--steps", type=int, default=41,
-                        help="sequence length T (default 41: copy of length 20 with delimiter)")
-    parser.add_argument("--repeats", type=int, default=15,
-                        help="timed rounds; medians are reported (default 15)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed rounds before timing (default 3)")
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
-    parser.add_argument("--json", metavar="OUT", help="also write the records and settings as JSON")
-    args = parser.parse_args(argv)
-    try:
-        batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
-    except ValueError:
-        parser.error(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}")
-    if not batch_sizes or min(batch_sizes) < 1 or args.steps < 1 or args.repeats < 1 \
-            or args.warmup < 0 or args.threads < 1:
-        parser.error("batch sizes, --steps, --repeats and --threads must be >= 1, --warmup >= 0")
-
+    args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     models, pypi_error = make_models()

@@ -174,8 +174,9 @@ def markdown_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str] | None, description: str) -> tuple[argparse.Namespace, list[int]]:
+    """The options every benchmark here shares; returns them and the batch sizes."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--batch-sizes", default="1,32", help="comma-separated (default: 1,32)")
     parser.add_argument("--steps", type=int, default=41,
                         help="sequence length T (default 41: copy of length 20 with delimiter)")
@@ -193,6 +194,11 @@ def main(argv: list[str] | None = None) -> None:
             or args.warmup < 0 or args.threads < 1:
         parser.error("batch sizes, --steps, --repeats and --threads must be >= 1, --warmup >= 0")
 
+    return args, batch_sizes
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
     torch.set_num_threads(args.threads)
     settings = {"torch": torch.__version__, "mannlab": mannlab.__version__,
                 "python": platform.python_version(), "machine": platform.machine(),

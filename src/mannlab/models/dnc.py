@@ -144,11 +144,12 @@ class DNCCell(MemoryCell):
         usage = addressing.usage(usage, write_w.squeeze(1), psi)
         alloc = addressing.allocation(usage)
         write_content = addressing.content_weights(write_key, memory, write_strength)  # c^w
-        write_w = addressing.write_weighting(alloc, write_content.squeeze(1), write_gate,
-                                             alloc_gate).unsqueeze(1)                # (B, 1, N)
+        write_vec = addressing.write_weighting(alloc, write_content.squeeze(1), write_gate,
+                                               alloc_gate)                           # (B, N)
+        write_w = write_vec.unsqueeze(1)                                             # (B, 1, N)
         memory = addressing.write(memory, write_w, erase, write_vector)
-        links = addressing.link_matrix(links, write_w.squeeze(1), precedence)         # uses p_{t-1}
-        precedence = addressing.precedence(precedence, write_w.squeeze(1))
+        links = addressing.link_matrix(links, write_vec, precedence)                  # uses p_{t-1}
+        precedence = addressing.precedence(precedence, write_vec)
         # (iii) temporal and content read weightings, read from M_t
         forward, backward = addressing.directional_weights(links, read_w)             # w^r_{t-1}
         read_content = addressing.content_weights(read_keys, memory, read_strengths)  # c^r

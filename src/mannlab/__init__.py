@@ -8,13 +8,13 @@ import importlib
 
 from mannlab import addressing, tasks
 from mannlab.errors import CheckpointError, ConfigError, DataError
-from mannlab.models import DNC, LSTM, NTM, NTMCell, NTMState, NTMTrace, build_model
+from mannlab.models import DNC, DNTM, LSTM, NTM, NTMCell, NTMState, NTMTrace, build_model
 from mannlab.state import detach_state, map_state
 
 __version__ = "0.1.0"
 
 __all__ = ["addressing", "tasks", "plot", "build_model", "detach_state", "map_state", "LSTM",
-           "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "ConfigError", "CheckpointError",
+           "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNTM", "ConfigError", "CheckpointError",
            "DataError"]
 
 

@@ -8,10 +8,11 @@ from torch import nn
 from mannlab.errors import ConfigError
 from mannlab.models.base import SequenceModel
 from mannlab.models.dnc import DNC, DNCCell, DNCState, DNCTrace
+from mannlab.models.dntm import DNTM, DNTMCell, DNTMState, DNTMTrace
 from mannlab.models.lstm import LSTM, LSTMState
 from mannlab.models.ntm import NTM, NTMCell, NTMState, NTMTrace
 
-MODELS: dict[str, type[SequenceModel]] = {"ntm": NTM, "dnc": DNC, "lstm": LSTM}
+MODELS: dict[str, type[SequenceModel]] = {"ntm": NTM, "dnc": DNC, "dntm": DNTM, "lstm": LSTM}
 
 
 def model_kwargs(name: str) -> list[str]:
@@ -34,4 +35,5 @@ def build_model(name: str, input_size: int, output_size: int | None, **kwargs) -
 
 
 __all__ = ["MODELS", "build_model", "model_kwargs", "SequenceModel", "LSTM", "LSTMState",
-           "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNCCell", "DNCState", "DNCTrace"]
+           "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNCCell", "DNCState", "DNCTrace",
+           "DNTM", "DNTMCell", "DNTMState", "DNTMTrace"]

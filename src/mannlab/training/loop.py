@@ -32,6 +32,7 @@ from mannlab.errors import ConfigError
 from mannlab.training.checkpoint import load_checkpoint, save_checkpoint
 from mannlab.training.metrics_log import (MetricsLog, check_tensorboard, read_metrics,
                                           truncate_metrics)
+from mannlab.training.schedules import start_minibatch
 
 VAL_SEED_OFFSET = 10**9   # keeps validation seeds apart from training steps [seed, i]
 RUN_ARTIFACTS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoints", "figures", "tensorboard")
@@ -155,6 +156,7 @@ class _Trainer:
     def _train_step(self, step: int) -> tuple[float, float]:
         inputs, targets, mask = self.task.sample(self.train_cfg.batch_size, [self.config.seed, step])
         model, task = self.model, self.task
+        start_minibatch(model, step)  # per-minibatch switches, e.g. the D-NTM curriculum
         if getattr(model, "uses_aux_loss", False):
             logits, _, trace = model(inputs, return_trace=True)
             task_loss = task.loss(logits, targets, mask)

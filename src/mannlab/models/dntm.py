@@ -1,0 +1,519 @@
+"""Dynamic Neural Turing Machine (D-NTM).
+
+Paper: C. Gulcehre, S. Chandar, K. Cho, Y. Bengio, "Dynamic Neural Turing Machine
+with Continuous and Discrete Addressing Schemes" (2016), sections 2-5 and
+appendix A, with the errata of shared/papers/README.md (c̄ in R^{d_c}; reads use
+M_{t-1}; LRU v_t = 0.1 v_{t-1} + 0.9 z_t, w_t = softmax(z_t - γ_t v_{t-1}), no
+gradient through v).
+
+Glossary
+    x_t    input (I)                     h_t    controller output (d_h), drives the heads
+    N      memory cells (+1 NOP cell with nop=True; N' = N + nop)
+    A      address part (N' x d_a), a parameter: learned, never written
+    C_t    content part (N' x d_c), C_0 = 0 at the start of every episode
+    M_t    = [A; C_t], the memory (N' x (d_a + d_c)), row i is m_i = [a_i; c_i]
+    R, H   read and write heads            J   addressing steps per time step
+    k      key: over [a; c] (d_a + d_c) for reads, over c (d_c) for writes
+    β      sharpening, softplus(.) + 1 >= 1        z  logits β S(k, m_i)
+    γ      LRU gate, sigmoid(.) in (0, 1)          v  moving average of z (no gradient)
+    w, u   read and write weightings (soft, or one-hot samples w~, u~)
+    φ_t    read vector w^T M_{t-1} (d_a + d_c)
+    e_t    erase vector (d_c), sigmoid        α_t scalar input gate, sigmoid
+    c̄_t    candidate content (d_c) = ReLU(W_m h_t + α_t W_x x_t + b_m)
+    features [h_t; φ_t], the output layer's input; y_t = W_o [h_t; φ_t] + b_o
+
+Per time step t, for each addressing step j = 1..J (J = 1 is the plain D-NTM;
+every step applies the same heads again with the same input x_t, like the
+hops of a memory network; only the last step's h and φ reach the output):
+    h_t = GRU(x_t, h_{t-1}, φ_{t-1}) or h_t = tanh(W [x_t; φ_{t-1}] + b)   eqs. 1-2
+        (eq. 5 makes w_t a function of h_t, so the controller is fed the read
+        vector of the previous step, as in the library's other controllers)
+    read:  z_i = β S(k, m_i) on M_{t-1}; w_t = softmax(z - γ v_{t-1});
+           v_t = 0.1 v_{t-1} + 0.9 z                        eqs. 8-13
+           φ_t = w_t^T M_{t-1}                              eq. 5
+    write: u_t the same way over the content part C_{t-1}, with its own v
+           α_t = sigmoid(u_α^T h_t + v_α^T x_t + b_α)       eq. 3
+           c̄_t = ReLU(W_m h_t + α_t W_x x_t + b_m)          eq. 4
+           C_t[j] = (1 - e_t u_j) ∘ C_{t-1}[j] + u_j c̄_t    eq. 6
+The NOP cell (nop=True) is one more addressable row: a weighting may point at
+it, but its reads return nothing and its writes are dropped (its content stays 0).
+
+Addressing modes (``addressing``): "soft" uses w, u as they are; "reinforce"
+samples one-hot w~, u~ from them while training (section 4) and takes the
+argmax at evaluation; "argmax" always takes the argmax (a soft-trained model
+tested discretely, the paper's Discrete† column). The erase vector is a gate
+over the content features, not a distribution over cells: it acts on the cell
+the write head picked, so it has no sample of its own.
+
+Training terms outside the task loss (``DNTM.aux_loss``): REINFORCE with the
+reward R = log p(y|x), normalised by running mean and standard deviation
+(buffers, saved in checkpoints), an optional input-based baseline trained with
+the Huber loss, the entropy bonus λ_H, the read-write consistency regulariser
+(eq. 15) and next-input prediction (section 5). The soft-to-discrete
+curriculum (eq. 14) is a per-minibatch switch, ``soft_minibatch``, that the
+training loop sets through mannlab.training.schedules.start_minibatch.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mannlab import addressing as ntm_addressing
+from mannlab import sampling
+from mannlab.controllers import make_controller
+from mannlab.errors import ConfigError
+from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+
+ADDRESSING_MODES = ("soft", "reinforce", "argmax")
+WRITE_KEYS = ("content", "memory")
+NEXT_INPUT_DISTRIBUTIONS = ("bernoulli", "gaussian")
+#: ε of the similarity S(x, y) = x . y / (|x| |y| + ε) (eqs. 10-11).
+SIMILARITY_EPS = 1e-6
+#: LRU moving average, v_t = LRU_DECAY v_{t-1} + (1 - LRU_DECAY) z_t (section 3.3).
+LRU_DECAY = 0.1
+
+
+# ---------------------------------------------------------------- primitives
+
+def similarity(keys: torch.Tensor, memory: torch.Tensor, eps: float = SIMILARITY_EPS) -> torch.Tensor:
+    """S(k, m_i) = k . m_i / (|k| |m_i| + ε) for every head and cell (eqs. 10-11).
+
+    keys (B, K, W), memory (B, N, W) -> (B, K, N) in [-1, 1]; an all-zero key or
+    cell (the empty content part at the start of an episode) gives 0, not NaN.
+    """
+    dots = keys @ memory.transpose(1, 2)
+    norms = torch.linalg.vector_norm(keys, dim=-1).unsqueeze(-1) * \
+        torch.linalg.vector_norm(memory, dim=-1).unsqueeze(-2)
+    return dots / (norms + eps)
+
+
+def lru_address(logits: torch.Tensor, gate: torch.Tensor, average: torch.Tensor):
+    """Dynamic LRU addressing (section 3.3, eqs. 12-13 with the errata).
+
+    logits z_t (B, K, N), gate γ_t (B, K) in (0, 1), average v_{t-1} (B, K, N) ->
+    (w_t = softmax(z_t - γ_t v_{t-1}), v_t = 0.1 v_{t-1} + 0.9 z_t). v_t carries
+    no gradient (z_t is detached in it).
+    """
+    weights = torch.softmax(logits - gate.unsqueeze(-1) * average, dim=-1)
+    return weights, LRU_DECAY * average + (1 - LRU_DECAY) * logits.detach()
+
+
+# --------------------------------------------------------------------- state
+
+class DNTMState(NamedTuple):
+    """Recurrent state after a step: controller state, content part C (B, N', d_c),
+    read vectors φ (B, R, d_a + d_c) and the LRU averages v of the read (B, R, N')
+    and write (B, H, N') heads. The address part A is a parameter, not state."""
+    controller: Any
+    content: torch.Tensor
+    read_vectors: torch.Tensor
+    read_lru: torch.Tensor
+    write_lru: torch.Tensor
+
+
+class DNTMStepTrace(NamedTuple):
+    """Per-step internals of the cell. With J addressing steps the head axis holds
+    J * heads entries, addressing step major (step 1's heads first)."""
+    read_weights: torch.Tensor     # (B, J*R, N')  w used for reading (one-hot if discrete)
+    write_weights: torch.Tensor    # (B, J*H, N')  u used for writing
+    read_probs: torch.Tensor       # (B, J*R, N')  soft w (the distribution sampled from)
+    write_probs: torch.Tensor      # (B, J*H, N')  soft u
+    read_vectors: torch.Tensor     # (B, R, d_a + d_c)  φ_t of the last addressing step
+    erase_vectors: torch.Tensor    # (B, J*H, d_c)  e_t
+    candidates: torch.Tensor       # (B, J*H, d_c)  c̄_t
+    input_gates: torch.Tensor      # (B, J*H)  α_t
+    key_strengths: torch.Tensor    # (B, J*(R+H))  β, read heads first in each step
+    lru_gates: torch.Tensor        # (B, J*(R+H))  γ
+    hidden: torch.Tensor           # (B, d_h)  h_t (controller output to the features)
+    sampled: torch.Tensor          # (B,)  1 where the weights were sampled (REINFORCE)
+    memory: torch.Tensor           # (B, N', d_a + d_c)  M_t = [A; C_t] after the write
+
+
+class DNTMTrace(NamedTuple):
+    """:class:`DNTMStepTrace` stacked over time (B, T, ...), plus the input sequence."""
+    read_weights: torch.Tensor
+    write_weights: torch.Tensor
+    read_probs: torch.Tensor
+    write_probs: torch.Tensor
+    read_vectors: torch.Tensor
+    erase_vectors: torch.Tensor
+    candidates: torch.Tensor
+    input_gates: torch.Tensor
+    key_strengths: torch.Tensor
+    lru_gates: torch.Tensor
+    hidden: torch.Tensor
+    sampled: torch.Tensor
+    memory: torch.Tensor
+    inputs: torch.Tensor           # (B, T, I)  x, for the baseline and next-input prediction
+
+
+class _Heads(NamedTuple):
+    """Activated head parameters of one addressing step."""
+    read_keys: torch.Tensor        # (B, R, d_a + d_c)
+    write_keys: torch.Tensor       # (B, H, d_c or d_a + d_c)
+    strengths: torch.Tensor        # (B, R + H)  β
+    gates: torch.Tensor            # (B, R + H)  γ
+    erase: torch.Tensor            # (B, H, d_c)  e
+    input_gate: torch.Tensor       # (B, H)  α
+    candidate: torch.Tensor        # (B, H, d_c)  c̄
+
+
+# ---------------------------------------------------------------------- cell
+
+def _check_choice(name: str, value: Any, valid: tuple[str, ...]) -> str:
+    if value not in valid:
+        raise ConfigError(f"{name} must be one of {', '.join(map(repr, valid))}, got {value!r}")
+    return value
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+class DNTMCell(MemoryCell):
+    """One D-NTM time step: ``features, state = cell(x_t, state)``.
+
+    x_t (B, input_size) -> features [h_t; φ_t] (B, controller_size + R (d_a + d_c)).
+    ``soft_minibatch`` (set per minibatch by the curriculum) makes a "reinforce" cell
+    use the soft weightings while training.
+    """
+
+    def __init__(self, input_size: int, controller: str = "gru", controller_size: int = 100,
+                 memory_slots: int = 128, address_size: int = 8, content_size: int = 8,
+                 read_heads: int = 1, write_heads: int = 1, addressing_steps: int = 1,
+                 lru: bool = True, nop: bool = False, addressing: str = "soft",
+                 write_keys: str = "content"):
+        super().__init__()
+        check_positive(input_size=input_size, controller_size=controller_size,
+                       memory_slots=memory_slots, address_size=address_size,
+                       content_size=content_size, read_heads=read_heads,
+                       write_heads=write_heads, addressing_steps=addressing_steps)
+        self.lru, self.nop = _check_bool("lru", lru), _check_bool("nop", nop)
+        self.addressing = _check_choice("addressing", addressing, ADDRESSING_MODES)
+        self.write_keys = _check_choice("write_keys", write_keys, WRITE_KEYS)
+        self.slots = memory_slots + int(nop)                                 # N'
+        self.address_size, self.content_size = address_size, content_size
+        self.width = address_size + content_size                             # d_a + d_c
+        self.read_heads, self.write_heads = read_heads, write_heads
+        self.addressing_steps = addressing_steps
+        self.soft_minibatch = False
+        R, H, dc = read_heads, write_heads, content_size
+        self.controller = make_controller(controller, input_size, R * self.width, controller_size)
+        self.features = controller_size + R * self.width
+        # One layer on h_t emits every head parameter, grouped by activation:
+        #   [k^r (R*W) | k^w (H*K) | β (R+H) | γ (R+H) | e (H*d_c) | α_h (H) | W_m h + b_m (H*d_c)]
+        self.write_key_size = dc if write_keys == "content" else self.width
+        self.split_sizes = [R * self.width, H * self.write_key_size, R + H, R + H, H * dc, H, H * dc]
+        self.head_params = nn.Linear(controller_size, sum(self.split_sizes))
+        nn.init.xavier_uniform_(self.head_params.weight, gain=1.4)
+        nn.init.normal_(self.head_params.bias, std=0.01)
+        # The input's share of eqs. 3-4, [W_x x_t (H*d_c) | v_α^T x_t (H)], for all steps at once.
+        self.input_params = nn.Linear(input_size, H * (dc + 1), bias=False)
+        self.address = nn.Parameter(torch.randn(self.slots, address_size))   # A
+        access = torch.ones(self.slots)
+        if nop:
+            access[-1] = 0.0            # the NOP cell: reads and writes there are ignored
+        self.register_buffer("access", access, persistent=False)
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> DNTMState:
+        """C_0 = 0, φ_0 = 0, v_0 = 0 (and the controller's learned initial state)."""
+        ref = self.address
+        zero = torch.zeros((), device=ref.device if device is None else device,
+                           dtype=ref.dtype if dtype is None else dtype)
+
+        def zeros(*shape: int) -> torch.Tensor:
+            return zero.expand(batch_size, *shape)
+        N, R, H = self.slots, self.read_heads, self.write_heads
+        return DNTMState(controller=self.controller.initial_state(batch_size, device, dtype),
+                         content=zeros(N, self.content_size), read_vectors=zeros(R, self.width),
+                         read_lru=zeros(R, N), write_lru=zeros(H, N))
+
+    def precompute(self, x: torch.Tensor) -> torch.Tensor:
+        """Input projections for every step at once: (B, T, I) -> (B, T, G + H (d_c + 1)),
+        the controller's W x + b followed by [W_x x | v_α^T x]."""
+        return torch.cat([self.controller.precompute(x), self.input_params(x)], dim=-1)
+
+    def memory(self, content: torch.Tensor) -> torch.Tensor:
+        """M = [A; C]: content C (B, N', d_c) -> (B, N', d_a + d_c)."""
+        return torch.cat([self.address.expand(content.shape[0], -1, -1), content], dim=-1)
+
+    def read(self, memory: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """φ = w^T M (eq. 5) with the NOP cell ignored: memory (B, N', W), weights (B, R, N')
+        -> (B, R, W)."""
+        return (weights * self.access) @ memory
+
+    def write(self, content: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor,
+              candidate: torch.Tensor) -> torch.Tensor:
+        """C_t[j] = (1 - e u_j) ∘ C_{t-1}[j] + u_j c̄ (eq. 6) with the NOP cell ignored.
+
+        content (B, N', d_c), weights u (B, H, N'), erase e (B, H, d_c), candidate c̄
+        (B, H, d_c) -> (B, N', d_c); several write heads multiply their erasures and
+        add their candidates.
+        """
+        return ntm_addressing.write(content, weights * self.access, erase, candidate)
+
+    def discrete(self) -> bool:
+        """Whether this forward pass uses one-hot weightings (sampled or argmax)."""
+        if self.addressing == "soft":
+            return False
+        return self.addressing == "argmax" or not (self.training and self.soft_minibatch)
+
+    def _discretise(self, probs: torch.Tensor, sample: bool) -> torch.Tensor:
+        """Section 4: w~ = one-hot of j ~ C(w) when sampling, of argmax(w) otherwise."""
+        return sampling.sample_one_hot(probs) if sample else sampling.argmax_one_hot(probs)
+
+    def _heads(self, h: torch.Tensor, x_write: torch.Tensor) -> _Heads:
+        """h_t (B, d_h) and the precomputed [W_x x_t | v_α^T x_t] -> activated head parameters."""
+        B, R, H, dc = h.shape[0], self.read_heads, self.write_heads, self.content_size
+        read_keys, write_keys, strengths, gates, erase, gate_h, content_h = \
+            self.head_params(h).split(self.split_sizes, dim=-1)
+        input_x, gate_x = x_write.split([H * dc, H], dim=-1)
+        alpha = torch.sigmoid(gate_h + gate_x)                                   # eq. 3
+        candidate = torch.relu(content_h + (alpha.unsqueeze(-1) * input_x.view(B, H, dc))
+                               .flatten(1))                                      # eq. 4
+        return _Heads(read_keys.view(B, R, self.width),
+                      write_keys.view(B, H, self.write_key_size),
+                      F.softplus(strengths) + 1,                                # eq. 9: β >= 1
+                      torch.sigmoid(gates),                                      # eq. 12: γ
+                      torch.sigmoid(erase).view(B, H, dc), alpha, candidate.view(B, H, dc))
+
+    def _address(self, keys, strengths, gates, memory, average):
+        """Eqs. 10-13: (probs w (B, K, N'), new LRU average v (B, K, N'))."""
+        logits = strengths.unsqueeze(-1) * similarity(keys, memory)              # eq. 10
+        if self.lru:
+            return lru_address(logits, gates, average)                           # eqs. 12-13
+        return torch.softmax(logits, dim=-1), average                            # eq. 11
+
+    def step(self, inputs: torch.Tensor, state: DNTMState, with_trace: bool = False):
+        """One time step from the precomputed inputs; returns ([h_t; φ_t], state, trace or None)."""
+        ctrl, content, reads, read_v, write_v = state
+        x_proj, x_write = inputs.split([inputs.shape[-1] - self.input_params.out_features,
+                                        self.input_params.out_features], dim=-1)
+        R = self.read_heads
+        discrete = self.discrete()
+        sample = discrete and self.addressing == "reinforce" and self.training
+        record = []
+        for _ in range(self.addressing_steps):
+            h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)   # eqs. 1-2
+            heads = self._heads(h, x_write)
+            memory = self.memory(content)                                         # M_{t-1} = [A; C]
+            read_p, read_v = self._address(heads.read_keys, heads.strengths[:, :R],
+                                           heads.gates[:, :R], memory, read_v)
+            write_mem = content if self.write_keys == "content" else memory
+            write_p, write_v = self._address(heads.write_keys, heads.strengths[:, R:],
+                                             heads.gates[:, R:], write_mem, write_v)
+            read_w = self._discretise(read_p, sample) if discrete else read_p
+            write_w = self._discretise(write_p, sample) if discrete else write_p
+            reads = self.read(memory, read_w)                                    # eq. 5
+            content = self.write(content, write_w, heads.erase, heads.candidate)  # eq. 6
+            if with_trace:
+                record.append((read_w, write_w, read_p, write_p, heads))
+        features = torch.cat([h_out, reads.flatten(1)], dim=-1)
+        state = DNTMState(ctrl, content, reads, read_v, write_v)
+        trace = self._trace(record, reads, h_out, sample, content) if with_trace else None
+        return features, state, trace
+
+    def _trace(self, record, reads, h_out, sample, content) -> DNTMStepTrace:
+        def cat(i, field=None):
+            return torch.cat([r[i] if field is None else getattr(r[4], field) for r in record], 1)
+        flag = h_out.new_full((h_out.shape[0],), float(sample))
+        return DNTMStepTrace(cat(0), cat(1), cat(2), cat(3), reads, cat(4, "erase"),
+                             cat(4, "candidate"), cat(4, "input_gate"), cat(4, "strengths"),
+                             cat(4, "gates"), h_out, flag, self.memory(content))
+
+
+# ------------------------------------------------------------- training terms
+
+class InputBaseline(nn.Module):
+    """Input-based baseline b(x) (Mnih & Gregor 2014): x (B, T, I) -> (B,).
+
+    b(x) = w^T mean_t ReLU(W x_t + c) + d, a function of the input only, so
+    subtracting it leaves the REINFORCE estimator unbiased.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.hidden = nn.Linear(input_size, hidden_size)
+        self.out = nn.Linear(hidden_size, 1)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.hidden(inputs)).mean(dim=1)).squeeze(-1)
+
+
+def read_write_consistency(read_probs: torch.Tensor, write_probs: torch.Tensor,
+                           read_heads: int, write_heads: int) -> torch.Tensor:
+    """Eq. 15 per sequence: sum_{t'} || 1 - ((1/t') sum_{t <= t'} u_t)^T w_{t'} ||^2 / T'.
+
+    read_probs (B, T, J*R, N'), write_probs (B, T, J*H, N') -> (B,). Addressing steps
+    count as time steps (T' = T J); several write heads are averaged, and every read
+    head is compared with that average. Divided by T' (a per-step mean, like the task
+    loss), which only rescales the coefficient λ.
+    """
+    B, T, _, N = read_probs.shape
+    reads = read_probs.reshape(B, -1, read_heads, N)                            # (B, T', R, N')
+    writes = write_probs.reshape(B, -1, write_heads, N).mean(2)                  # (B, T', N')
+    steps = torch.arange(1, writes.shape[1] + 1, dtype=writes.dtype, device=writes.device)
+    mean_writes = writes.cumsum(1) / steps.view(1, -1, 1)                        # (1/t') sum u_t
+    overlap = (reads * mean_writes.unsqueeze(2)).sum(-1)                         # (B, T', R)
+    return (1 - overlap).pow(2).sum(-1).mean(1)
+
+
+# -------------------------------------------------------------------- module
+
+def _check_weight(name: str, value: Any, upper: Optional[float] = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0 \
+            or (upper is not None and value > upper):
+        bound = f" and <= {upper}" if upper is not None else ""
+        raise ConfigError(f"{name} must be a number >= 0{bound}, got {value!r}")
+    return float(value)
+
+
+class DNTM(SequenceModel):
+    """Dynamic Neural Turing Machine shaped like torch.nn.LSTM.
+
+    ``y, state = DNTM(input_size, output_size)(x)`` with x (B, T, input_size)
+    (batch_first=True, the default) gives logits y (B, T, output_size); with
+    ``output_size=None`` y is the feature sequence [h_t; φ_t]. The content part
+    of the memory starts from zero for every call unless a ``state`` is passed in
+    (to carry memory over segments). ``return_trace=True`` adds a :class:`DNTMTrace`.
+
+    Architecture (``DNTMCell``): controller "gru" (eq. 1) or "fnn" (eq. 2; any name
+    of mannlab.controllers works), memory_slots N, address_size d_a,
+    content_size d_c, read_heads, write_heads, addressing_steps J, lru (section 3.3),
+    nop (one extra NOP cell), addressing "soft" | "reinforce" | "argmax", write_keys
+    "content" (the paper: write keys over C) or "memory" (over [A; C]).
+
+    Training terms (``aux_loss``; zero when all are off): entropy_weight λ_H,
+    input_baseline, reward_momentum (running reward moments),
+    curriculum_p0 (p_0 of the soft-to-discrete curriculum, 0 = off; "reinforce" only),
+    read_write_consistency λ of eq. 15, next_input_prediction weight with
+    next_input_distribution "bernoulli" (binary inputs) or "gaussian".
+    """
+
+    def __init__(self, input_size: int, output_size: Optional[int] = None, controller: str = "gru",
+                 controller_size: int = 100, memory_slots: int = 128, address_size: int = 8,
+                 content_size: int = 8, read_heads: int = 1, write_heads: int = 1,
+                 addressing_steps: int = 1, lru: bool = True, nop: bool = False,
+                 addressing: str = "soft", write_keys: str = "content",
+                 curriculum_p0: float = 0.0, entropy_weight: float = 0.0,
+                 input_baseline: bool = False, reward_momentum: float = 0.9,
+                 read_write_consistency: float = 0.0, next_input_prediction: float = 0.0,
+                 next_input_distribution: str = "bernoulli", batch_first: bool = True):
+        check_positive(controller_size=controller_size, read_heads=read_heads,
+                       address_size=address_size, content_size=content_size)
+        super().__init__(input_size, output_size,
+                         controller_size + read_heads * (address_size + content_size), batch_first)
+        self.cell = DNTMCell(input_size, controller, controller_size, memory_slots, address_size,
+                             content_size, read_heads, write_heads, addressing_steps, lru, nop,
+                             addressing, write_keys)
+        reinforce = addressing == "reinforce"
+        self.curriculum_p0 = _check_weight("curriculum_p0", curriculum_p0, upper=1.0)
+        self.entropy_weight = _check_weight("entropy_weight", entropy_weight)
+        self.rw_weight = _check_weight("read_write_consistency", read_write_consistency)
+        self.prediction_weight = _check_weight("next_input_prediction", next_input_prediction)
+        self.next_input_distribution = _check_choice(
+            "next_input_distribution", next_input_distribution, NEXT_INPUT_DISTRIBUTIONS)
+        if not reinforce and (self.curriculum_p0 or _check_bool("input_baseline", input_baseline)):
+            raise ConfigError(f"curriculum_p0 and input_baseline need addressing='reinforce', "
+                              f"got addressing={addressing!r}")
+        if not (isinstance(reward_momentum, numbers.Real) and 0 <= reward_momentum < 1):
+            raise ConfigError(f"reward_momentum must be in [0, 1), got {reward_momentum!r}")
+        self.reward_stats = sampling.RunningMoments(momentum=float(reward_momentum))
+        self.baseline = InputBaseline(input_size, controller_size) if input_baseline else None
+        self.predictor = (nn.Linear(self.cell.features, input_size)
+                          if self.prediction_weight else None)
+        self.uses_aux_loss = bool(reinforce or self.entropy_weight or self.rw_weight
+                                  or self.prediction_weight)
+
+    @property
+    def soft_minibatch(self) -> bool:
+        """π_t of eq. 14 for the current minibatch: True uses the soft weightings."""
+        return self.cell.soft_minibatch
+
+    @soft_minibatch.setter
+    def soft_minibatch(self, value: bool) -> None:
+        self.cell.soft_minibatch = bool(value)
+
+    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+        features, state, steps = super().run(x, state, with_trace)
+        return features, state, (DNTMTrace(*steps, inputs=x) if with_trace else None)
+
+    def aux_loss(self, trace: DNTMTrace, step_nll: torch.Tensor) -> torch.Tensor:
+        """Training terms besides the task loss, a 0-dim tensor (see :meth:`aux_terms`)."""
+        return sum(self.aux_terms(trace, step_nll).values(), step_nll.new_zeros(()))
+
+    def aux_terms(self, trace: DNTMTrace, step_nll: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each training term by name, means over the batch, per time step.
+
+        step_nll (B, T): -log p(y_t | x_{1:t}) of each step (0 where not scored), no
+        gradient. Terms present only when switched on:
+
+        - ``reinforce`` (section 4, minibatches with sampled weights): R = -sum_t step_nll,
+          R~ = (R - b) / sqrt(σ^2 + ε) with the running moments (updated in training mode),
+          minus b(x) with the input baseline; -R~ sum_{t,j,heads} (log p(w~) + log p(u~)) / T
+        - ``baseline``: Huber(b(x) - R~), the input baseline's own loss
+        - ``entropy``: -λ_H sum_{t,j,heads} (H(w) + H(u)) / T
+        - ``read_write``: λ R_rw (eq. 15), per step
+        - ``next_input``: weight * -log p(x_{t+1} | [h_t; φ_t]) per step and input feature sum
+        """
+        if not isinstance(trace, DNTMTrace):
+            raise TypeError(f"aux_loss expects the DNTMTrace of return_trace=True, "
+                            f"got {type(trace).__name__}")
+        if step_nll.shape != trace.sampled.shape:
+            raise ValueError(f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, "
+                             f"got {tuple(step_nll.shape)}")
+        T = step_nll.shape[1]
+        terms: dict[str, torch.Tensor] = {}
+        sampled = trace.sampled.amax(1)                                          # (B,)
+        if self.cell.addressing == "reinforce" and bool(sampled.any()):
+            terms.update(self._reinforce(trace, step_nll.detach(), sampled, T))
+        if self.entropy_weight:
+            ent = sampling.entropy(trace.read_probs).sum((1, 2)) + \
+                sampling.entropy(trace.write_probs).sum((1, 2))
+            terms["entropy"] = -self.entropy_weight * ent.mean() / T
+        if self.rw_weight:
+            terms["read_write"] = self.rw_weight * read_write_consistency(
+                trace.read_probs, trace.write_probs, self.cell.read_heads,
+                self.cell.write_heads).mean()
+        if self.predictor is not None and T > 1:
+            terms["next_input"] = self.prediction_weight * self._next_input(trace)
+        return terms
+
+    def _reinforce(self, trace: DNTMTrace, step_nll, sampled, T) -> dict[str, torch.Tensor]:
+        reward = -step_nll.sum(1)                                               # R = log p(y|x)
+        if self.training or int(self.reward_stats.count) == 0:
+            if int(self.reward_stats.count) == 0:
+                self.reward_stats.update(reward[sampled > 0])
+                advantage = self.reward_stats.normalise(reward)
+            else:   # normalise with the moments of earlier minibatches, then fold this one in
+                advantage = self.reward_stats.normalise(reward)
+                self.reward_stats.update(reward[sampled > 0])
+        else:
+            advantage = self.reward_stats.normalise(reward)
+        terms = {}
+        if self.baseline is not None:
+            predicted = self.baseline(trace.inputs)
+            terms["baseline"] = (sampling.huber(predicted - advantage) * sampled).mean()
+            advantage = advantage - predicted.detach()
+        log_p = (sampling.log_prob(trace.read_weights, trace.read_probs).sum((1, 2))
+                 + sampling.log_prob(trace.write_weights, trace.write_probs).sum((1, 2)))
+        terms["reinforce"] = (sampling.reinforce_surrogate(log_p, advantage) * sampled).mean() / T
+        return terms
+
+    def _next_input(self, trace: DNTMTrace) -> torch.Tensor:
+        features = torch.cat([trace.hidden, trace.read_vectors.flatten(2)], dim=-1)
+        predicted, target = self.predictor(features[:, :-1]), trace.inputs[:, 1:]
+        if self.next_input_distribution == "bernoulli":
+            if target.min() < 0 or target.max() > 1:
+                raise ValueError("next_input_distribution='bernoulli' needs inputs in [0, 1]; "
+                                 "use 'gaussian' for real-valued inputs")
+            nll = F.binary_cross_entropy_with_logits(predicted, target, reduction="none")
+        else:
+            nll = 0.5 * (predicted - target).pow(2)
+        return nll.sum(-1).mean()

@@ -1,0 +1,46 @@
+"""Schedules driven by the training step (curricula, later temperatures).
+
+Models never count steps and never import this module (training sits above
+models): the training loop calls ``start_minibatch(model, step)`` before each
+training minibatch, which sets the model's per-minibatch switches from the step.
+
+    inverse_sqrt(p0, t)          p_t = p0 / sqrt(1 + t)      (D-NTM curriculum, section 4)
+    bernoulli(p, generator)      pi ~ Bernoulli(p), a Python bool
+    start_minibatch(model, t)    soft-to-discrete curriculum: for a model with
+                                 ``curriculum_p0 > 0``, sets ``model.soft_minibatch = pi``,
+                                 pi ~ Bernoulli(p_t) (eq. 14: pi = 1 uses the soft weights)
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def inverse_sqrt(p0: float, step: int) -> float:
+    """p_t = p0 / sqrt(1 + t): starts at p0 at t = 0 and decays to 0 (D-NTM curriculum)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, got {step!r}")
+    if not 0.0 <= p0 <= 1.0:
+        raise ValueError(f"p0 must be a probability in [0, 1], got {p0}")
+    return p0 / math.sqrt(1 + step)
+
+
+def bernoulli(p: float, generator: torch.Generator | None = None) -> bool:
+    """One draw pi ~ Bernoulli(p) from torch's RNG (the loop saves and restores its state,
+    so a resumed run draws the same values)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be a probability in [0, 1], got {p}")
+    return bool(torch.rand((), generator=generator) < p)
+
+
+def start_minibatch(model: torch.nn.Module, step: int) -> None:
+    """Set the per-minibatch switches of ``model`` for training step ``step`` (0-based).
+
+    A model with a soft-to-discrete curriculum exposes ``curriculum_p0`` (0 turns it
+    off) and reads the boolean attribute ``soft_minibatch`` in its forward pass; other
+    models are left untouched. Draws from torch's RNG only when the curriculum is on.
+    """
+    p0 = getattr(model, "curriculum_p0", 0.0)
+    if p0:
+        model.soft_minibatch = bernoulli(inverse_sqrt(p0, step))

@@ -1,0 +1,446 @@
+"""D-NTM: primitives by hand, LRU / multi-step / NOP, the address part, gradients,
+cell == sequence, chunked == whole, discrete modes, REINFORCE terms, curriculum,
+regularisers, bad input and a learning check."""
+import math
+
+import pytest
+import torch
+from torch.func import functional_call
+
+import mannlab
+from mannlab import ConfigError, detach_state
+from mannlab.models import DNTMState, DNTMTrace, build_model
+from mannlab.models.dntm import lru_address, read_write_consistency, similarity
+from mannlab.training import schedules
+from tiny_copy import tiny_copy_losses
+
+SMALL = dict(controller_size=6, memory_slots=5, address_size=2, content_size=3)
+
+
+def small_dntm(**kw):
+    torch.manual_seed(0)
+    return mannlab.DNTM(4, 3, **{**SMALL, **kw}).double()
+
+
+def seq(b=3, t=5, i=4):
+    return torch.rand(b, t, i, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+
+# ------------------------------------------------------------------ primitives
+
+def test_similarity_by_hand_and_zero_vectors():
+    keys = torch.tensor([[[3.0, 4.0]]])
+    memory = torch.tensor([[[3.0, 4.0], [4.0, -3.0], [0.0, 0.0], [-6.0, -8.0]]])
+    s = similarity(keys, memory, eps=1e-6)
+    expected = torch.tensor([25 / (25 + 1e-6), 0.0, 0.0, -50 / (50 + 1e-6)])
+    assert torch.allclose(s, expected.view(1, 1, 4))
+    k = torch.zeros(1, 1, 2, requires_grad=True)
+    m = torch.zeros(1, 3, 2, requires_grad=True)
+    similarity(k, m).sum().backward()                    # empty memory: 0, finite gradient
+    assert torch.isfinite(k.grad).all() and torch.isfinite(m.grad).all()
+
+
+def test_lru_by_hand_and_no_gradient_through_v():
+    z = torch.tensor([[[1.0, 0.0, 0.0]]], requires_grad=True)
+    v_prev = torch.tensor([[[2.0, 0.0, 0.0]]])
+    w, v = lru_address(z, torch.tensor([[0.5]]), v_prev)
+    # z - γ v = [0, 0, 0]: the cell used before loses its advantage
+    assert torch.allclose(w, torch.full((1, 1, 3), 1 / 3))
+    assert torch.allclose(v, torch.tensor([[[0.1 * 2 + 0.9 * 1, 0.0, 0.0]]]))
+    assert not v.requires_grad
+    w2, _ = lru_address(z, torch.tensor([[0.0]]), v_prev)   # γ = 0: pure content addressing
+    assert torch.allclose(w2, torch.softmax(z, -1))
+
+
+def test_lru_prefers_the_least_recently_used_of_equal_cells():
+    """Step 1 favours cell 0; at step 2 cells 0 and 1 match equally, and LRU picks cell 1."""
+    v = torch.zeros(1, 1, 3)
+    w1, v = lru_address(torch.tensor([[[2.0, 0.0, 0.0]]]), torch.ones(1, 1), v)
+    assert torch.allclose(v, torch.tensor([[[1.8, 0.0, 0.0]]]))
+    w2, v = lru_address(torch.tensor([[[1.0, 1.0, 0.0]]]), torch.ones(1, 1), v)
+    assert torch.allclose(w2, torch.softmax(torch.tensor([[[-0.8, 1.0, 0.0]]]), -1))
+    assert w1.argmax() == 0 and w2.argmax() == 1
+    assert torch.allclose(v, torch.tensor([[[0.18 + 0.9, 0.9, 0.0]]]))
+
+
+# ------------------------------------------------------------- model behaviour
+
+@pytest.mark.parametrize("controller", ["gru", "fnn"])
+@pytest.mark.parametrize("heads", [(1, 1), (2, 3)])
+def test_shapes_and_trace(controller, heads):
+    R, H = heads
+    model = small_dntm(controller=controller, read_heads=R, write_heads=H, addressing_steps=2,
+                       nop=True)
+    y, state, trace = model(seq(), return_trace=True)
+    B, T, N, J = 3, 5, 6, 2
+    assert y.shape == (B, T, 3) and isinstance(state, DNTMState) and isinstance(trace, DNTMTrace)
+    assert state.content.shape == (B, N, 3) and state.read_vectors.shape == (B, R, 5)
+    assert trace.read_weights.shape == (B, T, J * R, N)
+    assert trace.write_weights.shape == (B, T, J * H, N)
+    assert trace.memory.shape == (B, T, N, 5) and trace.inputs.shape == (B, T, 4)
+    assert torch.allclose(trace.read_weights.sum(-1), torch.ones(B, T, J * R, dtype=torch.float64))
+    assert (trace.key_strengths >= 1).all()
+    assert ((trace.lru_gates > 0) & (trace.lru_gates < 1)).all()
+
+
+def test_multi_step_equals_single_steps_on_repeated_inputs():
+    """J addressing steps per time step = J plain steps on the input repeated J times."""
+    model = small_dntm(addressing_steps=1, read_heads=2, nop=True)
+    x = seq()
+    y_rep, s_rep, tr_rep = model(x.repeat_interleave(2, dim=1), return_trace=True)
+    model.cell.addressing_steps = 2
+    y, s, tr = model(x, return_trace=True)
+    assert torch.allclose(y, y_rep[:, 1::2], atol=1e-12)
+    assert torch.allclose(s.write_lru, s_rep.write_lru, atol=1e-12)
+    # the trace lists both addressing steps of a time step, step-major
+    rep = tr_rep.read_probs.reshape(3, 5, 2 * 2, -1)
+    assert torch.allclose(tr.read_probs, rep, atol=1e-12)
+
+
+def test_multi_step_lru_average_by_hand():
+    """Two addressing steps from v_0 = 0: v_1 = 0.9 z_1, v_2 = 0.1 v_1 + 0.9 z_2 and the
+    second write weighting is softmax(z_2 - γ_2 v_1)."""
+    model = small_dntm(addressing_steps=1)
+    x = seq(t=1)
+    _, s1, t1 = model(x, return_trace=True)
+    model.cell.addressing_steps = 2
+    _, s2, t2 = model(x, return_trace=True)
+    assert torch.allclose(t2.write_probs[:, 0, 0], t1.write_probs[:, 0, 0], atol=1e-12)
+    v1 = s1.write_lru                                   # 0.9 z_1
+    z2 = (s2.write_lru - 0.1 * v1) / 0.9
+    gamma2 = t2.lru_gates[:, 0, -1]                     # [γ^r_1, γ^w_1, γ^r_2, γ^w_2]
+    expected = torch.softmax(z2 - gamma2[:, None, None] * v1, -1)
+    assert torch.allclose(t2.write_probs[:, 0, 1:2], expected, atol=1e-10)
+
+
+def test_nop_cell_reads_nothing_and_is_never_written():
+    model = small_dntm(nop=True)
+    cell = model.cell
+    memory = torch.arange(6 * 5, dtype=torch.float64).view(1, 6, 5)
+    on_nop = torch.tensor([[[0, 0, 0, 0, 0, 1.0]]], dtype=torch.float64)
+    assert torch.equal(cell.read(memory, on_nop), torch.zeros(1, 1, 5, dtype=torch.float64))
+    half = torch.tensor([[[0.5, 0, 0, 0, 0, 0.5]]], dtype=torch.float64)
+    assert torch.allclose(cell.read(memory, half), 0.5 * memory[:, :1])
+    content = torch.ones(1, 6, 3, dtype=torch.float64)
+    content[:, -1] = 0
+    erase = torch.full((1, 1, 3), 0.5, dtype=torch.float64)
+    candidate = torch.full((1, 1, 3), 2.0, dtype=torch.float64)
+    assert torch.equal(cell.write(content, on_nop, erase, candidate), content)
+    written = cell.write(content, half, erase, candidate)
+    expected = content.clone()
+    expected[0, 0] = (1 - 0.5 * 0.5) * 1.0 + 0.5 * 2.0    # (1 - e u_j) C + u_j c̄
+    assert torch.allclose(written, expected)
+    # in a whole run the NOP cell's content stays zero and its address is A's last row
+    _, state, trace = model(seq(), return_trace=True)
+    assert trace.write_probs[..., -1].min() > 0             # it was addressed ...
+    assert torch.equal(trace.memory[..., -1, 2:], torch.zeros(3, 5, 3, dtype=torch.float64))
+    assert torch.equal(trace.memory[:, :, -1, :2], cell.address[-1].expand(3, 5, 2))
+
+
+def test_address_part_constant_within_an_episode_and_learned_across_episodes():
+    model = small_dntm()
+    A = model.cell.address
+    _, _, trace = model(seq(), return_trace=True)
+    assert torch.equal(trace.memory[..., :2], A.detach().expand(3, 5, 5, 2))
+    assert not any(A is t for t in model.initial_state(3))  # A is not part of the state
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    y, _ = model(seq())
+    y.pow(2).sum().backward()
+    assert A.grad is not None and A.grad.abs().sum() > 0
+    before = A.detach().clone()
+    opt.step()
+    assert not torch.equal(A.detach(), before)
+    _, _, trace2 = model(seq(), return_trace=True)           # the next episode uses the new A
+    assert torch.equal(trace2.memory[..., :2], A.detach().expand(3, 5, 5, 2))
+
+
+def test_content_starts_at_zero_every_call():
+    model = small_dntm()
+    state = model.initial_state(2)
+    for name in ("content", "read_vectors", "read_lru", "write_lru"):
+        assert not getattr(state, name).any(), name
+    x = seq()
+    assert torch.equal(model(x)[0], model(x)[0])
+
+
+def test_gradcheck_soft_mode_float64():
+    """LRU off: the LRU average v is deliberately cut from the graph (section 3.3), so
+    with LRU the gradient is not the numerical one after the first addressing step."""
+    model = small_dntm(read_heads=2, write_heads=2, addressing_steps=2, nop=True, lru=False)
+    x = seq(b=2, t=3).requires_grad_()
+    assert torch.autograd.gradcheck(lambda inp: model(inp)[0], (x,))
+    lru = small_dntm(read_heads=2, write_heads=2, nop=True)        # v_0 = 0: exact at t = 1
+    assert torch.autograd.gradcheck(lambda inp: lru(inp)[0], (seq(b=2, t=1).requires_grad_(),))
+    params = dict(model.named_parameters())
+    A = params.pop("cell.address").detach().clone().requires_grad_()
+    xs = seq(b=2, t=3)
+    assert torch.autograd.gradcheck(
+        lambda a: functional_call(model, {**params, "cell.address": a}, (xs,))[0], (A,))
+
+
+@pytest.mark.parametrize("controller", ["gru", "fnn"])
+def test_cell_loop_equals_sequence_module(controller):
+    model = small_dntm(controller=controller, read_heads=2, addressing_steps=2, nop=True)
+    x = seq()
+    y, final = model(x)
+    state, feats = None, []
+    for step in range(x.shape[1]):
+        f, state = model.cell(x[:, step], state)
+        feats.append(f)
+    assert torch.allclose(model.head(torch.stack(feats, 1)), y, atol=1e-12)
+    for a, b in zip(state[1:], final[1:]):
+        assert torch.allclose(a, b, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["soft", "argmax", "reinforce"])
+def test_chunked_run_with_carried_state_equals_one_run(mode):
+    model = small_dntm(read_heads=2, addressing=mode)
+    x = seq(t=9)
+    torch.manual_seed(5)
+    y, final = model(x)
+    torch.manual_seed(5)
+    y1, s = model(x[:, :4])
+    y2, s = model(x[:, 4:], detach_state(s))
+    assert torch.allclose(torch.cat([y1, y2], 1), y, atol=1e-12)
+    for a, b in zip(s[1:], final[1:]):
+        assert torch.allclose(a, b, atol=1e-12)
+
+
+def test_batch_first_false_matches():
+    model = small_dntm()
+    x = seq()
+    y, _ = model(x)
+    model.batch_first = False
+    assert torch.allclose(model(x.transpose(0, 1))[0].transpose(0, 1), y)
+
+
+# ---------------------------------------------------------------- discrete modes
+
+def test_argmax_mode_is_deterministic_one_hot_and_equals_reinforce_at_evaluation():
+    model = small_dntm(addressing="argmax", read_heads=2)
+    x = seq()
+    y1, _, tr = model(x, return_trace=True)
+    y2, _ = model(x)
+    assert torch.equal(y1, y2)
+    for w in (tr.read_weights, tr.write_weights):
+        assert set(w.unique().tolist()) <= {0.0, 1.0}
+        assert torch.equal(w.sum(-1), torch.ones_like(w[..., 0]))
+        assert not w.requires_grad
+    assert torch.equal(tr.read_weights, torch.nn.functional.one_hot(
+        tr.read_probs.argmax(-1), 5).double())
+    reinforce = small_dntm(addressing="reinforce", read_heads=2)
+    reinforce.load_state_dict(model.state_dict())
+    reinforce.eval()
+    assert torch.equal(reinforce(x)[0], y1)
+
+
+def test_soft_model_tested_discretely():
+    """The paper's Discrete† column: train soft, evaluate with addressing='argmax'."""
+    soft = small_dntm()
+    hard = small_dntm(addressing="argmax")
+    hard.load_state_dict(soft.state_dict())
+    _, _, ts = soft(seq(), return_trace=True)
+    _, _, th = hard(seq(), return_trace=True)
+    assert torch.allclose(ts.read_probs[:, 0], th.read_probs[:, 0])   # same first step
+    assert not torch.equal(ts.read_weights, th.read_weights)
+
+
+def test_reinforce_samples_in_training_and_keys_learn_only_through_aux_loss():
+    model = small_dntm(addressing="reinforce", read_heads=2)
+    torch.manual_seed(0)
+    y, _, tr = model(seq(), return_trace=True)
+    assert tr.sampled.eq(1).all()
+    assert set(tr.write_weights.unique().tolist()) == {0.0, 1.0}
+    runs = {tuple(model(seq(), return_trace=True)[2].read_weights.argmax(-1).flatten().tolist())
+            for _ in range(5)}
+    assert len(runs) > 1                                    # samples differ between calls
+    key_rows = model.cell.head_params.weight[:2 * 5]        # the read keys' rows
+    grad, = torch.autograd.grad(y.pow(2).sum(), model.cell.head_params.weight, retain_graph=True)
+    assert grad[:2 * 5].abs().sum() == 0                    # one-hot reads: no backprop path
+    nll = torch.rand(3, 5, dtype=torch.float64)
+    grad, = torch.autograd.grad(model.aux_loss(tr, nll), model.cell.head_params.weight)
+    assert grad[:2 * 5].abs().sum() > 0 and key_rows.shape[0] == 10
+
+
+def test_reinforce_term_by_hand():
+    model = small_dntm(addressing="reinforce", entropy_weight=0.1)
+    torch.manual_seed(1)
+    _, _, tr = model(seq(), return_trace=True)
+    nll = torch.rand(3, 5, dtype=torch.float64)
+    terms = model.aux_terms(tr, nll)
+    reward = -nll.sum(1)
+    advantage = (reward - reward.mean()) / torch.sqrt(reward.var(unbiased=False) + 1e-4)
+    log_p = (torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum((1, 2))
+             + torch.log((tr.write_weights * tr.write_probs).sum(-1)).sum((1, 2)))
+    assert torch.allclose(terms["reinforce"], -(advantage * log_p).mean() / 5)
+    ent = (-(tr.read_probs * tr.read_probs.log()).sum(-1).sum((1, 2))
+           - (tr.write_probs * tr.write_probs.log()).sum(-1).sum((1, 2)))
+    assert torch.allclose(terms["entropy"], -0.1 * ent.mean() / 5)
+    assert model.reward_stats.count.item() == 1
+    assert {"reward_stats.mean", "reward_stats.var", "reward_stats.count"} <= set(model.state_dict())
+
+
+def test_input_baseline_is_trained_with_huber_and_only_by_it():
+    model = small_dntm(addressing="reinforce", input_baseline=True)
+    _, _, tr = model(seq(), return_trace=True)
+    terms = model.aux_terms(tr, torch.rand(3, 5, dtype=torch.float64))
+    assert set(terms) == {"reinforce", "baseline"}
+    base = list(model.baseline.parameters())
+    g_rl = torch.autograd.grad(terms["reinforce"], base, allow_unused=True, retain_graph=True)
+    assert all(g is None or g.abs().sum() == 0 for g in g_rl)
+    g_b = torch.autograd.grad(terms["baseline"], base)
+    assert all(g.abs().sum() > 0 for g in g_b)
+
+
+def test_soft_model_has_no_aux_loss_unless_a_regulariser_is_on():
+    assert not small_dntm().uses_aux_loss
+    assert small_dntm(addressing="reinforce").uses_aux_loss
+    assert small_dntm(read_write_consistency=0.1).uses_aux_loss
+    assert small_dntm(next_input_prediction=1.0).uses_aux_loss
+
+
+# ------------------------------------------------------------------- curriculum
+
+def test_curriculum_probability_schedule():
+    assert schedules.inverse_sqrt(1.0, 0) == 1.0
+    assert schedules.inverse_sqrt(1.0, 3) == 0.5
+    assert schedules.inverse_sqrt(0.5, 99) == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="step"):
+        schedules.inverse_sqrt(1.0, -1)
+    with pytest.raises(ValueError, match="p0"):
+        schedules.inverse_sqrt(1.5, 0)
+    model = small_dntm(addressing="reinforce", curriculum_p0=1.0)
+    torch.manual_seed(0)
+    soft = []
+    for _ in range(2000):
+        schedules.start_minibatch(model, 3)               # p_3 = 1 / sqrt(4) = 0.5
+        soft.append(model.soft_minibatch)
+    assert abs(sum(soft) / 2000 - 0.5) < 0.04
+    schedules.start_minibatch(model, 0)                   # p_0 = 1: always soft
+    assert model.soft_minibatch
+    plain = small_dntm(addressing="reinforce")
+    state = torch.get_rng_state()
+    schedules.start_minibatch(plain, 0)                   # no curriculum: untouched, no draw
+    assert not plain.soft_minibatch and torch.equal(state, torch.get_rng_state())
+
+
+def test_curriculum_switches_between_soft_and_sampled_weights():
+    model = small_dntm(addressing="reinforce", curriculum_p0=1.0)
+    model.soft_minibatch = True
+    _, _, tr = model(seq(), return_trace=True)
+    assert tr.sampled.eq(0).all() and torch.equal(tr.read_weights, tr.read_probs)
+    assert model.aux_terms(tr, torch.rand(3, 5, dtype=torch.float64)) == {}
+    model.soft_minibatch = False
+    _, _, tr = model(seq(), return_trace=True)
+    assert tr.sampled.eq(1).all()
+    model.soft_minibatch = True
+    model.eval()                                          # evaluation is always discrete
+    _, _, tr = model(seq(), return_trace=True)
+    assert set(tr.read_weights.unique().tolist()) == {0.0, 1.0} and tr.sampled.eq(0).all()
+
+
+def test_training_loop_drives_the_curriculum(tmp_path, monkeypatch):
+    from mannlab.config import RunConfig, TrainConfig
+    from mannlab.training import loop, train
+    monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
+    seen = []
+    original = mannlab.DNTM.run
+
+    def spy(self, x, state, with_trace):
+        if self.training:
+            seen.append(self.soft_minibatch)
+        return original(self, x, state, with_trace)
+    monkeypatch.setattr(mannlab.DNTM, "run", spy)
+    config = RunConfig(model="dntm", task="copy", seed=0, run_dir=str(tmp_path / "run"),
+                       model_args={**SMALL, "addressing": "reinforce", "curriculum_p0": 1.0,
+                                   "entropy_weight": 0.01, "input_baseline": True},
+                       task_args={"width": 3, "max_length": 3},
+                       train=TrainConfig(steps=6, batch_size=4, val_every=6, val_batch_size=4,
+                                         val_batches=1, val_length_multiples=(1,),
+                                         checkpoint_every=6, progress=False, optimizer="adam"))
+    summary = train(config)
+    assert seen[0] is True and len(seen) == 6             # p_0 = 1: the first minibatch is soft
+    assert summary["steps"] == 6
+
+
+# ------------------------------------------------------------------ regularisers
+
+def test_read_write_consistency_by_hand():
+    u = torch.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]])          # (B=1, T=2, H=1, N=2)
+    w = torch.tensor([[[[1.0, 0.0]], [[0.5, 0.5]]]])
+    # t'=1: mean u = [1, 0], overlap 1 -> 0; t'=2: mean u = [.5, .5], overlap .5 -> .25; / T' = 2
+    assert torch.allclose(read_write_consistency(w, u, 1, 1), torch.tensor([0.125]))
+
+
+def test_regularisers_switch_on_from_the_config_and_get_gradients():
+    model = build_model("dntm", 4, 3, **SMALL, read_write_consistency=0.5,
+                        next_input_prediction=1.0).double()
+    _, _, tr = model(seq(), return_trace=True)
+    terms = model.aux_terms(tr, torch.zeros(3, 5, dtype=torch.float64))
+    assert set(terms) == {"read_write", "next_input"}
+    assert all(t.item() > 0 for t in terms.values())
+    sum(terms.values()).backward()
+    assert model.predictor.weight.grad.abs().sum() > 0
+    assert model.cell.head_params.weight.grad.abs().sum() > 0
+    gaussian = small_dntm(next_input_prediction=1.0, next_input_distribution="gaussian")
+    _, _, tr = gaussian(3 * seq() - 1, return_trace=True)
+    assert gaussian.aux_terms(tr, torch.zeros(3, 5, dtype=torch.float64))["next_input"] > 0
+    _, _, tr = model(3 * seq() - 1, return_trace=True)
+    with pytest.raises(ValueError, match="gaussian"):
+        model.aux_loss(tr, torch.zeros(3, 5, dtype=torch.float64))
+
+
+# ------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(addressing="gumbel"), "addressing must be one of 'soft', 'reinforce', 'argmax'"),
+    (dict(write_keys="address"), "write_keys must be one of"),
+    (dict(memory_slots=0), "memory_slots"),
+    (dict(address_size=0), "address_size"),
+    (dict(addressing_steps=0), "addressing_steps"),
+    (dict(lru="yes"), "lru must be true or false"),
+    (dict(addressing="reinforce", curriculum_p0=1.5), "curriculum_p0 must be a number >= 0 and <= 1"),
+    (dict(curriculum_p0=1.0), "need addressing='reinforce'"),
+    (dict(input_baseline=True), "need addressing='reinforce'"),
+    (dict(entropy_weight=-1), "entropy_weight"),
+    (dict(reward_momentum=1.0), "reward_momentum"),
+    (dict(next_input_distribution="poisson"), "next_input_distribution"),
+    (dict(controller="gru2"), "unknown controller 'gru2'"),
+])
+def test_invalid_options_raise_config_error(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        mannlab.DNTM(4, 3, **{**SMALL, **kwargs})
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (torch.randn(2, 3, 5), ValueError, "input_size=4"),
+    (torch.randn(3, 4), ValueError, "3-D input"),
+    (torch.randn(2, 3, 4, dtype=torch.float64), TypeError, "float32"),
+])
+def test_bad_input_gives_clear_error(bad, error, message):
+    with pytest.raises(error, match=message):
+        mannlab.DNTM(4, 3, **SMALL)(bad)
+
+
+def test_aux_loss_checks_its_arguments():
+    model = small_dntm(addressing="reinforce")
+    _, _, tr = model(seq(), return_trace=True)
+    with pytest.raises(ValueError, match=r"step_nll must be \(B, T\) = \(3, 5\)"):
+        model.aux_loss(tr, torch.zeros(3, 4, dtype=torch.float64))
+    with pytest.raises(TypeError, match="DNTMTrace"):
+        model.aux_loss(tuple(tr), torch.zeros(3, 5, dtype=torch.float64))
+
+
+def test_registry_builds_dntm():
+    assert isinstance(build_model("dntm", 4, 3, **SMALL), mannlab.DNTM)
+    with pytest.raises(ConfigError, match="address_size"):
+        build_model("dntm", 4, 3, adress_size=3)
+
+
+# --------------------------------------------------------------------- learning
+
+def test_learns_tiny_copy_soft():
+    before, after = tiny_copy_losses(lambda task: build_model(
+        "dntm", task.input_size, task.output_size, controller_size=24, memory_slots=8,
+        address_size=4, content_size=6))
+    assert after < 0.75 * before, f"validation BCE {before:.3f} -> {after:.3f}"

@@ -163,3 +163,11 @@ def test_cli_simulate_wormhole_smoke(tmp_path, capsys):
         main(["simulate", "wormhole", "--t0", "9", "--t1", "3", "--out", str(tmp_path / "x")])
     assert err.value.code == 2 and "expected t0 < t1" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_model_options_after_a_colon():
+    task = mannlab.tasks.make("copy")
+    label, model = gradflow.load_model("ntm:memory_slots=7,controller=fnn,memory_width=3", task)
+    assert label.startswith("ntm:memory_slots=7") and model.cell.slots == 7
+    with pytest.raises(ValueError, match="key=value pairs"):
+        gradflow.load_model("ntm:memory_slots", task)

@@ -457,7 +457,8 @@ Jacobian of the output at the last step t1 with respect to the input at t0
 (--quantity output, Frobenius norm of dy_t1/dx_t0) or of the loss at t1
 (--quantity loss, ||dL_t1/dx_t0||), against the distance t1 - t0 = 0..--max-distance,
 averaged over --samples sequences of --task. Each MODEL is a model name (freshly
-initialised with --seed, default options) or a run directory (its best checkpoint).
+initialised with --seed; options after a colon, e.g. dntm:addressing=argmax or
+ntm:memory_slots=32,controller=fnn) or a run directory (its best checkpoint).
 Models run in eval mode (discrete reads as argmax) on a float64 copy. Writes a PNG (--out)
 and a CSV with the same stem (model, distance, mean, sem, median).
 """

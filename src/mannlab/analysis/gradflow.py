@@ -170,8 +170,11 @@ def gradient_flow(model: torch.nn.Module, task: Any, max_distance: int = 200, sa
 
 def load_model(spec: str, task: Any, seed: int = 0, checkpoint: str = "best"
                ) -> tuple[str, torch.nn.Module]:
-    """(label, model) for a registry name (freshly initialised with torch seed ``seed``,
-    default options) or a run directory (its ``checkpoint``, best by default).
+    """(label, model) for a registry name (freshly initialised with torch seed ``seed``)
+    or a run directory (its ``checkpoint``, best by default).
+
+    A name may carry model options after a colon, e.g. ``"dntm:addressing=argmax"`` or
+    ``"ntm:memory_slots=32,controller=fnn"`` (values read as int, float, true/false or text).
 
     The model must take the task's inputs: a run trained on another task with other
     input or output sizes fails naming both.
@@ -188,8 +191,25 @@ def load_model(spec: str, task: Any, seed: int = 0, checkpoint: str = "best"
                              f"output {run_task.output_size}); the task here has input "
                              f"{task.input_size}, output {task.output_size}")
         return f"{config.model} ({path.name}, step {meta.get('step')})", model
-    if spec.lower().replace("-", "_") not in MODELS:
+    name, _, options = spec.partition(":")
+    if name.lower().replace("-", "_") not in MODELS:
         raise ValueError(f"{spec!r} is neither a run directory nor a model name; "
                          f"models: {', '.join(sorted(MODELS))}")
+    kwargs = dict(_option(item) for item in options.split(",") if item.strip())
     torch.manual_seed(seed)
-    return f"{spec} (untrained, seed {seed})", build_model(spec, task.input_size, task.output_size)
+    return f"{spec} (untrained, seed {seed})", build_model(name, task.input_size, task.output_size,
+                                                           **kwargs)
+
+
+def _option(item: str) -> tuple[str, Any]:
+    """"key=value" -> (key, value as int, float, bool or str)."""
+    key, equals, text = item.partition("=")
+    if not equals or not key.strip():
+        raise ValueError(f"model options are key=value pairs separated by commas; got {item!r}")
+    text = text.strip()
+    for convert in (int, float):
+        try:
+            return key.strip(), convert(text)
+        except ValueError:
+            pass
+    return key.strip(), {"true": True, "false": False}.get(text.lower(), text)

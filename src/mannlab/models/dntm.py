@@ -487,15 +487,16 @@ class DNTM(SequenceModel):
 
     def _reinforce(self, trace: DNTMTrace, step_nll, sampled, T) -> dict[str, torch.Tensor]:
         reward = -step_nll.sum(1)                                               # R = log p(y|x)
-        if self.training or int(self.reward_stats.count) == 0:
-            if int(self.reward_stats.count) == 0:
-                self.reward_stats.update(reward[sampled > 0])
-                advantage = self.reward_stats.normalise(reward)
-            else:   # normalise with the moments of earlier minibatches, then fold this one in
-                advantage = self.reward_stats.normalise(reward)
-                self.reward_stats.update(reward[sampled > 0])
-        else:
-            advantage = self.reward_stats.normalise(reward)
+        stats = self.reward_stats
+        if int(stats.count) == 0:
+            # no history yet: the first minibatch is centred and scaled by its own moments
+            first = sampling.RunningMoments(eps=stats.eps).to(reward.device)
+            first.update(reward[sampled > 0])
+            advantage = first.normalise(reward)
+        else:   # the moments of earlier minibatches (the current one is folded in below)
+            advantage = stats.normalise(reward)
+        if self.training:   # evaluation never moves the running moments
+            stats.update(reward[sampled > 0])
         terms = {}
         if self.baseline is not None:
             predicted = self.baseline(trace.inputs)

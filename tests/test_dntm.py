@@ -278,7 +278,6 @@ def test_reinforce_term_by_hand():
     assert torch.allclose(terms["entropy"], -0.1 * ent.mean() / 5)
     assert model.reward_stats.count.item() == 1
     model.eval()                                          # evaluation never moves the moments
-    model.train(False)
     model.aux_terms(tr, nll)
     assert model.reward_stats.count.item() == 1
     assert {"reward_stats.mean", "reward_stats.var", "reward_stats.count"} <= set(model.state_dict())

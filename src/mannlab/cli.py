@@ -512,6 +512,9 @@ def _add_analysis_commands(command) -> None:
     gradflow.add_argument("--seed", type=int, default=0, help="seed of initialisation and data (default 0)")
     gradflow.add_argument("--checkpoint", choices=("best", "last"), default="best",
                           help="checkpoint of run directories (default best)")
+    gradflow.add_argument("--chunk", type=int, default=16,
+                          help="sequences per forward/backward pass; each sample counts once per output "
+                               "unit (default 16; the DNC needs about 75 MB per sequence of 200 steps)")
     gradflow.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     gradflow.add_argument("--out", metavar="FILE.png", help="figure path (default runs/gradflow/gradflow-<task>.png)")
     gradflow.set_defaults(func=cmd_gradflow)
@@ -558,7 +561,8 @@ def cmd_gradflow(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / "gradflow" / f"gradflow-{task.name}.png"
     try:
         result = gradflow_report(args.models, task, out, args.max_distance, args.samples,
-                                 args.batch_size, args.seed, args.length, args.quantity, args.checkpoint)
+                                 args.batch_size, args.seed, args.length, args.quantity, args.checkpoint,
+                                 args.chunk)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     print(f"{task.name}, {task.length_name} {result['length']}, {args.samples} samples, "

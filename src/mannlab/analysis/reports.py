@@ -48,7 +48,7 @@ def wormhole_report(out_dir: str | Path, steps: int = 200, cells: int = 50, simu
 def gradflow_report(specs: Sequence[str], task: Any, out: str | Path, max_distance: int = 200,
                     samples: int = 32, batch_size: int = 16, seed: int = 0,
                     length: int | None = None, quantity: str = "output",
-                    checkpoint: str = "best") -> dict[str, Any]:
+                    checkpoint: str = "best", chunk: int = 16) -> dict[str, Any]:
     """Gradient flow of each model (registry name or run directory) on ``task`` into
     ``out`` (a .png; the CSV goes next to it with the same stem). Returns the paths,
     the GradientFlow per label and the wall seconds per label."""
@@ -63,7 +63,7 @@ def gradflow_report(specs: Sequence[str], task: Any, out: str | Path, max_distan
         label, model = gradflow.load_model(spec, task, seed, checkpoint)
         started = time.perf_counter()
         results[label] = gradflow.gradient_flow(model, task, max_distance, samples, batch_size,
-                                                seed, length, quantity)
+                                                seed, length, quantity, chunk)
         seconds[label] = time.perf_counter() - started
     out = Path(out)
     rows = [{"model": label, "distance": int(d), "mean": flow.mean[d], "sem": flow.sem[d],

@@ -78,8 +78,9 @@ def wormhole_paths(rows: Sequence[Mapping], t0: int, t1: int, simulations: int,
 
 def gradient_flow(results: Mapping[str, "GradientFlow"], ylabel: str = "Jacobian norm",
                   title: str = "", path: str | os.PathLike | None = None) -> Figure:
-    """Jacobian norm against distance t1 - t0 (log y), one line per model with a band of
-    +- one standard error over samples (``results`` maps a label to a GradientFlow)."""
+    """Jacobian norm against distance t1 - t0 (log y), one colour per model: the mean over
+    samples (solid, with a band of +- one standard error) and the median (dotted), since
+    a few samples can dominate the mean (``results`` maps a label to a GradientFlow)."""
     fig = plt.figure(figsize=(7.0, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for label, flow in results.items():
@@ -87,11 +88,13 @@ def gradient_flow(results: Mapping[str, "GradientFlow"], ylabel: str = "Jacobian
         line, = ax.plot(flow.distances, np.maximum(flow.mean, floor), lw=1.4, label=label)
         ax.fill_between(flow.distances, np.maximum(flow.mean - flow.sem, floor),
                         flow.mean + flow.sem, color=line.get_color(), alpha=0.2, lw=0)
+        ax.plot(flow.distances, np.maximum(flow.median, floor), color=line.get_color(), lw=1.0,
+                ls=":")
     ax.set_yscale("log")
     ax.set_xlabel("distance t1 - t0 (steps)")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, which="major")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, title="solid: mean, dotted: median", title_fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
     return _finish(fig, path)

@@ -272,10 +272,11 @@ def test_reinforce_term_by_hand():
     advantage = (reward - reward.mean()) / torch.sqrt(reward.var(unbiased=False) + 1e-4)
     log_p = (torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum((1, 2))
              + torch.log((tr.write_weights * tr.write_probs).sum(-1)).sum((1, 2)))
-    assert torch.allclose(terms["reinforce"], -(advantage * log_p).mean() / 5)
+    scored = 5 * 3                                        # every step scored, 3 outputs
+    assert torch.allclose(terms["reinforce"], -(advantage * log_p).mean() / scored)
     ent = (-(tr.read_probs * tr.read_probs.log()).sum(-1).sum((1, 2))
            - (tr.write_probs * tr.write_probs.log()).sum(-1).sum((1, 2)))
-    assert torch.allclose(terms["entropy"], -0.1 * ent.mean() / 5)
+    assert torch.allclose(terms["entropy"], -0.1 * ent.mean() / scored)
     assert model.reward_stats.count.item() == 1
     model.eval()                                          # evaluation never moves the moments
     model.aux_terms(tr, nll)

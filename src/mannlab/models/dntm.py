@@ -449,18 +449,23 @@ class DNTM(SequenceModel):
         return sum(self.aux_terms(trace, step_nll).values(), step_nll.new_zeros(()))
 
     def aux_terms(self, trace: DNTMTrace, step_nll: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Each training term by name, means over the batch, per time step.
+        """Each training term by name, means over the batch.
 
-        step_nll (B, T): -log p(y_t | x_{1:t}) of each step (0 where not scored), no
-        gradient. Terms present only when switched on:
+        step_nll (B, T): -log p(y_t | x_{1:t}) of each step summed over its outputs (0
+        where not scored), no gradient. Terms present only when switched on:
 
         - ``reinforce`` (section 4, minibatches with sampled weights): R = -sum_t step_nll,
           R~ = (R - b) / sqrt(σ^2 + ε) with the running moments (updated in training mode),
-          minus b(x) with the input baseline; -R~ sum_{t,j,heads} (log p(w~) + log p(u~)) / T
+          minus b(x) with the input baseline; -R~ sum_{t,j,heads} (log p(w~) + log p(u~)) / S
         - ``baseline``: Huber(b(x) - R~), the input baseline's own loss
-        - ``entropy``: -λ_H sum_{t,j,heads} (H(w) + H(u)) / T
+        - ``entropy``: -λ_H sum_{t,j,heads} (H(w) + H(u)) / S
         - ``read_write``: λ R_rw (eq. 15), per step
         - ``next_input``: weight * -log p(x_{t+1} | [h_t; φ_t]) per step and input feature sum
+
+        S is the mean number of scored outputs per sequence (scored steps, where
+        step_nll > 0, times the output size): the task loss is a mean per scored output,
+        so dividing by S keeps the paper's ratio between the NLL and these terms (the
+        cost of section 4 sums all three over the sequence).
         """
         if not isinstance(trace, DNTMTrace):
             raise TypeError(f"aux_loss expects the DNTMTrace of return_trace=True, "
@@ -468,24 +473,25 @@ class DNTM(SequenceModel):
         if step_nll.shape != trace.sampled.shape:
             raise ValueError(f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, "
                              f"got {tuple(step_nll.shape)}")
-        T = step_nll.shape[1]
+        scored = (step_nll > 0).sum(1).to(step_nll.dtype).mean() * self.output_features
+        scored = scored.clamp_min(1.0)                                           # S
         terms: dict[str, torch.Tensor] = {}
         sampled = trace.sampled.amax(1)                                          # (B,)
         if self.cell.addressing == "reinforce" and bool(sampled.any()):
-            terms.update(self._reinforce(trace, step_nll.detach(), sampled, T))
+            terms.update(self._reinforce(trace, step_nll.detach(), sampled, scored))
         if self.entropy_weight:
             ent = sampling.entropy(trace.read_probs).sum((1, 2)) + \
                 sampling.entropy(trace.write_probs).sum((1, 2))
-            terms["entropy"] = -self.entropy_weight * ent.mean() / T
+            terms["entropy"] = -self.entropy_weight * ent.mean() / scored
         if self.rw_weight:
             terms["read_write"] = self.rw_weight * read_write_consistency(
                 trace.read_probs, trace.write_probs, self.cell.read_heads,
                 self.cell.write_heads).mean()
-        if self.predictor is not None and T > 1:
+        if self.predictor is not None and step_nll.shape[1] > 1:
             terms["next_input"] = self.prediction_weight * self._next_input(trace)
         return terms
 
-    def _reinforce(self, trace: DNTMTrace, step_nll, sampled, T) -> dict[str, torch.Tensor]:
+    def _reinforce(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
         reward = -step_nll.sum(1)                                               # R = log p(y|x)
         stats = self.reward_stats
         if int(stats.count) == 0:
@@ -504,7 +510,7 @@ class DNTM(SequenceModel):
             advantage = advantage - predicted.detach()
         log_p = (sampling.log_prob(trace.read_weights, trace.read_probs).sum((1, 2))
                  + sampling.log_prob(trace.write_weights, trace.write_probs).sum((1, 2)))
-        terms["reinforce"] = (sampling.reinforce_surrogate(log_p, advantage) * sampled).mean() / T
+        terms["reinforce"] = (sampling.reinforce_surrogate(log_p, advantage) * sampled).mean() / scored
         return terms
 
     def _next_input(self, trace: DNTMTrace) -> torch.Tensor:

@@ -282,6 +282,8 @@ def test_reinforce_term_by_hand():
     model.aux_terms(tr, nll)
     assert model.reward_stats.count.item() == 1
     assert {"reward_stats.mean", "reward_stats.var", "reward_stats.count"} <= set(model.state_dict())
+    model.reinforce_weight = 0.5
+    assert torch.allclose(model.aux_terms(tr, nll)["reinforce"], 0.5 * terms["reinforce"])
 
 
 def test_input_baseline_is_trained_with_huber_and_only_by_it():
@@ -407,6 +409,7 @@ def test_regularisers_switch_on_from_the_config_and_get_gradients():
     (dict(curriculum_p0=1.0), "need addressing='reinforce'"),
     (dict(input_baseline=True), "need addressing='reinforce'"),
     (dict(entropy_weight=-1), "entropy_weight"),
+    (dict(reinforce_weight=-0.1), "reinforce_weight"),
     (dict(reward_momentum=1.0), "reward_momentum"),
     (dict(next_input_distribution="poisson"), "next_input_distribution"),
     (dict(controller="gru2"), "unknown controller 'gru2'"),

@@ -389,7 +389,9 @@ class DNTM(SequenceModel):
     nop (one extra NOP cell), addressing "soft" | "reinforce" | "argmax", write_keys
     "content" (the paper: write keys over C) or "memory" (over [A; C]).
 
-    Training terms (``aux_loss``; zero when all are off): entropy_weight λ_H,
+    Training terms (``aux_loss``; zero when all are off): reinforce_weight (1 = the
+    paper's cost; smaller values damp the estimator's noise in the shared controller),
+    entropy_weight λ_H,
     input_baseline, reward_momentum (running reward moments),
     curriculum_p0 (p_0 of the soft-to-discrete curriculum, 0 = off; "reinforce" only),
     read_write_consistency λ of eq. 15, next_input_prediction weight with
@@ -401,7 +403,8 @@ class DNTM(SequenceModel):
                  content_size: int = 8, read_heads: int = 1, write_heads: int = 1,
                  addressing_steps: int = 1, lru: bool = True, nop: bool = False,
                  addressing: str = "soft", write_keys: str = "content",
-                 curriculum_p0: float = 0.0, entropy_weight: float = 0.0,
+                 curriculum_p0: float = 0.0, reinforce_weight: float = 1.0,
+                 entropy_weight: float = 0.0,
                  input_baseline: bool = False, reward_momentum: float = 0.9,
                  read_write_consistency: float = 0.0, next_input_prediction: float = 0.0,
                  next_input_distribution: str = "bernoulli", batch_first: bool = True):
@@ -414,6 +417,7 @@ class DNTM(SequenceModel):
                              addressing, write_keys)
         reinforce = addressing == "reinforce"
         self.curriculum_p0 = _check_weight("curriculum_p0", curriculum_p0, upper=1.0)
+        self.reinforce_weight = _check_weight("reinforce_weight", reinforce_weight)
         self.entropy_weight = _check_weight("entropy_weight", entropy_weight)
         self.rw_weight = _check_weight("read_write_consistency", read_write_consistency)
         self.prediction_weight = _check_weight("next_input_prediction", next_input_prediction)
@@ -456,7 +460,8 @@ class DNTM(SequenceModel):
 
         - ``reinforce`` (section 4, minibatches with sampled weights): R = -sum_t step_nll,
           R~ = (R - b) / sqrt(σ^2 + ε) with the running moments (updated in training mode),
-          minus b(x) with the input baseline; -R~ sum_{t,j,heads} (log p(w~) + log p(u~)) / S
+          minus b(x) with the input baseline;
+          -reinforce_weight R~ sum_{t,j,heads} (log p(w~) + log p(u~)) / S
         - ``baseline``: Huber(b(x) - R~), the input baseline's own loss
         - ``entropy``: -λ_H sum_{t,j,heads} (H(w) + H(u)) / S
         - ``read_write``: λ R_rw (eq. 15), per step
@@ -510,7 +515,8 @@ class DNTM(SequenceModel):
             advantage = advantage - predicted.detach()
         log_p = (sampling.log_prob(trace.read_weights, trace.read_probs).sum((1, 2))
                  + sampling.log_prob(trace.write_weights, trace.write_probs).sum((1, 2)))
-        terms["reinforce"] = (sampling.reinforce_surrogate(log_p, advantage) * sampled).mean() / scored
+        terms["reinforce"] = self.reinforce_weight * \
+            (sampling.reinforce_surrogate(log_p, advantage) * sampled).mean() / scored
         return terms
 
     def _next_input(self, trace: DNTMTrace) -> torch.Tensor:

@@ -22,20 +22,19 @@ Per time step (heads of one kind are addressed together, never in a loop):
     (iii) w^r_t = address(M_t, w^r_{t-1});      r_t = M_t^T w^r_t
     (iv)  H^o_t = [h_t; r_t]
 with address = content (eq. 8, cosine K) -> interpolation -> circular shift ->
-sharpening: the functions of mannlab.addressing, run as one fused autograd
-function (mannlab.fused_addressing) with the same values and gradients.
+sharpening: the functions of mannlab.addressing. Steps (ii) and (iii), with the
+head activations, run as one fused autograd function (mannlab.fused_ntm_step)
+with the same values and gradients.
 """
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from mannlab import addressing
 from mannlab.controllers import make_controller
-from mannlab.fused_addressing import ntm_address
+from mannlab.fused_ntm_step import ntm_memory_step
 from mannlab.errors import ConfigError
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive
 
@@ -119,40 +118,20 @@ class NTMCell(MemoryCell):
         """The controller's input projection for every step at once (B, T, I) -> (B, T, G)."""
         return self.controller.precompute(x)
 
-    def _addressing_params(self, address: torch.Tensor):
-        """Raw head parameters (B, heads, W + 3 + S) -> activated (k, beta, g, s, gamma)."""
-        key, beta, gate, shift, gamma = address.split([self.width, 1, 1, self.num_shifts, 1], dim=-1)
-        return (key,
-                F.softplus(beta.squeeze(-1)),         # beta >= 0
-                torch.sigmoid(gate.squeeze(-1)),      # g in (0, 1)
-                torch.softmax(shift, dim=-1),         # s: distribution over shifts
-                1 + F.softplus(gamma.squeeze(-1)))    # gamma >= 1
-
     def step(self, x_proj: torch.Tensor, state: NTMState, with_trace: bool = False):
         """One step from the precomputed input projection; returns (H^o_t, state, trace or None)."""
         ctrl, memory, reads, read_w, write_w = state
         h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)        # (i)
-        batch, nw, nr = h.shape[0], self.write_heads, self.read_heads
-        params = self.head_params(h)
-        address = params[:, :(nw + nr) * self.address_size].view(batch, nw + nr, self.address_size)
-        write_address, read_address = address.split([nw, nr], dim=1)
-        erase, add = params[:, (nw + nr) * self.address_size:].view(
-            batch, nw, 2 * self.width).split(self.width, dim=-1)
-        erase = torch.sigmoid(erase)                                                 # e in (0, 1)
-        write_params = self._addressing_params(write_address)
-        # (ii) eq. 8 content weights on M_{t-1}, interpolation, shift, sharpening ...
-        write_w = ntm_address(write_params[0], memory, write_w, *write_params[1:])
-        # ... then M_t = M_{t-1} o (E - w^w e^T) + w^w a^T
-        memory = addressing.write(memory, write_w, erase, add)
-        read_params = self._addressing_params(read_address)
-        # (iii) the same addressing on M_t, then r^i_t = M_t^T w^{r,i}_t
-        read_w = ntm_address(read_params[0], memory, read_w, *read_params[1:])
-        reads = addressing.read(memory, read_w)
+        # Every head's raw parameters from h_t; the activations (beta = softplus, g = sigmoid,
+        # s = softmax, gamma = 1 + softplus, e = sigmoid), (ii) the write addressing (eq. 8
+        # content weights on M_{t-1}, interpolation, shift, sharpening) and the erase/add
+        # write, and (iii) the same addressing on M_t and r^i_t = M_t^T w^{r,i}_t run as one
+        # fused function (mannlab.fused_ntm_step), equal to the mannlab.addressing chain.
+        out = ntm_memory_step(self.head_params(h), memory, read_w, write_w, self.width,
+                              self.num_shifts, with_trace)
+        reads, memory, read_w, write_w = out[:4]
         features = torch.cat([h_out, reads.flatten(1)], dim=-1)                       # (iv)
-        trace = None
-        if with_trace:
-            heads = [torch.cat(pair, dim=1) for pair in zip(write_params[1:], read_params[1:])]
-            trace = NTMTrace(read_w, write_w, reads, erase, add, *heads, memory)
+        trace = NTMTrace(read_w, write_w, reads, *out[4:], memory) if with_trace else None
         return features, NTMState(ctrl, memory, reads, read_w, write_w), trace
 
 

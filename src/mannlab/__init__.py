@@ -8,13 +8,14 @@ import importlib
 
 from mannlab import addressing, tasks
 from mannlab.errors import CheckpointError, ConfigError, DataError
-from mannlab.models import DNC, DNTM, LSTM, NTM, NTMCell, NTMState, NTMTrace, build_model
+from mannlab.models import (ARMIN, DNC, DNTM, LSTM, NTM, TARDIS, NTMCell, NTMState, NTMTrace,
+                            build_model)
 from mannlab.state import detach_state, map_state
 
 __version__ = "0.1.0"
 
 __all__ = ["addressing", "tasks", "plot", "build_model", "detach_state", "map_state", "LSTM",
-           "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNTM", "ConfigError", "CheckpointError",
+           "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNTM", "TARDIS", "ARMIN", "ConfigError", "CheckpointError",
            "DataError"]
 
 

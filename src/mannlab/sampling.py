@@ -12,6 +12,12 @@ the variance-reduction tools of Mnih & Gregor (2014), as used by the D-NTM
     RunningMoments         running mean b and variance sigma^2 of a reward;
                            normalise(R) = (R - b) / sqrt(sigma^2 + eps)
     reinforce_surrogate    -A * log p(w~) with the advantage A held constant
+    discounted_returns     G_t = sum_{j >= t} gamma^{j-t} R_j              (B, T)
+    gumbel_noise           g = -log(-log u), u ~ U(0, 1)
+    gumbel_softmax         y = softmax((logits + g) / tau); ``hard``: the one-hot of
+                           argmax y forward, the gradient of y backward (straight-through)
+    straight_through       hard + soft - soft.detach(): hard values, soft gradient
+    gumbel_sigmoid         sigmoid((logit + log u - log(1 - u)) / tau) (binary concrete)
 
 Everything works on any leading shape (batch, time, heads, ...); the last axis
 of a distribution is the category axis (memory slots). Nothing here loops.
@@ -140,3 +146,61 @@ class RunningMoments(nn.Module):
 
     def extra_repr(self) -> str:
         return f"momentum={self.momentum}, eps={self.eps}"
+
+
+def discounted_returns(rewards: torch.Tensor, discount: float) -> torch.Tensor:
+    """G_t = sum_{j >= t} discount^(j - t) R_j over the last (time) axis (TARDIS eq. 16).
+
+    rewards (..., T) -> (..., T). One matrix product with the (T, T) upper-triangular
+    matrix of powers, no loop; discount 0 gives R itself, 1 the undiscounted return-to-go.
+    """
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {discount}")
+    T = rewards.shape[-1]
+    steps = torch.arange(T, device=rewards.device, dtype=rewards.dtype)
+    lag = steps.view(T, 1) - steps.view(1, T)                        # j - t at [j, t]
+    powers = torch.where(lag >= 0, torch.as_tensor(discount, dtype=rewards.dtype,
+                                                   device=rewards.device) ** lag.clamp_min(0),
+                         torch.zeros((), dtype=rewards.dtype, device=rewards.device))
+    return rewards @ powers
+
+
+def gumbel_noise(like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """i.i.d. Gumbel(0, 1) samples g = -log(-log u), u ~ U(0, 1), shaped like ``like``."""
+    tiny = torch.finfo(like.dtype).tiny
+    u = torch.rand(like.shape, generator=generator, dtype=like.dtype, device=like.device)
+    return -torch.log(-torch.log(u.clamp(tiny, 1.0 - 1e-7)))
+
+
+def straight_through(hard: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
+    """Values of ``hard``, gradient of ``soft`` (Bengio et al. 2013): hard + soft - soft.detach()."""
+    return soft + (hard - soft).detach()
+
+
+def gumbel_softmax(logits: torch.Tensor, inverse_temperature: torch.Tensor | float = 1.0,
+                   hard: bool = True, noise: torch.Tensor | None = None) -> torch.Tensor:
+    """Gumbel-softmax sample over the last axis (Jang et al. 2016; Maddison et al. 2016).
+
+    y = softmax((logits + g) * inverse_temperature), g ~ Gumbel(0, 1) (``noise`` replaces
+    the draw, e.g. zeros for a noise-free relaxation). ``inverse_temperature`` 1/tau is a
+    number or a tensor broadcasting against logits[..., :1] (a learned 1/tau per row).
+    With ``hard`` the result is the one-hot of argmax y with the gradient of y
+    (straight-through); otherwise y itself. logits (..., N) -> (..., N).
+    """
+    _check_distribution(logits, "logits")
+    g = gumbel_noise(logits) if noise is None else noise
+    soft = torch.softmax((logits + g) * inverse_temperature, dim=-1)
+    return straight_through(argmax_one_hot(soft), soft) if hard else soft
+
+
+def gumbel_sigmoid(logits: torch.Tensor, temperature: float, noise: bool = True) -> torch.Tensor:
+    """Gumbel-sigmoid (binary concrete) gate, elementwise: sigmoid((logits + l) / temperature)
+    with logistic noise l = log u - log(1 - u), u ~ U(0, 1); ``noise=False`` drops l (the
+    deterministic gate used at evaluation). Values in (0, 1), close to binary for small tau."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if noise:
+        tiny = torch.finfo(logits.dtype).tiny
+        u = torch.rand_like(logits).clamp(tiny, 1.0 - 1e-7)
+        logits = logits + torch.log(u) - torch.log1p(-u)
+    return torch.sigmoid(logits / temperature)

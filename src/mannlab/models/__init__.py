@@ -6,13 +6,16 @@ import inspect
 from torch import nn
 
 from mannlab.errors import ConfigError
+from mannlab.models.armin import ARMIN, ARMINCell, ARMINState, ARMINTrace
 from mannlab.models.base import SequenceModel
 from mannlab.models.dnc import DNC, DNCCell, DNCState, DNCTrace
 from mannlab.models.dntm import DNTM, DNTMCell, DNTMState, DNTMTrace
 from mannlab.models.lstm import LSTM, LSTMState
 from mannlab.models.ntm import NTM, NTMCell, NTMState, NTMTrace
+from mannlab.models.tardis import TARDIS, TARDISCell, TARDISState, TARDISTrace
 
-MODELS: dict[str, type[SequenceModel]] = {"ntm": NTM, "dnc": DNC, "dntm": DNTM, "lstm": LSTM}
+MODELS: dict[str, type[SequenceModel]] = {"ntm": NTM, "dnc": DNC, "dntm": DNTM, "lstm": LSTM,
+                                      "tardis": TARDIS, "armin": ARMIN}
 
 
 def model_kwargs(name: str) -> list[str]:
@@ -36,4 +39,6 @@ def build_model(name: str, input_size: int, output_size: int | None, **kwargs) -
 
 __all__ = ["MODELS", "build_model", "model_kwargs", "SequenceModel", "LSTM", "LSTMState",
            "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNCCell", "DNCState", "DNCTrace",
-           "DNTM", "DNTMCell", "DNTMState", "DNTMTrace"]
+           "DNTM", "DNTMCell", "DNTMState", "DNTMTrace",
+           "TARDIS", "TARDISCell", "TARDISState", "TARDISTrace",
+           "ARMIN", "ARMINCell", "ARMINState", "ARMINTrace"]

@@ -161,7 +161,11 @@ class _Trainer:
             logits, _, trace = model(inputs, return_trace=True)
             task_loss = task.loss(logits, targets, mask)
             # the per-step NLL is a reward signal for the model's estimator, not a path for gradients
-            loss = task_loss + model.aux_loss(trace, task.step_nll(logits, targets, mask).detach())
+            step_nll = task.step_nll(logits, targets, mask).detach()
+            # models with their own auxiliary predictions (TARDIS eq. 17) score them on the targets
+            extra = ({"score": lambda out: task.step_nll(out, targets, mask)}
+                     if getattr(model, "aux_loss_scores", False) else {})
+            loss = task_loss + model.aux_loss(trace, step_nll, **extra)
         else:
             logits, _ = model(inputs)
             loss = task_loss = task.loss(logits, targets, mask)

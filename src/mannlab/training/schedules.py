@@ -8,7 +8,11 @@ training minibatch, which sets the model's per-minibatch switches from the step.
     bernoulli(p, generator)      pi ~ Bernoulli(p), a Python bool
     start_minibatch(model, t)    soft-to-discrete curriculum: for a model with
                                  ``curriculum_p0 > 0``, sets ``model.soft_minibatch = pi``,
-                                 pi ~ Bernoulli(p_t) (eq. 14: pi = 1 uses the soft weights)
+                                 pi ~ Bernoulli(p_t) (eq. 14: pi = 1 uses the soft weights);
+                                 gumbel-softmax temperature: for a model with
+                                 ``temperature_schedule = (every, maximum)`` (not None), sets
+                                 ``model.inverse_temperature`` (ARMIN appendix C)
+    inverse_temperature(t, every, maximum)   1/tau = min(1 + floor(t / every), maximum)
 """
 from __future__ import annotations
 
@@ -44,3 +48,19 @@ def start_minibatch(model: torch.nn.Module, step: int) -> None:
     p0 = getattr(model, "curriculum_p0", 0.0)
     if p0:
         model.soft_minibatch = bernoulli(inverse_sqrt(p0, step))
+    schedule = getattr(model, "temperature_schedule", None)
+    if schedule is not None:
+        model.inverse_temperature = inverse_temperature(step, *schedule)
+
+
+def inverse_temperature(step: int, every: int, maximum: float) -> float:
+    """1/tau = min(1 + floor(step / every), maximum): starts at 1 and grows by 1 every
+    ``every`` steps (an epoch, or 200 iterations on the algorithmic tasks) up to ``maximum``
+    (n_mem - 1 in ARMIN, appendix C, with the errata of shared/papers/README.md)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, got {step!r}")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"every must be an integer >= 1, got {every!r}")
+    if not maximum >= 1:
+        raise ValueError(f"maximum must be >= 1, got {maximum}")
+    return float(min(1 + step // every, maximum))

@@ -1,0 +1,355 @@
+"""ARMIN: Auto-addressing and Recurrent Memory Integrating Network.
+
+Paper: "Sequence Modelling with Auto-Addressing and Recurrent Memory Integrating
+Networks" (ICLR 2019 submission), sections 2-5 and appendices B, C, E, with the
+errata of shared/papers/README.md: W_ig has d_h + d_r output rows; 1/τ starts at 1
+and grows by 1 per epoch (per 200 iterations on algorithmic tasks) up to n_mem - 1.
+
+Glossary
+    x_t        input (d_i)                      h_t   hidden state (d_h), the only recurrence
+    M          memory (n_mem x d_r) of past hidden states, M_0 a learned parameter
+    s_t        read weights (n_mem), one-hot     r_t   historical state read, s_t^T M (d_r)
+    g^h, g^r   control gates (eq. 3)             h^g, r^g  gated h_{t-1}, r_t (eqs. 4-5)
+    i, f, g    input gate, forget gate, cell candidate (eq. 6)
+    o^h, o^r   output gates of h_t and r_t (eq. 6); o_t the output (d_h + d_r, eq. 8)
+    LN         layer normalisation (appendix C: on eqs. 3, 6 and 7)
+
+Per time step (read, cell, write):
+    s_t = gumbel-softmax(W_s [x_t, h_{t-1}] + b_s)      eq. 9 (straight-through one-hot)
+    r_t = sum_i s_t(i) M(i, :)                           eq. 10
+    [g^h; g^r] = σ(LN(W_ig [x_t, h_{t-1}, r_t] + b_ig))  eq. 3
+    h^g_{t-1} = g^h ∘ h_{t-1};  r^g_t = g^r ∘ r_t        eqs. 4-5
+    [i; f; g; o^h; o^r] = σ,σ,tanh,σ,σ(LN(W_go [x_t, h^g_{t-1}, r^g_t] + b_go))   eq. 6
+    h_t = LN(f ∘ h_{t-1} + i ∘ g)                        eq. 7 (then zoneout)
+    o_t = [o^h ∘ tanh(h_t), o^r ∘ tanh(r_t)]             eq. 8
+    write: h_t (W_w h_t when d_h != d_r) into the next empty slot while any is left
+           (slot n at step n < n_mem), then into the slot just read (section 3.3)
+
+Addressing (``addressing``): "gumbel" (eq. 9; 1/τ from the training schedule),
+"soft" (plain softmax reads and writes: table 7's "smooth read/write"), "argmax".
+Evaluation uses the argmax (except "soft"), and then the fast inference path of
+section 5: an index gather for the read and an index scatter for the write
+instead of the weighted sums (``fast_inference``; the same numbers).
+
+Ablations of table 7 (appendix E) as switches: ``read="random"`` (a uniformly random
+slot), ``write="queue"`` (first in, first out: slot n mod n_mem), ``write="independent"``
+(a second auto-addressing head over [x_t, h_t] picks the slot to write),
+``addressing="soft"``, ``control_gates=False`` (eq. 6 takes [x_t, h_{t-1}, r_t]
+ungated); and ``read="tardis"``, ARMIN+TARDIS-addr (appendix B.2, eq. 21: the read
+MLP of mannlab.models.tardis over [h_{t-1}, x_t, [A; M(i)], u_t] with a fixed random
+sparse address part A of ``address_size`` features and the last-read penalty).
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mannlab import sampling
+from mannlab.errors import ConfigError
+from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+from mannlab.models.tardis import (TardisAddressing, check_choice, check_number,
+                                   sequential_slots, sparse_addresses)
+
+ADDRESSING_MODES = ("gumbel", "soft", "argmax")
+READ_MODES = ("auto", "random", "tardis")
+WRITE_MODES = ("tied", "queue", "independent")
+
+
+class ARMINState(NamedTuple):
+    """Recurrent state: h (B, d_h); memory M (B, n_mem, d_r); read counts (B, n_mem) and
+    last read one-hot (B, n_mem) (for TARDIS addressing); steps since M was empty (B,) long."""
+    hidden: torch.Tensor
+    memory: torch.Tensor
+    read_counts: torch.Tensor
+    last_read: torch.Tensor
+    steps: torch.Tensor
+
+
+class ARMINStepTrace(NamedTuple):
+    read_weights: torch.Tensor       # (B, 1, n_mem)  s_t
+    write_weights: torch.Tensor      # (B, 1, n_mem)  slot written
+    read_logits: torch.Tensor        # (B, 1, n_mem)  W_s [x_t, h_{t-1}] + b_s (or eq. 21)
+    read_vectors: torch.Tensor       # (B, d_r)  r_t
+    control_gates: torch.Tensor      # (B, d_h + d_r)  [g^h; g^r]
+    gates: torch.Tensor              # (B, 4 d_h + d_r)  [i; f; g; o^h; o^r] after activation
+    hidden: torch.Tensor             # (B, d_h)  h_t
+
+
+class ARMINTrace(NamedTuple):
+    """:class:`ARMINStepTrace` stacked over time (B, T, ...)."""
+    read_weights: torch.Tensor
+    write_weights: torch.Tensor
+    read_logits: torch.Tensor
+    read_vectors: torch.Tensor
+    control_gates: torch.Tensor
+    gates: torch.Tensor
+    hidden: torch.Tensor
+
+
+def _orthogonal_blocks(weight: torch.Tensor, block: int) -> None:
+    """Orthogonal initialisation of each block of ``block`` output rows (appendix C)."""
+    with torch.no_grad():
+        for start in range(0, weight.shape[0], block):
+            nn.init.orthogonal_(weight[start:start + block])
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+class ARMINCell(MemoryCell):
+    """One ARMIN step: ``features, state = cell(x_t, state)``; x_t (B, d_i) -> o_t
+    (B, d_h + d_r)."""
+
+    def __init__(self, input_size: int, hidden_size: int = 100, memory_slots: int = 50,
+                 memory_width: Optional[int] = None, addressing: str = "gumbel",
+                 read: str = "auto", write: str = "tied", control_gates: bool = True,
+                 layer_norm: bool = True, zoneout: float = 0.0, address_size: Optional[int] = None,
+                 read_mlp_size: Optional[int] = None, address_seed: int = 0):
+        super().__init__()
+        memory_width = memory_width or hidden_size
+        check_positive(input_size=input_size, hidden_size=hidden_size, memory_slots=memory_slots,
+                       memory_width=memory_width)
+        self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
+        self.read_mode = check_choice("read", read, READ_MODES)
+        self.write_mode = check_choice("write", write, WRITE_MODES)
+        self.control_gates = _check_bool("control_gates", control_gates)
+        self.layer_norm = _check_bool("layer_norm", layer_norm)
+        self.zoneout = check_number("zoneout", zoneout, 0.0, 1.0)
+        self.hidden_size, self.slots, self.width = hidden_size, memory_slots, memory_width
+        self.features = hidden_size + memory_width
+        self.inverse_temperature = 1.0        # set by the training schedule
+        self.fast_inference = True
+        dh, dr, n = hidden_size, memory_width, memory_slots
+        self.sizes = [dh + dr, 4 * dh + dr, n, n]        # x parts: eq. 3 | eq. 6 | W_s | write head
+        self.input_proj = nn.Linear(input_size, sum(self.sizes))        # W_{.,x} x_t + b
+        self.control_h = nn.Linear(dh, dh + dr, bias=False)             # W_ig on h_{t-1}
+        self.control_r = nn.Linear(dr, dh + dr, bias=False)             # W_ig on r_t
+        self.gates_h = nn.Linear(dh, 4 * dh + dr, bias=False)           # W_go on h^g_{t-1}
+        self.gates_r = nn.Linear(dr, 4 * dh + dr, bias=False)           # W_go on r^g_t
+        self.address_h = nn.Linear(dh, n, bias=False)                   # W_s on h_{t-1} (eq. 9)
+        self.write_address_h = (nn.Linear(dh, n, bias=False) if write == "independent" else None)
+        self.write_map = nn.Linear(dh, dr, bias=False) if dh != dr else None   # section 3.3
+        self.ln_control = nn.LayerNorm(dh + dr) if layer_norm else None
+        self.ln_gates = nn.LayerNorm(4 * dh + dr) if layer_norm else None
+        self.ln_hidden = nn.LayerNorm(dh) if layer_norm else None
+        self.h0 = nn.Parameter(torch.zeros(dh))
+        self.initial_memory = nn.Parameter(torch.zeros(n, dr))
+        self.tardis = None
+        if read == "tardis":
+            address_size = address_size or max(1, round(dr / 5))   # key ~ 1/5 of the content
+            self.register_buffer("address", sparse_addresses(n, address_size,
+                                                             max(1, address_size // 2), address_seed))
+            self.tardis = TardisAddressing(input_size, dh, address_size + dr, n,
+                                           read_mlp_size or max(1, dh // 4))
+        self._initialise()
+
+    def _initialise(self) -> None:
+        """Orthogonal weight blocks, forget-gate bias 1 (appendix C)."""
+        dh, dr = self.hidden_size, self.width
+        for layer in (self.control_h, self.control_r):
+            _orthogonal_blocks(layer.weight, dh)
+        for layer in (self.gates_h, self.gates_r):
+            _orthogonal_blocks(layer.weight, dh)
+        with torch.no_grad():
+            bias = self.input_proj.bias
+            bias.zero_()
+            forget = slice(dh + dr + dh, dh + dr + 2 * dh)            # f block of eq. 6
+            if self.ln_gates is not None:
+                self.ln_gates.bias[dh:2 * dh].fill_(1.0)
+            else:
+                bias[forget].fill_(1.0)
+
+    # ------------------------------------------------------------------ state
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> ARMINState:
+        ref = self.h0
+        device = ref.device if device is None else device
+        dtype = ref.dtype if dtype is None else dtype
+        zeros = torch.zeros((), device=device, dtype=dtype).expand(batch_size, self.slots)
+        return ARMINState(self.h0.expand(batch_size, -1),
+                          self.initial_memory.expand(batch_size, -1, -1), zeros, zeros,
+                          torch.zeros(batch_size, dtype=torch.long, device=device))
+
+    def precompute(self, x: torch.Tensor) -> torch.Tensor:
+        """The input's share of eqs. 3, 6, 9 (and the independent write head) for all steps,
+        plus W_x^γ x + b of TARDIS addressing: (B, T, I) -> (B, T, P)."""
+        parts = [self.input_proj(x)]
+        if self.tardis is not None:
+            parts.append(self.tardis.precompute(x))
+        return torch.cat(parts, dim=-1)
+
+    # ----------------------------------------------------------- addressing
+
+    def discrete_eval(self) -> bool:
+        """Whether this pass takes the argmax (evaluation, or addressing="argmax")."""
+        return self.addressing == "argmax" or (not self.training and self.addressing != "soft")
+
+    def _weights(self, logits: torch.Tensor) -> torch.Tensor:
+        """Read (or independent write) weights from logits (B, n): eq. 9 or an ablation."""
+        if self.addressing == "soft":
+            return torch.softmax(logits, -1)
+        if self.discrete_eval():
+            return sampling.argmax_one_hot(logits)
+        return sampling.gumbel_softmax(logits, self.inverse_temperature, hard=True)
+
+    def _read_logits(self, x_s, x_t, h, memory, counts, last_read) -> torch.Tensor:
+        if self.tardis is not None:
+            keyed = torch.cat([self.address.to(memory.dtype).expand(memory.shape[0], -1, -1),
+                               memory], dim=-1)
+            return self.tardis.logits(x_t, h, keyed, counts, last_read)        # eq. 21
+        return x_s + self.address_h(h)                                         # eq. 9
+
+    def _random_read(self, like: torch.Tensor) -> torch.Tensor:
+        index = torch.randint(0, self.slots, (like.shape[0], 1), device=like.device)
+        return torch.zeros_like(like).scatter_(-1, index, 1.0)
+
+    # ----------------------------------------------------------------- cell
+
+    def cell_update(self, x_control, x_gates, h, r):
+        """Eqs. 3-8: (h_t before zoneout, o_t, [g^h; g^r], gate activations)."""
+        dh, dr = self.hidden_size, self.width
+        if self.control_gates:
+            pre = x_control + self.control_h(h) + self.control_r(r)
+            control = torch.sigmoid(self.ln_control(pre) if self.layer_norm else pre)    # eq. 3
+            h_g, r_g = control[:, :dh] * h, control[:, dh:] * r                           # eqs. 4-5
+        else:
+            control = h.new_ones(h.shape[0], dh + dr)
+            h_g, r_g = h, r
+        pre = x_gates + self.gates_h(h_g) + self.gates_r(r_g)
+        pre = self.ln_gates(pre) if self.layer_norm else pre                               # eq. 6
+        i, f, o_h = (torch.sigmoid(pre[:, k * dh:(k + 1) * dh]) for k in (0, 1, 3))
+        g = torch.tanh(pre[:, 2 * dh:3 * dh])
+        o_r = torch.sigmoid(pre[:, 4 * dh:])
+        h_new = f * h + i * g                                                              # eq. 7
+        h_new = self.ln_hidden(h_new) if self.layer_norm else h_new
+        out = torch.cat([o_h * torch.tanh(h_new), o_r * torch.tanh(r)], dim=-1)            # eq. 8
+        gates = torch.cat([i, f, g, o_h, o_r], dim=-1)
+        return h_new, out, control, gates
+
+    def _zoneout(self, h_prev: torch.Tensor, h_new: torch.Tensor) -> torch.Tensor:
+        """Zoneout (Krueger et al. 2016): keep each unit of h_{t-1} with probability p while
+        training; the expectation p h_{t-1} + (1 - p) h_t at evaluation."""
+        p = self.zoneout
+        if not p:
+            return h_new
+        if self.training:
+            keep = torch.rand_like(h_new) < p
+            return torch.where(keep, h_prev, h_new)
+        return p * h_prev + (1 - p) * h_new
+
+    def step(self, inputs: torch.Tensor, state: ARMINState, with_trace: bool = False):
+        h, memory, counts, last_read, steps = state
+        x_control, x_gates, x_s, x_w, *rest = inputs.split(
+            self.sizes + ([inputs.shape[-1] - sum(self.sizes)] if self.tardis is not None else []),
+            dim=-1)
+        x_t = rest[0] if rest else None
+        fast = self.fast_inference and self.discrete_eval() and not with_trace
+        if self.read_mode == "random":
+            logits = h.new_zeros(h.shape[0], self.slots)
+            read_w = self._random_read(logits)
+        else:
+            logits = self._read_logits(x_s, x_t, h, memory, counts, last_read)
+            read_w = None if fast else self._weights(logits)
+        batch = torch.arange(h.shape[0], device=h.device)
+        if fast:   # section 5: argmax and an index gather instead of the weighted sum
+            read_index = read_w.argmax(-1) if read_w is not None else logits.argmax(-1)
+            r = memory[batch, read_index]
+        else:
+            r = (read_w.unsqueeze(1) @ memory).squeeze(1)                           # eq. 10
+        h_new, out, control, gates = self.cell_update(x_control, x_gates, h, r)
+        h_new = self._zoneout(h, h_new)
+        value = self.write_map(h_new) if self.write_map is not None else h_new      # section 3.3
+        if fast:
+            write_index = self._write_index(read_index, steps, x_w, h_new)
+            memory = memory.index_put((batch, write_index), value)
+            read_w = F.one_hot(read_index, self.slots).to(h.dtype)
+        else:
+            write_w = self._write_weights(read_w, steps, x_w, h_new)
+            w = write_w.unsqueeze(-1)
+            memory = memory * (1 - w) + w * value.unsqueeze(1)
+        hard = read_w.detach()
+        state = ARMINState(h_new, memory, counts + hard, hard, steps + 1)
+        trace = None
+        if with_trace:
+            trace = ARMINStepTrace(read_w.unsqueeze(1), write_w.unsqueeze(1), logits.unsqueeze(1),
+                                   r, control, gates, h_new)
+        return out, state, trace
+
+    def _write_weights(self, read_w, steps, x_w, h_new) -> torch.Tensor:
+        """The slot written (B, n): the next empty slot while filling, then by ``write``."""
+        fill, filling = sequential_slots(steps, self.slots, read_w.dtype)
+        if self.write_mode == "queue":
+            return F.one_hot(steps % self.slots, self.slots).to(read_w.dtype)
+        if self.write_mode == "independent":
+            chosen = self._weights(x_w + self.write_address_h(h_new))
+        else:
+            chosen = read_w
+        return torch.where(filling, fill, chosen)
+
+    def _write_index(self, read_index, steps, x_w, h_new) -> torch.Tensor:
+        """The fast path's slot index (B,), the argmax version of :meth:`_write_weights`."""
+        if self.write_mode == "queue":
+            return steps % self.slots
+        if self.write_mode == "independent":
+            chosen = (x_w + self.write_address_h(h_new)).argmax(-1)
+        else:
+            chosen = read_index
+        return torch.where(steps < self.slots, steps, chosen)
+
+
+class ARMIN(SequenceModel):
+    """ARMIN shaped like torch.nn.LSTM: ``y, state = ARMIN(input_size, output_size)(x)``.
+
+    x (B, T, input_size) (batch_first=True, the default) -> logits y (B, T, output_size)
+    from o_t (eq. 8); with ``output_size=None`` y is o_t (d_h + d_r features).
+    Sizes (table 5 defaults): hidden_size d_h 100, memory_slots n_mem 50, memory_width
+    d_r (default d_h; a linear map writes h_t when they differ). ``addressing``
+    "gumbel" | "soft" | "argmax"; ``read`` "auto" | "random" | "tardis"; ``write``
+    "tied" | "queue" | "independent"; ``control_gates``, ``layer_norm``, ``zoneout`` p.
+    Temperature (appendix C): 1/τ = 1 at the start, +1 every ``temperature_every``
+    training steps up to n_mem - 1, set by mannlab.training.schedules (0: fixed at 1).
+    ``address_size``, ``read_mlp_size``: TARDIS addressing only (read="tardis").
+    """
+
+    def __init__(self, input_size: int, output_size: Optional[int] = None, hidden_size: int = 100,
+                 memory_slots: int = 50, memory_width: Optional[int] = None,
+                 addressing: str = "gumbel", read: str = "auto", write: str = "tied",
+                 control_gates: bool = True, layer_norm: bool = True, zoneout: float = 0.0,
+                 temperature_every: int = 200, address_size: Optional[int] = None,
+                 read_mlp_size: Optional[int] = None, address_seed: int = 0,
+                 batch_first: bool = True):
+        cell = ARMINCell(input_size, hidden_size, memory_slots, memory_width, addressing, read,
+                         write, control_gates, layer_norm, zoneout, address_size, read_mlp_size,
+                         address_seed)
+        super().__init__(input_size, output_size, cell.features, batch_first)
+        self.cell = cell
+        if isinstance(temperature_every, bool) or not isinstance(temperature_every, int) \
+                or temperature_every < 0:
+            raise ConfigError(f"temperature_every must be an integer >= 0 (0: 1/τ stays 1), "
+                              f"got {temperature_every!r}")
+        self.temperature_every = temperature_every
+
+    @property
+    def temperature_schedule(self):
+        """(every, maximum = n_mem - 1) of 1/τ for training/schedules.py, or None."""
+        if not self.temperature_every or self.cell.addressing != "gumbel":
+            return None
+        return self.temperature_every, max(1, self.cell.slots - 1)
+
+    @property
+    def inverse_temperature(self) -> float:
+        return self.cell.inverse_temperature
+
+    @inverse_temperature.setter
+    def inverse_temperature(self, value: float) -> None:
+        self.cell.inverse_temperature = float(value)
+
+    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+        features, state, steps = super().run(x, state, with_trace)
+        return features, state, (ARMINTrace(*steps) if with_trace else None)

@@ -1,0 +1,419 @@
+"""TARDIS: Temporal Automatic Relation Discovery in Sequences.
+
+Paper: C. Gulcehre, S. Chandar, Y. Bengio, "Memory Augmented Neural Networks with
+Wormhole Connections" (2017), sections 2 (model), 3 (training) and 8.3 (algorithmic
+tasks), with the errata of shared/papers/README.md: the usage vector is the running
+sum of the discrete read weights normalised feature-wise (centred, divided by its
+standard deviation), and 100 is subtracted from the logit of the slot read at the
+previous step.
+
+Glossary
+    x_t        input (I)                          h_t, c_t  LSTM controller state (d_h)
+    k          memory cells (slots)               a, c      address / content widths, q = a + c
+    A          address part (k x a): fixed random sparse vectors, a buffer, never written
+    C_t        content part (k x c): micro-states W_m h (eq. 2), C_0 a learned parameter
+    M_t        = [A; C_t] (k x q); row i is M_t[i]
+    u_t        normalised usage: norm(sum_{i<t} w^r_i) (eq. 6)
+    π_t        read logits (eq. 4); w̄^r_t = softmax(π_t) (eq. 5); w^r_t its one-hot
+    τ(h)       learned inverse temperature, softplus(w^τ h + b^τ) + 1 (eq. 18)
+    α_t, β_t   scalar RESET gates, gumbel-sigmoid with temperature 0.3 (eq. 8)
+    r_t        read vector M_{t-1}^T w^r_t (eq. 1), q wide (address and content)
+    g(h, r)    output fusion tanh(W_gh h_t + W_gr r_t + b) (eq. 11); y_t = W^o g + b^o
+
+Per time step t (0-based n counts steps since the memory was empty):
+    π_t[i] = a^T tanh(W_h h_{t-1} + W_x x_t + W_m M_{t-1}[i] + W_u u_t) - 100 [i read at t-1]
+    w^r_t  = one-hot of π_t (gumbel-softmax + straight-through, a sample, or argmax)
+    r_t    = M_{t-1}^T w^r_t                                        eq. 1
+    f, i, o = sigm(W_h h_{t-1} + W_x x_t + W_r r_t)                  eq. 7
+    α, β   = gumbel-sigmoid(w_h h_{t-1} + w_x x_t + w_r r_t)          eq. 8
+    c̃_t = tanh(β W^g_h h_{t-1} + W^g_x x_t + α W^g_r r_t); c_t = f c_{t-1} + i c̃_t   eq. 9
+    h_t = o tanh(c_t)                                                eq. 10
+    write: C_t[n] = W_m h_t while n < k (sequential), else C_t[j] = W_m h_t for the
+           slot j just read (tied read/write)                        eq. 2, algorithm 1
+Algorithm 1 writes the read logits as read(h_t, M_t, x_t) before h_t exists; the
+logits use h_{t-1} and M_{t-1}, the quantities available when the read happens
+(as ARMIN's auto-addressing does). The usage term W_u u_t takes the whole usage
+vector (k), as eq. 4 writes it; the random address rows let the MLP tell slots apart.
+
+Addressing (``addressing``): "gumbel" (eqs. 18-19, straight-through: the forward
+pass reads and writes the one-hot, the backward pass uses the gradient of the
+gumbel-softmax), "reinforce" (a one-hot sample of w̄^r; the read MLP learns only
+through ``aux_loss``), "argmax". Evaluation (``model.eval()``) always takes the
+argmax and drops the gumbel-sigmoid noise, so a trained model is deterministic.
+``temperature="scheduled"`` replaces eq. 18 by 1/τ set from the training step
+(ARMIN's set-up, appendix C) through mannlab.training.schedules.
+
+``TARDIS.aux_loss`` (REINFORCE, section 3.1): reward R'_j = log p(y_j | r̄_j, x_j) of
+the auxiliary predictor softmax/sigmoid(W^o_r r̄_j + W^o_x x_j) (eq. 17; r̄ is r
+without gradient), discounted returns (eq. 16), centred and divided by their running
+standard deviation (variance normalisation); plus the auxiliary predictor's own loss.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mannlab import sampling
+from mannlab.errors import ConfigError
+from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+
+ADDRESSING_MODES = ("gumbel", "reinforce", "argmax")
+TEMPERATURES = ("learned", "scheduled")
+#: subtracted from the logit of the slot read at the previous step (section 2.2)
+LAST_READ_PENALTY = 100.0
+#: temperature of the gumbel-sigmoid RESET gates (section 2.3)
+RESET_TEMPERATURE = 0.3
+#: ε of the usage normalisation (u - mean) / sqrt(var + ε)
+USAGE_EPS = 1e-5
+
+
+# ---------------------------------------------------------------- primitives
+
+def sparse_addresses(slots: int, size: int, nonzeros: int, seed: int = 0) -> torch.Tensor:
+    """Fixed random sparse address vectors A (slots, size): ``nonzeros`` entries of each
+    row are ±1/sqrt(nonzeros) at random positions, the rest 0 (section 2.2). Drawn from
+    a generator seeded with ``seed``, so a model rebuilt from its config has the same A."""
+    if not 1 <= nonzeros <= size:
+        raise ConfigError(f"address nonzeros must be in [1, address_size={size}], got {nonzeros}")
+    gen = torch.Generator().manual_seed(seed)
+    rank = torch.rand(slots, size, generator=gen).argsort(-1).argsort(-1)   # random positions
+    signs = torch.randint(0, 2, (slots, size), generator=gen) * 2.0 - 1.0
+    return torch.where(rank < nonzeros, signs, torch.zeros(())) / nonzeros ** 0.5
+
+
+def normalise_usage(counts: torch.Tensor, eps: float = USAGE_EPS) -> torch.Tensor:
+    """u_t = norm(sum_{i<t} w^r_i) (eq. 6): counts (B, k) centred over the slots and divided
+    by their standard deviation -> (B, k). Equal counts (e.g. none yet) give 0."""
+    centred = counts - counts.mean(-1, keepdim=True)
+    return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
+
+
+class TardisAddressing(nn.Module):
+    """The read-logit MLP of eq. 4 with the last-read penalty; shared with ARMIN+TARDIS-addr.
+
+    ``precompute(x (B, T, I)) -> (B, T, m)`` (W_x x_t + b for all steps), then
+    ``logits(x_part (B, m), h (B, d_h), memory (B, k, q), counts (B, k), last_read (B, k))
+    -> π (B, k)``. m is the MLP width (``mlp_size``).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, memory_width: int, slots: int,
+                 mlp_size: int):
+        super().__init__()
+        check_positive(mlp_size=mlp_size)
+        self.input_part = nn.Linear(input_size, mlp_size)                  # W_x^γ (+ bias)
+        self.hidden_part = nn.Linear(hidden_size, mlp_size, bias=False)    # W_h^γ
+        self.usage_part = nn.Linear(slots, mlp_size, bias=False)           # W_u^γ
+        self.memory_part = nn.Linear(memory_width, mlp_size, bias=False)   # W_m^γ
+        self.score = nn.Linear(mlp_size, 1, bias=False)                    # a
+
+    def precompute(self, x: torch.Tensor) -> torch.Tensor:
+        return self.input_part(x)
+
+    def logits(self, x_part: torch.Tensor, h: torch.Tensor, memory: torch.Tensor,
+               counts: torch.Tensor, last_read: torch.Tensor) -> torch.Tensor:
+        usage = normalise_usage(counts)                                    # eq. 6
+        query = x_part + self.hidden_part(h) + self.usage_part(usage)      # (B, m)
+        pre = torch.tanh(query.unsqueeze(1) + self.memory_part(memory))    # (B, k, m)
+        pi = self.score(pre).squeeze(-1)                                   # eq. 4
+        return pi - LAST_READ_PENALTY * last_read
+
+
+def check_choice(name: str, value: Any, valid: tuple[str, ...]) -> str:
+    if value not in valid:
+        raise ConfigError(f"{name} must be one of {', '.join(map(repr, valid))}, got {value!r}")
+    return value
+
+
+def check_number(name: str, value: Any, low: float, high: float = float("inf"),
+                 low_open: bool = False) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bound = f"> {low}" if low_open else f">= {low}"
+        raise ConfigError(f"{name} must be a number {bound}" +
+                          (f" and <= {high}" if high != float("inf") else "") + f", got {value!r}")
+    return float(value)
+
+
+def sequential_slots(step: torch.Tensor, slots: int, dtype: torch.dtype) -> torch.Tensor:
+    """One-hot of slot n for the steps n < k of the filling phase (rows past it are 0):
+    step (B,) long -> (B, k), and the (B, 1) mask of rows still filling."""
+    filling = (step < slots).unsqueeze(-1)
+    one_hot = F.one_hot(step.clamp(max=slots - 1), slots).to(dtype)
+    return one_hot * filling, filling
+
+
+# --------------------------------------------------------------------- state
+
+class TARDISState(NamedTuple):
+    """Recurrent state: LSTM h, c (B, d_h); content C (B, k, c); read counts sum_{i<t} w^r_i
+    (B, k); last read one-hot (B, k); steps n since the memory was empty (B,) long."""
+    hidden: torch.Tensor
+    cell: torch.Tensor
+    content: torch.Tensor
+    read_counts: torch.Tensor
+    last_read: torch.Tensor
+    steps: torch.Tensor
+
+
+class TARDISStepTrace(NamedTuple):
+    read_weights: torch.Tensor       # (B, 1, k)  w^r_t (one-hot)
+    write_weights: torch.Tensor      # (B, 1, k)  slot written (sequential, then w^r_t)
+    read_probs: torch.Tensor         # (B, 1, k)  w̄^r_t = softmax(π_t)
+    read_vectors: torch.Tensor       # (B, q)  r_t
+    hidden: torch.Tensor             # (B, d_h)  h_t
+    resets: torch.Tensor             # (B, 2)  α_t, β_t
+    inverse_temperature: torch.Tensor  # (B,)  τ(h_{t-1}) or the scheduled 1/τ
+    usage: torch.Tensor              # (B, k)  u_t
+    sampled: torch.Tensor            # (B,)  1 where w^r_t was sampled (REINFORCE)
+
+
+class TARDISTrace(NamedTuple):
+    """:class:`TARDISStepTrace` stacked over time (B, T, ...), plus the inputs x (B, T, I)."""
+    read_weights: torch.Tensor
+    write_weights: torch.Tensor
+    read_probs: torch.Tensor
+    read_vectors: torch.Tensor
+    hidden: torch.Tensor
+    resets: torch.Tensor
+    inverse_temperature: torch.Tensor
+    usage: torch.Tensor
+    sampled: torch.Tensor
+    inputs: torch.Tensor
+
+
+# ---------------------------------------------------------------------- cell
+
+class TARDISCell(MemoryCell):
+    """One TARDIS step: ``features, state = cell(x_t, state)``; x_t (B, I) -> g(h_t, r_t)
+    (B, fusion_size)."""
+
+    def __init__(self, input_size: int, hidden_size: int = 120, memory_slots: int = 16,
+                 address_size: int = 4, content_size: int = 32, read_mlp_size: Optional[int] = None,
+                 fusion_size: Optional[int] = None, addressing: str = "gumbel",
+                 temperature: str = "learned", address_nonzeros: Optional[int] = None,
+                 address_seed: int = 0):
+        super().__init__()
+        read_mlp_size = read_mlp_size or max(1, hidden_size // 4)
+        fusion_size = fusion_size or hidden_size
+        check_positive(input_size=input_size, hidden_size=hidden_size, memory_slots=memory_slots,
+                       address_size=address_size, content_size=content_size,
+                       read_mlp_size=read_mlp_size, fusion_size=fusion_size)
+        self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
+        self.temperature = check_choice("temperature", temperature, TEMPERATURES)
+        self.hidden_size, self.slots, self.content_size = hidden_size, memory_slots, content_size
+        self.width = address_size + content_size                                  # q
+        self.features = fusion_size
+        self.inverse_temperature = 1.0      # used with temperature="scheduled"
+        d, q = hidden_size, self.width
+        nonzeros = address_nonzeros or max(1, address_size // 2)
+        self.register_buffer("address", sparse_addresses(memory_slots, address_size, nonzeros,
+                                                         address_seed))            # A
+        self.initial_content = nn.Parameter(torch.zeros(memory_slots, content_size))  # C_0
+        self.h0 = nn.Parameter(torch.zeros(hidden_size))
+        self.c0 = nn.Parameter(torch.zeros(hidden_size))
+        # Pre-activations [f, i, o (3d) | c̃ part (d) | α, β (2)] from x (with bias), h and r
+        self.input_gates = nn.Linear(input_size, 4 * d + 2)
+        self.hidden_gates = nn.Linear(d, 4 * d + 2, bias=False)
+        self.read_gates = nn.Linear(q, 4 * d + 2, bias=False)
+        with torch.no_grad():
+            self.input_gates.bias[:d].fill_(1.0)                                   # forget gate
+        self.micro_state = nn.Linear(d, content_size, bias=False)                 # W_m (eq. 2)
+        self.read_head = TardisAddressing(input_size, d, q, memory_slots, read_mlp_size)
+        self.temperature_layer = nn.Linear(d, 1)                                  # w^τ, b^τ
+        self.fusion = nn.Linear(d + q, fusion_size)                               # g (eq. 11)
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> TARDISState:
+        ref = self.h0
+        device = ref.device if device is None else device
+        dtype = ref.dtype if dtype is None else dtype
+        k = self.slots
+        zeros = torch.zeros((), device=device, dtype=dtype).expand(batch_size, k)
+        return TARDISState(self.h0.expand(batch_size, -1), self.c0.expand(batch_size, -1),
+                           self.initial_content.expand(batch_size, -1, -1), zeros, zeros,
+                           torch.zeros(batch_size, dtype=torch.long, device=device))
+
+    def precompute(self, x: torch.Tensor) -> torch.Tensor:
+        """[gate pre-activations of x (4 d_h + 2) | W_x^γ x + b (m)] for all steps at once."""
+        return torch.cat([self.input_gates(x), self.read_head.precompute(x)], dim=-1)
+
+    def memory(self, content: torch.Tensor) -> torch.Tensor:
+        """M = [A; C]: (B, k, c) -> (B, k, q)."""
+        return torch.cat([self.address.to(content.dtype).expand(content.shape[0], -1, -1),
+                          content], dim=-1)
+
+    def _inverse_temperature(self, h: torch.Tensor) -> torch.Tensor:
+        if self.temperature == "learned":
+            return F.softplus(self.temperature_layer(h)) + 1                     # eq. 18 (B, 1)
+        return h.new_full((h.shape[0], 1), float(self.inverse_temperature))
+
+    def _read_weights(self, logits: torch.Tensor, h: torch.Tensor):
+        """(one-hot w^r (B, k), sampled?) from π: gumbel-ST, sample or argmax (eval: argmax)."""
+        if not self.training or self.addressing == "argmax":
+            return sampling.argmax_one_hot(logits), False
+        if self.addressing == "reinforce":
+            return sampling.sample_one_hot(torch.softmax(logits, -1)), True
+        return sampling.gumbel_softmax(logits, self._inverse_temperature(h), hard=True), False  # eq. 19
+
+    def controller(self, x_gates: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
+                   r: torch.Tensor):
+        """Eqs. 7-10: (h_t, c_t, [α, β]) from W x + b (B, 4d+2), h_{t-1}, c_{t-1}, r_t."""
+        d = self.hidden_size
+        hp, rp = self.hidden_gates(h), self.read_gates(r)
+        f, i, o = torch.sigmoid(x_gates[:, :3 * d] + hp[:, :3 * d] + rp[:, :3 * d]).chunk(3, -1)
+        resets = sampling.gumbel_sigmoid(x_gates[:, 4 * d:] + hp[:, 4 * d:] + rp[:, 4 * d:],
+                                         RESET_TEMPERATURE, noise=self.training)   # eq. 8
+        alpha, beta = resets[:, :1], resets[:, 1:]
+        cand = torch.tanh(beta * hp[:, 3 * d:4 * d] + x_gates[:, 3 * d:4 * d]
+                          + alpha * rp[:, 3 * d:4 * d])                              # eq. 9
+        c = f * c + i * cand
+        return o * torch.tanh(c), c, resets                                          # eq. 10
+
+    def step(self, inputs: torch.Tensor, state: TARDISState, with_trace: bool = False):
+        h, c, content, counts, last_read, steps = state
+        x_gates, x_read = inputs[:, :4 * self.hidden_size + 2], inputs[:, 4 * self.hidden_size + 2:]
+        memory = self.memory(content)                                                # M_{t-1}
+        logits = self.read_head.logits(x_read, h, memory, counts, last_read)        # eq. 4
+        read_w, sampled = self._read_weights(logits, h)
+        r = (read_w.unsqueeze(1) @ memory).squeeze(1)                                # eq. 1
+        h_new, c, resets = self.controller(x_gates, h, c, r)                         # eqs. 7-10
+        fill, filling = sequential_slots(steps, self.slots, read_w.dtype)
+        write_w = torch.where(filling, fill, read_w)                                 # algorithm 1
+        w = write_w.unsqueeze(-1)
+        content = content * (1 - w) + w * self.micro_state(h_new).unsqueeze(1)      # eq. 2
+        features = torch.tanh(self.fusion(torch.cat([h_new, r], dim=-1)))            # eq. 11
+        hard = read_w.detach()
+        state = TARDISState(h_new, c, content, counts + hard, hard, steps + 1)
+        trace = None
+        if with_trace:
+            trace = TARDISStepTrace(
+                read_w.unsqueeze(1), write_w.unsqueeze(1), torch.softmax(logits, -1).unsqueeze(1),
+                r, h_new, resets, self._inverse_temperature(h).squeeze(-1),
+                normalise_usage(counts), h.new_full((h.shape[0],), float(sampled)))
+        return features, state, trace
+
+
+# -------------------------------------------------------------------- module
+
+class TARDIS(SequenceModel):
+    """TARDIS shaped like torch.nn.LSTM: ``y, state = TARDIS(input_size, output_size)(x)``.
+
+    x (B, T, input_size) (batch_first=True, the default) -> logits y (B, T, output_size)
+    from the fusion g(h_t, r_t) (eq. 11); with ``output_size=None`` y is g itself.
+    Sizes (section 8.3 defaults): hidden_size d_h 120, memory_slots k 16, address_size
+    4, content_size 32 (d_m < d_h), read_mlp_size (width of a, default d_h / 4),
+    fusion_size (default d_h). ``addressing`` "gumbel" | "reinforce" | "argmax";
+    ``temperature`` "learned" (eq. 18) or "scheduled" (1/τ from the training step:
+    +1 every ``temperature_every`` steps up to k - 1).
+
+    REINFORCE (``aux_loss``): ``discount`` γ of eq. 16 (0.95, our choice: the paper
+    gives no value), ``reward_momentum`` of the running return moments,
+    ``reinforce_weight`` (1 = the paper's cost), ``aux_weight`` of the auxiliary
+    predictor's loss (eq. 17).
+    """
+
+    #: aux_loss takes ``score`` (logits -> per-step NLL on the targets), see training/loop.py
+    aux_loss_scores = True
+
+    def __init__(self, input_size: int, output_size: Optional[int] = None, hidden_size: int = 120,
+                 memory_slots: int = 16, address_size: int = 4, content_size: int = 32,
+                 read_mlp_size: Optional[int] = None, fusion_size: Optional[int] = None,
+                 addressing: str = "gumbel", temperature: str = "learned",
+                 temperature_every: int = 200, address_nonzeros: Optional[int] = None,
+                 address_seed: int = 0, discount: float = 0.95, reward_momentum: float = 0.9,
+                 reinforce_weight: float = 1.0, aux_weight: float = 1.0,
+                 batch_first: bool = True):
+        cell = TARDISCell(input_size, hidden_size, memory_slots, address_size, content_size,
+                          read_mlp_size, fusion_size, addressing, temperature, address_nonzeros,
+                          address_seed)
+        super().__init__(input_size, output_size, cell.features, batch_first)
+        self.cell = cell
+        check_positive(temperature_every=temperature_every)
+        self.temperature_every = temperature_every
+        self.discount = check_number("discount", discount, 0.0, 1.0)
+        self.reinforce_weight = check_number("reinforce_weight", reinforce_weight, 0.0)
+        self.aux_weight = check_number("aux_weight", aux_weight, 0.0)
+        reward_momentum = check_number("reward_momentum", reward_momentum, 0.0, 0.999)
+        self.uses_aux_loss = addressing == "reinforce"
+        if self.uses_aux_loss and output_size is None:
+            raise ConfigError("addressing='reinforce' needs output_size (the auxiliary "
+                              "predictor of eq. 17 predicts the targets)")
+        self.aux_read = nn.Linear(cell.width, output_size) if self.uses_aux_loss else None   # W^o_r
+        self.aux_input = (nn.Linear(input_size, output_size, bias=False)
+                          if self.uses_aux_loss else None)                                   # W^o_x
+        self.return_stats = sampling.RunningMoments(momentum=reward_momentum)
+
+    @property
+    def temperature_schedule(self):
+        """(every, maximum) of 1/τ for training/schedules.py, or None (learned τ)."""
+        if self.cell.temperature != "scheduled":
+            return None
+        return self.temperature_every, max(1, self.cell.slots - 1)
+
+    @property
+    def inverse_temperature(self) -> float:
+        return self.cell.inverse_temperature
+
+    @inverse_temperature.setter
+    def inverse_temperature(self, value: float) -> None:
+        self.cell.inverse_temperature = float(value)
+
+    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+        features, state, steps = super().run(x, state, with_trace)
+        return features, state, (TARDISTrace(*steps, inputs=x) if with_trace else None)
+
+    def aux_logits(self, trace: TARDISTrace) -> torch.Tensor:
+        """W^o_r r̄_t + W^o_x x_t (eq. 17) for every step, (B, T, O); r̄ carries no gradient."""
+        if self.aux_read is None:
+            raise ConfigError("aux_logits exists only with addressing='reinforce'")
+        return self.aux_read(trace.read_vectors.detach()) + self.aux_input(trace.inputs.detach())
+
+    def aux_loss(self, trace: TARDISTrace, step_nll: torch.Tensor,
+                 score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+        """The estimator's terms (0 for "gumbel" and "argmax"); see :meth:`aux_terms`."""
+        return sum(self.aux_terms(trace, step_nll, score).values(), step_nll.new_zeros(()))
+
+    def aux_terms(self, trace: TARDISTrace, step_nll: torch.Tensor,
+                  score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+                  ) -> dict[str, torch.Tensor]:
+        """REINFORCE with the auxiliary cost (section 3.1), means over the batch.
+
+        step_nll (B, T): the task's per-step NLL (only its shape and scored steps are
+        used: the reward is the auxiliary one). score: logits (B, T, O) -> per-step NLL
+        (B, T) on the targets (the training loop passes it). Terms:
+
+        - ``auxiliary``: aux_weight sum_t NLL_aux(t) / S, trains W^o_r, W^o_x only
+        - ``reinforce``: -reinforce_weight sum_t A_t log w̄^r_t[j_t] / S with
+          R'_j = -NLL_aux(j) (eq. 17), G_t = sum_{j>=t} γ^{j-t} R'_j (eq. 16) and
+          A_t = (G_t - b) / σ from the running moments of G (updated in training mode)
+
+        S is the mean number of scored outputs per sequence (the task loss's normaliser).
+        """
+        if not isinstance(trace, TARDISTrace):
+            raise TypeError(f"aux_loss expects the TARDISTrace of return_trace=True, "
+                            f"got {type(trace).__name__}")
+        if step_nll.shape != trace.sampled.shape:
+            raise ValueError(f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, "
+                             f"got {tuple(step_nll.shape)}")
+        sampled = trace.sampled.amax(1)                                              # (B,)
+        if not self.uses_aux_loss or not bool(sampled.any()):
+            return {}
+        if score is None:
+            raise ValueError("TARDIS with addressing='reinforce' needs score= (logits -> "
+                             "per-step NLL on the targets) for the auxiliary reward of eq. 17")
+        scored = ((step_nll > 0).sum(1).to(step_nll.dtype).mean() * self.output_features
+                  ).clamp_min(1.0)                                                   # S
+        aux_nll = score(self.aux_logits(trace))                                      # (B, T)
+        returns = sampling.discounted_returns(-aux_nll.detach(), self.discount)      # eq. 16
+        stats = self.return_stats
+        if self.training:   # evaluation never moves the running moments
+            stats.update(returns[sampled > 0])
+        advantage = stats.normalise(returns)
+        log_p = sampling.log_prob(trace.read_weights.detach(), trace.read_probs).sum(-1)  # (B, T)
+        surrogate = sampling.reinforce_surrogate(log_p, advantage).sum(1) * sampled
+        return {"auxiliary": self.aux_weight * aux_nll.sum(1).mean() / scored,
+                "reinforce": self.reinforce_weight * surrogate.mean() / scored}

@@ -1,0 +1,398 @@
+"""TARDIS: usage normalisation, last-read penalty, sequential-then-tied writes, the
+gumbel and REINFORCE estimators, the temperature, cell == sequence, chunked == whole,
+gradcheck, bad input, the training loop and a learning check."""
+import pytest
+import torch
+
+import mannlab
+from mannlab import ConfigError, detach_state, sampling
+from mannlab.models import TARDISState, TARDISTrace, build_model
+from mannlab.models.tardis import (LAST_READ_PENALTY, TardisAddressing, normalise_usage,
+                                   sparse_addresses)
+from mannlab.tasks.base import step_nll
+from mannlab.training import schedules
+from tiny_copy import tiny_copy_losses
+
+SMALL = dict(hidden_size=8, memory_slots=4, address_size=3, content_size=5, read_mlp_size=4,
+             fusion_size=6)
+
+
+def small_tardis(**kw):
+    torch.manual_seed(0)
+    return mannlab.TARDIS(4, 3, **{**SMALL, **kw}).double()
+
+
+def seq(b=3, t=7, i=4):
+    return torch.rand(b, t, i, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+
+def slots(weights):
+    """(B, T, 1, k) one-hots -> (B, T) slot indices."""
+    return weights[:, :, 0].argmax(-1)
+
+
+# ------------------------------------------------------------------ primitives
+
+def test_usage_normalisation_by_hand():
+    counts = torch.tensor([[1.0, 0.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0]])
+    u = normalise_usage(counts, eps=0.0 + 1e-12)
+    # mean 1, centred [0, -1, 2, -1], variance 6 / 4
+    assert torch.allclose(u[0], torch.tensor([0.0, -1.0, 2.0, -1.0]) / 1.5 ** 0.5)
+    assert torch.equal(u[1], torch.zeros(4))              # equal use (or none yet): 0
+    assert torch.allclose(u.mean(-1), torch.zeros(2), atol=1e-7)
+
+
+def test_sparse_addresses_fixed_and_sparse():
+    a = sparse_addresses(6, 8, 3, seed=4)
+    assert torch.equal(a, sparse_addresses(6, 8, 3, seed=4))
+    assert ((a != 0).sum(-1) == 3).all()
+    assert torch.allclose(a.norm(dim=-1), torch.ones(6))
+    model = small_tardis()
+    assert "address" in dict(model.named_buffers()) or "cell.address" in dict(model.named_buffers())
+    assert all("address" != n.split(".")[-1] for n, _ in model.named_parameters())
+
+
+def test_last_read_penalty_subtracts_100_from_that_logit():
+    torch.manual_seed(0)
+    head = TardisAddressing(input_size=2, hidden_size=3, memory_width=4, slots=5, mlp_size=6)
+    args = (torch.randn(2, 6), torch.randn(2, 3), torch.randn(2, 5, 4), torch.rand(2, 5))
+    last = torch.zeros(2, 5)
+    last[0, 1], last[1, 4] = 1.0, 1.0
+    diff = head.logits(*args, torch.zeros(2, 5)) - head.logits(*args, last)
+    assert torch.allclose(diff, LAST_READ_PENALTY * last)
+
+
+def test_read_logits_by_hand():
+    """π[i] = a^T tanh(W_h h + W_x x + b + W_m M[i] + W_u u) (eq. 4)."""
+    torch.manual_seed(1)
+    head = TardisAddressing(2, 3, 4, 5, 6).double()
+    x, h = torch.randn(1, 2, dtype=torch.float64), torch.randn(1, 3, dtype=torch.float64)
+    memory, counts = torch.randn(1, 5, 4, dtype=torch.float64), torch.rand(1, 5, dtype=torch.float64)
+    u = normalise_usage(counts)
+    expected = torch.stack([
+        head.score.weight[0] @ torch.tanh(head.hidden_part.weight @ h[0] + head.input_part.weight @ x[0]
+                                          + head.input_part.bias + head.memory_part.weight @ memory[0, i]
+                                          + head.usage_part.weight @ u[0]) for i in range(5)])
+    got = head.logits(head.precompute(x), h, memory, counts, torch.zeros(1, 5, dtype=torch.float64))
+    assert torch.allclose(got[0], expected)
+
+
+def test_discounted_returns_by_hand():
+    r = torch.tensor([[1.0, 2.0, 3.0]])
+    assert torch.allclose(sampling.discounted_returns(r, 0.5), torch.tensor([[2.75, 3.5, 3.0]]))
+    assert torch.allclose(sampling.discounted_returns(r, 1.0), torch.tensor([[6.0, 5.0, 3.0]]))
+    assert torch.allclose(sampling.discounted_returns(r, 0.0), r)
+
+
+def test_gumbel_softmax_forward_one_hot_gradient_of_the_soft_sample():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    noise = sampling.gumbel_noise(logits)
+    c = torch.randn(4, 6, dtype=torch.float64)
+    hard = sampling.gumbel_softmax(logits, 2.5, hard=True, noise=noise)
+    soft = sampling.gumbel_softmax(logits, 2.5, hard=False, noise=noise)
+    assert torch.equal(hard.detach().sum(-1), torch.ones(4, dtype=torch.float64))
+    assert set(hard.detach().unique().tolist()) == {0.0, 1.0}
+    assert torch.equal(hard.detach().argmax(-1), soft.detach().argmax(-1))
+    g_hard, = torch.autograd.grad((hard * c).sum(), logits)
+    g_soft, = torch.autograd.grad((soft * c).sum(), logits)
+    assert torch.allclose(g_hard, g_soft)
+    assert torch.allclose(soft, torch.softmax((logits + noise) * 2.5, -1))
+
+
+def test_gumbel_sigmoid_noise_free_at_evaluation():
+    z = torch.tensor([-1.0, 0.0, 2.0])
+    assert torch.allclose(sampling.gumbel_sigmoid(z, 0.3, noise=False), torch.sigmoid(z / 0.3))
+    torch.manual_seed(0)
+    noisy = sampling.gumbel_sigmoid(z.expand(2000, 3), 0.3)
+    assert ((noisy >= 0) & (noisy <= 1)).all()
+    assert ((noisy < 0.05) | (noisy > 0.95)).float().mean() > 0.6    # close to binary
+
+
+# ------------------------------------------------------------- model behaviour
+
+def test_shapes_and_trace():
+    model = small_tardis()
+    y, state, trace = model(seq(), return_trace=True)
+    assert y.shape == (3, 7, 3) and isinstance(state, TARDISState) and isinstance(trace, TARDISTrace)
+    assert trace.read_weights.shape == (3, 7, 1, 4) == trace.write_weights.shape
+    assert state.content.shape == (3, 4, 5) and trace.read_vectors.shape == (3, 7, 3 + 5)
+    assert torch.equal(trace.read_weights.sum(-1), torch.ones(3, 7, 1, dtype=torch.float64))
+    assert (trace.inverse_temperature >= 1).all()                   # eq. 18: softplus + 1
+    assert ((trace.resets > 0) & (trace.resets < 1)).all()
+    assert torch.equal(state.steps, torch.full((3,), 7))
+
+
+@pytest.mark.parametrize("mode", ["gumbel", "reinforce", "argmax"])
+def test_sequential_then_tied_writes(mode):
+    """Slot t is written at step t < k, then the slot just read; M[j] = W_m h_t (eq. 2)."""
+    model = small_tardis(addressing=mode)
+    y, state, trace = model(seq(t=9), return_trace=True)
+    k = 4
+    written, read = slots(trace.write_weights), slots(trace.read_weights)
+    assert torch.equal(written[:, :k], torch.arange(k).expand(3, k))
+    assert torch.equal(written[:, k:], read[:, k:])
+    micro = model.cell.micro_state(trace.hidden)                      # (B, T, c)
+    for b in range(3):
+        for j in range(k):
+            last = max(t for t in range(9) if written[b, t] == j)
+            assert torch.allclose(state.content[b, j], micro[b, last])
+
+
+@pytest.mark.parametrize("mode", ["gumbel", "reinforce", "argmax"])
+def test_never_reads_the_slot_read_at_the_previous_step(mode):
+    model = small_tardis(addressing=mode, memory_slots=3)
+    _, _, trace = model(seq(b=8, t=12), return_trace=True)
+    read = slots(trace.read_weights)
+    assert (read[:, 1:] != read[:, :-1]).all()
+
+
+def test_usage_in_trace_is_normalised_count_of_earlier_reads():
+    model = small_tardis()
+    _, _, trace = model(seq(t=6), return_trace=True)
+    counts = trace.read_weights[:, :, 0].cumsum(1) - trace.read_weights[:, :, 0]   # reads before t
+    assert torch.allclose(trace.usage, normalise_usage(counts))
+
+
+def test_read_vector_is_the_row_of_memory_read():
+    model = small_tardis(addressing="argmax")
+    x = seq(t=6)
+    _, _, trace = model(x, return_trace=True)
+    # rebuild M_{t-1} from the writes and check r_t = M_{t-1}[read slot]
+    content = model.cell.initial_content.expand(3, -1, -1).clone()
+    micro = model.cell.micro_state(trace.hidden)
+    for t in range(6):
+        memory = model.cell.memory(content)
+        j = slots(trace.read_weights)[:, t]
+        assert torch.allclose(trace.read_vectors[:, t], memory[torch.arange(3), j])
+        w = slots(trace.write_weights)[:, t]
+        content[torch.arange(3), w] = micro[:, t]
+
+
+def test_gumbel_mode_gradient_reaches_the_read_mlp_and_temperature():
+    model = small_tardis(addressing="gumbel")
+    model(seq())[0].sum().backward()
+    head = model.cell.read_head
+    assert head.score.weight.grad.abs().sum() > 0 and head.usage_part.weight.grad is not None
+    assert model.cell.temperature_layer.weight.grad.abs().sum() > 0
+
+
+def test_evaluation_takes_the_argmax_and_is_deterministic():
+    model = small_tardis(addressing="gumbel").eval()
+    x = seq()
+    y1, _, t1 = model(x, return_trace=True)
+    y2, _ = model(x)
+    assert torch.equal(y1, y2)
+    probs = t1.read_probs[:, :, 0]
+    assert torch.equal(slots(t1.read_weights), probs.argmax(-1))
+    argmax_model = small_tardis(addressing="argmax").eval()
+    assert torch.allclose(argmax_model(x)[0], y1)
+
+
+def test_scheduled_temperature_follows_the_training_step():
+    model = small_tardis(temperature="scheduled", temperature_every=10)
+    assert model.temperature_schedule == (10, 3)                       # up to k - 1
+    for step, expected in [(0, 1.0), (9, 1.0), (10, 2.0), (25, 3.0), (1000, 3.0)]:
+        schedules.start_minibatch(model, step)
+        assert model.inverse_temperature == expected
+    _, _, trace = model(seq(), return_trace=True)
+    assert torch.equal(trace.inverse_temperature, torch.full((3, 7), 3.0, dtype=torch.float64))
+    assert small_tardis().temperature_schedule is None                 # learned τ
+
+
+def test_inverse_temperature_schedule_checks():
+    assert schedules.inverse_temperature(399, 200, 49) == 2.0
+    with pytest.raises(ValueError, match="every"):
+        schedules.inverse_temperature(0, 0, 3)
+
+
+# ----------------------------------------------------------------- REINFORCE
+
+def reinforce_terms(model, x, targets, mask):
+    y, _, trace = model(x, return_trace=True)
+    nll = step_nll(y, targets, mask).detach()
+    return y, trace, model.aux_terms(trace, nll, score=lambda out: step_nll(out, targets, mask))
+
+
+def test_reinforce_read_mlp_learns_only_through_aux_loss():
+    model = small_tardis(addressing="reinforce")
+    x = seq()
+    targets = (torch.rand(3, 7, 3, generator=torch.Generator().manual_seed(2)) > 0.5).double()
+    mask = torch.ones(3, 7, dtype=torch.float64)
+    y, trace, terms = reinforce_terms(model, x, targets, mask)
+    assert set(terms) == {"auxiliary", "reinforce"} and bool(trace.sampled.all())
+    head = model.cell.read_head.score.weight
+    g_task, = torch.autograd.grad(step_nll(y, targets, mask).sum(), head, retain_graph=True,
+                                  allow_unused=True)
+    assert g_task is None or g_task.abs().sum() == 0
+    g_rl, = torch.autograd.grad(terms["reinforce"], head, retain_graph=True)
+    assert g_rl.abs().sum() > 0
+    # the auxiliary predictor is trained by its own loss only, and not through r
+    aux_grads = torch.autograd.grad(terms["auxiliary"], [model.aux_read.weight,
+                                                         model.cell.micro_state.weight],
+                                    allow_unused=True)
+    assert aux_grads[0].abs().sum() > 0 and aux_grads[1] is None
+
+
+def test_reinforce_term_by_hand():
+    model = small_tardis(addressing="reinforce", discount=0.5)
+    x = seq()
+    targets = (torch.rand(3, 7, 3, generator=torch.Generator().manual_seed(2)) > 0.5).double()
+    mask = torch.ones(3, 7, dtype=torch.float64)
+    mask[:, :3] = 0
+    torch.manual_seed(3)
+    y, trace, terms = reinforce_terms(model, x, targets, mask)
+    aux_nll = step_nll(model.aux_logits(trace), targets, mask)
+    reward = -aux_nll.detach()                                          # eq. 17
+    returns = torch.zeros_like(reward)
+    running = torch.zeros(3, dtype=torch.float64)
+    for t in reversed(range(7)):                                        # eq. 16
+        running = reward[:, t] + 0.5 * running
+        returns[:, t] = running
+    advantage = (returns - returns.mean()) / torch.sqrt(returns.var(unbiased=False) + 1e-4)
+    log_p = torch.log((trace.read_weights * trace.read_probs).sum(-1))[..., 0]
+    S = 4 * 3                                                           # scored steps x outputs
+    expected = -(advantage * log_p).sum(1).mean() / S
+    assert torch.allclose(terms["reinforce"], expected)
+    assert torch.allclose(terms["auxiliary"], aux_nll.sum(1).mean() / S)
+
+
+def test_aux_loss_zero_for_gumbel_and_checks_its_arguments():
+    model = small_tardis()
+    y, _, trace = model(seq(), return_trace=True)
+    assert not model.uses_aux_loss
+    assert model.aux_loss(trace, torch.zeros(3, 7, dtype=torch.float64)) == 0
+    rl = small_tardis(addressing="reinforce")
+    _, _, trace = rl(seq(), return_trace=True)
+    with pytest.raises(ValueError, match="score"):
+        rl.aux_loss(trace, torch.ones(3, 7, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        rl.aux_loss(trace, torch.ones(3, 6, dtype=torch.float64))
+    with pytest.raises(TypeError, match="TARDISTrace"):
+        rl.aux_loss((1, 2), torch.ones(3, 7))
+
+
+def test_training_loop_passes_the_score_and_drives_the_schedule(tmp_path, monkeypatch):
+    from mannlab.config import RunConfig, TrainConfig
+    from mannlab.training import loop, train
+    monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
+    seen = []
+    original = mannlab.TARDIS.aux_terms
+
+    def spy(self, trace, nll, score=None):
+        seen.append((score is not None, self.inverse_temperature))
+        return original(self, trace, nll, score)
+    monkeypatch.setattr(mannlab.TARDIS, "aux_terms", spy)
+    config = RunConfig(model="tardis", task="copy", seed=0, run_dir=str(tmp_path / "run"),
+                       model_args={**SMALL, "addressing": "reinforce", "temperature": "scheduled",
+                                   "temperature_every": 2},
+                       task_args={"width": 3, "max_length": 3},
+                       train=TrainConfig(steps=5, batch_size=4, val_every=5, val_batch_size=4,
+                                         val_batches=1, val_length_multiples=(1,),
+                                         checkpoint_every=5, progress=False, optimizer="adam"))
+    summary = train(config)
+    assert summary["steps"] == 5
+    assert [s for s, _ in seen] == [True] * 5
+    assert [t for _, t in seen] == [1.0, 1.0, 2.0, 2.0, 3.0]
+
+
+# ------------------------------------------------------------ equivalences
+
+def test_cell_loop_equals_sequence_module():
+    model = small_tardis().eval()
+    x = seq()
+    y, final = model(x)
+    state, feats = None, []
+    for t in range(x.shape[1]):
+        f, state = model.cell(x[:, t], state)
+        feats.append(f)
+    assert torch.allclose(model.head(torch.stack(feats, 1)), y, atol=1e-12)
+    for a, b in zip(state, final):
+        assert torch.allclose(a.double(), b.double(), atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["gumbel", "reinforce"])
+def test_chunked_run_with_carried_state_equals_one_run(mode):
+    """Across the k-th step too: the step counter in the state keeps the write order."""
+    model = small_tardis(addressing=mode)
+    x = seq(t=10)
+    torch.manual_seed(5)
+    y, final = model(x)
+    torch.manual_seed(5)
+    y1, s = model(x[:, :3])
+    y2, s = model(x[:, 3:], detach_state(s))
+    assert torch.allclose(torch.cat([y1, y2], 1), y, atol=1e-12)
+    for a, b in zip(s, final):
+        assert torch.allclose(a.double(), b.double(), atol=1e-12)
+
+
+def test_batch_first_false_matches():
+    model = small_tardis().eval()
+    x = seq()
+    other = small_tardis(batch_first=False).eval()
+    assert torch.allclose(other(x.transpose(0, 1))[0].transpose(0, 1), model(x)[0])
+
+
+def test_gradcheck_float64():
+    """The differentiable parts: the whole model with argmax reads and noise-free gates
+    (eval), the read MLP, and the gumbel-softmax relaxation with fixed noise."""
+    model = small_tardis().eval()
+    x = seq(b=2, t=6).requires_grad_()
+    assert torch.autograd.gradcheck(lambda inp: model(inp)[0], (x,))
+    head = model.cell.read_head
+    memory = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(2, 8, dtype=torch.float64, requires_grad=True)
+    counts = torch.tensor([[1.0, 0, 2, 0], [0, 0, 0, 0]], dtype=torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda m, hh: head.logits(head.precompute(x[:, 0]), hh, m, counts, torch.zeros_like(counts)),
+        (memory, h))
+    logits = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    noise = sampling.gumbel_noise(logits)
+    temp = torch.rand(3, 1, dtype=torch.float64).add(1).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda lg, tt: sampling.gumbel_softmax(lg, tt, hard=False, noise=noise), (logits, temp))
+
+
+# ----------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(addressing="soft"), "addressing"),
+    (dict(temperature="fixed"), "temperature"),
+    (dict(memory_slots=0), "memory_slots"),
+    (dict(discount=1.5), "discount"),
+    (dict(address_size=2, address_nonzeros=3), "nonzeros"),
+    (dict(temperature_every=0), "temperature_every"),
+])
+def test_invalid_options_raise_config_error(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        mannlab.TARDIS(4, 3, **{**SMALL, **kwargs})
+
+
+def test_reinforce_needs_an_output_size():
+    with pytest.raises(ConfigError, match="output_size"):
+        mannlab.TARDIS(4, None, addressing="reinforce")
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (torch.rand(2, 5), ValueError, "3-D"),
+    (torch.rand(2, 5, 3), ValueError, "input_size=4"),
+    (torch.rand(2, 5, 4).float(), TypeError, "float64"),
+])
+def test_bad_input_gives_clear_error(bad, error, message):
+    with pytest.raises(error, match=message):
+        small_tardis()(bad)
+
+
+def test_registry_builds_tardis():
+    assert isinstance(build_model("tardis", 4, 3, **SMALL), mannlab.TARDIS)
+    with pytest.raises(ConfigError, match="hidden_size"):
+        build_model("tardis", 4, 3, hiden_size=3)
+
+
+# --------------------------------------------------------------------- learning
+
+def test_learns_tiny_copy_gumbel():
+    before, after = tiny_copy_losses(lambda task: build_model(
+        "tardis", task.input_size, task.output_size, hidden_size=24, memory_slots=4,
+        address_size=2, content_size=8), steps=150)
+    assert after < 0.75 * before, f"validation BCE {before:.3f} -> {after:.3f}"

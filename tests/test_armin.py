@@ -1,0 +1,312 @@
+"""ARMIN: the gate equations against a hand-computed step, auto-addressing, writes
+(empty slots first, then the slot just read; linear map), the fast inference path,
+the ablations of table 7, the temperature schedule, zoneout, cell == sequence,
+chunked == whole, gradcheck, bad input and a learning check."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mannlab
+from mannlab import ConfigError, detach_state
+from mannlab.models import ARMINState, ARMINTrace, build_model
+from mannlab.training import schedules
+from tiny_copy import tiny_copy_losses
+
+SMALL = dict(hidden_size=6, memory_slots=4)
+
+
+def small_armin(**kw):
+    torch.manual_seed(0)
+    return mannlab.ARMIN(5, 3, **{**SMALL, **kw}).double()
+
+
+def seq(b=3, t=9, i=5):
+    return torch.rand(b, t, i, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+
+def slots(weights):
+    return weights[:, :, 0].argmax(-1)
+
+
+def randomise(model):
+    """Random values for every parameter (layer-norm gains and biases too), so a
+    hand-computed step checks every term."""
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+    return model
+
+
+# ------------------------------------------------------- the cell, by hand
+
+@pytest.mark.parametrize("width", [6, 4])
+def test_one_step_by_hand(width):
+    """Eqs. 3-10 and the write of section 3.3 written out literally with the
+    concatenated weight matrices W_s, W_ig, W_go, for one step in argmax mode."""
+    model = randomise(small_armin(memory_width=width)).eval()
+    cell = model.cell
+    dh, dr, n = 6, width, 4
+    x = seq(b=2, t=1)[:, 0]
+    state = cell.initial_state(2)
+    h, M = state.hidden, state.memory
+    Wx, bx = cell.input_proj.weight, cell.input_proj.bias
+    rows = [0, dh + dr, 5 * dh + 2 * dr, 5 * dh + 2 * dr + n]
+    W_ig = torch.cat([Wx[rows[0]:rows[1]], cell.control_h.weight, cell.control_r.weight], 1)
+    W_go = torch.cat([Wx[rows[1]:rows[2]], cell.gates_h.weight, cell.gates_r.weight], 1)
+    W_s = torch.cat([Wx[rows[2]:rows[3]], cell.address_h.weight], 1)
+    b_ig, b_go, b_s = bx[rows[0]:rows[1]], bx[rows[1]:rows[2]], bx[rows[2]:rows[3]]
+
+    def ln(v, layer):
+        return F.layer_norm(v, v.shape[-1:], layer.weight, layer.bias, layer.eps)
+    s = F.one_hot((torch.cat([x, h], 1) @ W_s.T + b_s).argmax(-1), n).double()   # eq. 9
+    r = (s.unsqueeze(1) @ M).squeeze(1)                                             # eq. 10
+    g = torch.sigmoid(ln(torch.cat([x, h, r], 1) @ W_ig.T + b_ig, cell.ln_control))  # eq. 3
+    h_g, r_g = g[:, :dh] * h, g[:, dh:] * r                                          # eqs. 4-5
+    pre = ln(torch.cat([x, h_g, r_g], 1) @ W_go.T + b_go, cell.ln_gates)             # eq. 6
+    i, f, c, o_h = (pre[:, k * dh:(k + 1) * dh] for k in range(4))
+    i, f, c, o_h, o_r = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(c), torch.sigmoid(o_h), \
+        torch.sigmoid(pre[:, 4 * dh:])
+    h_new = ln(f * h + i * c, cell.ln_hidden)                                         # eq. 7
+    o = torch.cat([o_h * torch.tanh(h_new), o_r * torch.tanh(r)], 1)                 # eq. 8
+    value = h_new if dr == dh else h_new @ cell.write_map.weight.T
+    M_new = M.clone()
+    M_new[:, 0] = value                                                              # empty slot 0
+
+    out, new_state, trace = cell(x, return_trace=True)
+    assert torch.allclose(out, o) and torch.allclose(new_state.hidden, h_new)
+    assert torch.allclose(new_state.memory, M_new)
+    assert torch.allclose(trace.read_weights[:, 0], s) and torch.allclose(trace.control_gates, g)
+
+
+def test_layer_norm_off_and_forget_bias_initialised_to_one():
+    model = small_armin()
+    assert torch.equal(model.cell.ln_gates.bias[6:12], torch.ones(6, dtype=torch.float64))
+    plain = small_armin(layer_norm=False)
+    assert plain.cell.ln_gates is None
+    assert torch.equal(plain.cell.input_proj.bias[12 + 6:12 + 12], torch.ones(6, dtype=torch.float64))
+    w = model.cell.gates_h.weight[:6]
+    assert torch.allclose(w @ w.T, torch.eye(6, dtype=torch.float64), atol=1e-6)   # orthogonal
+
+
+# ------------------------------------------------------------ read and write
+
+@pytest.mark.parametrize("kw", [{}, dict(memory_width=3), dict(read="tardis")])
+def test_writes_fill_empty_slots_then_the_slot_just_read(kw):
+    model = small_armin(**kw)
+    _, state, trace = model(seq(), return_trace=True)
+    written, read = slots(trace.write_weights), slots(trace.read_weights)
+    assert torch.equal(written[:, :4], torch.arange(4).expand(3, 4))
+    assert torch.equal(written[:, 4:], read[:, 4:])
+    value = trace.hidden if model.cell.write_map is None else model.cell.write_map(trace.hidden)
+    for b in range(3):
+        for j in range(4):
+            last = max(t for t in range(9) if written[b, t] == j)
+            assert torch.allclose(state.memory[b, j], value[b, last])
+
+
+def test_training_reads_are_straight_through_one_hots_with_gradient():
+    model = small_armin()
+    y, _, trace = model(seq(), return_trace=True)
+    assert set(trace.read_weights.detach().unique().tolist()) == {0.0, 1.0}
+    y.sum().backward()
+    assert model.cell.address_h.weight.grad.abs().sum() > 0     # W_s learns through the ST read
+
+
+def test_temperature_schedule_of_appendix_c():
+    model = small_armin(memory_slots=5)
+    assert model.temperature_schedule == (200, 4)
+    for step, expected in [(0, 1.0), (199, 1.0), (200, 2.0), (799, 4.0), (10**5, 4.0)]:
+        schedules.start_minibatch(model, step)
+        assert model.inverse_temperature == expected
+    assert small_armin(temperature_every=0).temperature_schedule is None
+    assert small_armin(addressing="soft").temperature_schedule is None
+
+
+# ------------------------------------------------------------- fast inference
+
+@pytest.mark.parametrize("kw", [{}, dict(memory_width=3), dict(read="tardis"), dict(write="queue"),
+                                dict(write="independent"), dict(control_gates=False),
+                                dict(zoneout=0.3)])
+def test_fast_inference_path_equals_training_path_in_argmax_mode(kw):
+    model = small_armin(**kw)
+    x = seq()
+    model.eval()
+    model.cell.fast_inference = False
+    y_slow, s_slow = model(x)
+    model.cell.fast_inference = True
+    y_fast, s_fast = model(x)
+    assert torch.allclose(y_fast, y_slow, atol=1e-12)
+    for a, b in zip(s_fast, s_slow):
+        assert torch.allclose(a.double(), b.double(), atol=1e-12)
+    if not kw.get("zoneout"):
+        # the training path with addressing="argmax" computes the same numbers
+        trained = small_armin(addressing="argmax", **kw).train()
+        trained.load_state_dict(model.state_dict())
+        assert torch.allclose(trained(x)[0], y_fast, atol=1e-12)
+
+
+# ------------------------------------------------------------------ ablations
+
+def test_random_read_ignores_the_addressing():
+    model = small_armin(read="random")
+    torch.manual_seed(0)
+    _, _, trace = model(seq(b=64, t=6), return_trace=True)
+    read = slots(trace.read_weights)
+    counts = torch.bincount(read.flatten(), minlength=4)
+    assert (counts > 50).all()                                   # every slot, about equally
+    model.eval()
+    with torch.no_grad():
+        torch.manual_seed(1)
+        a = model(seq())[0]
+        torch.manual_seed(2)
+        b = model(seq())[0]
+    assert not torch.allclose(a, b)                              # random at evaluation too
+
+
+def test_queue_write_is_first_in_first_out():
+    model = small_armin(write="queue")
+    _, _, trace = model(seq(t=11), return_trace=True)
+    assert torch.equal(slots(trace.write_weights), (torch.arange(11) % 4).expand(3, 11))
+
+
+def test_independent_write_uses_its_own_head():
+    model = small_armin(write="independent")
+    y, _, trace = model(seq(b=8, t=12), return_trace=True)
+    written, read = slots(trace.write_weights), slots(trace.read_weights)
+    assert torch.equal(written[:, :4], torch.arange(4).expand(8, 4))
+    assert (written[:, 4:] != read[:, 4:]).any()
+    y.sum().backward()
+    assert model.cell.write_address_h.weight.grad.abs().sum() > 0
+
+
+def test_smooth_read_write_uses_softmax_weights():
+    model = small_armin(addressing="soft")
+    _, state, trace = model(seq(), return_trace=True)
+    assert torch.allclose(trace.read_weights[:, :, 0], torch.softmax(trace.read_logits[:, :, 0], -1))
+    assert torch.equal(trace.write_weights[:, 4:], trace.read_weights[:, 4:])
+    model.eval()                                                 # soft at evaluation too
+    _, _, t2 = model(seq(), return_trace=True)
+    assert torch.allclose(t2.read_weights, trace.read_weights)
+
+
+def test_no_control_gates():
+    model = small_armin(control_gates=False)
+    y, _, trace = model(seq(), return_trace=True)
+    assert torch.equal(trace.control_gates, torch.ones_like(trace.control_gates))
+    y.sum().backward()
+    assert model.cell.control_h.weight.grad is None
+
+
+def test_tardis_addressing_never_rereads_the_last_slot():
+    model = small_armin(read="tardis", memory_slots=3)
+    _, _, trace = model(seq(b=6, t=12), return_trace=True)
+    read = slots(trace.read_weights)
+    assert (read[:, 1:] != read[:, :-1]).all()
+    assert model.cell.address.shape == (3, 1)                     # key ~ d_r / 5
+
+
+def test_zoneout_keeps_units_in_training_and_averages_at_evaluation():
+    model = small_armin(zoneout=0.5)
+    x = seq(b=1, t=1)[:, 0]
+    state = model.cell.initial_state(1)
+    with torch.no_grad():
+        model.cell.h0.copy_(torch.arange(6.0))
+    state = model.cell.initial_state(1)
+    torch.manual_seed(0)
+    _, s_train = model.cell(x, state)
+    kept = torch.isclose(s_train.hidden, state.hidden)
+    assert kept.any() and not kept.all()
+    model.eval()
+    _, s_eval, tr = model.cell(x, state, return_trace=True)
+    plain = small_armin()
+    plain.load_state_dict(model.state_dict())
+    plain.eval()
+    _, s_plain = plain.cell(x, state)
+    assert torch.allclose(s_eval.hidden, 0.5 * state.hidden + 0.5 * s_plain.hidden)
+
+
+# ------------------------------------------------------------- equivalences
+
+def test_cell_loop_equals_sequence_module():
+    model = small_armin().eval()
+    x = seq()
+    y, final = model(x)
+    state, feats = None, []
+    for t in range(x.shape[1]):
+        f, state = model.cell(x[:, t], state)
+        feats.append(f)
+    assert torch.allclose(model.head(torch.stack(feats, 1)), y, atol=1e-12)
+    for a, b in zip(state, final):
+        assert torch.allclose(a.double(), b.double(), atol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(addressing="soft"), dict(read="tardis", zoneout=0.2)])
+def test_chunked_run_with_carried_state_equals_one_run(kw):
+    model = small_armin(**kw)
+    x = seq(t=10)
+    torch.manual_seed(5)
+    y, final = model(x)
+    torch.manual_seed(5)
+    y1, s = model(x[:, :3])
+    y2, s = model(x[:, 3:], detach_state(s))
+    assert torch.allclose(torch.cat([y1, y2], 1), y, atol=1e-12)
+    for a, b in zip(s, final):
+        assert torch.allclose(a.double(), b.double(), atol=1e-12)
+
+
+def test_gradcheck_float64():
+    """Soft reads/writes are differentiable everywhere; argmax (eval) everywhere but at ties."""
+    x = seq(b=2, t=6).requires_grad_()
+    soft = small_armin(addressing="soft", memory_width=4)
+    assert torch.autograd.gradcheck(lambda inp: soft(inp)[0], (x,))
+    hard = small_armin(read="tardis").eval()
+    assert torch.autograd.gradcheck(lambda inp: hard(inp)[0], (x,))
+
+
+def test_shapes_state_and_trace():
+    model = small_armin(memory_width=3)
+    y, state, trace = model(seq(), return_trace=True)
+    assert y.shape == (3, 9, 3) and isinstance(state, ARMINState) and isinstance(trace, ARMINTrace)
+    assert state.memory.shape == (3, 4, 3) and trace.read_vectors.shape == (3, 9, 3)
+    assert mannlab.ARMIN(5, None, **SMALL).output_features == 12
+
+
+# ----------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(addressing="reinforce"), "addressing"),
+    (dict(read="content"), "read"),
+    (dict(write="lru"), "write"),
+    (dict(zoneout=1.5), "zoneout"),
+    (dict(control_gates="yes"), "control_gates"),
+    (dict(temperature_every=-1), "temperature_every"),
+    (dict(hidden_size=0), "hidden_size"),
+])
+def test_invalid_options_raise_config_error(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        mannlab.ARMIN(5, 3, **{**SMALL, **kwargs})
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (torch.rand(2, 5), ValueError, "3-D"),
+    (torch.rand(2, 5, 3, dtype=torch.float64), ValueError, "input_size=5"),
+    (torch.ones(2, 5, 5, dtype=torch.float64) * float("nan"), ValueError, "NaN"),
+])
+def test_bad_input_gives_clear_error(bad, error, message):
+    with pytest.raises(error, match=message):
+        small_armin()(bad)
+
+
+def test_registry_builds_armin():
+    assert isinstance(build_model("armin", 5, 3, **SMALL), mannlab.ARMIN)
+    with pytest.raises(ConfigError, match="memory_slots"):
+        build_model("armin", 5, 3, memory_slot=3)
+
+
+# --------------------------------------------------------------------- learning
+
+def test_learns_tiny_copy():
+    before, after = tiny_copy_losses(lambda task: build_model(
+        "armin", task.input_size, task.output_size, hidden_size=24, memory_slots=4), steps=150)
+    assert after < 0.75 * before, f"validation BCE {before:.3f} -> {after:.3f}"

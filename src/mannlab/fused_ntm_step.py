@@ -152,19 +152,21 @@ def _as_array(tensor: torch.Tensor):
 
 
 def _kernel_forward(ctx, params, memory, read_prev, write_prev, width, num_shifts):
-    """The step in compiled CPU code (mannlab.ntm_kernels); saves only the inputs."""
-    ctx.save_for_backward(params, memory, read_prev, write_prev)
-    outputs = _kernels().memory_step_forward(_as_array(params), _as_array(memory),
-                                             _as_array(read_prev), _as_array(write_prev),
-                                             width, num_shifts)
-    return tuple(torch.from_numpy(out) for out in outputs)
+    """The step in compiled CPU code (mannlab.ntm_kernels)."""
+    inputs = (params, memory, read_prev, write_prev)
+    outputs, saved = _kernels().memory_step_forward(*(_as_array(t) for t in inputs),
+                                                    width, num_shifts)
+    outputs = tuple(torch.from_numpy(out) for out in outputs)
+    ctx.save_for_backward(*inputs, *outputs, *(torch.from_numpy(a) for a in saved))
+    return outputs
 
 
 def _kernel_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w):
-    inputs = (_as_array(t) for t in ctx.saved_tensors)
+    arrays = [_as_array(t) for t in ctx.saved_tensors]
     grads = _kernels().memory_step_backward(
-        *inputs, ctx.width, ctx.num_shifts, _as_array(grad_reads), _as_array(grad_memory_out),
-        _as_array(grad_read_w), _as_array(grad_write_w))
+        *arrays[:4], ctx.width, ctx.num_shifts, tuple(arrays[4:14]), tuple(arrays[14:]),
+        _as_array(grad_reads), _as_array(grad_memory_out), _as_array(grad_read_w),
+        _as_array(grad_write_w))
     return tuple(torch.from_numpy(grad) for grad in grads)
 
 

@@ -21,8 +21,8 @@ Per head (paper symbols, Graves et al. 2014 as stated by Taguchi & Tsuruoka):
 The step: write heads address M_{t-1}, then M_t = M_{t-1} o prod_h (1 - w_h e_h^T)
 + sum_h w_h a_h^T; read heads address M_t, and r = w M_t.
 
-The backward recomputes the forward of each batch element (cheap in compiled
-code) instead of saving every intermediate.
+The forward returns, besides its outputs, the per-head intermediates (K, w^c, w^g,
+w~, the key and slot norms) that the backward reads.
 """
 from __future__ import annotations
 
@@ -157,11 +157,9 @@ def _address_backward(grad_w, key, key_norm, memory, norms, previous, beta, gate
 def _element_forward(params, memory, read_prev, write_prev, width, num_shifts,
                      new_memory, reads, read_w, write_w, erase, add, betas, gates, shifts, gammas,
                      similarity, content, gated, shifted, key_norms, norms_before, norms_after):
-    """Forward of one batch element; all outputs and intermediates are written in place.
-
-    Per-head intermediates (similarity, content, gated, shifted: (H + R, N); key_norms
-    (H + R,)) are kept for the backward; norms_* are the slot norms of M_{t-1} and M_t.
-    """
+    """Forward of one batch element; all outputs and intermediates are written in place:
+    per head (H + R) similarity K, content w^c, gated w^g, shifted w~ (N,) and key_norms;
+    norms_before, norms_after: the slot norms of M_{t-1} and M_t (N,)."""
     write_heads, read_heads = write_prev.shape[0], read_prev.shape[0]
     offset = (write_heads + read_heads) * (width + 3 + num_shifts)
     _row_norms(memory, norms_before)
@@ -199,8 +197,10 @@ def _element_forward(params, memory, read_prev, write_prev, width, num_shifts,
 @njit(cache=True)
 def memory_step_forward(params, memory, read_prev, write_prev, width, num_shifts):
     """params (B, P), memory (B, N, W), read_prev (B, R, N), write_prev (B, H, N) ->
-    reads (B, R, W), new memory (B, N, W), read_w (B, R, N), write_w (B, H, N),
-    erase, add (B, H, W), beta, g, gamma (B, H + R), s (B, H + R, S)."""
+    outputs: reads (B, R, W), new memory (B, N, W), read_w (B, R, N), write_w (B, H, N),
+             erase, add (B, H, W), beta, g (B, H + R), s (B, H + R, S), gamma (B, H + R);
+    saved for the backward: paths (B, 4, H + R, N) (K, w^c, w^g, w~ of every head),
+             key_norms (B, H + R), slot_norms (B, 2, N) (of M_{t-1} and M_t)."""
     batch, slots = memory.shape[0], memory.shape[1]
     write_heads, read_heads = write_prev.shape[1], read_prev.shape[1]
     heads, dtype = write_heads + read_heads, memory.dtype
@@ -213,14 +213,16 @@ def memory_step_forward(params, memory, read_prev, write_prev, width, num_shifts
     betas, gates, gammas = (np.empty((batch, heads), dtype), np.empty((batch, heads), dtype),
                             np.empty((batch, heads), dtype))
     shifts = np.empty((batch, heads, num_shifts), dtype)
-    scratch = np.empty((4, heads, slots))
-    key_norms, norms_before, norms_after = np.empty(heads), np.empty(slots), np.empty(slots)
+    paths = np.empty((batch, 4, heads, slots))
+    key_norms, slot_norms = np.empty((batch, heads)), np.empty((batch, 2, slots))
     for b in range(batch):
         _element_forward(params[b], memory[b], read_prev[b], write_prev[b], width, num_shifts,
                          new_memory[b], reads[b], read_w[b], write_w[b], erase[b], add[b],
-                         betas[b], gates[b], shifts[b], gammas[b], scratch[0], scratch[1],
-                         scratch[2], scratch[3], key_norms, norms_before, norms_after)
-    return reads, new_memory, read_w, write_w, erase, add, betas, gates, shifts, gammas
+                         betas[b], gates[b], shifts[b], gammas[b], paths[b, 0], paths[b, 1],
+                         paths[b, 2], paths[b, 3], key_norms[b], slot_norms[b, 0],
+                         slot_norms[b, 1])
+    outputs = (reads, new_memory, read_w, write_w, erase, add, betas, gates, shifts, gammas)
+    return outputs, (paths, key_norms, slot_norms)
 
 
 @njit(cache=True)
@@ -263,70 +265,60 @@ def _params_backward(grad_params, params, head, width, num_shifts, grad_key, gra
 
 
 @njit(cache=True)
-def memory_step_backward(params, memory, read_prev, write_prev, width, num_shifts,
-                         grad_reads, grad_memory_out, grad_read_w, grad_write_w):
+def memory_step_backward(params, memory, read_prev, write_prev, width, num_shifts, outputs,
+                         saved, grad_reads, grad_memory_out, grad_read_w, grad_write_w):
     """Gradients of the step with respect to (params, memory, read_prev, write_prev),
-    given those of (reads, new memory, read_w, write_w)."""
-    batch, slots = memory.shape[0], memory.shape[1]
+    given those of (reads, new memory, read_w, write_w) and the forward's outputs and
+    saved intermediates."""
+    _, new_memory, read_w, write_w, erase, add, betas, gates, shifts, gammas = outputs
+    paths, key_norms, slot_norms = saved
+    slots = memory.shape[1]
     write_heads, read_heads = write_prev.shape[1], read_prev.shape[1]
-    heads, dtype = write_heads + read_heads, memory.dtype
+    heads = write_heads + read_heads
     grad_params = np.zeros_like(params)
     grad_memory = np.empty_like(memory)
     grad_read_prev = np.empty_like(read_prev)
     grad_write_prev = np.empty_like(write_prev)
-    # forward outputs and intermediates of one element, recomputed
-    new_memory = np.empty((slots, width), dtype)
-    reads, read_w = np.empty((read_heads, width), dtype), np.empty((read_heads, slots), dtype)
-    write_w = np.empty((write_heads, slots), dtype)
-    erase, add = np.empty((write_heads, width), dtype), np.empty((write_heads, width), dtype)
-    betas, gates, gammas = np.empty(heads, dtype), np.empty(heads, dtype), np.empty(heads, dtype)
-    shifts = np.empty((heads, num_shifts), dtype)
-    similarity, content = np.empty((heads, slots)), np.empty((heads, slots))
-    gated, shifted = np.empty((heads, slots)), np.empty((heads, slots))
-    key_norms, norms_before, norms_after = np.empty(heads), np.empty(slots), np.empty(slots)
     # gradients of one element
     grad_new = np.empty((slots, width))
+    grad_rw = np.empty(slots)
     grad_key, grad_shift = np.empty(width), np.empty(num_shifts)
     grad_ww = np.empty((write_heads, slots))
     grad_erase, grad_add = np.empty((write_heads, width)), np.empty((write_heads, width))
-    for b in range(batch):
+    for b in range(memory.shape[0]):
         p = params[b]
-        _element_forward(p, memory[b], read_prev[b], write_prev[b], width, num_shifts,
-                         new_memory, reads, read_w, write_w, erase, add, betas, gates, shifts,
-                         gammas, similarity, content, gated, shifted, key_norms, norms_before,
-                         norms_after)
+        similarity, content, gated, shifted = paths[b, 0], paths[b, 1], paths[b, 2], paths[b, 3]
         # (iii) r = w^r M_t, then the read addressing on M_t
         grad_new[:] = grad_memory_out[b]
         for r in range(read_heads):
             h = write_heads + r
-            grad_rw = np.empty(slots)
             for i in range(slots):
-                grad_rw[i] = grad_read_w[b, r, i] + _dot(new_memory[i], grad_reads[b, r])
+                grad_rw[i] = grad_read_w[b, r, i] + _dot(new_memory[b, i], grad_reads[b, r])
                 for j in range(width):
-                    grad_new[i, j] += read_w[r, i] * grad_reads[b, r, j]
+                    grad_new[i, j] += read_w[b, r, i] * grad_reads[b, r, j]
             base = h * (width + 3 + num_shifts)
             grad_beta, grad_gate, grad_gamma = _address_backward(
-                grad_rw, p[base:base + width], key_norms[h], new_memory, norms_after,
-                read_prev[b, r], betas[h], gates[h], shifts[h], gammas[h], similarity[h],
-                content[h], gated[h], shifted[h], read_w[r], grad_key, grad_new,
-                grad_read_prev[b, r], grad_shift)
+                grad_rw, p[base:base + width], key_norms[b, h], new_memory[b], slot_norms[b, 1],
+                read_prev[b, r], betas[b, h], gates[b, h], shifts[b, h], gammas[b, h],
+                similarity[h], content[h], gated[h], shifted[h], read_w[b, r], grad_key,
+                grad_new, grad_read_prev[b, r], grad_shift)
             _params_backward(grad_params[b], p, h, width, num_shifts, grad_key, grad_beta,
-                             grad_gate, grad_shift, grad_gamma, gates[h], shifts[h])
+                             grad_gate, grad_shift, grad_gamma, gates[b, h], shifts[b, h])
         # (ii) the erase/add write, then the write addressing on M_{t-1}
         grad_ww[:] = grad_write_w[b]
-        _write_backward(grad_new, memory[b], write_w, erase, add, grad_memory[b], grad_ww,
-                        grad_erase, grad_add)
+        _write_backward(grad_new, memory[b], write_w[b], erase[b], add[b], grad_memory[b],
+                        grad_ww, grad_erase, grad_add)
         offset = heads * (width + 3 + num_shifts)
         for h in range(write_heads):
             base = h * (width + 3 + num_shifts)
             grad_beta, grad_gate, grad_gamma = _address_backward(
-                grad_ww[h], p[base:base + width], key_norms[h], memory[b], norms_before,
-                write_prev[b, h], betas[h], gates[h], shifts[h], gammas[h], similarity[h],
-                content[h], gated[h], shifted[h], write_w[h], grad_key, grad_memory[b],
-                grad_write_prev[b, h], grad_shift)
+                grad_ww[h], p[base:base + width], key_norms[b, h], memory[b], slot_norms[b, 0],
+                write_prev[b, h], betas[b, h], gates[b, h], shifts[b, h], gammas[b, h],
+                similarity[h], content[h], gated[h], shifted[h], write_w[b, h], grad_key,
+                grad_memory[b], grad_write_prev[b, h], grad_shift)
             _params_backward(grad_params[b], p, h, width, num_shifts, grad_key, grad_beta,
-                             grad_gate, grad_shift, grad_gamma, gates[h], shifts[h])
+                             grad_gate, grad_shift, grad_gamma, gates[b, h], shifts[b, h])
             start = offset + h * 2 * width
-            grad_params[b, start:start + width] = grad_erase[h] * erase[h] * (1.0 - erase[h])
+            grad_params[b, start:start + width] = grad_erase[h] * erase[b, h] * (1.0 - erase[b, h])
             grad_params[b, start + width:start + 2 * width] = grad_add[h]
     return grad_params, grad_memory, grad_read_prev, grad_write_prev

@@ -52,9 +52,9 @@ def test_one_step_by_hand(width):
     h, M = state.hidden, state.memory
     Wx, bx = cell.input_proj.weight, cell.input_proj.bias
     rows = [0, dh + dr, 5 * dh + 2 * dr, 5 * dh + 2 * dr + n]
-    W_ig = torch.cat([Wx[rows[0]:rows[1]], cell.control_h.weight, cell.control_r.weight], 1)
+    W_ig = torch.cat([Wx[rows[0]:rows[1]], cell.control_h.weight[:dh + dr], cell.control_r.weight], 1)
     W_go = torch.cat([Wx[rows[1]:rows[2]], cell.gates_h.weight, cell.gates_r.weight], 1)
-    W_s = torch.cat([Wx[rows[2]:rows[3]], cell.address_h.weight], 1)
+    W_s = torch.cat([Wx[rows[2]:rows[3]], cell.control_h.weight[dh + dr:]], 1)
     b_ig, b_go, b_s = bx[rows[0]:rows[1]], bx[rows[1]:rows[2]], bx[rows[2]:rows[3]]
 
     def ln(v, layer):
@@ -110,7 +110,7 @@ def test_training_reads_are_straight_through_one_hots_with_gradient():
     y, _, trace = model(seq(), return_trace=True)
     assert set(trace.read_weights.detach().unique().tolist()) == {0.0, 1.0}
     y.sum().backward()
-    assert model.cell.address_h.weight.grad.abs().sum() > 0     # W_s learns through the ST read
+    assert model.cell.control_h.weight.grad[12:].abs().sum() > 0   # W_s learns through the ST read
 
 
 def test_temperature_schedule_of_appendix_c():
@@ -195,7 +195,8 @@ def test_no_control_gates():
     y, _, trace = model(seq(), return_trace=True)
     assert torch.equal(trace.control_gates, torch.ones_like(trace.control_gates))
     y.sum().backward()
-    assert model.cell.control_h.weight.grad is None
+    assert model.cell.control_h.weight.grad[:12].abs().sum() == 0   # W_ig unused
+    assert model.cell.control_r.weight.grad is None
 
 
 def test_tardis_addressing_never_rereads_the_last_slot():

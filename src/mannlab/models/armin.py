@@ -50,8 +50,8 @@ from torch import nn
 from mannlab import sampling
 from mannlab.errors import ConfigError
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive
-from mannlab.models.tardis import (TardisAddressing, check_choice, check_number,
-                                   sequential_slots, sparse_addresses)
+from mannlab.models.tardis import (TardisAddressing, check_choice, check_number, run_steps,
+                                   sequential_slots, sparse_addresses, write_rows)
 
 ADDRESSING_MODES = ("gumbel", "soft", "argmax")
 READ_MODES = ("auto", "random", "tardis")
@@ -128,11 +128,11 @@ class ARMINCell(MemoryCell):
         dh, dr, n = hidden_size, memory_width, memory_slots
         self.sizes = [dh + dr, 4 * dh + dr, n, n]        # x parts: eq. 3 | eq. 6 | W_s | write head
         self.input_proj = nn.Linear(input_size, sum(self.sizes))        # W_{.,x} x_t + b
-        self.control_h = nn.Linear(dh, dh + dr, bias=False)             # W_ig on h_{t-1}
+        # W_ig and W_s on h_{t-1} as one matrix [W_ig,h; W_s,h] (one product per step)
+        self.control_h = nn.Linear(dh, dh + dr + n, bias=False)
         self.control_r = nn.Linear(dr, dh + dr, bias=False)             # W_ig on r_t
         self.gates_h = nn.Linear(dh, 4 * dh + dr, bias=False)           # W_go on h^g_{t-1}
         self.gates_r = nn.Linear(dr, 4 * dh + dr, bias=False)           # W_go on r^g_t
-        self.address_h = nn.Linear(dh, n, bias=False)                   # W_s on h_{t-1} (eq. 9)
         self.write_address_h = (nn.Linear(dh, n, bias=False) if write == "independent" else None)
         self.write_map = nn.Linear(dh, dr, bias=False) if dh != dr else None   # section 3.3
         self.ln_control = nn.LayerNorm(dh + dr) if layer_norm else None
@@ -153,7 +153,7 @@ class ARMINCell(MemoryCell):
         """Orthogonal weight blocks, forget-gate bias 1 (appendix C)."""
         dh, dr = self.hidden_size, self.width
         for layer in (self.control_h, self.control_r):
-            _orthogonal_blocks(layer.weight, dh)
+            _orthogonal_blocks(layer.weight[:dh + dr], dh)
         for layer in (self.gates_h, self.gates_r):
             _orthogonal_blocks(layer.weight, dh)
         with torch.no_grad():
@@ -198,12 +198,14 @@ class ARMINCell(MemoryCell):
             return sampling.argmax_one_hot(logits)
         return sampling.gumbel_softmax(logits, self.inverse_temperature, hard=True)
 
-    def _read_logits(self, x_s, x_t, h, memory, counts, last_read) -> torch.Tensor:
+    def _read_logits(self, x_s, x_t, h, h_s, memory, counts, last_read) -> torch.Tensor:
+        """Read logits (B, n): W_s [x_t, h_{t-1}] + b_s (eq. 9) from its x part x_s and h part
+        h_s, or the TARDIS MLP (eq. 21)."""
         if self.tardis is not None:
             keyed = torch.cat([self.address.to(memory.dtype).expand(memory.shape[0], -1, -1),
                                memory], dim=-1)
             return self.tardis.logits(x_t, h, keyed, counts, last_read)        # eq. 21
-        return x_s + self.address_h(h)                                         # eq. 9
+        return x_s + h_s                                                       # eq. 9
 
     def _random_read(self, like: torch.Tensor) -> torch.Tensor:
         index = torch.randint(0, self.slots, (like.shape[0], 1), device=like.device)
@@ -211,11 +213,12 @@ class ARMINCell(MemoryCell):
 
     # ----------------------------------------------------------------- cell
 
-    def cell_update(self, x_control, x_gates, h, r):
-        """Eqs. 3-8: (h_t before zoneout, o_t, [g^h; g^r], gate activations)."""
+    def cell_update(self, x_control, x_gates, h, h_control, r):
+        """Eqs. 3-8: (h_t before zoneout, o_t, [g^h; g^r], gate activations); h_control is
+        W_ig's h part times h_{t-1}."""
         dh, dr = self.hidden_size, self.width
         if self.control_gates:
-            pre = x_control + self.control_h(h) + self.control_r(r)
+            pre = x_control + h_control + self.control_r(r)
             control = torch.sigmoid(self.ln_control(pre) if self.layer_norm else pre)    # eq. 3
             h_g, r_g = control[:, :dh] * h, control[:, dh:] * r                           # eqs. 4-5
         else:
@@ -223,14 +226,13 @@ class ARMINCell(MemoryCell):
             h_g, r_g = h, r
         pre = x_gates + self.gates_h(h_g) + self.gates_r(r_g)
         pre = self.ln_gates(pre) if self.layer_norm else pre                               # eq. 6
-        i, f, o_h = (torch.sigmoid(pre[:, k * dh:(k + 1) * dh]) for k in (0, 1, 3))
+        sig = torch.sigmoid(pre)                        # i, f, o^h, o^r (the g block is unused)
+        i, f, o = sig[:, :dh], sig[:, dh:2 * dh], sig[:, 3 * dh:]
         g = torch.tanh(pre[:, 2 * dh:3 * dh])
-        o_r = torch.sigmoid(pre[:, 4 * dh:])
-        h_new = f * h + i * g                                                              # eq. 7
+        h_new = torch.addcmul(f * h, i, g)                                                 # eq. 7
         h_new = self.ln_hidden(h_new) if self.layer_norm else h_new
-        out = torch.cat([o_h * torch.tanh(h_new), o_r * torch.tanh(r)], dim=-1)            # eq. 8
-        gates = torch.cat([i, f, g, o_h, o_r], dim=-1)
-        return h_new, out, control, gates
+        out = o * torch.tanh(torch.cat([h_new, r], dim=-1))                                # eq. 8
+        return h_new, out, control, (sig, g)
 
     def _zoneout(self, h_prev: torch.Tensor, h_new: torch.Tensor) -> torch.Tensor:
         """Zoneout (Krueger et al. 2016): keep each unit of h_{t-1} with probability p while
@@ -250,11 +252,13 @@ class ARMINCell(MemoryCell):
             dim=-1)
         x_t = rest[0] if rest else None
         fast = self.fast_inference and self.discrete_eval() and not with_trace
+        h_side = self.control_h(h)                               # [W_ig,h h_{t-1} | W_s,h h_{t-1}]
+        h_control, h_s = h_side[:, :self.hidden_size + self.width], h_side[:, -self.slots:]
         if self.read_mode == "random":
             logits = h.new_zeros(h.shape[0], self.slots)
             read_w = self._random_read(logits)
         else:
-            logits = self._read_logits(x_s, x_t, h, memory, counts, last_read)
+            logits = self._read_logits(x_s, x_t, h, h_s, memory, counts, last_read)
             read_w = None if fast else self._weights(logits)
         batch = torch.arange(h.shape[0], device=h.device)
         if fast:   # section 5: argmax and an index gather instead of the weighted sum
@@ -262,21 +266,26 @@ class ARMINCell(MemoryCell):
             r = memory[batch, read_index]
         else:
             r = (read_w.unsqueeze(1) @ memory).squeeze(1)                           # eq. 10
-        h_new, out, control, gates = self.cell_update(x_control, x_gates, h, r)
+        h_new, out, control, gates = self.cell_update(x_control, x_gates, h, h_control, r)
         h_new = self._zoneout(h, h_new)
         value = self.write_map(h_new) if self.write_map is not None else h_new      # section 3.3
         if fast:
             write_index = self._write_index(read_index, steps, x_w, h_new)
             memory = memory.index_put((batch, write_index), value)
-            read_w = F.one_hot(read_index, self.slots).to(h.dtype)
+            if self.tardis is not None:
+                read_w = torch.zeros_like(counts).scatter_(-1, read_index.unsqueeze(-1), 1.0)
         else:
             write_w = self._write_weights(read_w, steps, x_w, h_new)
-            w = write_w.unsqueeze(-1)
-            memory = memory * (1 - w) + w * value.unsqueeze(1)
-        hard = read_w.detach()
-        state = ARMINState(h_new, memory, counts + hard, hard, steps + 1)
+            memory = write_rows(memory, write_w, value)
+        if self.tardis is not None:     # usage counts and the last read: TARDIS addressing only
+            hard = read_w.detach()
+            counts, last_read = counts + hard, hard
+        state = ARMINState(h_new, memory, counts, last_read, steps + 1)
         trace = None
         if with_trace:
+            sig, g = gates
+            dh = self.hidden_size
+            gates = torch.cat([sig[:, :2 * dh], g, sig[:, 3 * dh:]], dim=-1)
             trace = ARMINStepTrace(read_w.unsqueeze(1), write_w.unsqueeze(1), logits.unsqueeze(1),
                                    r, control, gates, h_new)
         return out, state, trace
@@ -285,9 +294,9 @@ class ARMINCell(MemoryCell):
         """The slot written (B, n): the next empty slot while filling, then by ``write``."""
         fill, filling = sequential_slots(steps, self.slots, read_w.dtype)
         if self.write_mode == "queue":
-            return F.one_hot(steps % self.slots, self.slots).to(read_w.dtype)
+            return sequential_slots(steps % self.slots, self.slots, read_w.dtype)[0]
         if self.write_mode == "independent":
-            chosen = self._weights(x_w + self.write_address_h(h_new))
+            chosen = self._weights(x_w + self.write_address_h(h_new))   # over [x_t, h_t]
         else:
             chosen = read_w
         return torch.where(filling, fill, chosen)
@@ -351,5 +360,5 @@ class ARMIN(SequenceModel):
         self.cell.inverse_temperature = float(value)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        features, state, steps = super().run(x, state, with_trace)
+        features, state, steps = run_steps(self.cell, x, state, with_trace)
         return features, state, (ARMINTrace(*steps) if with_trace else None)

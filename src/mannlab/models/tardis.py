@@ -59,7 +59,7 @@ from torch import nn
 
 from mannlab import sampling
 from mannlab.errors import ConfigError
-from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+from mannlab.models.base import MemoryCell, SequenceModel, check_positive, stack_traces
 
 ADDRESSING_MODES = ("gumbel", "reinforce", "argmax")
 TEMPERATURES = ("learned", "scheduled")
@@ -142,9 +142,39 @@ def check_number(name: str, value: Any, low: float, high: float = float("inf"),
 def sequential_slots(step: torch.Tensor, slots: int, dtype: torch.dtype) -> torch.Tensor:
     """One-hot of slot n for the steps n < k of the filling phase (rows past it are 0):
     step (B,) long -> (B, k), and the (B, 1) mask of rows still filling."""
-    filling = (step < slots).unsqueeze(-1)
-    one_hot = F.one_hot(step.clamp(max=slots - 1), slots).to(dtype)
-    return one_hot * filling, filling
+    column = step.unsqueeze(-1)
+    one_hot = (column == _slot_numbers(slots, step.device)).to(dtype)
+    return one_hot, column < slots
+
+
+_SLOT_NUMBERS: dict = {}
+
+
+def _slot_numbers(slots: int, device) -> torch.Tensor:
+    """arange(slots), cached per (slots, device): it is needed at every step."""
+    key = (slots, str(device))
+    if key not in _SLOT_NUMBERS:
+        _SLOT_NUMBERS[key] = torch.arange(slots, device=device)
+    return _SLOT_NUMBERS[key]
+
+
+def write_rows(memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """M[j] <- (1 - w_j) M[j] + w_j v for every slot j (one-hot w: replace one row), as one
+    lerp: memory (B, k, W), weights (B, k), value (B, W) -> (B, k, W)."""
+    return torch.lerp(memory, value.unsqueeze(1), weights.unsqueeze(-1))
+
+
+def run_steps(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool):
+    """The time loop of SequenceModel.run over ``unbind``-ed precomputed inputs: the
+    backward of one unbind is one stack, where indexing [:, t] at every step makes each
+    step's backward zero-fill the whole (B, T, P) input gradient (O(T^2) work)."""
+    outputs, traces = [], []
+    for inputs_t in cell.precompute(x).unbind(1):
+        out, state, trace = cell.step(inputs_t, state, with_trace)
+        outputs.append(out)
+        if with_trace:
+            traces.append(trace)
+    return torch.stack(outputs, dim=1), state, stack_traces(traces)
 
 
 # --------------------------------------------------------------------- state
@@ -283,8 +313,7 @@ class TARDISCell(MemoryCell):
         h_new, c, resets = self.controller(x_gates, h, c, r)                         # eqs. 7-10
         fill, filling = sequential_slots(steps, self.slots, read_w.dtype)
         write_w = torch.where(filling, fill, read_w)                                 # algorithm 1
-        w = write_w.unsqueeze(-1)
-        content = content * (1 - w) + w * self.micro_state(h_new).unsqueeze(1)      # eq. 2
+        content = write_rows(content, write_w, self.micro_state(h_new))             # eq. 2
         features = torch.tanh(self.fusion(torch.cat([h_new, r], dim=-1)))            # eq. 11
         hard = read_w.detach()
         state = TARDISState(h_new, c, content, counts + hard, hard, steps + 1)
@@ -363,7 +392,7 @@ class TARDIS(SequenceModel):
         self.cell.inverse_temperature = float(value)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        features, state, steps = super().run(x, state, with_trace)
+        features, state, steps = run_steps(self.cell, x, state, with_trace)
         return features, state, (TARDISTrace(*steps, inputs=x) if with_trace else None)
 
     def aux_logits(self, trace: TARDISTrace) -> torch.Tensor:

@@ -20,7 +20,9 @@ Glossary
     c     content weighting (eq. 8 with beta inside the exponential, cosine K)
     H^o_t = [h_t; r_t], the output features; y_t = W_o H^o_t + b_o
 
-Per time step (read heads together, never in a loop; functions of mannlab.addressing):
+Per time step (read heads together; steps (ii)-(iii) are one fused autograd function,
+mannlab.fused_dnc_step: compiled kernels on CPU, else the composition of the
+mannlab.addressing functions):
     (i)   h_t = controller([x_t; r_{t-1}], h_{t-1}); interface vector = W_xi h_t + b_i
     (ii)  psi_t = prod_i (1 - f^i w^{r,i}_{t-1})                        retention
           u_t = (u_{t-1} + w^w_{t-1} - u_{t-1} o w^w_{t-1}) o psi_t     usage
@@ -41,11 +43,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from mannlab import addressing
 from mannlab.controllers import make_controller
+from mannlab.fused_dnc_step import dnc_memory_step, interface_sizes
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive
 
 
@@ -99,9 +100,7 @@ class DNCCell(MemoryCell):
         # (the paper's order differs; only the grouping matters):
         #   [k^r (R*W), k^w (W), v (W) | beta^r (R), beta^w (1) | e (W), f (R), g^a, g^w | pi (3R)]
         #    identity                  | oneplus                | sigmoid                | softmax
-        R, W = read_heads, memory_width
-        self.split_sizes = [R * W + 2 * W, R + 1, W + R + 2, 3 * R]
-        self.interface = nn.Linear(controller_size, sum(self.split_sizes))
+        self.interface = nn.Linear(controller_size, sum(interface_sizes(read_heads, memory_width)))
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> DNCState:
         """Zero memory, usage, precedence, links, weightings and read vectors."""
@@ -121,43 +120,20 @@ class DNCCell(MemoryCell):
         """The controller's input projection for every step at once (B, T, I) -> (B, T, G)."""
         return self.controller.precompute(x)
 
-    def _interface(self, h: torch.Tensor):
-        """h_t (B, controller_size) -> the activated interface parameters (see __init__)."""
-        R, W = self.read_heads, self.width
-        linear, strengths, gates, modes = self.interface(h).split(self.split_sizes, dim=-1)
-        read_keys, write_key, write_vector = linear.split([R * W, W, W], dim=-1)
-        strengths = 1 + F.softplus(strengths)                          # oneplus: beta >= 1
-        erase, free, alloc_gate, write_gate = torch.sigmoid(gates).split([W, R, 1, 1], dim=-1)
-        modes = torch.softmax(modes.view(-1, R, 3), dim=-1)            # pi over (b, c, f)
-        return (read_keys.view(-1, R, W), strengths[:, :R], write_key.unsqueeze(1),
-                strengths[:, R:], erase.unsqueeze(1), write_vector.unsqueeze(1), free,
-                alloc_gate.squeeze(-1), write_gate.squeeze(-1), modes)
-
     def step(self, x_proj: torch.Tensor, state: DNCState, with_trace: bool = False):
         """One step from the precomputed input projection; returns (H^o_t, state, trace or None)."""
         ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
         h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)           # (i)
-        (read_keys, read_strengths, write_key, write_strength, erase, write_vector, free,
-         alloc_gate, write_gate, modes) = self._interface(h)
-        # (ii) dynamic allocation and the write, addressed on M_{t-1}
-        psi = addressing.retention(free, read_w)
-        usage = addressing.usage(usage, write_w.squeeze(1), psi)
-        alloc = addressing.allocation(usage)
-        write_content = addressing.content_weights(write_key, memory, write_strength)  # c^w
-        write_vec = addressing.write_weighting(alloc, write_content.squeeze(1), write_gate,
-                                               alloc_gate)                           # (B, N)
-        write_w = write_vec.unsqueeze(1)                                             # (B, 1, N)
-        memory = addressing.write(memory, write_w, erase, write_vector)
-        links = addressing.link_matrix(links, write_vec, precedence)                  # uses p_{t-1}
-        precedence = addressing.precedence(precedence, write_vec)
-        # (iii) temporal and content read weightings, read from M_t
-        forward, backward = addressing.directional_weights(links, read_w)             # w^r_{t-1}
-        read_content = addressing.content_weights(read_keys, memory, read_strengths)  # c^r
-        read_w = addressing.read_weighting(backward, read_content, forward, modes)
-        reads = addressing.read(memory, read_w)
+        # (ii) retention, usage, allocation, write weighting, write, links, precedence;
+        # (iii) forward/backward/content read weightings and reads: one fused step
+        # (mannlab.fused_dnc_step) from the raw interface vector W_xi h_t + b_i
+        out = dnc_memory_step(self.interface(h), memory, read_w, write_w, usage, precedence,
+                              links, with_trace)
+        reads, memory, read_w, write_w, usage, precedence, links = out[:7]
         features = torch.cat([h_out, reads.flatten(1)], dim=-1)                        # (iv)
         trace = None
         if with_trace:
+            alloc, modes, free, alloc_gate, write_gate = out[7:]
             trace = DNCTrace(read_w, write_w, reads, usage, alloc, precedence, links, modes,
                              free, alloc_gate, write_gate, memory)
         state = DNCState(ctrl, memory, reads, read_w, write_w, usage, precedence, links)

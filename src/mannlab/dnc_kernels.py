@@ -1,0 +1,335 @@
+"""Compiled CPU kernels for the DNC memory step (numba): the equations of
+mannlab.models.dnc steps (ii)-(iii), in loops that numba compiles to machine code.
+
+Why: on a CPU the DNC step is about 60 small tensor operations forward and 100
+backward, each a few microseconds of dispatch, plus several (B, N, N) link-matrix
+temporaries. Here the whole step is one call each way and the link matrix is
+touched in two passes forward and one backward. The results equal the composition
+of mannlab.addressing primitives to rounding (tests/test_fused_dnc_step.py).
+
+Layout of one batch element's raw interface vector (P,), as DNCCell emits it:
+    [k^r (R*W), k^w (W), v (W) | beta^r (R), beta^w | e (W), f (R), g^a, g^w | pi (3R)]
+     identity                  | oneplus            | sigmoid                | softmax per head
+
+Per element (paper symbols; phi = stable ascending sort of u_t, ties to the lower slot):
+    psi = prod_i (1 - f^i w^{r,i}_{t-1})                 u = (u' + w' - u' w') psi
+    a[phi[j]] = (1 - u[phi[j]]) prod_{i<j} u[phi[i]]     c^w = C(M_{t-1}, k^w, beta^w)
+    w^w = g^w (c^w + g^a (a - c^w))                      M = M_{t-1} o (1 - w^w e^T) + w^w v^T
+    L[i,j] = (1 - w^w[i] - w^w[j]) L'[i,j] + w^w[i] p'[j], L[i,i] = 0
+    p = (1 - sum w^w) p' + w^w
+    f^i = L w^{r,i}_{t-1}, b^i = L^T w^{r,i}_{t-1},  c^{r,i} = C(M, k^{r,i}, beta^{r,i})
+    w^{r,i} = pi^i[0] b^i + pi^i[1] c^{r,i} + pi^i[2] f^i,   r^i = M^T w^{r,i}
+with C(M, k, beta) = softmax(beta K(k, M)), K the eps-guarded cosine (primes: t-1).
+
+The forward also returns the intermediates that the backward reads: the activated
+interface vector, psi, a, c^w, K^w, the read paths (K^r, c^r, f, b), the slot and
+key norms and the sort order phi (a constant for the gradient).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from mannlab.ntm_kernels import EPS, _dot, _row_norms, _sigmoid, _softmax_into, _softplus, _softplus_grad
+
+
+@njit(cache=True)
+def _offsets(read_heads, width):
+    """Start of each group of the interface vector: k^r, k^w, v, beta, e, f, g^a, g^w, pi."""
+    keys = read_heads * width
+    beta = keys + 2 * width
+    erase = beta + read_heads + 1
+    free = erase + width
+    return 0, keys, keys + width, beta, erase, free, free + read_heads, free + read_heads + 1, \
+        free + read_heads + 2
+
+
+@njit(cache=True)
+def _activate(raw, read_heads, width, act):
+    """Raw interface vector -> activated (same layout) in act."""
+    _, _, _, beta, erase, _, _, _, modes = _offsets(read_heads, width)
+    act[:beta] = raw[:beta]
+    for i in range(beta, erase):
+        act[i] = 1.0 + _softplus(raw[i])                       # oneplus: beta >= 1
+    for i in range(erase, modes):
+        act[i] = _sigmoid(raw[i])
+    for r in range(read_heads):
+        _softmax_into(raw[modes + 3 * r:modes + 3 * r + 3], act[modes + 3 * r:modes + 3 * r + 3])
+
+
+@njit(cache=True)
+def _activate_backward(grad_act, raw, act, read_heads, width, grad_raw):
+    """Gradient of the raw interface vector from that of the activated one."""
+    _, _, _, beta, erase, _, _, _, modes = _offsets(read_heads, width)
+    grad_raw[:beta] = grad_act[:beta]
+    for i in range(beta, erase):
+        grad_raw[i] = grad_act[i] * _softplus_grad(raw[i])
+    for i in range(erase, modes):
+        grad_raw[i] = grad_act[i] * act[i] * (1.0 - act[i])
+    for r in range(read_heads):
+        pi, grad_pi = act[modes + 3 * r:modes + 3 * r + 3], grad_act[modes + 3 * r:modes + 3 * r + 3]
+        grad_raw[modes + 3 * r:modes + 3 * r + 3] = pi * (grad_pi - _dot(pi, grad_pi))
+
+
+@njit(cache=True)
+def _content(key, memory, norms, strength, similarity, weights):
+    """C(M, k, beta) into weights, K into similarity; returns max(|k|, eps)."""
+    key_norm = max(math.sqrt(_dot(key, key)), EPS)
+    for i in range(memory.shape[0]):
+        similarity[i] = _dot(key, memory[i]) / (key_norm * norms[i])
+    _softmax_into(strength * similarity, weights)
+    return key_norm
+
+
+@njit(cache=True)
+def _content_backward(grad_w, key, key_norm, memory, norms, strength, similarity, weights,
+                      grad_key, grad_memory):
+    """Backward of ``_content``: writes grad_key, adds into grad_memory, returns grad beta."""
+    grad_logits = weights * (grad_w - _dot(weights, grad_w))
+    unit_key = key / key_norm
+    grad_unit_key = np.zeros(key.shape[0])
+    for i in range(memory.shape[0]):
+        grad_sim = strength * grad_logits[i]
+        if grad_sim != 0.0:
+            for j in range(key.shape[0]):
+                unit = memory[i, j] / norms[i]
+                grad_unit_key[j] += grad_sim * unit
+                grad_memory[i, j] += grad_sim / norms[i] * (unit_key[j] - unit * similarity[i])
+    grad_key[:] = (grad_unit_key - unit_key * _dot(unit_key, grad_unit_key)) / key_norm
+    return _dot(grad_logits, similarity)
+
+
+@njit(cache=True)
+def _allocation(usage, order, alloc):
+    """a[phi[j]] = (1 - u[phi[j]]) prod_{i<j} u[phi[i]], phi = stable ascending argsort of u."""
+    order[:] = np.argsort(usage, kind="mergesort")             # mergesort is stable
+    before = 1.0
+    for j in range(usage.shape[0]):
+        slot = order[j]
+        alloc[slot] = (1.0 - usage[slot]) * before
+        before *= usage[slot]
+
+
+@njit(cache=True)
+def _allocation_backward(grad_alloc, usage, order, grad_usage):
+    """Adds d(a . grad_alloc)/du into grad_usage, phi constant, without dividing by u:
+    du[phi[j]] = prod_{i<j} u[phi[i]] (Q_j - ga[phi[j]]) with the suffix recursion
+    Q_{N-1} = 0, Q_{j-1} = ga[phi[j]] (1 - u[phi[j]]) + u[phi[j]] Q_j."""
+    slots = usage.shape[0]
+    before = np.empty(slots)
+    product = 1.0
+    for j in range(slots):
+        before[j] = product
+        product *= usage[order[j]]
+    suffix = 0.0
+    for j in range(slots - 1, -1, -1):
+        slot = order[j]
+        grad_usage[slot] += before[j] * (suffix - grad_alloc[slot])
+        suffix = grad_alloc[slot] * (1.0 - usage[slot]) + usage[slot] * suffix
+
+
+@njit(cache=True)
+def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev,
+                     reads, new_memory, read_w, write_w, usage, prec, links,
+                     act, vectors, paths, norms, key_norms, order):
+    """Forward of one batch element; outputs and intermediates are written in place.
+    vectors (4, N): psi, a, c^w, K^w; paths (4, R, N): K^r, c^r, f, b; norms (2, N) of
+    M_{t-1} and M_t; key_norms (R + 1,): read keys, then the write key."""
+    slots, width, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
+    o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = _offsets(read_heads, width)
+    _activate(raw, read_heads, width, act)
+    psi, alloc, write_content, write_sim = vectors[0], vectors[1], vectors[2], vectors[3]
+    # (ii) retention, usage, allocation
+    for i in range(slots):
+        keep = 1.0
+        for r in range(read_heads):
+            keep *= 1.0 - act[o_free + r] * read_prev[r, i]
+        psi[i] = keep
+        usage[i] = (usage_prev[i] + write_prev[i] - usage_prev[i] * write_prev[i]) * keep
+    _allocation(usage, order, alloc)
+    # write weighting, on M_{t-1}
+    _row_norms(memory, norms[0])
+    key_norms[read_heads] = _content(act[o_wkey:o_vec], memory, norms[0], act[o_beta + read_heads],
+                                     write_sim, write_content)
+    alloc_gate, write_gate = act[o_ga], act[o_gw]
+    for i in range(slots):
+        write_w[i] = write_gate * (write_content[i] + alloc_gate * (alloc[i] - write_content[i]))
+    # erase/add write
+    for i in range(slots):
+        for j in range(width):
+            new_memory[i, j] = (memory[i, j] * (1.0 - write_w[i] * act[o_erase + j])
+                                + write_w[i] * act[o_vec + j])
+    # links (uses p_{t-1}), then precedence
+    total = write_w.sum()
+    for i in range(slots):
+        for j in range(slots):
+            links[i, j] = 0.0 if i == j else (
+                (1.0 - write_w[i] - write_w[j]) * links_prev[i, j] + write_w[i] * prec_prev[j])
+    for i in range(slots):
+        prec[i] = (1.0 - total) * prec_prev[i] + write_w[i]
+    # (iii) forward f = L w^r_{t-1} and backward b = L^T w^r_{t-1} weightings
+    sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
+    forward[:] = 0.0
+    backward[:] = 0.0
+    for i in range(slots):
+        for j in range(slots):
+            link = links[i, j]
+            for r in range(read_heads):
+                forward[r, i] += link * read_prev[r, j]
+                backward[r, j] += link * read_prev[r, i]
+    # content read weightings on M_t, read modes, reads
+    _row_norms(new_memory, norms[1])
+    for r in range(read_heads):
+        key_norms[r] = _content(act[o_rkey + r * width:o_rkey + (r + 1) * width], new_memory,
+                                norms[1], act[o_beta + r], sims[r], contents[r])
+        m = o_modes + 3 * r
+        for i in range(slots):
+            read_w[r, i] = act[m] * backward[r, i] + act[m + 1] * contents[r, i] \
+                + act[m + 2] * forward[r, i]
+        for j in range(width):
+            value = 0.0
+            for i in range(slots):
+                value += read_w[r, i] * new_memory[i, j]
+            reads[r, j] = value
+
+
+@njit(cache=True)
+def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev):
+    """raw (B, P), M_{t-1} (B, N, W), w^r_{t-1} (B, R, N), w^w_{t-1} (B, 1, N), u_{t-1},
+    p_{t-1} (B, N), L_{t-1} (B, N, N) ->
+    outputs: r (B, R, W), M_t, w^r_t, w^w_t, u_t, p_t, L_t (shapes as the inputs);
+    saved: act (B, P), vectors (B, 4, N), paths (B, 4, R, N), norms (B, 2, N),
+           key_norms (B, R + 1), order (B, N) (see _element_forward)."""
+    batch, slots, width = memory.shape
+    read_heads, dtype = read_prev.shape[1], memory.dtype
+    reads = np.empty((batch, read_heads, width), dtype)
+    new_memory, read_w, write_w = np.empty_like(memory), np.empty_like(read_prev), np.empty_like(write_prev)
+    usage, prec, links = np.empty_like(usage_prev), np.empty_like(prec_prev), np.empty_like(links_prev)
+    act = np.empty_like(raw)
+    vectors, paths = np.empty((batch, 4, slots)), np.empty((batch, 4, read_heads, slots))
+    norms, key_norms = np.empty((batch, 2, slots)), np.empty((batch, read_heads + 1))
+    order = np.empty((batch, slots), np.int64)
+    for b in range(batch):
+        _element_forward(raw[b], memory[b], read_prev[b], write_prev[b, 0], usage_prev[b],
+                         prec_prev[b], links_prev[b], reads[b], new_memory[b], read_w[b],
+                         write_w[b, 0], usage[b], prec[b], links[b], act[b], vectors[b],
+                         paths[b], norms[b], key_norms[b], order[b])
+    return ((reads, new_memory, read_w, write_w, usage, prec, links),
+            (act, vectors, paths, norms, key_norms, order))
+
+
+@njit(cache=True)
+def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
+    """Backward of one batch element (tuples as in memory_step_forward/backward, indexed
+    at the element); fills grads_in = gradients of (raw, M_{t-1}, w^r_{t-1}, w^w_{t-1},
+    u_{t-1}, p_{t-1}, L_{t-1})."""
+    raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev = inputs
+    new_memory, read_w, write_w, usage, links = outputs
+    act, vectors, paths, norms, key_norms, order = saved
+    grad_reads, grad_new, grad_read_w, grad_write_w, grad_usage, grad_prec, grad_links = grads_out
+    g_raw, g_memory, g_read_prev, g_write_prev, g_usage_prev, g_prec_prev, g_links_prev = grads_in
+    slots, width, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
+    o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = _offsets(read_heads, width)
+    psi, alloc, write_content, write_sim = vectors[0], vectors[1], vectors[2], vectors[3]
+    sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
+    grad_act[:] = 0.0
+    # (iii) r = M^T w^r, read weighting, content on M_t
+    grad_rw = np.empty(slots)
+    grad_fwd, grad_bwd = np.empty((read_heads, slots)), np.empty((read_heads, slots))
+    for r in range(read_heads):
+        m = o_modes + 3 * r
+        for i in range(slots):
+            grad_rw[i] = grad_read_w[r, i] + _dot(new_memory[i], grad_reads[r])
+            for j in range(width):
+                grad_new[i, j] += read_w[r, i] * grad_reads[r, j]
+        grad_act[m] = _dot(grad_rw, backward[r])
+        grad_act[m + 1] = _dot(grad_rw, contents[r])
+        grad_act[m + 2] = _dot(grad_rw, forward[r])
+        grad_bwd[r, :] = act[m] * grad_rw
+        grad_fwd[r, :] = act[m + 2] * grad_rw
+        key = o_rkey + r * width
+        grad_act[o_beta + r] = _content_backward(
+            act[m + 1] * grad_rw, act[key:key + width], key_norms[r], new_memory, norms[1],
+            act[o_beta + r], sims[r], contents[r], grad_act[key:key + width], grad_new)
+    # directional weightings (through L_t and w^r_{t-1}) and the link update, one pass
+    grad_ww = grad_write_w.copy()
+    g_read_prev[:] = 0.0
+    g_prec_prev[:] = 0.0
+    for i in range(slots):
+        for j in range(slots):
+            grad = grad_links[i, j]
+            for r in range(read_heads):
+                grad += grad_fwd[r, i] * read_prev[r, j] + grad_bwd[r, j] * read_prev[r, i]
+                g_read_prev[r, j] += grad_fwd[r, i] * links[i, j]
+                g_read_prev[r, i] += grad_bwd[r, j] * links[i, j]
+            if i == j:                                      # L[i, i] = 0, a constant
+                g_links_prev[i, j] = 0.0
+                continue
+            g_links_prev[i, j] = grad * (1.0 - write_w[i] - write_w[j])
+            grad_ww[i] += grad * (prec_prev[j] - links_prev[i, j])
+            grad_ww[j] -= grad * links_prev[i, j]
+            g_prec_prev[j] += grad * write_w[i]
+    # precedence
+    total, dot_prec = write_w.sum(), _dot(grad_prec, prec_prev)
+    for i in range(slots):
+        g_prec_prev[i] += (1.0 - total) * grad_prec[i]
+        grad_ww[i] += grad_prec[i] - dot_prec
+    # erase/add write
+    for i in range(slots):
+        for j in range(width):
+            grad, erase = grad_new[i, j], act[o_erase + j]
+            g_memory[i, j] = grad * (1.0 - write_w[i] * erase)
+            grad_ww[i] += grad * (act[o_vec + j] - memory[i, j] * erase)
+            grad_act[o_erase + j] -= grad * memory[i, j] * write_w[i]
+            grad_act[o_vec + j] += write_w[i] * grad
+    # write weighting w^w = g^w (c^w + g^a (a - c^w)), then content on M_{t-1}
+    alloc_gate, write_gate = act[o_ga], act[o_gw]
+    grad_act[o_gw] = _dot(grad_ww, write_content + alloc_gate * (alloc - write_content))
+    grad_mix = write_gate * grad_ww
+    grad_act[o_ga] = _dot(grad_mix, alloc - write_content)
+    grad_act[o_beta + read_heads] = _content_backward(
+        (1.0 - alloc_gate) * grad_mix, act[o_wkey:o_vec], key_norms[read_heads], memory,
+        norms[0], act[o_beta + read_heads], write_sim, write_content, grad_act[o_wkey:o_vec],
+        g_memory)
+    # allocation, usage, retention
+    grad_u = grad_usage.copy()
+    _allocation_backward(alloc_gate * grad_mix, usage, order, grad_u)
+    for i in range(slots):
+        g_usage_prev[i] = grad_u[i] * psi[i] * (1.0 - write_prev[i])
+        g_write_prev[i] = grad_u[i] * psi[i] * (1.0 - usage_prev[i])
+        grad_psi = grad_u[i] * (usage_prev[i] + write_prev[i] - usage_prev[i] * write_prev[i])
+        for r in range(read_heads):
+            others = 1.0                                    # prod over the other heads, no division
+            for o in range(read_heads):
+                if o != r:
+                    others *= 1.0 - act[o_free + o] * read_prev[o, i]
+            grad_act[o_free + r] -= grad_psi * read_prev[r, i] * others
+            g_read_prev[r, i] -= grad_psi * act[o_free + r] * others
+    _activate_backward(grad_act, raw, act, read_heads, width, g_raw)
+
+
+@njit(cache=True)
+def memory_step_backward(inputs, outputs, saved, grads_out):
+    """Gradients of the step with respect to its seven inputs, given those of its seven
+    outputs, the inputs, the outputs (M_t, w^r_t, w^w_t, u_t, L_t) and the saved values."""
+    raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev = inputs
+    grads_in = (np.empty_like(raw), np.empty_like(memory), np.empty_like(read_prev),
+                np.empty_like(write_prev), np.empty_like(usage_prev), np.empty_like(prec_prev),
+                np.empty_like(links_prev))
+    grad_act = np.empty(raw.shape[1])
+    grad_new = np.empty(memory.shape[1:])
+    for b in range(memory.shape[0]):
+        grad_new[:] = grads_out[1][b]                         # accumulates M_t's gradient
+        _element_backward(
+            (raw[b], memory[b], read_prev[b], write_prev[b, 0], usage_prev[b], prec_prev[b],
+             links_prev[b]),
+            (outputs[0][b], outputs[1][b], outputs[2][b, 0], outputs[3][b], outputs[4][b]),
+            (saved[0][b], saved[1][b], saved[2][b], saved[3][b], saved[4][b], saved[5][b]),
+            (grads_out[0][b], grad_new, grads_out[2][b], grads_out[3][b, 0], grads_out[4][b],
+             grads_out[5][b], grads_out[6][b]),
+            (grads_in[0][b], grads_in[1][b], grads_in[2][b], grads_in[3][b, 0], grads_in[4][b],
+             grads_in[5][b], grads_in[6][b]),
+            grad_act)
+    return grads_in

@@ -161,24 +161,23 @@ def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, 
         for j in range(width):
             new_memory[i, j] = (memory[i, j] * (1.0 - write_w[i] * act[o_erase + j])
                                 + write_w[i] * act[o_vec + j])
-    # links (uses p_{t-1}), then precedence
+    # precedence, then links (from p_{t-1}) with f = L w^r_{t-1} and b = L^T w^r_{t-1}
+    # in the same pass over the rows of L
     total = write_w.sum()
     for i in range(slots):
-        for j in range(slots):
-            links[i, j] = 0.0 if i == j else (
-                (1.0 - write_w[i] - write_w[j]) * links_prev[i, j] + write_w[i] * prec_prev[j])
-    for i in range(slots):
         prec[i] = (1.0 - total) * prec_prev[i] + write_w[i]
-    # (iii) forward f = L w^r_{t-1} and backward b = L^T w^r_{t-1} weightings
     sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
-    forward[:] = 0.0
     backward[:] = 0.0
     for i in range(slots):
+        row, row_prev, weight = links[i], links_prev[i], write_w[i]
         for j in range(slots):
-            link = links[i, j]
-            for r in range(read_heads):
-                forward[r, i] += link * read_prev[r, j]
-                backward[r, j] += link * read_prev[r, i]
+            row[j] = (1.0 - weight - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+        row[i] = 0.0
+        for r in range(read_heads):
+            forward[r, i] = _dot(row, read_prev[r])
+            read, column = read_prev[r, i], backward[r]
+            for j in range(slots):
+                column[j] += row[j] * read
     # content read weightings on M_t, read modes, reads
     _row_norms(new_memory, norms[1])
     for r in range(read_heads):
@@ -254,23 +253,30 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
             act[m + 1] * grad_rw, act[key:key + width], key_norms[r], new_memory, norms[1],
             act[o_beta + r], sims[r], contents[r], grad_act[key:key + width], grad_new)
     # directional weightings (through L_t and w^r_{t-1}) and the link update, one pass
+    # over the rows of L
     grad_ww = grad_write_w.copy()
     g_read_prev[:] = 0.0
     g_prec_prev[:] = 0.0
+    grad_row = np.empty(slots)
     for i in range(slots):
+        row, row_prev, weight = links[i], links_prev[i], write_w[i]
+        grad_row[:] = grad_links[i]
+        for r in range(read_heads):
+            grad_f, read, reads_r = grad_fwd[r, i], read_prev[r, i], read_prev[r]
+            grad_b, g_reads_r = grad_bwd[r], g_read_prev[r]
+            for j in range(slots):
+                grad_row[j] += grad_f * reads_r[j] + grad_b[j] * read
+                g_reads_r[j] += grad_f * row[j]
+            g_reads_r[i] += _dot(grad_b, row)
+        grad_row[i] = 0.0                                    # L[i, i] = 0, a constant
+        grad_weight, g_row_prev = 0.0, g_links_prev[i]
         for j in range(slots):
-            grad = grad_links[i, j]
-            for r in range(read_heads):
-                grad += grad_fwd[r, i] * read_prev[r, j] + grad_bwd[r, j] * read_prev[r, i]
-                g_read_prev[r, j] += grad_fwd[r, i] * links[i, j]
-                g_read_prev[r, i] += grad_bwd[r, j] * links[i, j]
-            if i == j:                                      # L[i, i] = 0, a constant
-                g_links_prev[i, j] = 0.0
-                continue
-            g_links_prev[i, j] = grad * (1.0 - write_w[i] - write_w[j])
-            grad_ww[i] += grad * (prec_prev[j] - links_prev[i, j])
-            grad_ww[j] -= grad * links_prev[i, j]
-            g_prec_prev[j] += grad * write_w[i]
+            grad = grad_row[j]
+            g_row_prev[j] = grad * (1.0 - weight - write_w[j])
+            grad_weight += grad * (prec_prev[j] - row_prev[j])
+            grad_ww[j] -= grad * row_prev[j]
+            g_prec_prev[j] += grad * weight
+        grad_ww[i] += grad_weight
     # precedence
     total, dot_prec = write_w.sum(), _dot(grad_prec, prec_prev)
     for i in range(slots):

@@ -12,16 +12,25 @@ from typing import Any
 from mannlab.errors import ConfigError
 from mannlab.tasks.algorithmic import (AssociativeRecallTask, BigramFlipTask, CopyTask, NGramsTask,
                                        OddFirstTask, PrioritySortTask, RepeatCopyTask, ReverseTask)
+from mannlab.tasks.babi import BabiTask
 from mannlab.tasks.base import Task
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (
     CopyTask, RepeatCopyTask, AssociativeRecallTask, NGramsTask, PrioritySortTask,
     ReverseTask, BigramFlipTask, OddFirstTask)}
+# Tasks over real data sets (tasks/dataset.py): they read files from their data_dir parameter.
+DATA_TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (BabiTask,)}
 
 
 def names() -> list[str]:
-    """The registered task names (hyphenated spellings like "repeat-copy" also work in ``make``)."""
+    """The registered generated task names (hyphenated spellings like "repeat-copy" also work
+    in ``make``); ``data_names()`` lists the tasks over real data sets."""
     return list(TASKS)
+
+
+def data_names() -> list[str]:
+    """The tasks over real data sets (bAbI, MNIST, ...); ``make`` builds them too."""
+    return list(DATA_TASKS)
 
 
 def make(name: str, **params: Any) -> Task:
@@ -31,10 +40,11 @@ def make(name: str, **params: Any) -> Task:
     parameter (listing the task's parameters) or an invalid value.
     """
     key = name.strip().lower().replace("-", "_") if isinstance(name, str) else None
-    if key not in TASKS:
-        raise ConfigError(f"unknown task {name!r}; valid names: {', '.join(TASKS)}")
-    return TASKS[key](**params)
+    registry = {**TASKS, **DATA_TASKS}
+    if key not in registry:
+        raise ConfigError(f"unknown task {name!r}; valid names: {', '.join(registry)}")
+    return registry[key](**params)
 
 
-__all__ = ["Task", "make", "names", "TASKS", "CopyTask", "RepeatCopyTask", "AssociativeRecallTask",
+__all__ = ["Task", "make", "names", "data_names", "TASKS", "DATA_TASKS", "CopyTask", "RepeatCopyTask", "AssociativeRecallTask",
            "NGramsTask", "PrioritySortTask", "ReverseTask", "BigramFlipTask", "OddFirstTask"]

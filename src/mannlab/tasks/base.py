@@ -132,6 +132,33 @@ def bit_metrics(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor)
         }
 
 
+def step_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) cross-entropy of the class ``targets`` one-hot marks at each step, times ``mask``
+    (the categorical counterpart of ``step_nll``; unscored steps may hold all-zero targets)."""
+    _check_shapes(logits, targets, mask)
+    nll = -(F.log_softmax(logits, dim=-1) * targets.to(logits.dtype)).sum(-1)
+    return nll * mask.to(logits.dtype)
+
+
+def masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Scalar mean cross-entropy (nats) per scored step; 0 if nothing is scored."""
+    return step_ce(logits, targets, mask).sum() / mask.to(logits.dtype).sum().clamp_min(1.0)
+
+
+def class_metrics(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """``bce`` (here the cross-entropy, nats per scored step: the key the training loop selects
+    and plots by), ``error`` (fraction of scored steps whose argmax is not the target class) and
+    ``seq_error`` (fraction of sequences with a wrong scored step). No grad."""
+    with torch.no_grad():
+        m = mask > 0
+        wrong = (logits.argmax(-1) != targets.argmax(-1)) & m
+        return {
+            "bce": float(masked_ce(logits, targets, mask)),
+            "error": float(wrong.sum() / m.sum().clamp_min(1)),
+            "seq_error": float(wrong.any(dim=1).float().mean()),
+        }
+
+
 # ---------------------------------------------------------------- rendering
 
 def bit_char(value: float) -> str:
@@ -274,3 +301,21 @@ class Task(ABC):
                      for c in range(y.shape[1])]
         width = max(len(label) for label, _ in rows)
         return "\n".join([header] + [f"{label:>{width}} |{chars}|" for label, chars in rows])
+
+
+class CategoricalTask(Task):
+    """A task whose scored steps each have one correct class (one-hot ``targets``): softmax
+    cross-entropy instead of BCE, ``error`` instead of bit errors (see ``class_metrics``)."""
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Masked softmax cross-entropy, mean per scored step (nats)."""
+        return masked_ce(logits, targets, mask)
+
+    def step_nll(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) cross-entropy at each step, times ``mask``."""
+        return step_ce(logits, targets, mask)
+
+    def metrics(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                inputs: torch.Tensor | None = None) -> dict[str, float]:
+        """``bce`` (cross-entropy, nats per scored step), ``error`` and ``seq_error``."""
+        return class_metrics(logits, targets, mask)

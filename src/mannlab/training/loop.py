@@ -327,10 +327,13 @@ class _Trainer:
 def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]:
     """Fixed (multiple, length, batches) sets; multiple 1 follows the training distribution."""
     cfg, seed = config.train, config.seed
+    # data-set tasks (tasks/dataset.py) validate on their held-out split and have no lengths
+    held_out = {"split": "valid"} if getattr(task, "splits", None) else None
     sets = []
-    for multiple in sorted(cfg.val_length_multiples):
+    for multiple in [1] if held_out else sorted(cfg.val_length_multiples):
         length = None if multiple == 1 else task.train_length * multiple
-        batches = [task.sample(cfg.val_batch_size, [seed, VAL_SEED_OFFSET + k, multiple], length=length)
+        batches = [task.sample(cfg.val_batch_size, [seed, VAL_SEED_OFFSET + k, multiple],
+                               **(held_out or {"length": length}))
                    for k in range(cfg.val_batches)]
         sets.append((multiple, task.train_length * multiple, batches))
     return sets

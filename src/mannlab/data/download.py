@@ -1,0 +1,177 @@
+"""Finding data files: a local copy, else the cache, else a verified download.
+
+Every data set names its files as ``RemoteFile``s (canonical address, published
+checksum) and calls ``locate``::
+
+    MNIST = RemoteFile("https://.../train-images-idx3-ubyte.gz", sha256=None, md5="f68b...")
+    path = locate("mnist", MNIST, data_dir=None)           # a Path to a file or directory
+    texts = read_members(path, lambda name: name.endswith(".txt"))   # archive or directory
+
+Where ``locate`` looks, in order (``root`` is ``data_dir``, else ``$MANNLAB_DATA``,
+else ``~/.cache/mannlab``):
+
+1. ``data_dir`` itself, if it is a file (the archive or file to use);
+2. ``root/<dataset>/<name>`` and ``root/<name>``, then the same for each of the
+   ``extracted`` directory names the data set gives (an unpacked archive);
+3. otherwise it downloads ``remote.url`` into ``root/<dataset>/<name>``.
+
+A download goes to a temporary file in the same directory, is checked against the
+published SHA-256 (or MD5 where only that is published) and only then renamed into
+place, so a failed, interrupted or corrupt download leaves no file behind. Files
+that are found are used as they are, not re-hashed: re-compressed or partial copies
+of the public archives are common (the bAbI copy on this project's machines lacks one
+file), and the parsers check the formats and name the file and line that is wrong.
+
+Errors are ``DataError`` and say what to do (offline: where to put a copy).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from mannlab.errors import DataError
+
+ENV_VAR = "MANNLAB_DATA"
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file at its canonical address with its published checksum (None: not published).
+
+    ``name`` defaults to the last part of the URL.
+    """
+    url: str
+    sha256: Optional[str] = None
+    md5: Optional[str] = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.url.rstrip("/").rsplit("/", 1)[-1])
+
+
+def data_root(data_dir: str | os.PathLike | None = None) -> Path:
+    """``data_dir``, else ``$MANNLAB_DATA``, else ``~/.cache/mannlab`` (not created here)."""
+    return Path(data_dir or os.environ.get(ENV_VAR) or Path.home() / ".cache" / "mannlab").expanduser()
+
+
+def locate(dataset: str, remote: RemoteFile, data_dir: str | os.PathLike | None = None,
+           extracted: Iterable[str] = (), fetch: Callable[[str, Path], None] | None = None) -> Path:
+    """The local path of ``remote`` (a file, or one of the ``extracted`` directories).
+
+    ``fetch(url, path)`` writes the bytes at ``url`` to ``path`` (default: urllib); tests
+    replace it. Raises DataError when nothing is found and the download fails.
+    """
+    if data_dir is not None and Path(data_dir).is_file():
+        return Path(data_dir)
+    root = data_root(data_dir)
+    for base in (root / dataset, root):
+        for name in (remote.name, *extracted):
+            candidate = base / name
+            if candidate.exists():
+                return candidate
+    return download(remote, root / dataset / remote.name, fetch)
+
+
+def download(remote: RemoteFile, target: Path, fetch: Callable[[str, Path], None] | None = None) -> Path:
+    """Download ``remote`` to ``target`` atomically and verify it; return ``target``."""
+    fetch = fetch or urlretrieve
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+        os.close(handle)
+    except OSError as exc:
+        raise DataError(f"cannot write {target} ({exc}); set {ENV_VAR} or data_dir to a writable "
+                        f"directory, or put a copy of {remote.url} there") from None
+    temp = Path(temp_name)
+    try:
+        try:
+            fetch(remote.url, temp)
+        except OSError as exc:  # URLError, timeouts, refused connections are OSErrors
+            raise DataError(
+                f"could not download {remote.url} ({exc}). If this machine is offline, download "
+                f"the file elsewhere and put it at {target}, or point data_dir (--data-dir, "
+                f"`--set task.data_dir=...`) or ${ENV_VAR} at a directory holding "
+                f"{remote.name} (or its unpacked contents)") from None
+        verify(temp, remote, shown_as=remote.url)
+        temp.replace(target)
+    finally:
+        temp.unlink(missing_ok=True)
+    return target
+
+
+def urlretrieve(url: str, path: Path) -> None:
+    """Write the bytes at ``url`` to ``path`` (standard library only)."""
+    request = urllib.request.Request(url, headers={"User-Agent": "mannlab"})
+    with urllib.request.urlopen(request, timeout=60) as response, open(path, "wb") as out:
+        for block in iter(lambda: response.read(CHUNK), b""):
+            out.write(block)
+
+
+def file_hash(path: Path, algorithm: str) -> str:
+    """Hex digest of the file at ``path`` ("sha256" or "md5")."""
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(path: Path, remote: RemoteFile, shown_as: str | None = None) -> None:
+    """Raise DataError if ``path`` does not have the published checksum of ``remote``."""
+    for algorithm in ("sha256", "md5"):
+        expected = getattr(remote, algorithm)
+        if expected:
+            actual = file_hash(path, algorithm)
+            if actual != expected.lower():
+                raise DataError(
+                    f"{shown_as or path}: {algorithm.upper()} {actual} does not match the published "
+                    f"{expected} (a corrupt or changed file; it was not kept). Try again, or put a "
+                    f"good copy of {remote.name} in the data directory")
+            return
+
+
+# ------------------------------------------------------------ reading archives
+
+def is_archive(path: Path) -> bool:
+    """True for a .tar.gz, .tgz, .tar or .zip file."""
+    return path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES)
+
+
+def read_members(source: Path, wanted: Callable[[str], bool]) -> dict[str, bytes]:
+    """The bytes of every file in ``source`` (archive or directory) whose relative path
+    (with "/" separators) ``wanted`` accepts, read in one pass without extracting."""
+    source = Path(source)
+    out: dict[str, bytes] = {}
+    try:
+        if source.is_dir():
+            for path in sorted(source.rglob("*")):
+                rel = path.relative_to(source).as_posix()
+                if path.is_file() and wanted(rel):
+                    out[rel] = path.read_bytes()
+        elif source.name.endswith(".zip"):
+            with zipfile.ZipFile(source) as archive:
+                for info in archive.infolist():
+                    if not info.is_dir() and wanted(info.filename):
+                        out[info.filename] = archive.read(info)
+        elif is_archive(source):
+            with tarfile.open(source) as archive:
+                for member in archive:
+                    if member.isfile() and wanted(member.name):
+                        out[member.name] = archive.extractfile(member).read()
+        else:
+            raise DataError(f"{source} is neither a directory nor an archive ({', '.join(ARCHIVE_SUFFIXES)})")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
+        reason = " ".join(str(exc).split())
+        raise DataError(f"{source} cannot be read ({type(exc).__name__}: {reason}); it looks corrupt or "
+                        f"truncated: delete it to download it again, or replace it") from None
+    return out

@@ -1,0 +1,170 @@
+"""bAbI question answering as a task: read the facts, then the question, answer at the end.
+
+    task = mannlab.tasks.make("babi", tasks=[1, 4, 9, 10, 11, 14], language="en-10k")
+    inputs, targets, mask = task.sample(32, seed)                 # split="train" | "valid" | "test"
+
+Parameters: ``tasks`` (bAbI task numbers, trained jointly), ``language`` ("en" = 1k,
+"en-10k"), ``data_dir`` (where the archive or its unpacked directory is; default
+$MANNLAB_DATA, else ~/.cache/mannlab, else download), ``encoding``, ``max_facts`` (the
+most recent facts kept before a question, 0 = all), ``answer_steps`` (blank steps after
+the question; the answer is scored at the last step, 0 = at the question itself),
+``split_seed`` (the seeded 10% of each task's training questions held out as "valid").
+
+Encodings (V = word vocabulary size; two flag channels mark question and answer steps):
+
+- ``bow``: one step per sentence, input ``[u; v; flags]`` with ``u = sum_j (1 - j/J) e(w_j)``
+  and ``v = sum_j (1 - 2j/J) e(w_j)`` over the J words of the sentence (e = one-hot). The
+  position encoding of Sukhbaatar et al. (2015), ``sum_j l_j * A e(w_j)`` with
+  ``l_kj = (1 - j/J) - (k/d)(1 - 2j/J)``, equals ``A u - diag(k/d) A v``, so the model's
+  own input layer can learn it exactly (and the plain bag of words is ``2u - v``).
+- ``words``: one step per word, input ``[e(w); end-of-sentence; flags]``, for models that
+  encode sentences themselves (a recurrent controller reading word by word).
+
+Targets are one-hot over the answer classes at the scored step: softmax cross-entropy,
+``error`` = fraction of questions answered wrong (``CategoricalTask``). Per-task errors of a
+whole split: ``mannlab.tasks.dataset.evaluate_split`` (``python -m mannlab.tasks.data_eval``).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+
+from mannlab.data import babi as babi_data
+from mannlab.errors import ConfigError
+from mannlab.tasks.base import Example, check_int
+from mannlab.tasks.dataset import DatasetTask
+
+ENCODINGS = ("bow", "words")
+
+
+@lru_cache(maxsize=4)
+def _load(tasks: tuple[int, ...], language: str, data_dir: str | None) -> dict:
+    """Parsed questions, kept so that building the same task twice (the CLI does) reads once."""
+    return babi_data.load_babi(tasks, language, data_dir)
+
+
+class BabiTask(DatasetTask):
+    """Joint bAbI QA over a set of tasks (see the module docstring)."""
+
+    name = "babi"
+    defaults = {"tasks": [1], "language": "en-10k", "data_dir": None, "encoding": "bow",
+                "max_facts": 50, "answer_steps": 1, "split_seed": 0}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        p = self.params
+        loaded = _load(tuple(p["tasks"]), p["language"], p["data_dir"])
+        train, valid = babi_data.validation_split(loaded["train"], 0.1, p["split_seed"])
+        self.questions = {"train": train, "valid": valid, "test": loaded["test"]}
+        self.words, self.answers = babi_data.vocabulary(q for split in self.questions.values() for q in split)
+        self._word_id = {w: i for i, w in enumerate(self.words)}
+        self._answer_id = {a: i for i, a in enumerate(self.answers)}
+        v = len(self.words)
+        if p["encoding"] == "bow":
+            self.input_size = 2 * v + 2
+            self.input_names = [f"u:{w}" for w in self.words] + [f"v:{w}" for w in self.words]
+        else:
+            self.input_size = v + 3
+            self.input_names = list(self.words) + ["eos"]
+        self.input_names += ["question", "answer"]
+        self.output_size = len(self.answers)
+        self.output_names = list(self.answers)
+        kept = p["max_facts"] or max(len(q.facts) for q in train)
+        self.train_length = kept + 1 + p["answer_steps"]
+
+    def _validate(self, params: dict[str, Any]) -> None:
+        super()._validate(params)
+        tasks = params["tasks"]
+        if isinstance(tasks, int) and not isinstance(tasks, bool):
+            tasks = [tasks]
+        if not isinstance(tasks, (list, tuple)) or not tasks or \
+                any(not isinstance(t, int) or isinstance(t, bool) or t not in babi_data.TASK_NAMES for t in tasks):
+            raise ConfigError(f"tasks must be a list of bAbI task numbers 1-20, got {params['tasks']!r}")
+        params["tasks"] = sorted(set(tasks))
+        if params["language"] not in babi_data.LANGUAGES:
+            raise ConfigError(f"language must be one of {', '.join(babi_data.LANGUAGES)}, got {params['language']!r}")
+        if params["encoding"] not in ENCODINGS:
+            raise ConfigError(f"encoding must be one of {', '.join(ENCODINGS)}, got {params['encoding']!r}")
+        check_int(params, "max_facts", minimum=0)
+        check_int(params, "answer_steps", minimum=0)
+        check_int(params, "split_seed", minimum=0)
+
+    # ----------------------------------------------------------- the data
+
+    def split_size(self, split: str) -> int:
+        return len(self.questions[split])
+
+    def groups(self, split: str, indices: np.ndarray) -> np.ndarray:
+        return np.array([self.questions[split][i].task for i in indices], np.int64)
+
+    def group_name(self, group: int) -> str:
+        return f"qa{group} {babi_data.TASK_NAMES.get(group, '')}".strip()
+
+    def encode(self, split: str, indices: np.ndarray, rng: np.random.Generator) -> list[Example]:
+        return [self._example(self.questions[split][i]) for i in indices]
+
+    def _example(self, q: babi_data.Question) -> Example:
+        facts = q.facts[-self.params["max_facts"]:] if self.params["max_facts"] else q.facts
+        sentences = [*facts, q.question]
+        if self.params["encoding"] == "bow":
+            rows = [self._bow(s) for s in sentences]
+        else:
+            rows = [row for s in sentences for row in self._words(s)]
+        question_steps = 1 if self.params["encoding"] == "bow" else max(len(q.question), 1)
+        steps = len(rows) + self.params["answer_steps"]
+        x = np.zeros((steps, self.input_size), np.float32)
+        x[:len(rows), :self.input_size - 2] = rows
+        x[len(rows) - question_steps:len(rows), -2] = 1.0
+        x[len(rows):, -1] = 1.0
+        y = np.zeros((steps, self.output_size), np.float32)
+        y[-1, self._answer_id[q.answer]] = 1.0
+        mask = np.zeros(steps, np.float32)
+        mask[-1] = 1.0
+        return x, y, mask
+
+    def _bow(self, sentence: tuple[str, ...]) -> np.ndarray:
+        v = len(self.words)
+        row = np.zeros(2 * v, np.float32)
+        n = len(sentence)
+        for j, word in enumerate(sentence, start=1):
+            k = self._word_id[word]
+            row[k] += 1.0 - j / n
+            row[v + k] += 1.0 - 2.0 * j / n
+        return row
+
+    def _words(self, sentence: tuple[str, ...]) -> list[np.ndarray]:
+        rows = []
+        for j, word in enumerate(sentence):
+            row = np.zeros(len(self.words) + 1, np.float32)
+            row[self._word_id[word]] = 1.0
+            row[-1] = float(j == len(sentence) - 1)
+            rows.append(row)
+        return rows
+
+    # ---------------------------------------------------------- rendering
+
+    def render(self, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+               logits: torch.Tensor | None = None, index: int = 0) -> str:
+        """The story as text (words of each step in order), the answer and the prediction."""
+        x = inputs[index].detach().cpu().numpy()
+        v = len(self.words)
+        scored = np.flatnonzero(mask[index].cpu().numpy() > 0)
+        last = int(scored[-1]) if scored.size else x.shape[0] - 1
+        lines = [f"babi [{index}]: {last + 1} steps"]
+        for t in range(last + 1):
+            if self.params["encoding"] == "bow":
+                present = np.flatnonzero((x[t, :v] != 0) | (x[t, v:2 * v] != 0))
+                order = sorted(present, key=lambda k: -x[t, k])   # 1 - j/J falls with position
+                text = " ".join(self.words[k] for k in order)
+            else:
+                text = self.words[int(x[t, :v].argmax())] if x[t, :v].any() else ""
+            tag = "Q " if x[t, -2] else "A " if x[t, -1] else "  "
+            lines.append(f"{t:4d} {tag}{text}")
+        answer = self.answers[int(targets[index, last].argmax())]
+        lines.append(f"answer: {answer}")
+        if logits is not None:
+            lines.append(f"predicted: {self.answers[int(logits[index, last].argmax())]}")
+        return "\n".join(lines)

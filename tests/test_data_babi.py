@@ -1,0 +1,153 @@
+"""bAbI: parser on multi-story files with supporting facts, errors naming file and line,
+archive and directory sources, validation split, vocabulary, the task's batches (fixtures
+generated here in the v1.2 format; never the network or ../shared)."""
+import io
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+
+from mannlab import tasks
+from mannlab.data import babi, download
+from mannlab.errors import ConfigError, DataError
+from mannlab.models import build_model
+from mannlab.tasks.dataset import evaluate_split, format_results
+
+QA1 = """1 Mary moved to the bathroom.
+2 John went to the hallway.
+3 Where is Mary? \tbathroom\t1
+4 Daniel went back to the hallway.
+5 Sandra moved to the garden.
+6 Where is Daniel? \thallway\t4
+1 Sandra travelled to the office.
+2 Where is Sandra? \toffice\t1
+"""
+QA19 = """1 The office is east of the hallway.
+2 The kitchen is north of the office.
+3 How do you go from the hallway to the kitchen?\te,n\t1 2
+"""
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """Tests never touch the network: a download attempt fails as it would offline."""
+    def refuse(url, path):
+        raise ConnectionError(f"tests are offline ({url})")
+    monkeypatch.setattr(download, "urlretrieve", refuse)
+
+
+def write_archive(path, language="en-10k", tasks_text=None, copies=10):
+    tasks_text = tasks_text or {1: ("single-supporting-fact", QA1), 19: ("path-finding", QA19)}
+    with tarfile.open(path, "w:gz") as tf:
+        for task, (slug, text) in tasks_text.items():
+            for split, reps in (("train", copies), ("test", 1)):
+                data = (text * reps).encode()
+                info = tarfile.TarInfo(f"tasks_1-20_v1-2/{language}/qa{task}_{slug}_{split}.txt")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_parse_multi_story_with_supporting_facts():
+    qs = babi.parse(QA1 + QA19, "qa.txt", task=1)
+    assert len(qs) == 4
+    assert qs[0].facts == (("mary", "moved", "to", "the", "bathroom"), ("john", "went", "to", "the", "hallway"))
+    assert qs[0].question == ("where", "is", "mary") and qs[0].answer == "bathroom" and qs[0].supporting == (0,)
+    # the question line (3) is numbered but is no fact: line 4 is the third statement
+    assert len(qs[1].facts) == 4 and qs[1].supporting == (2,) and qs[1].facts[2][0] == "daniel"
+    assert qs[2].facts == (("sandra", "travelled", "to", "the", "office"),)   # a new story
+    assert qs[3].answer == "e,n" and qs[3].supporting == (0, 1)
+
+
+@pytest.mark.parametrize("text, what", [
+    ("1 Mary moved.\n3 John went.\n", "line 2: line number 3 does not follow 1"),
+    ("1 Mary moved.\nJohn went.\n", "line 2: expected '<number> <sentence>'"),
+    ("1 Mary moved.\n2 Where is Mary?\tbathroom\n", "line 2: a question must be"),
+    ("1 Mary moved.\n2 Where is Mary?\tbathroom\t7\n", "line 2: supporting ids"),
+    ("1 Mary moved.\n2 Where is Mary?\tbathroom\tone\n", "line 2: supporting ids"),
+])
+def test_malformed_lines_name_file_and_line(text, what):
+    with pytest.raises(DataError, match=f"qa9_x_train.txt, {what}"):
+        babi.parse(text, "qa9_x_train.txt", task=9)
+
+
+def test_load_from_archive_and_directory(tmp_path):
+    archive = write_archive(tmp_path / "tasks_1-20_v1-2.tar.gz")
+    from_archive = babi.load_babi([1, 19], "en-10k", str(archive))
+    assert len(from_archive["train"]) == 10 * 4 and len(from_archive["test"]) == 4
+    assert {q.task for q in from_archive["train"]} == {1, 19}
+    with tarfile.open(archive) as tf:
+        tf.extractall(tmp_path / "x", filter="data")
+    for source in (tmp_path / "x", tmp_path / "x" / "tasks_1-20_v1-2", tmp_path / "x" / "tasks_1-20_v1-2" / "en-10k"):
+        assert babi.load_babi([1, 19], "en-10k", str(source)) == from_archive
+    with pytest.raises(DataError, match="no en file for bAbI task 1"):
+        babi.load_babi([1], "en", str(archive))
+    with pytest.raises(DataError, match="no en-10k file for bAbI task 3"):
+        babi.load_babi([3], "en-10k", str(archive))
+
+
+def test_validation_split_is_seeded_and_per_task(tmp_path):
+    qs = babi.load_babi([1, 19], "en-10k", str(write_archive(tmp_path / "a.tar.gz")))["train"]
+    train, valid = babi.validation_split(qs, 0.1, seed=3)
+    assert len(valid) == 3 + 1 and len(train) + len(valid) == len(qs)   # 10% of 30 and of 10
+    assert sorted(q.task for q in valid) == [1, 1, 1, 19]
+    assert babi.validation_split(qs, 0.1, seed=3) == (train, valid)
+    words, answers = babi.vocabulary(qs)
+    assert "mary" in words and answers == ["bathroom", "e,n", "hallway", "office"]
+
+
+@pytest.fixture
+def archive(tmp_path):
+    return str(write_archive(tmp_path / "tasks_1-20_v1-2.tar.gz"))
+
+
+def test_task_bow_batches(archive):
+    task = tasks.make("babi", tasks=[1, 19], data_dir=archive, max_facts=3)
+    v = len(task.words)
+    assert task.input_size == 2 * v + 2 and task.output_size == 4
+    assert {s: task.split_size(s) for s in task.splits} == {"train": 36, "valid": 4, "test": 4}
+    x, y, m = task.sample(8, 0)
+    assert torch.equal(x, task.sample(8, 0)[0])
+    last = m.sum(1).long()
+    assert (m.sum(1) == 1).all() and (y.sum(-1) == m).all()
+    q = task.questions["test"][1]           # Daniel: 4 facts, max_facts keeps the last 3
+    x, y, m = task._pad([task._example(q)])
+    assert x.shape[1] == 3 + 1 + 1 and m[0].tolist() == [0, 0, 0, 0, 1]
+    assert x[0, 3, -2] == 1 and x[0, 4, -1] == 1 and x[0, :3, -2:].sum() == 0
+    k = task.words.index("daniel")          # first word of a 6-word fact: u = 1 - 1/6, v = 1 - 2/6
+    assert x[0, 1, k] == pytest.approx(5 / 6) and x[0, 1, v + k] == pytest.approx(2 / 3)
+    assert task.answers[int(y[0, -1].argmax())] == "hallway"
+    assert "where is daniel" in task.render(x, y, m)
+
+
+def test_task_words_encoding(archive):
+    task = tasks.make("babi", tasks=[1], data_dir=archive, encoding="words", answer_steps=0)
+    q = task.questions["test"][0]
+    x, y, m = task._pad([task._example(q)])
+    assert x.shape[1] == 5 + 5 + 3 and m[0, -1] == 1 and x[0, -3:, -2].sum() == 3
+    assert x[0, 4, -3] == 1 and x[0, 3, -3] == 0   # end-of-sentence on the fact's last word
+
+
+def test_bad_parameters(archive):
+    with pytest.raises(ConfigError, match="tasks must be"):
+        tasks.make("babi", tasks=[21], data_dir=archive)
+    with pytest.raises(ConfigError, match="encoding must be"):
+        tasks.make("babi", tasks=[1], data_dir=archive, encoding="glove")
+
+
+@pytest.mark.parametrize("model", ["lstm", "ntm", "dnc"])
+def test_models_train_and_report_per_task(archive, model):
+    task = tasks.make("babi", tasks=[1, 19], data_dir=archive)
+    kwargs = {"hidden_size": 8} if model == "lstm" else {"controller_size": 8, "memory_slots": 4, "memory_width": 4}
+    net = build_model(model, task.input_size, task.output_size, **kwargs)
+    x, y, m = task.sample(4, 1, split="valid")
+    logits, _ = net(x)
+    loss = task.loss(logits, y, m)
+    loss.backward()
+    metrics = task.metrics(logits.detach(), y, m)
+    assert set(metrics) == {"bce", "error", "seq_error"} and metrics["bce"] == pytest.approx(loss.item())
+    result = evaluate_split(net, task, "test", batch_size=3)
+    assert result["examples"] == 4 and set(result["per_group"]) == {"qa1 single-supporting-fact", "qa19 path-finding"}
+    assert result["per_group"]["qa1 single-supporting-fact"]["examples"] == 3
+    assert "mean over groups" in format_results(result)

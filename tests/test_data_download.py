@@ -1,0 +1,82 @@
+"""mannlab.data.download: local copies, cache hits, verified atomic downloads (no network)."""
+import hashlib
+import io
+import tarfile
+import zipfile
+
+import pytest
+
+from mannlab.data.download import RemoteFile, data_root, locate, read_members
+from mannlab.errors import DataError
+
+PAYLOAD = b"hello data\n" * 10
+GOOD = RemoteFile("https://example.invalid/files/data.bin", sha256=hashlib.sha256(PAYLOAD).hexdigest())
+
+
+def serve(payload, calls):
+    def fetch(url, path):
+        calls.append(url)
+        path.write_bytes(payload)
+    return fetch
+
+
+def test_download_verified_then_cached(tmp_path):
+    calls = []
+    path = locate("demo", GOOD, str(tmp_path), fetch=serve(PAYLOAD, calls))
+    assert path == tmp_path / "demo" / "data.bin" and path.read_bytes() == PAYLOAD
+    again = locate("demo", GOOD, str(tmp_path), fetch=serve(b"other", calls))
+    assert again == path and calls == [GOOD.url]  # the cache hit did not fetch
+
+
+def test_bad_checksum_rejected_and_nothing_left(tmp_path):
+    with pytest.raises(DataError, match="SHA256 .* does not match"):
+        locate("demo", GOOD, str(tmp_path), fetch=serve(b"corrupt", []))
+    assert list((tmp_path / "demo").iterdir()) == []
+
+
+def test_md5_checked_when_only_md5_published(tmp_path):
+    remote = RemoteFile("https://example.invalid/x.gz", md5=hashlib.md5(PAYLOAD).hexdigest())
+    assert locate("demo", remote, str(tmp_path), fetch=serve(PAYLOAD, [])).read_bytes() == PAYLOAD
+    with pytest.raises(DataError, match="MD5"):
+        locate("other", remote, str(tmp_path), fetch=serve(b"bad", []))
+
+
+def test_interrupted_download_leaves_no_partial_file(tmp_path):
+    def fail(url, path):
+        path.write_bytes(b"half")
+        raise ConnectionError("network is unreachable")
+    with pytest.raises(DataError, match="offline.*put it at"):
+        locate("demo", GOOD, str(tmp_path), fetch=fail)
+    assert list((tmp_path / "demo").iterdir()) == []
+
+
+def test_env_var_sets_the_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("MANNLAB_DATA", str(tmp_path))
+    assert data_root() == tmp_path
+    (tmp_path / "data.bin").write_bytes(b"local copy, not re-hashed")
+    assert locate("demo", GOOD, fetch=serve(PAYLOAD, [])) == tmp_path / "data.bin"
+
+
+def test_local_file_directory_and_archives(tmp_path):
+    archive = tmp_path / "pack.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        info = tarfile.TarInfo("pack/sub/a.txt")
+        info.size = len(PAYLOAD)
+        tf.addfile(info, io.BytesIO(PAYLOAD))
+    assert locate("demo", GOOD, str(archive)) == archive  # a file given as data_dir is used as is
+    assert read_members(archive, lambda n: n.endswith("a.txt")) == {"pack/sub/a.txt": PAYLOAD}
+    with zipfile.ZipFile(tmp_path / "pack.zip", "w") as zf:
+        zf.writestr("pack/a.txt", PAYLOAD)
+    assert read_members(tmp_path / "pack.zip", lambda n: True) == {"pack/a.txt": PAYLOAD}
+    unpacked = tmp_path / "root" / "demo" / "unpacked"
+    (unpacked / "sub").mkdir(parents=True)
+    (unpacked / "sub" / "a.txt").write_bytes(PAYLOAD)
+    found = locate("demo", GOOD, str(tmp_path / "root"), extracted=("unpacked",))
+    assert found == unpacked and read_members(found, lambda n: True) == {"sub/a.txt": PAYLOAD}
+
+
+def test_corrupt_archive_names_file(tmp_path):
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(b"\x1f\x8b\x08 not really gzip")
+    with pytest.raises(DataError, match="broken.tar.gz.*corrupt"):
+        read_members(broken, lambda n: True)

@@ -1,0 +1,72 @@
+"""MNIST (LeCun et al. 1998): the four IDX files, gzip-compressed as distributed.
+
+    images, labels = load_mnist("train", data_dir=None)   # (60000, 28, 28) uint8, (60000,) int64
+    order = permutation(784, seed=0)                      # the fixed pixel order of pMNIST
+
+IDX layout: a big-endian header (two zero bytes, a type code, the number of dimensions,
+then one 4-byte size per dimension) followed by the data; MNIST uses unsigned bytes
+(type 0x08). Files are found by ``mannlab.data.download.locate`` (``mnist/<name>``).
+"""
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from mannlab.data.download import RemoteFile, locate
+from mannlab.errors import DataError
+
+MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
+# MD5s of the .gz files as published with torchvision's MNIST; no SHA-256 is published.
+FILES = {
+    ("train", "images"): RemoteFile(MIRROR + "train-images-idx3-ubyte.gz", md5="f68b3c2dcbeaaa9fbdd348bbdeb94873"),
+    ("train", "labels"): RemoteFile(MIRROR + "train-labels-idx1-ubyte.gz", md5="d53e105ee54ea40749a09fcbcd1e9432"),
+    ("test", "images"): RemoteFile(MIRROR + "t10k-images-idx3-ubyte.gz", md5="9fb629c4189551a2d022fa330f9573f3"),
+    ("test", "labels"): RemoteFile(MIRROR + "t10k-labels-idx1-ubyte.gz", md5="ec29112dd5afa0611ce80d1b7f02629c"),
+}
+_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
+    """The array in IDX bytes (uncompressed); DataError naming ``source`` if malformed."""
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _TYPES:
+        raise DataError(f"{source}: not an IDX file (expected 0x00 0x00, a type code and the "
+                        f"number of dimensions, got {data[:4]!r})")
+    dtype, ndim = np.dtype(_TYPES[data[2]]), data[3]
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DataError(f"{source}: IDX header truncated ({len(data)} bytes, {ndim} dimensions)")
+    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+    expected = header + int(np.prod(shape)) * dtype.itemsize
+    if len(data) != expected:
+        raise DataError(f"{source}: IDX shape {shape} needs {expected} bytes, the file has {len(data)} "
+                        f"(truncated or corrupt: delete it to download again, or replace it)")
+    return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An IDX file, gzip-compressed (.gz) or not."""
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{path}: cannot decompress ({exc}); the file is corrupt or truncated: "
+                        f"delete it to download again, or replace it") from None
+    return parse_idx(raw, str(path))
+
+
+def load_mnist(split: str, data_dir: str | None = None, fetch=None) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, 28, 28) uint8, labels (N,) int64) of "train" (60k) or "test" (10k)."""
+    if split not in ("train", "test"):
+        raise DataError(f"MNIST split must be 'train' or 'test', got {split!r}")
+    images = read_idx(locate("mnist", FILES[split, "images"], data_dir, fetch=fetch))
+    labels = read_idx(locate("mnist", FILES[split, "labels"], data_dir, fetch=fetch))
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        raise DataError(f"MNIST {split}: images {images.shape} and labels {labels.shape} do not match")
+    return images, labels.astype(np.int64)
+
+
+def permutation(size: int, seed: int) -> np.ndarray:
+    """The fixed pixel order of permuted MNIST: a permutation of range(size) set by ``seed``."""
+    return np.random.default_rng(seed).permutation(size)

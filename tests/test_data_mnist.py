@@ -1,0 +1,90 @@
+"""MNIST: IDX parsing (.gz), malformed files, the seeded fixed permutation, the task's
+batches (tiny IDX files generated here; never the network or ../shared)."""
+import gzip
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from mannlab import tasks
+from mannlab.data import download, mnist
+from mannlab.errors import DataError
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    def refuse(url, path):
+        raise ConnectionError(f"tests are offline ({url})")
+    monkeypatch.setattr(download, "urlretrieve", refuse)
+
+
+def idx_bytes(array):
+    codes = {np.uint8: 0x08, np.int32: 0x0C}
+    header = bytes([0, 0, codes[array.dtype.type], array.ndim]) + b"".join(struct.pack(">I", n) for n in array.shape)
+    return header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+
+
+def write_mnist(root, n_train=30, n_test=10):
+    rng = np.random.default_rng(0)
+    folder = root / "mnist"
+    folder.mkdir(parents=True)
+    data = {}
+    for split, n, prefix in (("train", n_train, "train"), ("test", n_test, "t10k")):
+        images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        (folder / f"{prefix}-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx_bytes(images)))
+        (folder / f"{prefix}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_bytes(labels)))
+        data[split] = images, labels
+    return data
+
+
+def test_parse_idx_round_trip_and_errors():
+    a = np.arange(24, dtype=np.int32).reshape(2, 3, 4) - 5
+    assert np.array_equal(mnist.parse_idx(idx_bytes(a)), a)
+    good = idx_bytes(np.zeros((2, 2), np.uint8))
+    with pytest.raises(DataError, match="f.idx: not an IDX file"):
+        mnist.parse_idx(b"\x01" + good[1:], "f.idx")
+    with pytest.raises(DataError, match=r"f.idx: IDX shape \(2, 2\) needs 16 bytes, the file has 15"):
+        mnist.parse_idx(good[:-1], "f.idx")
+
+
+def test_load_gz_and_corrupt_file(tmp_path):
+    data = write_mnist(tmp_path)
+    images, labels = mnist.load_mnist("train", str(tmp_path))
+    assert np.array_equal(images, data["train"][0]) and labels.dtype == np.int64 and labels[3] == 3
+    (tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8bjunk")
+    with pytest.raises(DataError, match="t10k-images-idx3-ubyte.gz: cannot decompress"):
+        mnist.load_mnist("test", str(tmp_path))
+
+
+def test_missing_files_offline_error(tmp_path):
+    with pytest.raises(DataError, match="could not download .*train-images-idx3-ubyte.gz.*offline"):
+        mnist.load_mnist("train", str(tmp_path))
+    assert not any((tmp_path / "mnist").iterdir())
+
+
+def test_permutation_fixed_by_seed():
+    p = mnist.permutation(784, 5)
+    assert np.array_equal(p, mnist.permutation(784, 5)) and sorted(p) == list(range(784))
+    assert not np.array_equal(p, mnist.permutation(784, 6))
+
+
+def test_sequential_and_permuted_tasks(tmp_path):
+    data = write_mnist(tmp_path)
+    seq = tasks.make("mnist", data_dir=str(tmp_path), valid_size=5)
+    assert {s: seq.split_size(s) for s in seq.splits} == {"train": 25, "valid": 5, "test": 10}
+    x, y, m = seq.sample(3, 0, split="test")
+    assert x.shape == (3, 784, 1) and y.shape == (3, 784, 10) and m[:, -1].tolist() == [1, 1, 1]
+    assert m[:, :-1].sum() == 0
+    idx = np.arange(3)
+    _, (x, y, m) = next(seq.ordered_batches("test", 3))
+    assert torch.allclose(x[1, :, 0], torch.from_numpy(data["test"][0][1].reshape(-1) / 255.0).float())
+    assert int(y[1, -1].argmax()) == 1
+    perm = tasks.make("mnist", data_dir=str(tmp_path), valid_size=5, permuted=True, permutation_seed=7)
+    _, (xp, _, _) = next(perm.ordered_batches("test", 3))
+    order = mnist.permutation(784, 7)
+    assert torch.equal(xp[:, :, 0], x[:, order, 0])
+    rows = tasks.make("mnist", data_dir=str(tmp_path), valid_size=5, pixels_per_step=28)
+    assert rows.sample(2, 0)[0].shape == (2, 28, 28)
+    assert "label" in perm.render(xp, y, m)

@@ -1,0 +1,197 @@
+"""MNIST pen-stroke sequences (de Jong 2016): both published encodings, one decoded form.
+
+Each digit is a sequence of rows ``dx dy eos eod``: pen offsets, end of stroke, end of digit
+(set on the last row only). Two encodings are published:
+
+- official text files (``sequences.tar.gz`` or its unpacked directory), one per digit:
+  ``trainimg-<i>-inputdata.txt`` (``testimg-...`` for the test split) whose first row holds
+  the absolute start ``x y`` instead of offsets, and ``trainimg-<i>-targetdata.txt`` whose
+  first 10 columns are the one-hot class;
+- numpy (``numpy-encoded/<split>-padded-leading.tar.gz`` holding a .npy (N, 117, 4) float64
+  array with zero rows before each digit, ``<split>-padded-trailing`` with zero rows after,
+  and ``<split>-labels.tar.gz`` with the (N,) classes).
+
+Both decode to a ``StrokeSet``: the rows of every digit as int8 with the start position set
+to (0, 0) (TARDIS 8.2), concatenated, with offsets and labels. In the leading-padded
+encoding a digit starts at its first non-zero row (a digit starting exactly at (0, 0) with
+eos = eod = 0 cannot be told from padding; MNIST's skeletons never start in the corner).
+
+    digits = load_strokes("train", data_dir)           # numpy encoding if present, else text files
+"""
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mannlab.data.download import RemoteFile, locate, read_members
+from mannlab.errors import DataError
+
+REPO = "https://github.com/edwin-de-jong/mnist-digits-stroke-sequence-data/raw/master/"
+# No checksums are published for these files; none is pinned.
+NUMPY_FILES = {(split, kind): RemoteFile(f"{REPO}numpy-encoded/{split}-{kind}.tar.gz")
+               for split in ("train", "test") for kind in ("padded-leading", "labels")}
+SEQUENCES = RemoteFile(REPO + "sequences.tar.gz")
+_TEXT_NAME = re.compile(r"(^|.*/)(train|test)img-(\d+)-(inputdata|targetdata)\.txt$")
+
+
+@dataclass(frozen=True)
+class StrokeSet:
+    """Digits as stroke rows: digit i is ``points[offsets[i]:offsets[i + 1]]`` (int8, columns
+    dx, dy, eos, eod; first row's dx, dy = 0), its class ``labels[i]``."""
+    points: np.ndarray
+    offsets: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.points[self.offsets[i]:self.offsets[i + 1]]
+
+    def subset(self, indices: np.ndarray) -> "StrokeSet":
+        """The digits at ``indices``, in that order."""
+        return from_sequences([self[i] for i in indices], self.labels[indices])
+
+
+def from_sequences(sequences: list[np.ndarray], labels) -> StrokeSet:
+    """A StrokeSet from per-digit (T_i, 4) arrays (start positions set to (0, 0) here)."""
+    rows = []
+    for seq in sequences:
+        seq = np.array(seq, np.int8, copy=True)
+        seq[0, :2] = 0
+        rows.append(seq)
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+    points = np.concatenate(rows) if rows else np.zeros((0, 4), np.int8)
+    return StrokeSet(points, offsets, np.asarray(labels, np.int64))
+
+
+def _as_int8(values: np.ndarray, where: str) -> np.ndarray:
+    if values.ndim != 2 or values.shape[1] != 4:
+        raise DataError(f"{where}: expected rows of 4 values (dx dy eos eod), got shape {values.shape}")
+    if not np.array_equal(values, np.round(values)) or np.abs(values).max(initial=0) > 127:
+        raise DataError(f"{where}: stroke values must be small integers")
+    return values.astype(np.int8)
+
+
+# ------------------------------------------------------------- numpy encoding
+
+def decode_padded(array: np.ndarray, leading: bool, where: str = "<array>") -> list[np.ndarray]:
+    """Per-digit rows of a (N, T, 4) padded array (zero rows before or after each digit)."""
+    if array.ndim != 3 or array.shape[2] != 4:
+        raise DataError(f"{where}: expected an (N, T, 4) array, got shape {array.shape}")
+    out = []
+    for n, seq in enumerate(array):
+        if leading:
+            nonzero = np.flatnonzero(np.abs(seq).sum(1) > 0)
+            if nonzero.size == 0:
+                raise DataError(f"{where}: sequence {n} is all padding")
+            seq = seq[nonzero[0]:]
+        else:
+            ends = np.flatnonzero(seq[:, 3] > 0)
+            if ends.size == 0:
+                raise DataError(f"{where}: sequence {n} has no end-of-digit row")
+            seq = seq[:ends[0] + 1]
+        out.append(_as_int8(seq, f"{where}, sequence {n}"))
+    return out
+
+
+def _load_npy(source: Path, stem: str) -> np.ndarray:
+    """The .npy named ``stem`` from a .tar.gz holding it, a bare .npy, or a directory."""
+    if source.is_file() and source.name.endswith(".npy"):
+        return np.load(source)
+    members = read_members(source, lambda name: Path(name).name == f"{stem}.npy")
+    if not members:
+        raise DataError(f"{source} holds no {stem}.npy")
+    try:
+        return np.load(io.BytesIO(next(iter(members.values()))))
+    except ValueError as exc:
+        raise DataError(f"{source}: {stem}.npy is not a valid .npy file ({exc})") from None
+
+
+def load_numpy(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet:
+    """The numpy encoding of ``split`` ("train" or "test"; leading padding)."""
+    arrays = {}
+    for kind in ("padded-leading", "labels"):
+        stem = f"{split}-{kind}"
+        path = locate("strokes", NUMPY_FILES[split, kind], data_dir, extracted=(f"{stem}.npy",),
+                      fetch=fetch)
+        arrays[kind] = _load_npy(path, stem)
+    labels = arrays["labels"].reshape(-1)
+    if len(labels) != len(arrays["padded-leading"]):
+        raise DataError(f"strokes {split}: {len(arrays['padded-leading'])} sequences but {len(labels)} labels")
+    return from_sequences(decode_padded(arrays["padded-leading"], True, f"{split}-padded-leading.npy"), labels)
+
+
+# ---------------------------------------------------------- official text files
+
+def parse_rows(text: str, where: str, columns: int = 4) -> np.ndarray:
+    """Rows of whitespace-separated integers; DataError naming file and line otherwise."""
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            values = [int(float(v)) for v in parts]
+        except ValueError:
+            values = []
+        if len(values) < columns:
+            raise DataError(f"{where}, line {lineno}: expected {columns} integers "
+                            f"(dx dy eos eod), got {line!r}")
+        rows.append(values[:columns] if columns == 4 else values)
+    if not rows:
+        raise DataError(f"{where}: no rows")
+    return np.array(rows)
+
+
+def decode_text_files(files: dict[str, bytes], split: str, where: str) -> StrokeSet:
+    """A StrokeSet from ``{member name: bytes}`` of ``<split>img-<i>-{input,target}data.txt``
+    files, ordered by i."""
+    inputs: dict[int, np.ndarray] = {}
+    labels: dict[int, int] = {}
+    for name, data in files.items():
+        match = _TEXT_NAME.match(name)
+        if not match or match.group(2) != split:
+            continue
+        index, kind = int(match.group(3)), match.group(4)
+        text = data.decode("ascii", errors="replace")
+        if kind == "inputdata":
+            inputs[index] = _as_int8(parse_rows(text, f"{where}/{name}"), f"{where}/{name}")
+        else:
+            first = parse_rows(text, f"{where}/{name}", columns=10)[0, :10]
+            if sorted(first.tolist()) != [0] * 9 + [1]:
+                raise DataError(f"{where}/{name}, line 1: the first 10 columns must be a one-hot class")
+            labels[index] = int(first.argmax())
+    if not inputs:
+        raise DataError(f"{where} holds no {split}img-<i>-inputdata.txt files")
+    missing = sorted(set(inputs) - set(labels))
+    if missing:
+        raise DataError(f"{where}: no {split}img-{missing[0]}-targetdata.txt (the class of digit {missing[0]})")
+    order = sorted(inputs)
+    return from_sequences([inputs[i] for i in order], [labels[i] for i in order])
+
+
+def load_text(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet:
+    """The official one-text-file-per-digit encoding of ``split``."""
+    source = locate("strokes", SEQUENCES, data_dir, extracted=("sequences",), fetch=fetch)
+    files = read_members(source, lambda name: bool(_TEXT_NAME.match(name)) and f"/{split}img-" in f"/{name}")
+    return decode_text_files(files, split, str(source))
+
+
+def load_strokes(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet:
+    """``split`` from the numpy encoding if a copy is found or can be downloaded, else from
+    the official text files (``sequences.tar.gz`` or a ``sequences`` directory)."""
+    if split not in ("train", "test"):
+        raise DataError(f"strokes split must be 'train' or 'test', got {split!r}")
+    try:
+        return load_numpy(split, data_dir, fetch)
+    except DataError as numpy_error:
+        try:
+            return load_text(split, data_dir, fetch)
+        except DataError as text_error:
+            raise DataError(f"no pen-stroke data for {split}: numpy encoding: {numpy_error}; "
+                            f"text files: {text_error}") from None

@@ -14,14 +14,17 @@ from mannlab.tasks.algorithmic import (AssociativeRecallTask, BigramFlipTask, Co
                                        OddFirstTask, PrioritySortTask, RepeatCopyTask, ReverseTask)
 from mannlab.tasks.babi import BabiTask
 from mannlab.tasks.base import Task
+from mannlab.tasks.enwik8 import Enwik8Task
 from mannlab.tasks.mnist import MnistTask
+from mannlab.tasks.snli import SnliTask
 from mannlab.tasks.strokes import StrokesTask
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (
     CopyTask, RepeatCopyTask, AssociativeRecallTask, NGramsTask, PrioritySortTask,
     ReverseTask, BigramFlipTask, OddFirstTask)}
 # Tasks over real data sets (tasks/dataset.py): they read files from their data_dir parameter.
-DATA_TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (BabiTask, MnistTask, StrokesTask)}
+DATA_TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (
+    BabiTask, MnistTask, StrokesTask, SnliTask, Enwik8Task)}
 
 
 def names() -> list[str]:

@@ -1,0 +1,41 @@
+"""enwik8 (Hutter prize): the first 10^8 bytes of an English Wikipedia dump, as bytes.
+
+The canonical ``enwik8.zip`` holds one member, ``enwik8``. The usual split (Chung et al.
+2015; TARDIS, ARMIN) is the first 90M bytes for training, the next 5M for validation and
+the last 5M for testing. No offline copy exists on this project's machines: the loader is
+tested on a generated file with a smaller split.
+
+    splits = load_enwik8(data_dir)           # {"train": bytes, "valid": bytes, "test": bytes}
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mannlab.data.download import RemoteFile, locate, read_members
+from mannlab.errors import DataError
+
+# No checksum is published with the archive; none is pinned.
+ARCHIVE = RemoteFile("http://mattmahoney.net/dc/enwik8.zip")
+SPLIT = (90_000_000, 5_000_000, 5_000_000)
+
+
+def split_bytes(data: bytes, sizes: tuple[int, int, int] = SPLIT, source: str = "enwik8") -> dict[str, bytes]:
+    """Consecutive train / valid / test parts of ``data`` with these ``sizes``."""
+    if len(data) < sum(sizes):
+        raise DataError(f"{source}: {len(data)} bytes, the split needs {sum(sizes)} "
+                        f"(a truncated file: delete it to download again, or replace it)")
+    a, b, c = sizes
+    return {"train": data[:a], "valid": data[a:a + b], "test": data[a + b:a + b + c]}
+
+
+def load_enwik8(data_dir: str | None = None, sizes: tuple[int, int, int] = SPLIT, fetch=None) -> dict[str, bytes]:
+    """The three splits, from ``enwik8.zip`` or an unpacked ``enwik8`` file."""
+    source = locate("enwik8", ARCHIVE, data_dir, extracted=("enwik8",), fetch=fetch)
+    if source.is_file() and not source.name.endswith(".zip"):
+        data = source.read_bytes()
+    else:
+        members = read_members(source, lambda name: Path(name).name == "enwik8")
+        if not members:
+            raise DataError(f"{source} has no member named enwik8")
+        data = next(iter(members.values()))
+    return split_bytes(data, sizes, str(source))

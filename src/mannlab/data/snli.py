@@ -1,0 +1,85 @@
+"""SNLI 1.0 (Bowman et al. 2015): premise, hypothesis and a 3-way label.
+
+The canonical ``snli_1.0.zip`` holds ``snli_1.0/snli_1.0_{train,dev,test}.jsonl``: one JSON
+object per line with ``sentence1`` (premise), ``sentence2`` (hypothesis) and ``gold_label``
+("entailment", "neutral", "contradiction", or "-" where the annotators did not agree;
+those pairs are dropped, as usual). No offline copy exists on this project's machines:
+the loader is tested on generated files in this format.
+
+    pairs = load_snli("train", data_dir)        # [Pair(premise, hypothesis, label), ...]
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+from mannlab.data.download import RemoteFile, locate, read_members
+from mannlab.errors import DataError
+
+# No checksum is published with the archive; none is pinned.
+ARCHIVE = RemoteFile("https://nlp.stanford.edu/projects/snli/snli_1.0.zip")
+LABELS = ("entailment", "neutral", "contradiction")
+SPLIT_FILES = {"train": "snli_1.0_train.jsonl", "valid": "snli_1.0_dev.jsonl", "test": "snli_1.0_test.jsonl"}
+_WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Tokenised premise and hypothesis, label index into ``LABELS``."""
+    premise: tuple[str, ...]
+    hypothesis: tuple[str, ...]
+    label: int
+
+
+def tokenize(sentence: str) -> tuple[str, ...]:
+    """Lower-cased words and punctuation marks."""
+    return tuple(_WORD.findall(sentence.lower()))
+
+
+def parse_jsonl(text: str, source: str) -> list[Pair]:
+    """Pairs of a SNLI .jsonl text; DataError naming file and line for a malformed line."""
+    pairs = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            label, premise, hypothesis = row["gold_label"], row["sentence1"], row["sentence2"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise DataError(f"{source}, line {lineno}: expected a JSON object with gold_label, "
+                            f"sentence1 and sentence2 ({type(exc).__name__}: {exc})") from None
+        if label == "-":
+            continue
+        if label not in LABELS:
+            raise DataError(f"{source}, line {lineno}: gold_label must be one of {', '.join(LABELS)} or '-', "
+                            f"got {label!r}")
+        pairs.append(Pair(tokenize(premise), tokenize(hypothesis), LABELS.index(label)))
+    return pairs
+
+
+def load_snli(splits: Iterable[str] = ("train", "valid", "test"), data_dir: str | None = None,
+              fetch=None) -> dict[str, list[Pair]]:
+    """Pairs by split ("valid" is SNLI's dev set) from the zip or its unpacked directory."""
+    splits = list(splits)
+    unknown = [s for s in splits if s not in SPLIT_FILES]
+    if unknown:
+        raise DataError(f"SNLI splits are {', '.join(SPLIT_FILES)}, got {unknown}")
+    source = locate("snli", ARCHIVE, data_dir, extracted=("snli_1.0",), fetch=fetch)
+    names = {SPLIT_FILES[s]: s for s in splits}
+    files = read_members(source, lambda name: name.rsplit("/", 1)[-1] in names)
+    out = {}
+    for name, split in names.items():
+        found = sorted(n for n in files if n.rsplit("/", 1)[-1] == name)
+        if not found:
+            raise DataError(f"{source} has no {name}")
+        out[split] = parse_jsonl(files[found[0]].decode("utf-8"), f"{source}/{found[0]}")
+    return out
+
+
+def vocabulary(pairs: Iterable[Pair], size: int) -> list[str]:
+    """The ``size`` most frequent words (ties by spelling), most frequent first."""
+    counts = Counter(w for p in pairs for w in (*p.premise, *p.hypothesis))
+    return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]

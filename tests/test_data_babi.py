@@ -151,3 +151,18 @@ def test_models_train_and_report_per_task(archive, model):
     assert result["examples"] == 4 and set(result["per_group"]) == {"qa1 single-supporting-fact", "qa19 path-finding"}
     assert result["per_group"]["qa1 single-supporting-fact"]["examples"] == 3
     assert "mean over groups" in format_results(result)
+
+
+def test_cli_train_with_data_dir_then_per_task_eval(archive, tmp_path, capsys):
+    from mannlab.cli import main
+    from mannlab.tasks.data_eval import main as data_eval
+    run = tmp_path / "run"
+    status = main(["train", "--model", "lstm", "--task", "babi", "--data-dir", archive, "--run-dir", str(run),
+                   "--steps", "3", "--no-progress", "--set", "model.hidden_size=8", "--set", "task.tasks=[1, 19]",
+                   "--set", "train.val_every=3", "--set", "train.val_batch_size=4", "--set", "train.val_batches=1"])
+    assert status == 0
+    rows = [line for line in (run / "metrics.jsonl").read_text().splitlines() if '"val"' in line]
+    assert len(rows) == 1 and '"error"' in rows[0] and '"multiple": 1' in rows[0]
+    result = data_eval([str(run), "--split", "test"])
+    assert result["examples"] == 4 and set(result["per_group"]) == {"qa1 single-supporting-fact", "qa19 path-finding"}
+    assert "qa19 path-finding" in capsys.readouterr().out and (run / "eval-test.json").is_file()

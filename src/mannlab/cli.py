@@ -6,6 +6,7 @@ does is one function call a user can make from Python as well.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -189,6 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. train.lr=3e-4 or model.controller=fnn (repeatable)")
+    parser.add_argument("--data-dir", dest="overrides", action=_DataDir, metavar="DIR",
+                        help="where data-set tasks (babi, mnist, strokes, ...) find their files: "
+                             "same as --set task.data_dir=DIR (default $MANNLAB_DATA, else ~/.cache/mannlab)")
+
+
+class _DataDir(argparse.Action):
+    """--data-dir DIR appends the override task.data_dir="DIR"."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        overrides = list(getattr(namespace, self.dest) or [])  # never mutate the shared default
+        setattr(namespace, self.dest, overrides + [f"task.data_dir={json.dumps(value)}"])
 
 
 def _int_list(text: str) -> list[int]:

@@ -35,6 +35,16 @@ from numba import njit
 from mannlab.ntm_kernels import EPS, _dot, _row_norms, _sigmoid, _softmax_into, _softplus, _softplus_grad
 
 
+@njit(cache=True, fastmath={"reassoc"})
+def _fast_dot(a, b):
+    """a . b summed in any order, so that LLVM vectorises it: the N x N loops would
+    otherwise wait on one chain of dependent additions (the results differ by rounding)."""
+    total = 0.0
+    for j in range(a.shape[0]):
+        total += a[j] * b[j]
+    return total
+
+
 @njit(cache=True)
 def _offsets(read_heads, width):
     """Start of each group of the interface vector: k^r, k^w, v, beta, e, f, g^a, g^w, pi."""
@@ -78,7 +88,7 @@ def _content(key, memory, norms, strength, similarity, weights):
     """C(M, k, beta) into weights, K into similarity; returns max(|k|, eps)."""
     key_norm = max(math.sqrt(_dot(key, key)), EPS)
     for i in range(memory.shape[0]):
-        similarity[i] = _dot(key, memory[i]) / (key_norm * norms[i])
+        similarity[i] = _fast_dot(key, memory[i]) / (key_norm * norms[i])
     _softmax_into(strength * similarity, weights)
     return key_norm
 
@@ -93,10 +103,11 @@ def _content_backward(grad_w, key, key_norm, memory, norms, strength, similarity
     for i in range(memory.shape[0]):
         grad_sim = strength * grad_logits[i]
         if grad_sim != 0.0:
+            inverse = 1.0 / norms[i]                  # one division per slot, not per entry
+            scale, shrink = grad_sim * inverse, similarity[i] * inverse
             for j in range(key.shape[0]):
-                unit = memory[i, j] / norms[i]
-                grad_unit_key[j] += grad_sim * unit
-                grad_memory[i, j] += grad_sim / norms[i] * (unit_key[j] - unit * similarity[i])
+                grad_unit_key[j] += scale * memory[i, j]
+                grad_memory[i, j] += scale * (unit_key[j] - shrink * memory[i, j])
     grad_key[:] = (grad_unit_key - unit_key * _dot(unit_key, grad_unit_key)) / key_norm
     return _dot(grad_logits, similarity)
 
@@ -174,7 +185,7 @@ def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, 
             row[j] = (1.0 - weight - write_w[j]) * row_prev[j] + weight * prec_prev[j]
         row[i] = 0.0
         for r in range(read_heads):
-            forward[r, i] = _dot(row, read_prev[r])
+            forward[r, i] = _fast_dot(row, read_prev[r])
             read, column = read_prev[r, i], backward[r]
             for j in range(slots):
                 column[j] += row[j] * read
@@ -187,11 +198,12 @@ def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, 
         for i in range(slots):
             read_w[r, i] = act[m] * backward[r, i] + act[m + 1] * contents[r, i] \
                 + act[m + 2] * forward[r, i]
-        for j in range(width):
-            value = 0.0
-            for i in range(slots):
-                value += read_w[r, i] * new_memory[i, j]
-            reads[r, j] = value
+        read = np.zeros(width)
+        for i in range(slots):
+            weight = read_w[r, i]
+            for j in range(width):
+                read[j] += weight * new_memory[i, j]
+        reads[r] = read
 
 
 @njit(cache=True)
@@ -225,7 +237,7 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     at the element); fills grads_in = gradients of (raw, M_{t-1}, w^r_{t-1}, w^w_{t-1},
     u_{t-1}, p_{t-1}, L_{t-1})."""
     raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev = inputs
-    new_memory, read_w, write_w, usage, links = outputs
+    new_memory, read_w, write_w, usage = outputs
     act, vectors, paths, norms, key_norms, order = saved
     grad_reads, grad_new, grad_read_w, grad_write_w, grad_usage, grad_prec, grad_links = grads_out
     g_raw, g_memory, g_read_prev, g_write_prev, g_usage_prev, g_prec_prev, g_links_prev = grads_in
@@ -240,7 +252,7 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     for r in range(read_heads):
         m = o_modes + 3 * r
         for i in range(slots):
-            grad_rw[i] = grad_read_w[r, i] + _dot(new_memory[i], grad_reads[r])
+            grad_rw[i] = grad_read_w[r, i] + _fast_dot(new_memory[i], grad_reads[r])
             for j in range(width):
                 grad_new[i, j] += read_w[r, i] * grad_reads[r, j]
         grad_act[m] = _dot(grad_rw, backward[r])
@@ -253,30 +265,35 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
             act[m + 1] * grad_rw, act[key:key + width], key_norms[r], new_memory, norms[1],
             act[o_beta + r], sims[r], contents[r], grad_act[key:key + width], grad_new)
     # directional weightings (through L_t and w^r_{t-1}) and the link update, one pass
-    # over the rows of L
-    grad_ww = grad_write_w.copy()
+    # over the rows of L; each row of L_t is recomputed from L_{t-1} (cheaper than
+    # reading a second (N, N) array), and the loops are kept simple so that they vectorise
+    grad_ww = grad_write_w.astype(np.float64)
     g_read_prev[:] = 0.0
     g_prec_prev[:] = 0.0
-    grad_row = np.empty(slots)
+    row, grad_row = np.empty(slots), np.empty(slots)
     for i in range(slots):
-        row, row_prev, weight = links[i], links_prev[i], write_w[i]
+        row_prev, weight = links_prev[i], write_w[i]
+        for j in range(slots):
+            row[j] = (1.0 - weight - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+        row[i] = 0.0
         grad_row[:] = grad_links[i]
         for r in range(read_heads):
-            grad_f, read, reads_r = grad_fwd[r, i], read_prev[r, i], read_prev[r]
-            grad_b, g_reads_r = grad_bwd[r], g_read_prev[r]
+            grad_f, read = grad_fwd[r, i], read_prev[r, i]
+            reads_r, grad_b, g_reads_r = read_prev[r], grad_bwd[r], g_read_prev[r]
             for j in range(slots):
                 grad_row[j] += grad_f * reads_r[j] + grad_b[j] * read
+            for j in range(slots):
                 g_reads_r[j] += grad_f * row[j]
-            g_reads_r[i] += _dot(grad_b, row)
+            g_reads_r[i] += _fast_dot(grad_b, row)
         grad_row[i] = 0.0                                    # L[i, i] = 0, a constant
-        grad_weight, g_row_prev = 0.0, g_links_prev[i]
+        grad_ww[i] += _fast_dot(grad_row, prec_prev) - _fast_dot(grad_row, row_prev)
+        g_row_prev = g_links_prev[i]
         for j in range(slots):
-            grad = grad_row[j]
-            g_row_prev[j] = grad * (1.0 - weight - write_w[j])
-            grad_weight += grad * (prec_prev[j] - row_prev[j])
-            grad_ww[j] -= grad * row_prev[j]
-            g_prec_prev[j] += grad * weight
-        grad_ww[i] += grad_weight
+            g_row_prev[j] = grad_row[j] * (1.0 - weight - write_w[j])
+        for j in range(slots):
+            grad_ww[j] -= grad_row[j] * row_prev[j]
+        for j in range(slots):
+            g_prec_prev[j] += grad_row[j] * weight
     # precedence
     total, dot_prec = write_w.sum(), _dot(grad_prec, prec_prev)
     for i in range(slots):
@@ -300,7 +317,7 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
         norms[0], act[o_beta + read_heads], write_sim, write_content, grad_act[o_wkey:o_vec],
         g_memory)
     # allocation, usage, retention
-    grad_u = grad_usage.copy()
+    grad_u = grad_usage.astype(np.float64)
     _allocation_backward(alloc_gate * grad_mix, usage, order, grad_u)
     for i in range(slots):
         g_usage_prev[i] = grad_u[i] * psi[i] * (1.0 - write_prev[i])
@@ -319,7 +336,7 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
 @njit(cache=True)
 def memory_step_backward(inputs, outputs, saved, grads_out):
     """Gradients of the step with respect to its seven inputs, given those of its seven
-    outputs, the inputs, the outputs (M_t, w^r_t, w^w_t, u_t, L_t) and the saved values."""
+    outputs, the inputs, the outputs (M_t, w^r_t, w^w_t, u_t) and the saved values."""
     raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev = inputs
     grads_in = (np.empty_like(raw), np.empty_like(memory), np.empty_like(read_prev),
                 np.empty_like(write_prev), np.empty_like(usage_prev), np.empty_like(prec_prev),
@@ -331,7 +348,7 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
         _element_backward(
             (raw[b], memory[b], read_prev[b], write_prev[b, 0], usage_prev[b], prec_prev[b],
              links_prev[b]),
-            (outputs[0][b], outputs[1][b], outputs[2][b, 0], outputs[3][b], outputs[4][b]),
+            (outputs[0][b], outputs[1][b], outputs[2][b, 0], outputs[3][b]),
             (saved[0][b], saved[1][b], saved[2][b], saved[3][b], saved[4][b], saved[5][b]),
             (grads_out[0][b], grad_new, grads_out[2][b], grads_out[3][b, 0], grads_out[4][b],
              grads_out[5][b], grads_out[6][b]),

@@ -117,7 +117,7 @@ class DNCMemoryStep(torch.autograd.Function):
         saved = tuple(torch.from_numpy(value) for value in saved)
         # Everything through save_for_backward: an output kept as a plain ctx attribute
         # would make a reference cycle (output -> graph node -> ctx -> output) and leak.
-        ctx.save_for_backward(*inputs, *outputs[1:5], outputs[6], *saved)
+        ctx.save_for_backward(*inputs, *outputs[1:5], *saved)
         if not with_trace:
             return outputs
         heads, width = read_w.shape[1], memory.shape[2]
@@ -133,8 +133,8 @@ class DNCMemoryStep(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):
         saved = [_as_array(t) for t in ctx.saved_tensors]
-        grads = _kernels().memory_step_backward(tuple(saved[:7]), tuple(saved[7:12]),
-                                                tuple(saved[12:]),
+        grads = _kernels().memory_step_backward(tuple(saved[:7]), tuple(saved[7:11]),
+                                                tuple(saved[11:]),
                                                 tuple(_as_array(g) for g in grads[:7]))
         return tuple(torch.from_numpy(grad) for grad in grads) + (None,)
 

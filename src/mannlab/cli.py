@@ -346,10 +346,12 @@ def seeds_table(summaries: list[dict[str, Any]]) -> str:
         return s["best_val"].get("rows") or s["final_val"] or []
 
     lengths = [(row["length"], row.get("multiple")) for row in best_rows(summaries[0])]
+    # categorical (data-set) tasks report the fraction of scored steps wrong instead of bit errors
+    second = "error" if any("error" in row for row in best_rows(summaries[0])) else "seq_bit_errors"
     header = ["seed", "solved", "steps to solve", "time to solve", "stayed solved"]
     for length, multiple in lengths:
         suffix = f"{length}" + (" (train)" if multiple == 1 else "")
-        header += [f"bce @{suffix}", f"bit errors/seq @{suffix}"]
+        header += [f"bce @{suffix}", f"{'error' if second == 'error' else 'bit errors/seq'} @{suffix}"]
     header += ["final bce @train", "steps"]
     rows = []
     for s in summaries:
@@ -361,7 +363,7 @@ def seeds_table(summaries: list[dict[str, Any]]) -> str:
                  "-" if not after else f"{after['solved']}/{after['validations']}"]
         for length, _ in lengths:
             row = by_length.get(length, {})
-            cells += [_number(row.get("bce")), _number(row.get("seq_bit_errors"))]
+            cells += [_number(row.get("bce")), _number(row.get(second))]
         final = (s["final_val"] or [{}])[0]
         cells += [_number(final.get("bce")), str(s["steps"])]
         rows.append(cells)

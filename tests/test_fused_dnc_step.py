@@ -26,7 +26,8 @@ def reference(raw, memory, read_w, write_w, usage, precedence, links):
     vector = raw[:, R * W + W:R * W + 2 * W].unsqueeze(1)
     beta = 1 + F.softplus(raw[:, R * W + 2 * W:R * W + 2 * W + R + 1])
     gates = torch.sigmoid(raw[:, R * W + 2 * W + R + 1:-3 * R])
-    erase, free, alloc_gate, write_gate = gates[:, None, :W], gates[:, W:W + R], gates[:, -2], gates[:, -1]
+    erase, free = gates[:, None, :W], gates[:, W:W + R]
+    alloc_gate, write_gate = gates[:, -2], gates[:, -1]
     modes = torch.softmax(raw[:, -3 * R:].view(B, R, 3), -1)
     u = A.usage(usage, write_w[:, 0], A.retention(free, read_w))
     c_w = A.content_weights(write_key, memory, beta[:, R:])[:, 0]
@@ -89,7 +90,7 @@ def test_only_reads_feed_the_loss():
 
 @pytest.mark.parametrize("read_heads", [1, 2])
 def test_zero_initial_state(read_heads):
-    # The first step: every state tensor is one zero expanded over the batch (DNCCell.initial_state);
+    # The first step: every state tensor is one zero expanded over the batch (initial_state);
     # all usages tie, so the write is allocated to slot 0.
     B, N, W = 3, 6, 4
     raw = inputs(B=B, R=read_heads, N=N, W=W)[0]

@@ -32,7 +32,8 @@ import math
 import numpy as np
 from numba import njit
 
-from mannlab.ntm_kernels import EPS, _dot, _row_norms, _sigmoid, _softmax_into, _softplus, _softplus_grad
+from mannlab.ntm_kernels import (EPS, _dot, _row_norms, _sigmoid, _softmax_into, _softplus,
+                                  _softplus_grad)
 
 
 @njit(cache=True, fastmath={"reassoc"})
@@ -79,8 +80,9 @@ def _activate_backward(grad_act, raw, act, read_heads, width, grad_raw):
     for i in range(erase, modes):
         grad_raw[i] = grad_act[i] * act[i] * (1.0 - act[i])
     for r in range(read_heads):
-        pi, grad_pi = act[modes + 3 * r:modes + 3 * r + 3], grad_act[modes + 3 * r:modes + 3 * r + 3]
-        grad_raw[modes + 3 * r:modes + 3 * r + 3] = pi * (grad_pi - _dot(pi, grad_pi))
+        head = slice(modes + 3 * r, modes + 3 * r + 3)
+        pi, grad_pi = act[head], grad_act[head]
+        grad_raw[head] = pi * (grad_pi - _dot(pi, grad_pi))
 
 
 @njit(cache=True)
@@ -149,7 +151,8 @@ def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, 
     vectors (4, N): psi, a, c^w, K^w; paths (4, R, N): K^r, c^r, f, b; norms (2, N) of
     M_{t-1} and M_t; key_norms (R + 1,): read keys, then the write key."""
     slots, width, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
-    o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = _offsets(read_heads, width)
+    offsets = _offsets(read_heads, width)
+    o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = offsets
     _activate(raw, read_heads, width, act)
     psi, alloc, write_content, write_sim = vectors[0], vectors[1], vectors[2], vectors[3]
     # (ii) retention, usage, allocation
@@ -216,8 +219,9 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
     batch, slots, width = memory.shape
     read_heads, dtype = read_prev.shape[1], memory.dtype
     reads = np.empty((batch, read_heads, width), dtype)
-    new_memory, read_w, write_w = np.empty_like(memory), np.empty_like(read_prev), np.empty_like(write_prev)
-    usage, prec, links = np.empty_like(usage_prev), np.empty_like(prec_prev), np.empty_like(links_prev)
+    new_memory, read_w = np.empty_like(memory), np.empty_like(read_prev)
+    write_w, usage = np.empty_like(write_prev), np.empty_like(usage_prev)
+    prec, links = np.empty_like(prec_prev), np.empty_like(links_prev)
     act = np.empty_like(raw)
     vectors, paths = np.empty((batch, 4, slots)), np.empty((batch, 4, read_heads, slots))
     norms, key_norms = np.empty((batch, 2, slots)), np.empty((batch, read_heads + 1))
@@ -242,7 +246,8 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     grad_reads, grad_new, grad_read_w, grad_write_w, grad_usage, grad_prec, grad_links = grads_out
     g_raw, g_memory, g_read_prev, g_write_prev, g_usage_prev, g_prec_prev, g_links_prev = grads_in
     slots, width, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
-    o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = _offsets(read_heads, width)
+    offsets = _offsets(read_heads, width)
+    o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = offsets
     psi, alloc, write_content, write_sim = vectors[0], vectors[1], vectors[2], vectors[3]
     sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
     grad_act[:] = 0.0

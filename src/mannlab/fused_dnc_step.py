@@ -123,7 +123,8 @@ class DNCMemoryStep(torch.autograd.Function):
         heads, width = read_w.shape[1], memory.shape[2]
         sizes = interface_sizes(heads, width)
         act, free = saved[0], sizes[0] + sizes[1] + width         # f, g^a, g^w follow e
-        trace = (saved[1][:, 1].to(raw.dtype, copy=True), act[:, -sizes[3]:].reshape(-1, heads, 3).clone(),
+        trace = (saved[1][:, 1].to(raw.dtype, copy=True),
+                 act[:, -sizes[3]:].reshape(-1, heads, 3).clone(),
                  act[:, free:free + heads].clone(), act[:, free + heads].clone(),
                  act[:, free + heads + 1].clone())
         ctx.mark_non_differentiable(*trace)

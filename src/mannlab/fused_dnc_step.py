@@ -21,15 +21,11 @@ Layout of the raw interface vector (B, P), grouped by activation:
 """
 from __future__ import annotations
 
-import os
-from functools import lru_cache
-
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from mannlab import addressing
+from mannlab import addressing, kernels
 
 
 def interface_sizes(read_heads: int, width: int) -> list[int]:
@@ -78,28 +74,17 @@ def _composition(raw, memory, read_w, write_w, usage, precedence, links):
     return outputs, (alloc, modes, free, alloc_gate, write_gate)
 
 
-def _as_array(tensor: torch.Tensor) -> np.ndarray:
-    return np.ascontiguousarray(tensor.detach().numpy())
+#: Use the compiled kernels for CPU float32/float64 tensors when numba is available
+#: (MANNLAB_KERNELS=0, or this flag set to False, runs the tensor path everywhere).
+USE_KERNELS = kernels.ENABLED
 
 
-#: Use the compiled kernels for CPU float32/float64 tensors when numba is available.
-#: Set MANNLAB_KERNELS=0 (or this flag to False) for the composition everywhere.
-USE_KERNELS = os.environ.get("MANNLAB_KERNELS", "1") != "0"
-
-
-@lru_cache(maxsize=1)
 def _kernels():
-    """mannlab.dnc_kernels, imported on first use (numba compiles it once, then caches)."""
-    try:
-        from mannlab import dnc_kernels
-    except ImportError:  # numba missing or broken: the composition still works
-        return None
-    return dnc_kernels
+    return kernels.load("dnc_kernels")
 
 
 def _kernels_apply(raw: torch.Tensor) -> bool:
-    return (USE_KERNELS and raw.device.type == "cpu"
-            and raw.dtype in (torch.float32, torch.float64) and _kernels() is not None)
+    return USE_KERNELS and kernels.usable(raw, "dnc_kernels")
 
 
 class DNCMemoryStep(torch.autograd.Function):
@@ -112,7 +97,7 @@ class DNCMemoryStep(torch.autograd.Function):
     @staticmethod
     def forward(ctx, raw, memory, read_w, write_w, usage, precedence, links, with_trace):
         inputs = (raw, memory, read_w, write_w, usage, precedence, links)
-        outputs, saved = _kernels().memory_step_forward(*(_as_array(t) for t in inputs))
+        outputs, saved = _kernels().memory_step_forward(*(kernels.as_array(t) for t in inputs))
         outputs = tuple(torch.from_numpy(out) for out in outputs)
         saved = tuple(torch.from_numpy(value) for value in saved)
         # Everything through save_for_backward: an output kept as a plain ctx attribute
@@ -133,10 +118,10 @@ class DNCMemoryStep(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, *grads):
-        saved = [_as_array(t) for t in ctx.saved_tensors]
+        saved = [kernels.as_array(t) for t in ctx.saved_tensors]
         grads = _kernels().memory_step_backward(tuple(saved[:7]), tuple(saved[7:11]),
                                                 tuple(saved[11:]),
-                                                tuple(_as_array(g) for g in grads[:7]))
+                                                tuple(kernels.as_array(g) for g in grads[:7]))
         return tuple(torch.from_numpy(grad) for grad in grads) + (None,)
 
 

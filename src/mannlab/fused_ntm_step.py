@@ -24,14 +24,11 @@ Layout of the raw parameters (B, P), as NTMCell's head layer emits them:
 """
 from __future__ import annotations
 
-import os
-from functools import lru_cache
-
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from mannlab import kernels
 from mannlab.fused_addressing import address_backward, address_forward
 
 
@@ -147,14 +144,10 @@ def _torch_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
     return grad_params, grad_memory, read_grads[2], write_grads[2]
 
 
-def _as_array(tensor: torch.Tensor):
-    return np.ascontiguousarray(tensor.detach().numpy())
-
-
 def _kernel_forward(ctx, params, memory, read_prev, write_prev, width, num_shifts):
     """The step in compiled CPU code (mannlab.ntm_kernels)."""
     inputs = (params, memory, read_prev, write_prev)
-    outputs, saved = _kernels().memory_step_forward(*(_as_array(t) for t in inputs),
+    outputs, saved = _kernels().memory_step_forward(*(kernels.as_array(t) for t in inputs),
                                                     width, num_shifts)
     outputs = tuple(torch.from_numpy(out) for out in outputs)
     ctx.save_for_backward(*inputs, *outputs, *(torch.from_numpy(a) for a in saved))
@@ -162,32 +155,25 @@ def _kernel_forward(ctx, params, memory, read_prev, write_prev, width, num_shift
 
 
 def _kernel_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w):
-    arrays = [_as_array(t) for t in ctx.saved_tensors]
+    arrays = [kernels.as_array(t) for t in ctx.saved_tensors]
+    grads = (grad_reads, grad_memory_out, grad_read_w, grad_write_w)
     grads = _kernels().memory_step_backward(
         *arrays[:4], ctx.width, ctx.num_shifts, tuple(arrays[4:14]), tuple(arrays[14:]),
-        _as_array(grad_reads), _as_array(grad_memory_out), _as_array(grad_read_w),
-        _as_array(grad_write_w))
+        *(kernels.as_array(g) for g in grads))
     return tuple(torch.from_numpy(grad) for grad in grads)
 
 
-#: Use the compiled kernels for CPU float32/float64 tensors when numba is available.
-#: Set MANNLAB_KERNELS=0 (or this flag to False) for the tensor path everywhere.
-USE_KERNELS = os.environ.get("MANNLAB_KERNELS", "1") != "0"
+#: Use the compiled kernels for CPU float32/float64 tensors when numba is available
+#: (MANNLAB_KERNELS=0, or this flag set to False, runs the tensor path everywhere).
+USE_KERNELS = kernels.ENABLED
 
 
-@lru_cache(maxsize=1)
 def _kernels():
-    """mannlab.ntm_kernels, imported on first use (numba compiles it once, then caches)."""
-    try:
-        from mannlab import ntm_kernels
-    except ImportError:  # numba missing or broken: the tensor path still works
-        return None
-    return ntm_kernels
+    return kernels.load("ntm_kernels")
 
 
 def _kernels_apply(params: torch.Tensor) -> bool:
-    return (USE_KERNELS and params.device.type == "cpu"
-            and params.dtype in (torch.float32, torch.float64) and _kernels() is not None)
+    return USE_KERNELS and kernels.usable(params, "ntm_kernels")
 
 
 class NTMMemoryStep(torch.autograd.Function):

@@ -10,7 +10,8 @@ import torch
 
 from mannlab.errors import ConfigError, DataError
 from mannlab.state import detach_state
-from mannlab.tasks import charlm, download
+from mannlab.data import download
+from mannlab.tasks import charlm
 from mannlab.tasks.charlm import (CharLM, batchify, evaluate_bpc, load_corpus, ptb_char_tokens,
                                   ptb_words_to_chars, segments, train_segments)
 
@@ -33,7 +34,7 @@ def test_ptb_words_to_chars_format():
 
 def test_ptb_from_word_files_char_files_and_archives(tmp_path):
     words = write_ptb_words(tmp_path / "words")
-    a = load_corpus("ptb-char", words, directory=tmp_path / "cache")
+    a = load_corpus("ptb-char", words)
     assert a.symbols == sorted(set("thecatsonmt") | {"_", "\n"})
     decoded = "".join(a.symbols[i] for i in a.train.tolist())
     assert decoded == "the_cat_sat\non_the_mat\n"
@@ -41,50 +42,53 @@ def test_ptb_from_word_files_char_files_and_archives(tmp_path):
     chars.mkdir()
     for split, text in WORDS.items():
         (chars / f"ptb.char.{split}.txt").write_text(ptb_words_to_chars(text))
-    b = load_corpus("ptb-char", chars, directory=tmp_path / "cache")
+    b = load_corpus("ptb-char", chars)
     assert b.symbols == a.symbols and torch.equal(a.test, b.test)
     archive = tmp_path / "ptb.tar.gz"
     with tarfile.open(archive, "w:gz") as tf:
         tf.add(words, arcname="simple-examples/data")
-    c = load_corpus("ptb-char", archive, directory=tmp_path / "cache")
+    c = load_corpus("ptb-char", archive)
     assert torch.equal(a.valid, c.valid)
 
 
 def test_download_verifies_checksum_and_caches(tmp_path, monkeypatch):
     source = write_ptb_words(tmp_path / "remote")
-    remote = {s: download.RemoteFile((source / f"ptb.{s}.txt").as_uri(), f"ptb.{s}.txt",
-                                     download.md5sum(source / f"ptb.{s}.txt"))
+    remote = {s: download.RemoteFile((source / f"ptb.{s}.txt").as_uri(),
+                                     md5=download.file_hash(source / f"ptb.{s}.txt", "md5"))
               for s in charlm.SPLITS}
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", remote)
     monkeypatch.setenv("MANNLAB_DATA", str(tmp_path / "cache"))
     corpus = load_corpus("ptb-char")
-    assert (tmp_path / "cache" / "ptb.train.txt").exists()
+    assert (tmp_path / "cache" / "ptb" / "ptb.train.txt").exists()
     (source / "ptb.train.txt").unlink()                  # the cache serves the second call
     assert torch.equal(load_corpus("ptb-char").train, corpus.train)
-    bad = download.RemoteFile((source / "ptb.test.txt").as_uri(), "other.txt", "0" * 32)
+    bad = dict(remote, test=download.RemoteFile((source / "ptb.test.txt").as_uri(), md5="0" * 32,
+                                                name="other.txt"))
+    monkeypatch.setitem(charlm.CORPORA, "ptb-char", bad)
     with pytest.raises(DataError, match="does not match"):
-        download.fetch(bad, tmp_path / "cache")
-    assert not (tmp_path / "cache" / "other.txt").exists()
-    assert not (tmp_path / "cache" / "other.txt.part").exists()
+        load_corpus("ptb-char")
+    assert not (tmp_path / "cache" / "ptb" / "other.txt").exists()
+    gone = dict(remote, valid=download.RemoteFile((tmp_path / "nowhere.txt").as_uri(), name="v.txt"))
+    monkeypatch.setitem(charlm.CORPORA, "ptb-char", gone)
     with pytest.raises(DataError, match="could not download"):
-        download.fetch(download.RemoteFile((tmp_path / "nowhere.txt").as_uri(), "x.txt"),
-                       tmp_path / "cache")
+        load_corpus("ptb-char")
 
 
 def test_hutter_corpus_from_zip_with_the_standard_split(tmp_path, monkeypatch):
     monkeypatch.setattr(charlm, "HUTTER_SPLIT", (20, 5, 5))
-    archive = tmp_path / "text8.zip"
-    with zipfile.ZipFile(archive, "w") as zf:
-        zf.writestr("text8", "abc de" * 6)
-    corpus = load_corpus("text8", archive, directory=tmp_path / "cache")
-    assert (corpus.train.numel(), corpus.valid.numel(), corpus.test.numel()) == (20, 5, 5)
-    assert bytes(corpus.symbols[i] for i in corpus.train[:6].tolist()) == b"abc de"
+    for name in ("text8", "enwik8"):
+        archive = tmp_path / f"{name}.zip"
+        with zipfile.ZipFile(archive, "w") as zf:
+            zf.writestr(name, "abc de" * 6)
+        corpus = load_corpus(name, archive)
+        assert (corpus.train.numel(), corpus.valid.numel(), corpus.test.numel()) == (20, 5, 5)
+        assert bytes(corpus.symbols[i] for i in corpus.train[:6].tolist()) == b"abc de"
 
 
 def test_bad_sources_and_names(tmp_path):
     with pytest.raises(ConfigError, match="ptb-char"):
         load_corpus("wiki")
-    with pytest.raises(DataError, match="does not hold"):
+    with pytest.raises(DataError, match="holds neither"):
         load_corpus("ptb-char", tmp_path)
     (tmp_path / "file.txt").write_text("x")
     with pytest.raises(DataError, match="neither a directory nor an archive"):

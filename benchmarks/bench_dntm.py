@@ -23,12 +23,7 @@ The timing helpers and options are bench_ntm.py's.
 """
 from __future__ import annotations
 
-import json
-import os
-import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -36,8 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (INPUT, OUTPUT, LSTMCellLoop, parse_args,  # noqa: E402
-                       time_round_robin)
+from bench_ntm import INPUT, OUTPUT, LSTMCellLoop, parse_args, report  # noqa: E402
 
 import mannlab  # noqa: E402
 
@@ -93,30 +87,6 @@ def infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
         model.train()
 
 
-def run(models: dict[str, nn.Module], batch_sizes: list[int], steps: int, repeats: int,
-        warmup: int) -> list[dict]:
-    records = []
-    for batch in batch_sizes:
-        x = torch.randint(0, 2, (batch, steps, INPUT)).float()
-        target = torch.randint(0, 2, (batch, steps, OUTPUT)).float()
-        for mode, step_fn in (("train", train_step), ("infer", infer_step)):
-            calls = {name: (lambda m=model: step_fn(m, x, target)) for name, model in models.items()}
-            times = time_round_robin(calls, warmup, repeats)
-            for name, seconds in times.items():
-                ratios = [a / b for a, b in zip(seconds, times[REFERENCE])]
-                records.append({"mode": mode, "batch": batch, "model": name, "steps": steps,
-                                "us_per_step": 1e6 * statistics.median(seconds) / steps,
-                                "ratio_to_grucell": statistics.median(ratios)})
-    return records
-
-
-def markdown_table(records: list[dict]) -> str:
-    lines = ["| mode | batch | model | µs / step | × GRUCell |", "|---|---:|---|---:|---:|"]
-    lines += [f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} "
-              f"| {r['ratio_to_grucell']:.2f} |" for r in records]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> None:
     args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
     torch.set_num_threads(args.threads)
@@ -126,21 +96,8 @@ def main(argv: list[str] | None = None) -> None:
         "D-NTM discrete J=1": dntm("reinforce", 1), "D-NTM discrete J=3": dntm("reinforce", 3),
         "GRUCell": GRUCellLoop(), "LSTMCell": LSTMCellLoop(HIDDEN),
     }
-    start = time.perf_counter()
-    records = run(models, batch_sizes, args.steps, args.repeats, args.warmup)
-    settings = {"torch": torch.__version__, "mannlab": mannlab.__version__,
-                "python": platform.python_version(), "machine": platform.machine(),
-                "threads": args.threads, "steps": args.steps, "repeats": args.repeats,
-                "warmup": args.warmup, "batch_sizes": batch_sizes,
-                "total_seconds": round(time.perf_counter() - start, 1),
-                "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
-    print(f"T={args.steps}, threads={args.threads}, median of {args.repeats} "
-          f"(warm-up {args.warmup}), torch {torch.__version__}, {settings['total_seconds']} s "
-          f"total, load average {settings['load_average_1min']} on {os.cpu_count()} cores\n")
-    print(markdown_table(records))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"settings": settings, "records": records}, handle, indent=2)
+    report(args, batch_sizes, models, REFERENCE, train=train_step, infer=infer_step,
+           saved_memory=False)
 
 
 if __name__ == "__main__":

@@ -137,41 +137,75 @@ def saved_for_backward_bytes(model: nn.Module, x: torch.Tensor, target: torch.Te
     return sum(n for ptr, n in storages.items() if ptr not in params)  # activations only
 
 
-def run(batch_sizes: list[int], steps: int, repeats: int, warmup: int) -> list[dict]:
+def run(models: dict[str, nn.Module], reference: str, batch_sizes: list[int], steps: int,
+        repeats: int, warmup: int, train: Callable = train_step, infer: Callable = infer_step,
+        saved_memory: bool = True) -> list[dict]:
     """Time every model, mode and batch size; return one record per measurement.
 
-    ``us_per_step`` is the median time per call divided by ``steps``; ``ratio_to_lstmcell``
-    is the median over rounds of (this model's time / LSTMCell's time in the same round).
+    ``us_per_step`` is the median time per call divided by ``steps``; ``ratio`` is the
+    median over rounds of (this model's time / the reference's time in the same round);
+    with ``saved_memory`` training records also hold ``saved_mb`` (see above).
     """
-    torch.manual_seed(0)
-    models = {name: make() for name, make in MODELS.items()}
     records = []
     for batch in batch_sizes:
         x = torch.randint(0, 2, (batch, steps, INPUT)).float()
         target = torch.randint(0, 2, (batch, steps, OUTPUT)).float()
-        for mode, step_fn in (("train", train_step), ("infer", infer_step)):
+        for mode, step_fn in (("train", train), ("infer", infer)):
             calls = {name: (lambda m=model: step_fn(m, x, target)) for name, model in models.items()}
             times = time_round_robin(calls, warmup, repeats)
             for name, seconds in times.items():
-                ratios = [a / b for a, b in zip(seconds, times[REFERENCE])]
+                ratios = [a / b for a, b in zip(seconds, times[reference])]
                 record = {"mode": mode, "batch": batch, "model": name, "steps": steps,
                           "us_per_step": 1e6 * statistics.median(seconds) / steps,
                           "us_per_step_min": 1e6 * min(seconds) / steps,
-                          "ratio_to_lstmcell": statistics.median(ratios)}
-                if mode == "train":
+                          "reference": reference, "ratio": statistics.median(ratios)}
+                if mode == "train" and saved_memory:
                     record["saved_mb"] = saved_for_backward_bytes(models[name], x, target) / 2**20
                 records.append(record)
     return records
 
 
 def markdown_table(records: list[dict]) -> str:
-    lines = ["| mode | batch | model | µs / step | × LSTMCell | saved for backward (MB) |",
-             "|---|---:|---|---:|---:|---:|"]
+    reference = records[0]["reference"]
+    memory = any("saved_mb" in r for r in records)
+    lines = [f"| mode | batch | model | µs / step | × {reference} |"
+             + (" saved for backward (MB) |" if memory else ""),
+             "|---|---:|---|---:|---:|" + ("---:|" if memory else "")]
     for r in records:
-        saved = f"{r['saved_mb']:.2f}" if "saved_mb" in r else ""
+        saved = (f" {r['saved_mb']:.2f} |" if "saved_mb" in r else " |") if memory else ""
         lines.append(f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} "
-                     f"| {r['ratio_to_lstmcell']:.2f} | {saved} |")
+                     f"| {r['ratio']:.2f} |{saved}")
     return "\n".join(lines)
+
+
+def report(args: argparse.Namespace, batch_sizes: list[int], models: dict[str, nn.Module],
+           reference: str, notes: dict | None = None, **run_options) -> None:
+    """Time the models, print the settings line and the table, write --json if asked.
+
+    ``notes`` go into the JSON settings and are printed under the settings line.
+    """
+    settings = {"torch": torch.__version__, "mannlab": mannlab.__version__,
+                "python": platform.python_version(), "machine": platform.machine(),
+                "processor": platform.processor(), "threads": args.threads, "steps": args.steps,
+                "repeats": args.repeats, "warmup": args.warmup, "batch_sizes": batch_sizes,
+                **(notes or {})}
+    start = time.perf_counter()
+    records = run(models, reference, batch_sizes, args.steps, args.repeats, args.warmup,
+                  **run_options)
+    settings["total_seconds"] = round(time.perf_counter() - start, 1)
+    # Other processes on the machine add noise; the 1-minute load average shows how much.
+    settings["load_average_1min"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    print(f"T={args.steps}, threads={args.threads}, median of {args.repeats} "
+          f"(warm-up {args.warmup}), torch {torch.__version__}, "
+          f"{settings['total_seconds']} s total, load average {settings['load_average_1min']} "
+          f"on {os.cpu_count()} cores\n")
+    for key, value in (notes or {}).items():
+        if value:
+            print(f"{key}: {value}\n")
+    print(markdown_table(records))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"settings": settings, "records": records}, handle, indent=2)
 
 
 def parse_args(argv: list[str] | None, description: str) -> tuple[argparse.Namespace, list[int]]:
@@ -200,24 +234,8 @@ def parse_args(argv: list[str] | None, description: str) -> tuple[argparse.Names
 def main(argv: list[str] | None = None) -> None:
     args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
     torch.set_num_threads(args.threads)
-    settings = {"torch": torch.__version__, "mannlab": mannlab.__version__,
-                "python": platform.python_version(), "machine": platform.machine(),
-                "processor": platform.processor(), "threads": args.threads, "steps": args.steps,
-                "repeats": args.repeats, "warmup": args.warmup, "batch_sizes": batch_sizes}
-    start = time.perf_counter()
-    records = run(batch_sizes, args.steps, args.repeats, args.warmup)
-    settings["total_seconds"] = round(time.perf_counter() - start, 1)
-    # Other processes on the machine add noise; the 1-minute load average shows how much.
-    settings["load_average_1min"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
-
-    print(f"T={args.steps}, threads={args.threads}, median of {args.repeats} "
-          f"(warm-up {args.warmup}), torch {torch.__version__}, "
-          f"{settings['total_seconds']} s total, load average {settings['load_average_1min']} "
-          f"on {os.cpu_count()} cores\n")
-    print(markdown_table(records))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"settings": settings, "records": records}, handle, indent=2)
+    torch.manual_seed(0)
+    report(args, batch_sizes, {name: make() for name, make in MODELS.items()}, REFERENCE)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ from torch import nn
 
 from mannlab import sampling
 from mannlab.errors import ConfigError
-from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel,
+                                  check_positive)
 from mannlab.models.tardis import (TardisAddressing, check_choice, check_number, run_steps,
                                    sequential_slots, sparse_addresses, write_rows)
 
@@ -312,7 +313,7 @@ class ARMINCell(MemoryCell):
         return torch.where(steps < self.slots, steps, chosen)
 
 
-class ARMIN(SequenceModel):
+class ARMIN(CellTemperature, SequenceModel):
     """ARMIN shaped like torch.nn.LSTM: ``y, state = ARMIN(input_size, output_size)(x)``.
 
     x (B, T, input_size) (batch_first=True, the default) -> logits y (B, T, output_size)
@@ -350,14 +351,6 @@ class ARMIN(SequenceModel):
         if not self.temperature_every or self.cell.addressing != "gumbel":
             return None
         return self.temperature_every, max(1, self.cell.slots - 1)
-
-    @property
-    def inverse_temperature(self) -> float:
-        return self.cell.inverse_temperature
-
-    @inverse_temperature.setter
-    def inverse_temperature(self, value: float) -> None:
-        self.cell.inverse_temperature = float(value)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
         features, state, steps = run_steps(self.cell, x, state, with_trace)

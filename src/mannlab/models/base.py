@@ -53,6 +53,19 @@ class MemoryCell(nn.Module):
         return (features, state, trace) if return_trace else (features, state)
 
 
+class CellTemperature:
+    """Mixin for models whose cell samples with a temperature: the cell's inverse
+    temperature 1/tau as a model attribute, which training/schedules.py sets."""
+
+    @property
+    def inverse_temperature(self) -> float:
+        return self.cell.inverse_temperature
+
+    @inverse_temperature.setter
+    def inverse_temperature(self, value: float) -> None:
+        self.cell.inverse_temperature = float(value)
+
+
 class SequenceModel(nn.Module):
     """Base for every model: subclasses set ``self.cell`` (or override ``run``)."""
 

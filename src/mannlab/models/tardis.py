@@ -59,7 +59,8 @@ from torch import nn
 
 from mannlab import sampling
 from mannlab.errors import ConfigError
-from mannlab.models.base import MemoryCell, SequenceModel, check_positive, stack_traces
+from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_positive,
+                                  stack_traces)
 
 ADDRESSING_MODES = ("gumbel", "reinforce", "argmax")
 TEMPERATURES = ("learned", "scheduled")
@@ -328,7 +329,7 @@ class TARDISCell(MemoryCell):
 
 # -------------------------------------------------------------------- module
 
-class TARDIS(SequenceModel):
+class TARDIS(CellTemperature, SequenceModel):
     """TARDIS shaped like torch.nn.LSTM: ``y, state = TARDIS(input_size, output_size)(x)``.
 
     x (B, T, input_size) (batch_first=True, the default) -> logits y (B, T, output_size)
@@ -382,14 +383,6 @@ class TARDIS(SequenceModel):
         if self.cell.temperature != "scheduled":
             return None
         return self.temperature_every, max(1, self.cell.slots - 1)
-
-    @property
-    def inverse_temperature(self) -> float:
-        return self.cell.inverse_temperature
-
-    @inverse_temperature.setter
-    def inverse_temperature(self, value: float) -> None:
-        self.cell.inverse_temperature = float(value)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
         features, state, steps = run_steps(self.cell, x, state, with_trace)

@@ -31,11 +31,15 @@ def split_bytes(data: bytes, sizes: tuple[int, int, int] = SPLIT, source: str = 
 def load_enwik8(data_dir: str | None = None, sizes: tuple[int, int, int] = SPLIT, fetch=None) -> dict[str, bytes]:
     """The three splits, from ``enwik8.zip`` or an unpacked ``enwik8`` file."""
     source = locate("enwik8", ARCHIVE, data_dir, extracted=("enwik8",), fetch=fetch)
+    return split_bytes(read_corpus(source, "enwik8"), sizes, str(source))
+
+
+def read_corpus(source: Path, member: str) -> bytes:
+    """The bytes of a one-file corpus (enwik8, text8): ``source`` is the file itself,
+    or an archive or directory holding a file named ``member``."""
     if source.is_file() and not source.name.endswith(".zip"):
-        data = source.read_bytes()
-    else:
-        members = read_members(source, lambda name: Path(name).name == "enwik8")
-        if not members:
-            raise DataError(f"{source} has no member named enwik8")
-        data = next(iter(members.values()))
-    return split_bytes(data, sizes, str(source))
+        return source.read_bytes()
+    members = read_members(source, lambda name: Path(name).name == member)
+    if not members:
+        raise DataError(f"{source} has no member named {member}")
+    return next(iter(members.values()))

@@ -90,6 +90,19 @@ class SequenceModel(nn.Module):
         """Extra training terms (estimators, regularisers); zero for fully differentiable models."""
         return step_nll.new_zeros(())
 
+    def _scored_outputs(self, trace: Any, trace_type: type, step_nll: torch.Tensor) -> torch.Tensor:
+        """Checks aux_loss's inputs; returns S, the mean number of scored outputs per
+        sequence (scored steps, where step_nll > 0, times the output size, at least 1):
+        the task loss is a mean per scored output, so estimator terms divided by S keep
+        the papers' ratio to the NLL."""
+        if not isinstance(trace, trace_type):
+            raise TypeError(f"aux_loss expects the {trace_type.__name__} of return_trace=True, "
+                            f"got {type(trace).__name__}")
+        if step_nll.shape != trace.sampled.shape:
+            raise ValueError(f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, "
+                             f"got {tuple(step_nll.shape)}")
+        return ((step_nll > 0).sum(1).to(step_nll.dtype).mean() * self.output_features).clamp_min(1.0)
+
     def forward(self, x: torch.Tensor, state: Any = None, return_trace: bool = False):
         """x (B, T, input_size) (or (T, B, .) if batch_first=False) -> y, state[, trace]."""
         x = self._check_input(x)

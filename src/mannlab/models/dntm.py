@@ -472,14 +472,7 @@ class DNTM(SequenceModel):
         so dividing by S keeps the paper's ratio between the NLL and these terms (the
         cost of section 4 sums all three over the sequence).
         """
-        if not isinstance(trace, DNTMTrace):
-            raise TypeError(f"aux_loss expects the DNTMTrace of return_trace=True, "
-                            f"got {type(trace).__name__}")
-        if step_nll.shape != trace.sampled.shape:
-            raise ValueError(f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, "
-                             f"got {tuple(step_nll.shape)}")
-        scored = (step_nll > 0).sum(1).to(step_nll.dtype).mean() * self.output_features
-        scored = scored.clamp_min(1.0)                                           # S
+        scored = self._scored_outputs(trace, DNTMTrace, step_nll)                # S
         terms: dict[str, torch.Tensor] = {}
         sampled = trace.sampled.amax(1)                                          # (B,)
         if self.cell.addressing == "reinforce" and bool(sampled.any()):

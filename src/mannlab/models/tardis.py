@@ -415,20 +415,13 @@ class TARDIS(CellTemperature, SequenceModel):
 
         S is the mean number of scored outputs per sequence (the task loss's normaliser).
         """
-        if not isinstance(trace, TARDISTrace):
-            raise TypeError(f"aux_loss expects the TARDISTrace of return_trace=True, "
-                            f"got {type(trace).__name__}")
-        if step_nll.shape != trace.sampled.shape:
-            raise ValueError(f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, "
-                             f"got {tuple(step_nll.shape)}")
+        scored = self._scored_outputs(trace, TARDISTrace, step_nll)                  # S
         sampled = trace.sampled.amax(1)                                              # (B,)
         if not self.uses_aux_loss or not bool(sampled.any()):
             return {}
         if score is None:
             raise ValueError("TARDIS with addressing='reinforce' needs score= (logits -> "
                              "per-step NLL on the targets) for the auxiliary reward of eq. 17")
-        scored = ((step_nll > 0).sum(1).to(step_nll.dtype).mean() * self.output_features
-                  ).clamp_min(1.0)                                                   # S
         aux_nll = score(self.aux_logits(trace))                                      # (B, T)
         returns = sampling.discounted_returns(-aux_nll.detach(), self.discount)      # eq. 16
         stats = self.return_stats

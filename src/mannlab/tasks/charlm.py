@@ -105,14 +105,7 @@ def load_corpus(name: str, source: str | os.PathLike | None = None,
         parts = enwik8.load_enwik8(source, HUTTER_SPLIT, fetch=fetch)
     else:
         found = locate("text8", CORPORA["text8"]["archive"], source, extracted=("text8",), fetch=fetch)
-        if found.is_file() and not found.name.endswith(".zip"):
-            data = found.read_bytes()
-        else:
-            members = read_members(found, lambda n: Path(n).name == "text8")
-            if not members:
-                raise DataError(f"{found} has no member named text8")
-            data = next(iter(members.values()))
-        parts = enwik8.split_bytes(data, HUTTER_SPLIT, str(found))
+        parts = enwik8.split_bytes(enwik8.read_corpus(found, "text8"), HUTTER_SPLIT, str(found))
     # bytes as integers: text8 letters and space, enwik8 any byte
     return encode({split: list(parts[split]) for split in SPLITS})
 

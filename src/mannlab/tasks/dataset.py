@@ -17,6 +17,7 @@ channel names, and implements ``split_size(split)`` and ``encode(split, indices,
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, ClassVar, Iterator, Sequence
 
 import numpy as np
@@ -32,13 +33,13 @@ class DatasetTask(CategoricalTask):
     splits: ClassVar[tuple[str, ...]] = ("train", "valid", "test")
     length_name: ClassVar[str] = "length (ignored: a data set has fixed sequences)"
 
+    @abstractmethod
     def split_size(self, split: str) -> int:
         """Number of examples in ``split``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def encode(self, split: str, indices: np.ndarray, rng: np.random.Generator) -> list[Example]:
         """The examples at ``indices`` of ``split`` as (inputs, targets, mask) numpy arrays."""
-        raise NotImplementedError
 
     def groups(self, split: str, indices: np.ndarray) -> np.ndarray:
         """The group (e.g. bAbI task number) of each example; all 0 by default."""
@@ -55,7 +56,8 @@ class DatasetTask(CategoricalTask):
             raise ConfigError(f"split {split!r} of task '{self.name}' is empty")
 
     def _sequence(self, rng: np.random.Generator, length: int | None) -> Example:
-        raise NotImplementedError("data-set tasks encode whole batches (see encode)")
+        # Task's per-sequence hook; data-set tasks sample whole batches through encode.
+        raise TypeError("data-set tasks encode whole batches (see encode)")
 
     def _validate(self, params: dict[str, Any]) -> None:
         """Subclasses check their own parameters; data_dir is a path or None."""

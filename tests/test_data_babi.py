@@ -146,7 +146,7 @@ def test_models_train_and_report_per_task(archive, model):
     loss = task.loss(logits, y, m)
     loss.backward()
     metrics = task.metrics(logits.detach(), y, m)
-    assert set(metrics) == {"bce", "error", "seq_error"} and metrics["bce"] == pytest.approx(loss.item())
+    assert set(metrics) == {"ce", "error", "seq_error"} and metrics["ce"] == pytest.approx(loss.item())
     result = evaluate_split(net, task, "test", batch_size=3)
     assert result["examples"] == 4 and set(result["per_group"]) == {"qa1 single-supporting-fact", "qa19 path-finding"}
     assert result["per_group"]["qa1 single-supporting-fact"]["examples"] == 3

@@ -276,6 +276,7 @@ def _valid_names_hint() -> str:
 
 def describe_summary(summary: dict[str, Any]) -> str:
     """What `mannlab train` prints at the end: solve status, the per-length table, file paths."""
+    from mannlab.tasks.dataset import format_group_errors
     from mannlab.training import format_table
 
     lines = []
@@ -284,11 +285,16 @@ def describe_summary(summary: dict[str, Any]) -> str:
                      f"after {_duration(summary['solved_at_seconds'])}")
     else:
         best = summary["best_val"]
-        best_text = f"{best['bce']:.4g} at step {best['step']}" if best["bce"] is not None else "none"
-        lines.append(f"not solved (val bce < {summary['solve_bce']:g}); best val bce {best_text}")
+        key = best.get("metric", "bce")  # "ce" for data-set tasks (summaries before it: "bce")
+        best_text = f"{best[key]:.4g} at step {best['step']}" if best.get(key) is not None else "none"
+        lines.append(f"not solved (val {key} < {summary['solve_bce']:g}); best val {key} {best_text}")
     lines.append(f"{summary['steps']} steps in {_duration(summary['wall_seconds'])}; "
                  f"validation at step {summary['steps']}:")
     lines.append(format_table(summary["final_val"] or []))
+    groups = format_group_errors((summary["best_val"].get("rows") or [{}])[0])
+    if groups:  # data-set tasks with groups: the error per bAbI task (MNIST digit, SNLI label)
+        lines.append(f"validation error per group, best checkpoint (step {summary['best_val']['step']}): "
+                     f"{groups}")
     run_dir = Path(summary["run_dir"])
     lines.append(f"checkpoints: {run_dir / 'checkpoints'} (best, last)")
     for name, path in summary.get("figures", {}).items():
@@ -346,13 +352,17 @@ def seeds_table(summaries: list[dict[str, Any]]) -> str:
         return s["best_val"].get("rows") or s["final_val"] or []
 
     lengths = [(row["length"], row.get("multiple")) for row in best_rows(summaries[0])]
+    key = summaries[0]["best_val"].get("metric", "bce")  # the loss: "ce" for data-set tasks
     # categorical (data-set) tasks report the fraction of scored steps wrong instead of bit errors
     second = "error" if any("error" in row for row in best_rows(summaries[0])) else "seq_bit_errors"
     header = ["seed", "solved", "steps to solve", "time to solve", "stayed solved"]
     for length, multiple in lengths:
         suffix = f"{length}" + (" (train)" if multiple == 1 else "")
-        header += [f"bce @{suffix}", f"{'error' if second == 'error' else 'bit errors/seq'} @{suffix}"]
-    header += ["final bce @train", "steps"]
+        header += [f"{key} @{suffix}", f"{'error' if second == 'error' else 'bit errors/seq'} @{suffix}"]
+    header += [f"final {key} @train", "steps"]
+    grouped = "mean_group_error" in (best_rows(summaries[0]) or [{}])[0]  # bAbI: error per task
+    if grouped:
+        header += ["mean group error %", "failed groups"]
     rows = []
     for s in summaries:
         by_length = {row["length"]: row for row in best_rows(s)}
@@ -363,9 +373,14 @@ def seeds_table(summaries: list[dict[str, Any]]) -> str:
                  "-" if not after else f"{after['solved']}/{after['validations']}"]
         for length, _ in lengths:
             row = by_length.get(length, {})
-            cells += [_number(row.get("bce")), _number(row.get(second))]
+            cells += [_number(row.get(key)), _number(row.get(second))]
         final = (s["final_val"] or [{}])[0]
-        cells += [_number(final.get("bce")), str(s["steps"])]
+        cells += [_number(final.get(key)), str(s["steps"])]
+        if grouped:
+            best = (best_rows(s) or [{}])[0]
+            mean, failed = best.get("mean_group_error"), best.get("failed_groups")
+            cells += ["-" if mean is None else f"{100 * mean:.1f}",
+                      "-" if failed is None else str(int(failed))]
         rows.append(cells)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]

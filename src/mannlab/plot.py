@@ -278,7 +278,7 @@ def _finish(fig: Figure, path: str | os.PathLike | None) -> Figure:
 def learning_curve(
     metrics_path_or_rows: str | os.PathLike | Iterable[Mapping[str, Any]],
     path: str | os.PathLike | None = None,
-    metric: str = "bce",
+    metric: str | None = None,
     title: str | None = None,
     threshold: float | None = None,
 ) -> Figure:
@@ -292,9 +292,10 @@ def learning_curve(
             are ignored. A truncated last line (a run still writing) is skipped.
         path: if given, save a PNG there (parent folders are created) and close
             the figure.
-        metric: the validation metric to plot, one line per validation length.
-            The training curve uses the same key when train rows have it,
-            otherwise ``loss``, otherwise ``bce``.
+        metric: the validation metric to plot, one line per validation length;
+            default: the task's loss, ``bce`` (nats per bit) or else ``ce`` (the
+            cross-entropy of categorical, data-set tasks). The training curve uses
+            the same key when train rows have it, otherwise ``loss``, otherwise ``bce``.
         title: optional figure title.
         threshold: draw a dashed horizontal line at this value (e.g. 0.02 for
             "solved" on the copy task).
@@ -314,6 +315,8 @@ def learning_curve(
     train_rows = [r for r in rows if r.get("split") == "train"]
     val_rows = [r for r in rows if r.get("split") == "val"]
 
+    if metric is None:
+        metric = next((k for k in ("bce", "ce") if any(k in r for r in train_rows + val_rows)), "bce")
     if not any(metric in r for r in train_rows + val_rows):
         keys = sorted({k for r in rows for k in r} - {"step", "split", "length"})
         raise ValueError(f"no train or val row has metric '{metric}'; metrics present: {keys}")

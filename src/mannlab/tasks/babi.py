@@ -50,6 +50,7 @@ class BabiTask(DatasetTask):
     """Joint bAbI QA over a set of tasks (see the module docstring)."""
 
     name = "babi"
+    fail_threshold = 0.05   # the papers count a bAbI task as failed above 5% test error
     defaults = {"tasks": [1], "language": "en-10k", "data_dir": None, "encoding": "bow",
                 "max_facts": 50, "answer_steps": 1, "split_seed": 0}
 
@@ -102,6 +103,9 @@ class BabiTask(DatasetTask):
 
     def group_name(self, group: int) -> str:
         return f"qa{group} {babi_data.TASK_NAMES.get(group, '')}".strip()
+
+    def group_key(self, group: int) -> str:
+        return f"qa{group}"
 
     def encode(self, split: str, indices: np.ndarray, rng: np.random.Generator) -> list[Example]:
         return [self._example(self.questions[split][i]) for i in indices]

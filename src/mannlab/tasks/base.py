@@ -146,14 +146,15 @@ def masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -
 
 
 def class_metrics(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """``bce`` (here the cross-entropy, nats per scored step: the key the training loop selects
-    and plots by), ``error`` (fraction of scored steps whose argmax is not the target class) and
-    ``seq_error`` (fraction of sequences with a wrong scored step). No grad."""
+    """``ce`` (the softmax cross-entropy, nats per scored step: ``CategoricalTask.loss_key``, the
+    key the training loop selects and plots by), ``error`` (fraction of scored steps whose argmax
+    is not the target class) and ``seq_error`` (fraction of sequences with a wrong scored step).
+    No grad."""
     with torch.no_grad():
         m = mask > 0
         wrong = (logits.argmax(-1) != targets.argmax(-1)) & m
         return {
-            "bce": float(masked_ce(logits, targets, mask)),
+            "ce": float(masked_ce(logits, targets, mask)),
             "error": float(wrong.sum() / m.sum().clamp_min(1)),
             "seq_error": float(wrong.any(dim=1).float().mean()),
         }
@@ -190,6 +191,9 @@ class Task(ABC):
     length_name: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
     min_length: ClassVar[int] = 1
+    #: the metrics key of ``loss`` (what the training loop logs, selects the best checkpoint by
+    #: and plots): "bce" here (nats per bit), "ce" for categorical tasks (nats per scored step)
+    loss_key: ClassVar[str] = "bce"
 
     input_size: int
     output_size: int
@@ -305,7 +309,10 @@ class Task(ABC):
 
 class CategoricalTask(Task):
     """A task whose scored steps each have one correct class (one-hot ``targets``): softmax
-    cross-entropy instead of BCE, ``error`` instead of bit errors (see ``class_metrics``)."""
+    cross-entropy instead of BCE, ``error`` instead of bit errors (see ``class_metrics``).
+    Their metrics report the loss under the key ``ce`` (``loss_key``), not ``bce``."""
+
+    loss_key: ClassVar[str] = "ce"
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Masked softmax cross-entropy, mean per scored step (nats)."""
@@ -317,5 +324,5 @@ class CategoricalTask(Task):
 
     def metrics(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
                 inputs: torch.Tensor | None = None) -> dict[str, float]:
-        """``bce`` (cross-entropy, nats per scored step), ``error`` and ``seq_error``."""
+        """``ce`` (cross-entropy, nats per scored step), ``error`` and ``seq_error``."""
         return class_metrics(logits, targets, mask)

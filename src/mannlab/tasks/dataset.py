@@ -32,6 +32,8 @@ class DatasetTask(CategoricalTask):
 
     splits: ClassVar[tuple[str, ...]] = ("train", "valid", "test")
     length_name: ClassVar[str] = "length (ignored: a data set has fixed sequences)"
+    #: a group whose error exceeds this fraction counts as failed (bAbI: 0.05), None: not counted
+    fail_threshold: ClassVar[float | None] = None
 
     @abstractmethod
     def split_size(self, split: str) -> int:
@@ -48,6 +50,33 @@ class DatasetTask(CategoricalTask):
     def group_name(self, group: int) -> str:
         """A label for ``group`` in result tables."""
         return str(group)
+
+    def group_key(self, group: int) -> str:
+        """A short name for ``group`` in metric keys (``error/<key>``); no spaces."""
+        return str(group)
+
+    def sample_groups(self, batch_size: int, seed: int | Sequence[int] | np.random.Generator,
+                      split: str = "train") -> np.ndarray:
+        """The group of each example ``sample(batch_size, seed, split=split)`` draws (the same
+        draw: ``sample`` takes its indices first from the generator of ``seed``)."""
+        self._check_split(split)
+        indices = as_generator(seed).integers(self.split_size(split), size=int(batch_size))
+        return self.groups(split, indices)
+
+    def group_metrics(self, counts: dict[int, list[float]]) -> dict[str, float]:
+        """Metrics from per-group counts (group -> [wrong, scored, examples], see
+        ``count_group_errors``): ``error/<group_key>`` for each group, ``mean_group_error`` (the
+        unweighted mean over groups, the papers' "mean error") and, for tasks with a
+        ``fail_threshold``, ``failed_groups`` (how many groups have an error above it).
+        Empty for a task without groups (every example in group 0)."""
+        if not counts or (set(counts) == {0} and type(self).groups is DatasetTask.groups):
+            return {}
+        errors = {g: w / max(s, 1.0) for g, (w, s, _) in sorted(counts.items())}
+        out = {f"error/{self.group_key(g)}": e for g, e in errors.items()}
+        out["mean_group_error"] = float(np.mean(list(errors.values())))
+        if self.fail_threshold is not None:
+            out["failed_groups"] = float(sum(e > self.fail_threshold for e in errors.values()))
+        return out
 
     def _check_split(self, split: str) -> None:
         if split not in self.splits:
@@ -87,14 +116,29 @@ class DatasetTask(CategoricalTask):
             yield indices, self._pad(self.encode(split, indices, rng))
 
 
+def count_group_errors(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                       groups: Sequence[int], counts: dict[int, list[float]]) -> None:
+    """Add each example's wrong and scored steps to ``counts[group] = [wrong, scored, examples]``."""
+    m = mask > 0
+    wrong = ((logits.argmax(-1) != targets.argmax(-1)) & m).sum(1).tolist()
+    steps = m.sum(1).tolist()
+    for group, w, s in zip(groups, wrong, steps):
+        acc = counts.setdefault(int(group), [0.0, 0.0, 0])
+        acc[0] += w
+        acc[1] += s
+        acc[2] += 1
+
+
 def evaluate_split(model: torch.nn.Module, task: DatasetTask, split: str = "test",
                    batch_size: int = 100, limit: int | None = None) -> dict[str, Any]:
-    """Run ``model`` over ``split`` (first ``limit`` examples): ``bce`` (cross-entropy per scored
-    step), ``error`` (fraction of scored steps wrong), ``examples``, and ``per_group``: for each
-    group name its error and example count. Eval mode, no gradients."""
+    """Run ``model`` over ``split`` (first ``limit`` examples): ``ce`` (cross-entropy per scored
+    step), ``error`` (fraction of scored steps wrong), ``examples``, ``per_group`` (for each
+    group name its error and example count), ``mean_group_error`` (unweighted mean over
+    groups) and, for tasks with a ``fail_threshold`` (bAbI: 5%), ``failed_groups`` and
+    ``fail_threshold``. Eval mode, no gradients."""
     was_training = model.training
     model.eval()
-    wrong_by_group: dict[int, list[float]] = {}
+    counts: dict[int, list[float]] = {}
     ce_sum = scored = wrong_sum = 0.0
     examples = 0
     try:
@@ -102,31 +146,51 @@ def evaluate_split(model: torch.nn.Module, task: DatasetTask, split: str = "test
             for indices, (inputs, targets, mask) in task.ordered_batches(split, batch_size, limit):
                 logits = model(inputs)[0]
                 m = mask > 0
-                wrong = ((logits.argmax(-1) != targets.argmax(-1)) & m).sum(1).float()
-                steps = m.sum(1).float()
                 ce_sum += float(task.step_nll(logits, targets, mask).sum())
-                scored += float(steps.sum())
-                wrong_sum += float(wrong.sum())
+                scored += float(m.sum())
+                wrong_sum += float(((logits.argmax(-1) != targets.argmax(-1)) & m).sum())
                 examples += len(indices)
-                for group, w, s in zip(task.groups(split, indices), wrong.tolist(), steps.tolist()):
-                    acc = wrong_by_group.setdefault(int(group), [0.0, 0.0, 0])
-                    acc[0] += w
-                    acc[1] += s
-                    acc[2] += 1
+                count_group_errors(logits, targets, mask, task.groups(split, indices), counts)
     finally:
         model.train(was_training)
     per_group = {task.group_name(g): {"error": w / max(s, 1.0), "examples": n}
-                 for g, (w, s, n) in sorted(wrong_by_group.items())}
-    return {"split": split, "examples": examples, "bce": ce_sum / max(scored, 1.0),
-            "error": wrong_sum / max(scored, 1.0), "per_group": per_group}
+                 for g, (w, s, n) in sorted(counts.items())}
+    errors = [r["error"] for r in per_group.values()]
+    out = {"split": split, "examples": examples, "ce": ce_sum / max(scored, 1.0),
+           "error": wrong_sum / max(scored, 1.0), "per_group": per_group,
+           "mean_group_error": float(np.mean(errors)) if errors else None}
+    if task.fail_threshold is not None:
+        out["fail_threshold"] = task.fail_threshold
+        out["failed_groups"] = sum(e > task.fail_threshold for e in errors)
+    return out
+
+
+def format_group_errors(row: dict[str, Any]) -> str:
+    """One line from a validation row's group metrics: "qa1 12.0%, qa4 3.0%; mean 7.5%, failed
+    1/2"; empty if the row has none."""
+    groups = [(k[len("error/"):], v) for k, v in row.items() if k.startswith("error/")]
+    if not groups:
+        return ""
+    text = ", ".join(f"{name} {100 * v:.1f}%" for name, v in groups)
+    if "mean_group_error" in row:
+        text += f"; mean {100 * row['mean_group_error']:.1f}%"
+    if "failed_groups" in row:
+        text += f", failed {int(row['failed_groups'])}/{len(groups)}"
+    return text
 
 
 def format_results(result: dict[str, Any]) -> str:
-    """A plain-text table: one row per group, then the mean over groups and the overall error."""
+    """A plain-text table: one row per group, then the mean over groups, the number of failed
+    groups (tasks with a ``fail_threshold``, e.g. bAbI tasks above 5% error) and the overall
+    error."""
     rows = [(name, f"{100 * r['error']:.1f}", str(r["examples"])) for name, r in result["per_group"].items()]
+    errors = [r["error"] for r in result["per_group"].values()]
     if len(rows) > 1:
-        mean = np.mean([r["error"] for r in result["per_group"].values()])
-        rows.append(("mean over groups", f"{100 * mean:.1f}", ""))
+        rows.append(("mean over groups", f"{100 * float(np.mean(errors)):.1f}", ""))
+    threshold = result.get("fail_threshold")
+    if threshold is not None:
+        failed = sum(e > threshold for e in errors)
+        rows.append((f"failed (error > {100 * threshold:g}%)", f"{failed}/{len(errors)}", ""))
     rows.append(("all scored steps", f"{100 * result['error']:.1f}", str(result["examples"])))
     width = max(len(r[0]) for r in rows + [("group", "", "")])
     lines = [f"{'group':<{width}}  error %  examples", "-" * (width + 19)]

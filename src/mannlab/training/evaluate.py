@@ -14,7 +14,8 @@ from mannlab.training.loop import validate
 EVAL_SEED_OFFSET = 2 * 10**9  # evaluation batches never coincide with training or validation ones
 
 # Column order and headers of format_table; other numeric keys follow in their own order.
-COLUMNS = {"bce": "bce (nats/bit)", "bit_error_rate": "bit error rate", "seq_bit_errors": "bit errors/seq"}
+COLUMNS = {"bce": "bce (nats/bit)", "ce": "ce (nats/step)", "bit_error_rate": "bit error rate",
+           "seq_bit_errors": "bit errors/seq"}
 
 
 def load_run(run_dir: str | Path, checkpoint: str = "best") -> tuple[RunConfig, Any, torch.nn.Module, dict]:
@@ -61,12 +62,13 @@ def evaluate(source: str | Path | tuple[torch.nn.Module, Any], lengths: Iterable
 
 
 def format_table(rows: Sequence[dict[str, Any]], train_length: int | None = None) -> str:
-    """Plain-text table, one row per length; ``train_length`` marks that row "(train)"."""
+    """Plain-text table, one row per length; ``train_length`` marks that row "(train)". Per-group
+    errors of data-set tasks (``error/<group>``) are left out: ``format_group_errors`` lists them."""
     if not rows:
         return "(no rows)"
     keys = [k for k in COLUMNS if any(k in r for r in rows)]
     keys += [k for k in rows[0] if k not in COLUMNS and k not in ("length", "multiple")
-             and isinstance(rows[0][k], (int, float))]
+             and isinstance(rows[0][k], (int, float)) and not k.startswith("error/")]
     header = ["length"] + [COLUMNS.get(k, k) for k in keys]
     body = []
     for row in rows:

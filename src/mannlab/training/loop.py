@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 import mannlab
 from mannlab.config import RunConfig, TrainConfig, default_run_dir, save_config
 from mannlab.errors import ConfigError
+from mannlab.tasks.dataset import count_group_errors
 from mannlab.training.checkpoint import load_checkpoint, save_checkpoint
 from mannlab.training.metrics_log import (MetricsLog, check_tensorboard, read_metrics,
                                           truncate_metrics)
@@ -49,7 +50,7 @@ class Progress:
     """Everything besides weights and optimizer that a resume must restore."""
     step: int = 0                       # optimizer steps done
     elapsed: float = 0.0                # wall seconds spent training, over all sessions
-    best_bce: float | None = None       # best validation bce at the training length
+    best_bce: float | None = None       # best validation loss (task.loss_key) at the training length
     best_step: int | None = None
     solved_at_step: int | None = None
     solved_at_seconds: float | None = None
@@ -116,6 +117,7 @@ class _Trainer:
         self.checkpoints = run_dir / "checkpoints"
         self.log_every = max(1, self.train_cfg.val_every // 20)
         self.val_sets = val_sets
+        self.loss_key = loss_key(task)  # "bce", or "ce" for categorical (data-set) tasks
         self.last_val: list[dict[str, Any]] | None = None
         self.last_val_step: int | None = None
         self._losses: list[tuple[float, float]] = []  # since the last train log line
@@ -205,7 +207,7 @@ class _Trainer:
         n = len(self._losses)
         loss = sum(l for l, _ in self._losses) / n
         bce = sum(b for _, b in self._losses) / n
-        self.log.log(self.progress.step, "train", {"loss": loss, "bce": bce}, self._elapsed())
+        self.log.log(self.progress.step, "train", {"loss": loss, self.loss_key: bce}, self._elapsed())
         self._losses = []
         self._last_train_bce = bce
 
@@ -214,7 +216,13 @@ class _Trainer:
         if self._last_train_bce is not None:
             out["loss"] = f"{self._last_train_bce:.4f}"
         if self.last_val is not None:
-            out["val_bce"] = f"{self.last_val[0]['bce']:.4f}"
+            row = self.last_val[0]
+            out[f"val_{self.loss_key}"] = f"{row[self.loss_key]:.4f}"
+            if "mean_group_error" in row:  # data-set tasks with groups (bAbI tasks)
+                out["val_err"] = f"{100 * row['mean_group_error']:.1f}%"
+            if "failed_groups" in row:
+                groups = sum(k.startswith("error/") for k in row)
+                out["failed"] = f"{int(row['failed_groups'])}/{groups}"
         return out
 
     # ---------------------------------------------------------- validation
@@ -227,7 +235,7 @@ class _Trainer:
             self.log.log(progress.step, "val", metrics, self._elapsed(),
                          length=row["length"], multiple=row["multiple"])
         self.last_val, self.last_val_step = rows, progress.step
-        bce = rows[0]["bce"]  # multiple 1 comes first
+        bce = rows[0][self.loss_key]  # multiple 1 comes first
         if progress.best_bce is None or bce < progress.best_bce:
             progress.best_bce, progress.best_step = bce, progress.step
             self._save("best")
@@ -282,8 +290,8 @@ class _Trainer:
             "solved_at_seconds": (None if progress.solved_at_seconds is None
                                   else round(progress.solved_at_seconds, 3)),
             "after_solve": self._after_solve(),
-            "best_val": {"step": progress.best_step, "bce": progress.best_bce,
-                         "rows": best_meta.get("val")},
+            "best_val": {"step": progress.best_step, "metric": self.loss_key,
+                         self.loss_key: progress.best_bce, "rows": best_meta.get("val")},
             "final_val": self.last_val,
             "figures": self._figures(),
         }
@@ -295,9 +303,10 @@ class _Trainer:
         solved_at = self.progress.solved_at_step
         if solved_at is None:
             return None
-        bces = [row["bce"] - row.get("optimal_bce", 0.0)
+        bces = [row[self.loss_key] - row.get("optimal_bce", 0.0)
                 for row in read_metrics(self.run_dir / "metrics.jsonl")
-                if row.get("split") == "val" and row.get("multiple") == 1 and row["step"] > solved_at]
+                if row.get("split") == "val" and row.get("multiple") == 1 and row["step"] > solved_at
+                and self.loss_key in row]
         return {"validations": len(bces),
                 "solved": sum(b < self.train_cfg.solve_bce for b in bces),
                 "max_bce": max(bces, default=None)}
@@ -309,7 +318,7 @@ class _Trainer:
         try:
             from mannlab import plot
             path = figures_dir / "learning_curve.png"
-            plot.learning_curve(self.run_dir / "metrics.jsonl", path,
+            plot.learning_curve(self.run_dir / "metrics.jsonl", path, metric=self.loss_key,
                                 title=f"{self.config.model} on {self.config.task}",
                                 threshold=self.train_cfg.solve_bce)
             out["learning_curve"] = str(path)
@@ -335,6 +344,10 @@ def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]
         batches = [task.sample(cfg.val_batch_size, [seed, VAL_SEED_OFFSET + k, multiple],
                                **(held_out or {"length": length}))
                    for k in range(cfg.val_batches)]
+        if held_out and hasattr(task, "sample_groups"):  # per-group errors (bAbI: per task)
+            batches = [(*batch, task.sample_groups(cfg.val_batch_size,
+                                                    [seed, VAL_SEED_OFFSET + k, multiple], "valid"))
+                       for k, batch in enumerate(batches)]
         sets.append((multiple, task.train_length * multiple, batches))
     return sets
 
@@ -356,13 +369,26 @@ def validate(model: torch.nn.Module, task: Any, val_sets: list[tuple[int, int, l
 
 
 def mean_metrics(model: torch.nn.Module, task: Any, batches: list) -> dict[str, float]:
-    """Task metrics averaged over equally sized batches."""
+    """Task metrics averaged over equally sized batches. A batch may carry a fourth item, the
+    group of each example (data-set tasks, ``validation_sets``): the task's ``group_metrics``
+    (error per group, their mean, failed groups) are then added, pooled over the batches."""
     totals: dict[str, float] = {}
-    for inputs, targets, mask in batches:
+    counts: dict[int, list[float]] = {}
+    for inputs, targets, mask, *groups in batches:
         logits = model(inputs)[0]
         for key, value in task.metrics(logits, targets, mask, inputs=inputs).items():
             totals[key] = totals.get(key, 0.0) + float(value)
-    return {key: value / len(batches) for key, value in totals.items()}
+        if groups:
+            count_group_errors(logits, targets, mask, groups[0], counts)
+    out = {key: value / len(batches) for key, value in totals.items()}
+    if counts:
+        out.update(task.group_metrics(counts))
+    return out
+
+
+def loss_key(task: Any) -> str:
+    """The metrics key of ``task``'s loss: "bce" (bits), "ce" (categorical tasks)."""
+    return getattr(task, "loss_key", "bce")
 
 
 def draw_memory_access(model: torch.nn.Module, task: Any, path: Path, seed: int,

@@ -189,6 +189,8 @@ class RunConfig:
         from mannlab.models import build_model
 
         task = tasks.make(self.task, **self.task_args)
+        if hasattr(task, "build_model"):  # a task with its own input module (bAbI's GRU fact encoder)
+            return task, task.build_model(self.model, **self.model_args)
         model = build_model(self.model, task.input_size, task.output_size, **self.model_args)
         return task, model
 

@@ -5,23 +5,35 @@
 
 Parameters: ``tasks`` (bAbI task numbers, trained jointly), ``language`` ("en" = 1k,
 "en-10k"), ``data_dir`` (where the archive or its unpacked directory is; default
-$MANNLAB_DATA, else ~/.cache/mannlab, else download), ``encoding``, ``max_facts`` (the
-most recent facts kept before a question, 0 = all), ``answer_steps`` (blank steps after
-the question; the answer is scored at the last step, 0 = at the question itself),
-``split_seed`` (the seeded 10% of each task's training questions held out as "valid").
+$MANNLAB_DATA, else ~/.cache/mannlab, else download), ``fact_encoder`` (below; ``encoding``
+is its older name, still accepted), ``word_size`` and ``fact_size`` (the GRU encoder's word
+embedding and fact vector sizes), ``max_facts`` (the most recent facts kept before a
+question, 0 = all), ``answer_steps`` (blank steps after the question; the answer is scored
+at the last step, 0 = at the question itself), ``split_seed`` (the seeded 10% of each task's
+training questions held out as "valid").
 
-Encodings (V = word vocabulary size; two flag channels mark question and answer steps):
+Fact encoders (V = word vocabulary size; two flag channels mark question and answer steps):
 
 - ``bow``: one step per sentence, input ``[u; v; flags]`` with ``u = sum_j (1 - j/J) e(w_j)``
   and ``v = sum_j (1 - 2j/J) e(w_j)`` over the J words of the sentence (e = one-hot). The
   position encoding of Sukhbaatar et al. (2015), ``sum_j l_j * A e(w_j)`` with
   ``l_kj = (1 - j/J) - (k/d)(1 - 2j/J)``, equals ``A u - diag(k/d) A v``, so the model's
   own input layer can learn it exactly (and the plain bag of words is ``2u - v``).
+- ``gru``: the D-NTM paper's fact representation (appendix A.1.1): one step per sentence,
+  the sentence's words go through a word embedding and a GRU, and the GRU's final state is
+  the fact vector the memory model reads, ``[GRU(words); flags]``; the question is encoded
+  by the same GRU, answer steps (no words) by zeros. The encoder is trained jointly with the
+  model: ``task.build_model(name, **kwargs)`` (what ``RunConfig.build`` calls) returns a
+  ``FactEncoded`` module, the registered model behind a ``GRUFactEncoder``. The task's
+  inputs are then the word ids of each step's sentence (``[ids 1..V, 0 = padding; flags]``,
+  ``input_size`` = longest sentence + 2), which only that module reads.
 - ``words``: one step per word, input ``[e(w); end-of-sentence; flags]``, for models that
   encode sentences themselves (a recurrent controller reading word by word).
 
-Targets are one-hot over the answer classes at the scored step: softmax cross-entropy,
-``error`` = fraction of questions answered wrong (``CategoricalTask``). Per-task errors of a
+Targets are one-hot over the answer classes at the scored step: softmax cross-entropy
+(metric ``ce``), ``error`` = fraction of questions answered wrong (``CategoricalTask``). The
+training loop's validation also logs ``error/qaN`` per bAbI task, their mean
+(``mean_group_error``) and ``failed_groups`` (tasks above 5% error). Per-task errors of a
 whole split: ``mannlab.tasks.dataset.evaluate_split`` (``python -m mannlab.tasks.data_eval``).
 """
 from __future__ import annotations
@@ -31,13 +43,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
 
 from mannlab.data import babi as babi_data
 from mannlab.errors import ConfigError
 from mannlab.tasks.base import Example, check_int
 from mannlab.tasks.dataset import DatasetTask
 
-ENCODINGS = ("bow", "words")
+FACT_ENCODERS = ("bow", "gru", "words")
+ENCODINGS = FACT_ENCODERS   # the older name
 
 
 @lru_cache(maxsize=4)
@@ -51,8 +66,9 @@ class BabiTask(DatasetTask):
 
     name = "babi"
     fail_threshold = 0.05   # the papers count a bAbI task as failed above 5% test error
-    defaults = {"tasks": [1], "language": "en-10k", "data_dir": None, "encoding": "bow",
-                "max_facts": 50, "answer_steps": 1, "split_seed": 0}
+    defaults = {"tasks": [1], "language": "en-10k", "data_dir": None, "fact_encoder": None,
+                "encoding": None, "word_size": 32, "fact_size": 64, "max_facts": 50,
+                "answer_steps": 1, "split_seed": 0}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -64,9 +80,14 @@ class BabiTask(DatasetTask):
         self._word_id = {w: i for i, w in enumerate(self.words)}
         self._answer_id = {a: i for i, a in enumerate(self.answers)}
         v = len(self.words)
-        if p["encoding"] == "bow":
+        self.sentence_length = max(len(s) for split in self.questions.values() for q in split
+                                   for s in (*q.facts, q.question))
+        if p["fact_encoder"] == "bow":
             self.input_size = 2 * v + 2
             self.input_names = [f"u:{w}" for w in self.words] + [f"v:{w}" for w in self.words]
+        elif p["fact_encoder"] == "gru":
+            self.input_size = self.sentence_length + 2
+            self.input_names = [f"word{j + 1}" for j in range(self.sentence_length)]
         else:
             self.input_size = v + 3
             self.input_names = list(self.words) + ["eos"]
@@ -87,11 +108,33 @@ class BabiTask(DatasetTask):
         params["tasks"] = sorted(set(tasks))
         if params["language"] not in babi_data.LANGUAGES:
             raise ConfigError(f"language must be one of {', '.join(babi_data.LANGUAGES)}, got {params['language']!r}")
-        if params["encoding"] not in ENCODINGS:
-            raise ConfigError(f"encoding must be one of {', '.join(ENCODINGS)}, got {params['encoding']!r}")
+        encoder, alias = params["fact_encoder"], params["encoding"]
+        if encoder is not None and alias is not None and encoder != alias:
+            raise ConfigError(f"fact_encoder {encoder!r} and its older name encoding {alias!r} "
+                              f"disagree; give only fact_encoder")
+        encoder = encoder if encoder is not None else alias if alias is not None else "bow"
+        if encoder not in FACT_ENCODERS:
+            raise ConfigError(f"fact_encoder must be one of {', '.join(FACT_ENCODERS)}, got {encoder!r}")
+        params["fact_encoder"], params["encoding"] = encoder, None
+        check_int(params, "word_size")
+        check_int(params, "fact_size")
         check_int(params, "max_facts", minimum=0)
         check_int(params, "answer_steps", minimum=0)
         check_int(params, "split_seed", minimum=0)
+
+    # ---------------------------------------------------------- the model
+
+    def build_model(self, name: str, **kwargs: Any) -> nn.Module:
+        """The registered model ``name`` (``mannlab.models.build_model``) sized for this task;
+        with the ``gru`` fact encoder it reads fact vectors and comes behind the encoder
+        (``FactEncoded``), so the two train jointly. ``RunConfig.build`` calls this."""
+        from mannlab.models import build_model
+        if self.params["fact_encoder"] != "gru":
+            return build_model(name, self.input_size, self.output_size, **kwargs)
+        flags = self.input_size - self.sentence_length
+        model = build_model(name, self.params["fact_size"] + flags, self.output_size, **kwargs)
+        encoder = GRUFactEncoder(len(self.words), self.params["word_size"], self.params["fact_size"])
+        return FactEncoded(encoder, model, self.sentence_length)
 
     # ----------------------------------------------------------- the data
 
@@ -113,11 +156,14 @@ class BabiTask(DatasetTask):
     def _example(self, q: babi_data.Question) -> Example:
         facts = q.facts[-self.params["max_facts"]:] if self.params["max_facts"] else q.facts
         sentences = [*facts, q.question]
-        if self.params["encoding"] == "bow":
+        encoder = self.params["fact_encoder"]
+        if encoder == "bow":
             rows = [self._bow(s) for s in sentences]
+        elif encoder == "gru":
+            rows = [self._ids(s) for s in sentences]
         else:
             rows = [row for s in sentences for row in self._words(s)]
-        question_steps = 1 if self.params["encoding"] == "bow" else max(len(q.question), 1)
+        question_steps = max(len(q.question), 1) if encoder == "words" else 1
         steps = len(rows) + self.params["answer_steps"]
         x = np.zeros((steps, self.input_size), np.float32)
         x[:len(rows), :self.input_size - 2] = rows
@@ -137,6 +183,12 @@ class BabiTask(DatasetTask):
             k = self._word_id[word]
             row[k] += 1.0 - j / n
             row[v + k] += 1.0 - 2.0 * j / n
+        return row
+
+    def _ids(self, sentence: tuple[str, ...]) -> np.ndarray:
+        """Word ids 1..V of the sentence, then 0 up to the longest sentence."""
+        row = np.zeros(self.sentence_length, np.float32)
+        row[:len(sentence)] = [self._word_id[w] + 1 for w in sentence]
         return row
 
     def _words(self, sentence: tuple[str, ...]) -> list[np.ndarray]:
@@ -159,10 +211,13 @@ class BabiTask(DatasetTask):
         last = int(scored[-1]) if scored.size else x.shape[0] - 1
         lines = [f"babi [{index}]: {last + 1} steps"]
         for t in range(last + 1):
-            if self.params["encoding"] == "bow":
+            if self.params["fact_encoder"] == "bow":
                 present = np.flatnonzero((x[t, :v] != 0) | (x[t, v:2 * v] != 0))
                 order = sorted(present, key=lambda k: -x[t, k])   # 1 - j/J falls with position
                 text = " ".join(self.words[k] for k in order)
+            elif self.params["fact_encoder"] == "gru":
+                ids = x[t, :self.sentence_length].round().astype(int)
+                text = " ".join(self.words[k - 1] for k in ids if k > 0)
             else:
                 text = self.words[int(x[t, :v].argmax())] if x[t, :v].any() else ""
             tag = "Q " if x[t, -2] else "A " if x[t, -1] else "  "
@@ -172,3 +227,69 @@ class BabiTask(DatasetTask):
         if logits is not None:
             lines.append(f"predicted: {self.answers[int(logits[index, last].argmax())]}")
         return "\n".join(lines)
+
+
+class GRUFactEncoder(nn.Module):
+    """A sentence of word ids -> one fact vector: embedding, GRU, the GRU's state after the
+    last word (the D-NTM paper, appendix A.1.1). Id 0 is padding; a sentence without words
+    (an answer step, padding steps) gives the zero vector."""
+
+    def __init__(self, vocabulary_size: int, word_size: int, fact_size: int):
+        super().__init__()
+        self.embedding = nn.Embedding(vocabulary_size + 1, word_size, padding_idx=0)
+        self.gru = nn.GRU(word_size, fact_size, batch_first=True)
+        self.fact_size = fact_size
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (N, L) int64, words first then zeros -> (N, fact_size)."""
+        lengths = (ids > 0).sum(1)
+        facts = torch.zeros(ids.shape[0], self.fact_size, dtype=self.embedding.weight.dtype,
+                            device=ids.device)
+        rows = torch.nonzero(lengths).squeeze(1)
+        if rows.numel():
+            packed = pack_padded_sequence(self.embedding(ids[rows]), lengths[rows].cpu(),
+                                          batch_first=True, enforce_sorted=False)
+            _, last = self.gru(packed)            # (1, n, fact_size): the state after each last word
+            facts = facts.index_copy(0, rows, last[0])
+        return facts
+
+
+class FactEncoded(nn.Module):
+    """``model`` reading facts encoded by ``encoder``: inputs ``(B, T, L + F)`` hold the word
+    ids of one sentence per step (L channels) and F flag channels; the model sees
+    ``[encoder(ids); flags]``. Called like the model (``y, state[, trace] = m(x, state,
+    return_trace)``); other attributes (``aux_loss``, ``uses_aux_loss``, ``initial_state``,
+    the curriculum and temperature switches the training loop sets, ...) are the model's."""
+
+    def __init__(self, encoder: nn.Module, model: nn.Module, sentence_length: int):
+        super().__init__()
+        self.encoder = encoder
+        self.model = model
+        self.sentence_length = sentence_length
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., L + F) word ids and flags -> (..., fact_size + F) fact vectors and flags."""
+        length = self.sentence_length
+        ids = x[..., :length].round().long()
+        facts = self.encoder(ids.reshape(-1, length)).reshape(*x.shape[:-1], -1)
+        return torch.cat([facts.to(x.dtype), x[..., length:]], dim=-1)
+
+    def forward(self, x: torch.Tensor, state: Any = None, return_trace: bool = False):
+        return self.model(self.encode(x), state, return_trace=return_trace)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)      # parameters, buffers, submodules
+        except AttributeError:
+            if name in ("model", "encoder") or "_modules" not in self.__dict__:
+                raise
+            return getattr(self._modules["model"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # switches the loop sets on "the model" (soft_minibatch, inverse_temperature) reach it
+        model = self.__dict__.get("_modules", {}).get("model")
+        if (model is not None and name not in self.__dict__ and not hasattr(type(self), name)
+                and not isinstance(value, (nn.Module, torch.Tensor)) and hasattr(model, name)):
+            setattr(model, name, value)
+        else:
+            super().__setattr__(name, value)

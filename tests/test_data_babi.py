@@ -132,8 +132,15 @@ def test_task_words_encoding(archive):
 def test_bad_parameters(archive):
     with pytest.raises(ConfigError, match="tasks must be"):
         tasks.make("babi", tasks=[21], data_dir=archive)
-    with pytest.raises(ConfigError, match="encoding must be"):
+    with pytest.raises(ConfigError, match="fact_encoder must be one of bow, gru, words, got 'glove'"):
         tasks.make("babi", tasks=[1], data_dir=archive, encoding="glove")
+    with pytest.raises(ConfigError, match="fact_encoder must be one of bow, gru, words"):
+        tasks.make("babi", tasks=[1], data_dir=archive, fact_encoder="lstm")
+    with pytest.raises(ConfigError, match="disagree"):
+        tasks.make("babi", tasks=[1], data_dir=archive, fact_encoder="gru", encoding="bow")
+    for key in ("word_size", "fact_size"):
+        with pytest.raises(ConfigError, match=key):
+            tasks.make("babi", tasks=[1], data_dir=archive, fact_encoder="gru", **{key: 0})
 
 
 @pytest.mark.parametrize("model", ["lstm", "ntm", "dnc"])

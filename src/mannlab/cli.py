@@ -51,6 +51,10 @@ examples:
   mannlab train --model lstm --task copy --steps 5000 --set model.hidden_size=256
   mannlab train --config my.toml --seed 3
   mannlab train --run-dir runs/ntm-copy-seed0 --resume --steps 4000   # continue a run
+  mannlab train --model armin --task ptb-char --data-dir DIR --set train.max_minutes=30
+      (char-level LM with truncated BPTT; tasks ptb-char, text8, enwik8-char; the task
+      section takes data_dir, bptt, valid_batch_size, test_batch_size, valid_symbols,
+      test_symbols; the model section also embedding_size, input_dropout, output_dropout)
 """
 
 RUN_HELP = """\
@@ -127,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = command("train", "train one model on one task", TRAIN_HELP, TRAIN_EXAMPLES)
     train.add_argument("--model", help="model name (e.g. ntm, lstm)")
-    train.add_argument("--task", help="task name (e.g. copy, repeat_copy, associative_recall)")
+    train.add_argument("--task", help="task name (e.g. copy, repeat_copy, associative_recall, ptb-char)")
     train.add_argument("--config", metavar="FILE.toml", help="start from this run config instead of the defaults")
     _add_set(train)
     train.add_argument("--seed", type=int, help="random seed of initialisation and data (default 0)")
@@ -216,15 +220,24 @@ def _int_list(text: str) -> list[int]:
 # ------------------------------------------------------------------- train
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mannlab.training import train
-
     config = train_config(args)
     config.build()  # a typo in a model or task argument fails now, before any file is written
     print(f"training {config.model} on {config.task} (seed {config.seed}) into {config.run_dir}"
           + (" (resuming)" if args.resume else ""))
+    train, describe, _ = _trainer(config)
     summary = train(config, resume=args.resume, force=args.force)
-    print(describe_summary(summary))
+    print(describe(summary))
     return 0
+
+
+def _trainer(config: RunConfig):
+    """(train, describe, seeds_table) for the run: the char-LM tasks (ptb-char, text8,
+    enwik8-char) train with truncated BPTT (training/tbptt.py), the others with loop.py."""
+    from mannlab.training import tbptt
+    if tbptt.is_tbptt_run(config):
+        return tbptt.train, tbptt.describe, tbptt.seeds_table
+    from mannlab.training import train
+    return train, describe_summary, seeds_table
 
 
 def train_config(args: argparse.Namespace) -> RunConfig:
@@ -313,11 +326,10 @@ def _duration(seconds: float | None) -> str:
 # --------------------------------------------------------------------- run
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mannlab.training import train
-
     recipe = Path(args.recipe)
     config = load_config(recipe, args.overrides)
     config.build()  # fail on a typo before the first seed starts
+    train, _, table_of_seeds = _trainer(config)
     seeds = args.seeds or list(config.seeds or [config.seed])
     parent = Path(args.run_dir or config.run_dir or Path("runs") / recipe.stem)
     if args.no_progress:
@@ -332,7 +344,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[{recipe.name}] seed {seed}: {'resuming' if resume else 'training'} into {seed_dir}")
         seed_config = config.replace(seed=seed, seeds=None, run_dir=str(seed_dir))
         summaries.append(train(seed_config, resume=resume, force=force))
-    table = seeds_table(summaries)
+    table = table_of_seeds(summaries)
     header = (f"# {recipe.name}: {config.model} on {config.task}\n\n"
               f"Recipe `{recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n")
     (parent / "summary.md").write_text(header + table + "\n")
@@ -401,6 +413,8 @@ def _number(value: float | None) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     from mannlab.training import evaluate, format_table, load_run
 
+    if _is_charlm_run(args.run_dir):
+        return _eval_charlm(args)
     config, task, model, meta = load_run(args.run_dir, args.checkpoint)
     _use_threads(config)
     lengths = args.lengths or [task.train_length * m for m in config.train.val_length_multiples]
@@ -410,6 +424,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
           f"(step {meta.get('step')}), {args.batches} x {args.batch_size} sequences per length "
           f"({task.length_name}):")
     print(format_table(rows, train_length=task.train_length))
+    return 0
+
+
+def _is_charlm_run(run_dir: str | Path) -> bool:
+    from mannlab.tasks.charlm import is_charlm_task
+    path = Path(run_dir) / "config.toml"
+    return path.is_file() and is_charlm_task(read_toml(path).get("task", {}).get("name"))
+
+
+def _eval_charlm(args: argparse.Namespace) -> int:
+    """`mannlab eval` of a char-LM run: valid and test BPC with the run's protocol."""
+    from mannlab.training.tbptt import evaluate_run
+
+    _use_threads(load_config(Path(args.run_dir) / "config.toml"))
+    result = evaluate_run(args.run_dir, args.checkpoint)
+    print(f"{args.run_dir}, {result['checkpoint']} checkpoint (step {result['step']}), state carried:")
+    for split in ("valid", "test"):
+        row = result[split]
+        print(f"  {split}: {row['bpc']:.4f} BPC ({row['symbols']:,} symbols, "
+              f"{row['batch_size']} stream(s))")
     return 0
 
 
@@ -425,6 +459,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from mannlab.training.loop import draw_memory_access
 
     run_dir = Path(args.run_dir)
+    if _is_charlm_run(run_dir):  # a char-LM run has a learning curve (BPC), no memory picture
+        out = Path(args.out) if args.out else run_dir / "figures"
+        config = load_config(run_dir / "config.toml")
+        plot.learning_curve(run_dir / "metrics.jsonl", out / "learning_curve.png", metric="bpc",
+                            title=f"{config.model} on {config.task} (bits per character)")
+        print(f"learning curve: {out / 'learning_curve.png'}")
+        return 0
     config, task, model, meta = load_run(run_dir, args.checkpoint)
     _use_threads(config)
     out = Path(args.out) if args.out else run_dir / "figures"

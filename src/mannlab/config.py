@@ -49,6 +49,12 @@ DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     },
     # The Quick start job: stop 200 steps after solving (val BCE < 0.02 at length 20).
     ("ntm", "copy"): {"train": {"val_every": 50, "stop_after_solve": 200, "lr_after_solve": 3e-5}},
+    # Char-level LM (TBPTT, training/tbptt.py): Adam 2e-3 and clip 1.0 as in ARMIN C.2, 32
+    # streams of 150 symbols per step; recipes/ptb-char-*.toml hold the compared setups.
+    **{("*", name): {"train": {"optimizer": "adam", "lr": 2e-3, "clip_grad_norm": 1.0,
+                               "batch_size": 32, "steps": 2000, "val_every": 200,
+                               "checkpoint_every": 200}}
+       for name in ("ptb-char", "text8", "enwik8-char")},
 }
 
 OPTIMIZERS = ("rmsprop", "adam")
@@ -86,6 +92,9 @@ class TrainConfig:
     # torch intra-op threads during the run (0: torch's default). One thread is much faster for
     # these small recurrent models on a busy CPU, and a resume must use the same count to be exact.
     threads: int = 1
+    # wall-clock budget of the training in minutes over all sessions (0: none); honoured by the
+    # char-LM trainer (training/tbptt.py) only, so RunConfig.build rejects it for other tasks
+    max_minutes: float = 0.0
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
@@ -103,7 +112,7 @@ class TrainConfig:
             object.__setattr__(self, "clip_grad_norm", 0.0)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        for name in ("steps", "threads"):
+        for name in ("steps", "threads", "max_minutes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("batch_size", "val_every", "val_batch_size", "val_batches", "checkpoint_every"):
@@ -187,7 +196,14 @@ class RunConfig:
         """Build (task, model); the builders raise ConfigError on bad names or arguments."""
         from mannlab import tasks
         from mannlab.models import build_model
+        from mannlab.tasks.charlm import CharLMTask, is_charlm_task
 
+        if is_charlm_task(self.task):   # char-LM: embedding + model, trained by training/tbptt.py
+            task = CharLMTask(self.task, **self.task_args)
+            return task, task.build_model(self.model, **self.model_args)
+        if self.train.max_minutes:
+            raise ConfigError("train.max_minutes is honoured by the char-LM tasks only "
+                              "(ptb-char, text8, enwik8-char); use train.steps")
         task = tasks.make(self.task, **self.task_args)
         if hasattr(task, "build_model"):  # a task with its own input module (bAbI's GRU fact encoder)
             return task, task.build_model(self.model, **self.model_args)
@@ -284,8 +300,10 @@ def _valid_names(section: str) -> str:
             from mannlab.models import MODELS
             names = list(MODELS)
         else:
+            from mannlab.tasks import data_names
             from mannlab.tasks import names as task_names
-            names = list(task_names())
+            from mannlab.tasks.charlm import CHARLM_TASKS
+            names = list(task_names()) + list(data_names()) + list(CHARLM_TASKS)
     except ImportError:
         return ""
     return f" (one of: {', '.join(sorted(names))})"

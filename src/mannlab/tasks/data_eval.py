@@ -3,8 +3,10 @@
     python -m mannlab.tasks.data_eval runs/babi-dnc-lstm/seed0 --split test
     python -m mannlab.tasks.data_eval runs/strokes-tardis/seed0 --split test --limit 2000
 
-Prints a table (bAbI: error per task; MNIST: per digit class; SNLI: per label) and writes it
-with the numbers to ``<RUN>/eval-<split>.json``. For the stroke task it also runs the
+Prints a table (bAbI: error per task, the mean over tasks and the failed tasks, error above
+5%, as the papers report; MNIST: per digit class; SNLI: per label) and writes it with the
+numbers to ``<RUN>/eval-<split>.json`` (``ce``, ``error``, ``per_group``, ``mean_group_error``,
+``failed_groups``). For the stroke task it also runs the
 paper's test protocol (predictions fed back, per-digit error). ``--data-dir`` replaces the
 run's ``task.data_dir`` (the files may live elsewhere on this machine).
 """

@@ -8,7 +8,9 @@ A data-set task is a ``CategoricalTask`` (one correct class per scored step) who
 Training batches come from "train"; the training loop validates on "valid" (it sees
 ``task.splits``) at the one length there is. ``length`` is accepted for the loop's
 interface and ignored: a data set has no size knob. ``evaluate_split`` runs a model
-over a whole split, in order, and reports the error per group (bAbI: per task).
+over a whole split, in order, and reports the error per group (bAbI: per task), their mean
+and (``fail_threshold``) the failed groups; during training the loop adds the same group
+metrics to each validation row (``sample_groups``, ``group_metrics``).
 
 A subclass loads its data in ``__init__`` (after ``super().__init__``), sets
 ``input_size``, ``output_size``, ``train_length`` (a typical sequence length) and the

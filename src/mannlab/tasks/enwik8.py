@@ -5,8 +5,8 @@
 Input: the one-hot of byte t (256 channels); target: byte t + 1. The splits are the
 90M / 5M / 5M bytes of ``mannlab.data.enwik8`` (``split_sizes`` changes them, for small
 copies); a split's examples are its consecutive non-overlapping windows, and ``sample``
-draws windows at random. ``error`` is the fraction of bytes mispredicted; ``bce`` is the
-cross-entropy in nats per byte (bits per character = bce / ln 2). For the papers'
+draws windows at random. ``error`` is the fraction of bytes mispredicted; ``ce`` is the
+cross-entropy in nats per byte (bits per character = ce / ln 2). For the papers'
 protocol with state carried across segments see ``mannlab.tasks.charlm``. No offline
 copy of enwik8 exists on this project's machines.
 """

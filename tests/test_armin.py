@@ -113,6 +113,20 @@ def test_training_reads_are_straight_through_one_hots_with_gradient():
     assert model.cell.control_h.weight.grad[12:].abs().sum() > 0   # W_s learns through the ST read
 
 
+def test_relaxed_gumbel_reads_are_the_sample_of_eq_1():
+    """y = softmax((l + g) / τ) with the noise the step draws: same seed, same g."""
+    model = small_armin(addressing="gumbel-relaxed")
+    model.inverse_temperature = 3.0
+    torch.manual_seed(4)
+    _, _, trace = model(seq(t=1), return_trace=True)
+    torch.manual_seed(4)
+    g = -torch.log(torch.empty(3, 4, dtype=torch.float64).exponential_())
+    expected = torch.softmax((trace.read_logits[:, 0, 0] + g) * 3.0, -1)
+    assert torch.allclose(trace.read_weights[:, 0, 0], expected)
+    assert not set(trace.read_weights.detach().unique().tolist()) <= {0.0, 1.0}
+    assert model.temperature_schedule == (200, 3)
+
+
 def test_temperature_schedule_of_appendix_c():
     model = small_armin(memory_slots=5)
     assert model.temperature_schedule == (200, 4)
@@ -256,13 +270,66 @@ def test_chunked_run_with_carried_state_equals_one_run(kw):
         assert torch.allclose(a.double(), b.double(), atol=1e-12)
 
 
-def test_gradcheck_float64():
-    """Soft reads/writes are differentiable everywhere; argmax (eval) everywhere but at ties."""
+@pytest.mark.parametrize("kernels", [True, False])
+def test_gradcheck_float64(kernels):
+    """Soft reads/writes are differentiable everywhere; argmax (eval) everywhere but at ties;
+    the relaxed gumbel sample with the noise fixed by the seed (the straight-through gradient
+    is not the derivative of the one-hot forward, so it is checked against the tensor path
+    instead). Both the compiled whole-sequence path and the per-step tensor path."""
     x = seq(b=2, t=6).requires_grad_()
     soft = small_armin(addressing="soft", memory_width=4)
+    soft.cell.use_kernels = kernels
     assert torch.autograd.gradcheck(lambda inp: soft(inp)[0], (x,))
+    for mode in ("gumbel-relaxed",):
+        model = small_armin(addressing=mode, memory_width=4)
+        model.cell.use_kernels = kernels
+        model.inverse_temperature = 2.0
+
+        def run(inp, h0):
+            torch.manual_seed(3)
+            state = model.initial_state(2)
+            y, state = model(inp, state._replace(hidden=h0))
+            return y, state.memory
+        h0 = torch.rand(2, 6, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(run, (x, h0))
     hard = small_armin(read="tardis").eval()
     assert torch.autograd.gradcheck(lambda inp: hard(inp)[0], (x,))
+
+
+@pytest.mark.parametrize("mode", ["gumbel", "gumbel-relaxed", "soft", "argmax"])
+@pytest.mark.parametrize("width", [6, 4])
+def test_compiled_sequence_equals_tensor_path(mode, width):
+    """The compiled whole-sequence kernels give the per-step path's outputs, final state and
+    parameter gradients (the same Gumbel draws: same seed), past the filling phase."""
+    model = randomise(small_armin(addressing=mode, memory_width=width))
+    model.inverse_temperature = 3.0
+    x = seq(t=11)
+    assert model.cell.fused_applies(x)
+    results = []
+    for kernels in (False, True):
+        model.cell.use_kernels = kernels
+        model.zero_grad()
+        torch.manual_seed(2)
+        y, state = model(x)
+        (y.sin().sum() + state.hidden.sum() + state.memory.pow(2).sum()).backward()
+        results.append((y, state, {n: p.grad.clone() for n, p in model.named_parameters()
+                                   if p.grad is not None}))
+    (y0, s0, g0), (y1, s1, g1) = results
+    assert torch.allclose(y0, y1, atol=1e-12)
+    for a, b in zip(s0, s1):
+        assert torch.allclose(a.double(), b.double(), atol=1e-12)
+    assert g0.keys() == g1.keys()
+    for name in g0:
+        assert torch.allclose(g0[name], g1[name], atol=1e-10), name
+
+
+def test_compiled_path_only_for_the_papers_configuration():
+    x = seq()
+    assert small_armin().cell.fused_applies(x)
+    for kw in (dict(read="tardis"), dict(read="random"), dict(write="queue"),
+               dict(write="independent"), dict(control_gates=False), dict(layer_norm=False),
+               dict(zoneout=0.1)):
+        assert not small_armin(**kw).cell.fused_applies(x), kw
 
 
 def test_shapes_state_and_trace():

@@ -25,11 +25,22 @@ Per time step (read, cell, write):
     write: h_t (W_w h_t when d_h != d_r) into the next empty slot while any is left
            (slot n at step n < n_mem), then into the slot just read (section 3.3)
 
-Addressing (``addressing``): "gumbel" (eq. 9; 1/τ from the training schedule),
-"soft" (plain softmax reads and writes: table 7's "smooth read/write"), "argmax".
+Addressing (``addressing``): "gumbel" (eq. 9; 1/τ from the training schedule; the one-hot of
+the sample forward, the relaxed sample's gradient backward: straight-through),
+"gumbel-relaxed" (the relaxed sample y of eq. 1 itself as read and write weights: section 2.1
+and appendix C describe y, and section 5 replaces the gumbel-softmax by an argmax only at
+inference; the paper does not say which of the two it trained with), "soft" (plain softmax
+reads and writes: table 7's "smooth read/write"), "argmax".
 Evaluation uses the argmax (except "soft"), and then the fast inference path of
 section 5: an index gather for the read and an index scatter for the write
 instead of the weighted sums (``fast_inference``; the same numbers).
+
+Speed: on CPU float32/float64 tensors, a trace-free pass of the paper's configuration (auto
+read, tied write, control gates, layer norm, no zoneout) runs the whole sequence as one
+autograd node whose forward and backward are compiled loops (mannlab.armin_kernels; the
+per-step input projections are computed for all steps first); ``cell.use_kernels = False``,
+``USE_KERNELS = False`` or MANNLAB_KERNELS=0 select the per-step tensor path (same values and
+gradients to rounding; the Gumbel noise is drawn in the same order, so also the same samples).
 
 Ablations of table 7 (appendix E) as switches: ``read="random"`` (a uniformly random
 slot), ``write="queue"`` (first in, first out: slot n mod n_mem), ``write="independent"``
@@ -43,18 +54,24 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
-from mannlab import sampling
+from mannlab import kernels, sampling
 from mannlab.errors import ConfigError
 from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel,
                                   check_positive)
 from mannlab.models.tardis import (TardisAddressing, check_choice, check_number, run_steps,
                                    sequential_slots, sparse_addresses, write_rows)
 
-ADDRESSING_MODES = ("gumbel", "soft", "argmax")
+ADDRESSING_MODES = ("gumbel", "gumbel-relaxed", "soft", "argmax")
+#: The compiled whole-sequence path (mannlab.armin_kernels) for CPU float32/float64 runs of the
+#: paper's configuration; False (or MANNLAB_KERNELS=0) runs the per-step tensor path always.
+USE_KERNELS = kernels.ENABLED
+_KERNEL_MODES = {"soft": 0, "gumbel-relaxed": 1, "gumbel": 2, "argmax": 3}
 READ_MODES = ("auto", "random", "tardis")
 WRITE_MODES = ("tied", "queue", "independent")
 
@@ -126,6 +143,7 @@ class ARMINCell(MemoryCell):
         self.features = hidden_size + memory_width
         self.inverse_temperature = 1.0        # set by the training schedule
         self.fast_inference = True
+        self.use_kernels = True               # the compiled whole-sequence path, where it applies
         dh, dr, n = hidden_size, memory_width, memory_slots
         self.sizes = [dh + dr, 4 * dh + dr, n, n]        # x parts: eq. 3 | eq. 6 | W_s | write head
         self.input_proj = nn.Linear(input_size, sum(self.sizes))        # W_{.,x} x_t + b
@@ -197,7 +215,8 @@ class ARMINCell(MemoryCell):
             return torch.softmax(logits, -1)
         if self.discrete_eval():
             return sampling.argmax_one_hot(logits)
-        return sampling.gumbel_softmax(logits, self.inverse_temperature, hard=True)
+        return sampling.gumbel_softmax(logits, self.inverse_temperature,
+                                       hard=self.addressing == "gumbel")
 
     def _read_logits(self, x_s, x_t, h, h_s, memory, counts, last_read) -> torch.Tensor:
         """Read logits (B, n): W_s [x_t, h_{t-1}] + b_s (eq. 9) from its x part x_s and h part
@@ -291,6 +310,37 @@ class ARMINCell(MemoryCell):
                                    r, control, gates, h_new)
         return out, state, trace
 
+    # ------------------------------------------------------ the fused path
+
+    def fused_applies(self, x: torch.Tensor) -> bool:
+        """Whether a (trace-free) pass over x runs the compiled whole-sequence kernels: CPU
+        float32/float64, numba present, and the paper's configuration (auto read, tied write,
+        control gates, layer norm, no zoneout)."""
+        return (USE_KERNELS and self.use_kernels and self.read_mode == "auto" and self.write_mode == "tied"
+                and self.control_gates and self.layer_norm and not self.zoneout
+                and kernels.usable(x, "armin_kernels"))
+
+    def run_fused(self, x: torch.Tensor, state: ARMINState):
+        """All steps of x (B, T, I) in the compiled kernels: (o (B, T, C), final state)."""
+        h, memory, counts, last_read, steps = state
+        if self.addressing == "soft":
+            mode = "soft"
+        elif self.discrete_eval():
+            mode = "argmax"
+        else:
+            mode = self.addressing
+        B, T = x.shape[:2]
+        noise = (sampling.gumbel_noise(x.new_empty(T, B, self.slots))   # the step loop's draws
+                 if mode in ("gumbel", "gumbel-relaxed") else x.new_zeros(1, 1, 1))
+        ln = (self.ln_control, self.ln_gates, self.ln_hidden)
+        out, h, memory = _FusedSequence.apply(
+            self.precompute(x), noise, h, memory, steps, self.control_h.weight,
+            self.control_r.weight, self.gates_h.weight, self.gates_r.weight,
+            None if self.write_map is None else self.write_map.weight,
+            *(p for layer in ln for p in (layer.weight, layer.bias)), self.ln_gates.eps,
+            float(self.inverse_temperature), _KERNEL_MODES[mode])
+        return out, ARMINState(h, memory, counts, last_read, steps + T)
+
     def _write_weights(self, read_w, steps, x_w, h_new) -> torch.Tensor:
         """The slot written (B, n): the next empty slot while filling, then by ``write``."""
         fill, filling = sequential_slots(steps, self.slots, read_w.dtype)
@@ -313,6 +363,56 @@ class ARMINCell(MemoryCell):
         return torch.where(steps < self.slots, steps, chosen)
 
 
+class _FusedSequence(torch.autograd.Function):
+    """A whole sequence of ARMIN steps (eqs. 3-10, the write of section 3.3) as one autograd
+    node whose forward and backward are single calls of mannlab.armin_kernels. Inputs: the
+    precomputed input projection xp (B, T, P), Gumbel noise (T, B, n) (or a dummy), h_0,
+    M_0, the step counters, the weights and layer-norm parameters; outputs o (B, T, C),
+    h_T, M_T. The weight gradients are one matrix product each over all B * T steps."""
+
+    @staticmethod
+    def forward(ctx, xp, noise, h0, m0, steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lnc_b,
+                lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode):
+        a = kernels.as_array
+        C = w_cr.shape[0]
+        use_map = w_map is not None
+        map_t = a(w_map.t()) if use_map else np.zeros((1, 1), a(xp).dtype)
+        out, h, m, saved = kernels.load("armin_kernels").sequence_forward(
+            a(xp), a(noise), a(h0), a(m0), a(steps0), a(w_ch[:C].t()), a(w_ch[C:].t()),
+            a(w_cr.t()), a(w_gh.t()), a(w_gr.t()), map_t, use_map, a(lnc_w), a(lnc_b), a(lng_w),
+            a(lng_b), a(lnh_w), a(lnh_b), eps, inv_tau, mode)
+        # everything through save_for_backward (a tensor kept on ctx would make a cycle)
+        ctx.save_for_backward(steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w,
+                              *(torch.from_numpy(v) for v in saved))
+        ctx.options = (use_map, float(inv_tau), int(mode), xp.shape[-1])
+        return torch.from_numpy(out), torch.from_numpy(h), torch.from_numpy(m)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out, d_h, d_m):
+        use_map, inv_tau, mode, width = ctx.options
+        steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w, *saved = ctx.saved_tensors
+        a = kernels.as_array
+        map_w = a(w_map) if use_map else np.zeros((1, 1), a(w_ch).dtype)
+        grads = kernels.load("armin_kernels").sequence_backward(
+            tuple(a(v) for v in saved), a(steps0), a(w_ch), a(w_cr), a(w_gh), a(w_gr), map_w,
+            use_map, a(lnc_w), a(lng_w), a(lnh_w), inv_tau, mode, a(d_out), a(d_h), a(d_m))
+        d_xc, d_xg, d_xs, d_v, d_yc, d_yg, d_yh, d_h0, d_m0 = (torch.from_numpy(g) for g in grads)
+        (hprev, _, _, r_all, _, hg_all, rg_all, xc_all, xg_all, xh_all, _, _, hn_all,
+         *_) = saved
+
+        def outer(grad, value):        # sum over batch and time of grad ⊗ value
+            return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
+        g_ch = outer(torch.cat([d_xc, d_xs], -1), hprev)
+        g_map = outer(d_v, hn_all) if use_map else None
+        ln = [((d_y * x_hat).sum((0, 1)), d_y.sum((0, 1)))
+              for d_y, x_hat in ((d_yc, xc_all), (d_yg, xg_all), (d_yh, xh_all))]
+        rest = width - d_xc.shape[-1] - d_xg.shape[-1] - d_xs.shape[-1]
+        d_xp = torch.cat([d_xc, d_xg, d_xs, d_xs.new_zeros(*d_xs.shape[:2], rest)], -1)
+        return (d_xp, None, d_h0, d_m0, None, g_ch, outer(d_xc, r_all), outer(d_xg, hg_all),
+                outer(d_xg, rg_all), g_map, *ln[0], *ln[1], *ln[2], None, None, None)
+
+
 class ARMIN(CellTemperature, SequenceModel):
     """ARMIN shaped like torch.nn.LSTM: ``y, state = ARMIN(input_size, output_size)(x)``.
 
@@ -320,7 +420,7 @@ class ARMIN(CellTemperature, SequenceModel):
     from o_t (eq. 8); with ``output_size=None`` y is o_t (d_h + d_r features).
     Sizes (table 5 defaults): hidden_size d_h 100, memory_slots n_mem 50, memory_width
     d_r (default d_h; a linear map writes h_t when they differ). ``addressing``
-    "gumbel" | "soft" | "argmax"; ``read`` "auto" | "random" | "tardis"; ``write``
+    "gumbel" | "gumbel-relaxed" | "soft" | "argmax"; ``read`` "auto" | "random" | "tardis"; ``write``
     "tied" | "queue" | "independent"; ``control_gates``, ``layer_norm``, ``zoneout`` p.
     Temperature (appendix C): 1/τ = 1 at the start, +1 every ``temperature_every``
     training steps up to n_mem - 1, set by mannlab.training.schedules (0: fixed at 1).
@@ -348,10 +448,12 @@ class ARMIN(CellTemperature, SequenceModel):
     @property
     def temperature_schedule(self):
         """(every, maximum = n_mem - 1) of 1/τ for training/schedules.py, or None."""
-        if not self.temperature_every or self.cell.addressing != "gumbel":
+        if not self.temperature_every or self.cell.addressing not in ("gumbel", "gumbel-relaxed"):
             return None
         return self.temperature_every, max(1, self.cell.slots - 1)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+        if not with_trace and self.cell.fused_applies(x):
+            return (*self.cell.run_fused(x, state), None)
         features, state, steps = run_steps(self.cell, x, state, with_trace)
         return features, state, (ARMINTrace(*steps) if with_trace else None)

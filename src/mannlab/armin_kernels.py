@@ -28,7 +28,10 @@ weight gradients with one matrix product each over all steps.
 """
 from __future__ import annotations
 
+import ctypes
+import glob
 import math
+import os
 
 import numpy as np
 from numba import njit
@@ -36,6 +39,33 @@ from numba import njit
 from mannlab.ntm_kernels import _sigmoid
 
 SOFT, GUMBEL_RELAXED, GUMBEL_ST, ARGMAX = 0, 1, 2, 3
+
+_blas_threads = [None, None]        # [setter, the count last set]
+
+
+def limit_blas_threads(count: int) -> None:
+    """Run the kernels' matrix products (numba calls SciPy's OpenBLAS) on ``count`` threads,
+    as torch runs on torch.get_num_threads(): by default OpenBLAS starts one thread per core,
+    and on a loaded 2-core machine its threads made a batch-32 step 6x slower. No-op when
+    that library or its setter is not found."""
+    setter, current = _blas_threads
+    if current == count:
+        return
+    if setter is None:
+        try:
+            import scipy
+            libs = os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs")
+            setter = False
+            for path in glob.glob(os.path.join(libs, "libscipy_openblas*.so*")):
+                setter = getattr(ctypes.CDLL(path), "scipy_openblas_set_num_threads", False)
+                if setter:
+                    break
+        except (ImportError, OSError):
+            setter = False
+        _blas_threads[0] = setter
+    if setter:
+        setter(ctypes.c_int(count))
+    _blas_threads[1] = count
 
 
 @njit(cache=True)

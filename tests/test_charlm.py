@@ -193,6 +193,19 @@ def test_learns_a_tiny_periodic_corpus_with_tbptt():
     assert after < 0.5 * before, f"BPC {before:.3f} -> {after:.3f}"
 
 
+def test_tbptt_step_with_tardis_reinforce_uses_its_auxiliary_loss():
+    """TARDIS with REINFORCE: the step passes the trace, the detached NLL and the scorer."""
+    torch.manual_seed(0)
+    lm = CharLM(5, "tardis", embedding_size=4, hidden_size=8, memory_slots=3, address_size=2,
+                content_size=4, addressing="reinforce")
+    assert lm.uses_aux_loss
+    optimizer = torch.optim.Adam(lm.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 5, (2, 9))
+    loss, state = tbptt_step(lm, tokens[:, :4], tokens[:, 1:5], None, optimizer, clip=1.0)
+    loss, state = tbptt_step(lm, tokens[:, 4:8], tokens[:, 5:9], state, optimizer, clip=1.0)
+    assert math.isfinite(loss) and lm.core.aux_read.weight.grad is not None
+
+
 # ----------------------------------------------------- the LSTM baseline
 
 def test_lstm_cell_loop_equals_nn_lstm_with_options_off():

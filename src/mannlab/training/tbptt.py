@@ -17,7 +17,8 @@ resumed run takes the same steps as an uninterrupted one (a test compares them).
 Metrics: train rows ``loss`` (nats per symbol) and ``bpc``; validation rows ``bpc`` on the
 valid split (``task.valid_batch_size`` streams, state carried, eval mode); at the end one
 ``test`` row: the best checkpoint's test BPC (``task.test_batch_size`` streams, 1 by
-default: the test split as one sequence). ``train.max_minutes`` bounds the training time.
+default: the test split as one sequence). ``train.max_minutes`` bounds the training time
+(validations included, the final test not), checked before each step.
 """
 from __future__ import annotations
 
@@ -240,6 +241,7 @@ class _TBPTTTrainer:
     def finish(self) -> dict[str, Any]:
         """Test the best checkpoint, draw the learning curve, write summary.json."""
         progress, task = self.progress, self.task
+        train_seconds = self._elapsed()          # training and validation, not the test below
         load_checkpoint(self.checkpoints / "best", self.model)
         test_batch = task.params["test_batch_size"]
         test_streams = task.streams("test", test_batch)
@@ -254,7 +256,7 @@ class _TBPTTTrainer:
             "run_dir": str(self.run_dir), "steps": progress.step, "configured_steps": self.cfg.steps,
             "stopped_by": self.stopped, "max_minutes": self.cfg.max_minutes,
             "epochs": round(progress.step / self.per_epoch, 4), "segments_per_epoch": self.per_epoch,
-            "wall_seconds": round(self._elapsed(), 3),
+            "wall_seconds": round(train_seconds, 3),
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "symbols_per_step": int(self.streams.shape[0] * self.bptt),
             "best_val": {"step": progress.best_step, "bpc": progress.best_bpc},

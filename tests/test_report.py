@@ -36,7 +36,7 @@ def fake_run(root, group, seed, model="ntm", controller="lstm", task="copy", ber
     (run / "metrics.jsonl").write_text("")
     if finished:
         summary = {"model": model, "task": task, "seed": seed, "run_dir": str(run),
-                   "steps": steps, "configured_steps": steps, "wall_seconds": wall,
+                   "steps": steps, "configured_steps": steps, "wall_seconds": wall, "cpu_seconds": wall / 2,
                    "solved": solved, "solved_at_step": None, "solved_at_seconds": None,
                    "best_val": {"step": steps // 2, "bce": 0.1,
                                 "rows": rows(ber, multiple_first=2) if best_rows else None},
@@ -111,9 +111,10 @@ def test_runs_table_counts_seeds_steps_and_wall_time(runs):
     lines = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): line
              for line in table.splitlines()[2:]}
     ntm_lstm = [c.strip() for c in lines[("copy", "ntm", "lstm")].strip("|").split("|")]
-    # seeds, seed ids, unfinished, steps, best step, solved, wall per seed, wall total, directory
+    # seeds, seed ids, unfinished, steps, best step, solved, wall per seed, wall total,
+    # CPU per seed, directory
     assert ntm_lstm[3:] == ["3", "0, 1, 2", "0", "1000", "500", "0/3", "2.0 min", "6.0 min",
-                            "`ntm-lstm-copy`"]
+                            "60.0 s", "`ntm-lstm-copy`"]
     dnc = [c.strip() for c in lines[("copy", "dnc", "lstm")].strip("|").split("|")]
     assert dnc[3:6] == ["1", "1", "1"]  # one finished (seed 1), one unfinished
     assert lines[("copy", "ntm", "pnr-lstm")].count("3/3") == 1

@@ -61,6 +61,7 @@ def test_resume_is_exact(tmp_path, no_figures):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert whole["final_val"] == resumed["final_val"]
     assert resumed["wall_seconds"] > 0
+    assert resumed["cpu_seconds"] > 0
 
 
 def test_run_directory_contents(tmp_path, no_figures):

@@ -301,7 +301,9 @@ def describe_summary(summary: dict[str, Any]) -> str:
         key = best.get("metric", "bce")  # "ce" for data-set tasks (summaries before it: "bce")
         best_text = f"{best[key]:.4g} at step {best['step']}" if best.get(key) is not None else "none"
         lines.append(f"not solved (val {key} < {summary['solve_bce']:g}); best val {key} {best_text}")
-    lines.append(f"{summary['steps']} steps in {_duration(summary['wall_seconds'])}; "
+    cpu = summary.get("cpu_seconds")  # absent in summaries written before it was recorded
+    cpu_text = f" ({_duration(cpu)} of CPU)" if cpu is not None else ""
+    lines.append(f"{summary['steps']} steps in {_duration(summary['wall_seconds'])}{cpu_text}; "
                  f"validation at step {summary['steps']}:")
     lines.append(format_table(summary["final_val"] or []))
     groups = format_group_errors((summary["best_val"].get("rows") or [{}])[0])

@@ -257,6 +257,7 @@ def runs_table(runs: list[Run], root: Path | None = None) -> str:
             best = [r.summary["best_val"]["step"] for r in done
                     if (r.summary.get("best_val") or {}).get("step") is not None]
             walls = [r.summary["wall_seconds"] for r in done if r.summary.get("wall_seconds") is not None]
+            cpus = [r.summary["cpu_seconds"] for r in done if r.summary.get("cpu_seconds") is not None]
             solved = sum(bool(r.summary.get("solved")) for r in done)
             groups = sorted({_relative(r.group, root) for r in cell})
             model, controller = column
@@ -266,11 +267,12 @@ def runs_table(runs: list[Run], root: Path | None = None) -> str:
                 _mean(steps), _mean(best), f"{solved}/{len(done)}",
                 _duration(statistics.fmean(walls)) if walls else "-",
                 _duration(sum(walls)) if walls else "-",
+                _duration(statistics.fmean(cpus)) if cpus else "-",
                 ", ".join(f"`{g}`" for g in groups),
             ])
     header = ["task", "model", "controller", "seeds", "seed ids", "unfinished", "steps (mean)",
-              "best step (mean)", "val bce solved", "wall per seed", "wall total", "directory"]
-    return _markdown(header, rows, ["---"] * 3 + ["---:"] * 2 + ["---:"] * 6 + ["---"])
+              "best step (mean)", "val bce solved", "wall per seed", "wall total", "CPU per seed", "directory"]
+    return _markdown(header, rows, ["---"] * 3 + ["---:"] * 2 + ["---:"] * 7 + ["---"])
 
 
 def _relative(path: Path, root: Path | None) -> str:
@@ -339,7 +341,8 @@ def build_report(runs_dir: str | Path, paper: bool = False) -> str:
     lines += ["", error_table(runs, paper=paper), "", "## Runs", "",
               "Seeds with a summary.json (finished); steps and the step of the best checkpoint "
               "(means over seeds); \"val bce solved\": seeds whose validation bce at the training "
-              "length dropped below train.solve_bce; wall time is training time as recorded.",
+              "length dropped below train.solve_bce; wall and CPU time are training time as "
+              "recorded (CPU: of the training process; '-' for runs recorded before it was).",
               "", runs_table(runs, root)]
     if warnings:
         lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]

@@ -50,6 +50,8 @@ class Progress:
     """Everything besides weights and optimizer that a resume must restore."""
     step: int = 0                       # optimizer steps done
     elapsed: float = 0.0                # wall seconds spent training, over all sessions
+    cpu: float = 0.0                    # CPU seconds of this process spent training (all sessions):
+                                        # on a shared machine the honest measure of cost
     best_bce: float | None = None       # best validation loss (task.loss_key) at the training length
     best_step: int | None = None
     solved_at_step: int | None = None
@@ -124,6 +126,8 @@ class _Trainer:
         self._last_train_bce: float | None = None
         self._started = time.perf_counter()
         self._elapsed_before = progress.elapsed
+        self._cpu_started = time.process_time()
+        self._cpu_before = progress.cpu
 
     # ---------------------------------------------------------------- loop
 
@@ -201,6 +205,9 @@ class _Trainer:
     def _elapsed(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._started
 
+    def _cpu(self) -> float:
+        return self._cpu_before + time.process_time() - self._cpu_started
+
     def _flush_train_log(self) -> None:
         if not self._losses:
             return
@@ -259,7 +266,7 @@ class _Trainer:
         progress = self.progress
         if kind == "last":
             progress.last_checkpoint_step = progress.step
-        progress.elapsed = self._elapsed()
+        progress.elapsed, progress.cpu = self._elapsed(), self._cpu()
         meta = {
             "mannlab_version": mannlab.__version__, "kind": kind, "step": progress.step,
             "model": self.config.model, "task": self.config.task, "config": self.config.to_dict(),
@@ -284,6 +291,7 @@ class _Trainer:
             "run_dir": str(self.run_dir),
             "steps": progress.step, "configured_steps": cfg.steps,
             "wall_seconds": round(self._elapsed(), 3),
+            "cpu_seconds": round(self._cpu(), 3),
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "solve_bce": cfg.solve_bce, "solved": progress.solved_at_step is not None,
             "solved_at_step": progress.solved_at_step,

@@ -330,16 +330,18 @@ def test_lstm_chunked_tbptt_with_carried_state_equals_one_run(kw):
 
 
 def test_command_line_alias_on_a_local_copy(tmp_path, monkeypatch):
+    """The first version's options (as docs/RESULTS.md uses them) still work."""
     monkeypatch.chdir(tmp_path)
     words = write_ptb_words(tmp_path / "ptb")
-    status = charlm.main(["--data", str(words), "--model", "lstm", "--minutes", "0.001",
-                          "--set", "model.hidden_size=4", "--set", "model.embedding_size=3",
-                          "--set", "train.batch_size=2", "--set", "task.bptt=4",
-                          "--set", "task.valid_batch_size=2",
-                          "--set", "train.progress=false"])
+    status = charlm.main(["--data", str(words), "--model", "lstm", "--set", "hidden_size=4",
+                          "--embedding-size", "3", "--batch-size", "2", "--bptt", "4",
+                          "--minutes", "0.001", "--set", "task.valid_batch_size=2",
+                          "--set", "train.progress=false", "--out", str(tmp_path / "r.json")])
     assert status == 0
-    summary = json.loads((tmp_path / "runs" / "lstm-ptb-char-seed0" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "r.json").read_text())
     assert summary["stopped_by"] == "time" and summary["test"]["bpc"] > 0
+    config = (tmp_path / "runs" / "lstm-ptb-char-seed0" / "config.toml").read_text()
+    assert "hidden_size = 4" in config and "bptt = 4" in config
 
 
 # ------------------------------------------------ mannlab train --task ptb-char

@@ -315,6 +315,8 @@ class CharLMTask:
         data_dir = self.params["data_dir"]
         if data_dir is not None and not isinstance(data_dir, str):
             raise ConfigError(f"task.data_dir must be a path (string), got {data_dir!r}")
+        if data_dir is not None:   # absolute in the saved config, so a resume works from anywhere
+            data_dir = self.params["data_dir"] = str(Path(data_dir).expanduser().resolve())
         self.corpus = cached_corpus(CHARLM_TASKS[self.name], data_dir)
         self.symbols = self.corpus.symbols
         self.input_size = self.output_size = len(self.symbols)
@@ -343,31 +345,54 @@ class CharLMTask:
 # ---------------------------------------------------------------------- CLI
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``mannlab train`` for the char-LM tasks, with the options of the first version of
-    this command (a wall-clock budget in minutes). Other options go through --set."""
+    """``mannlab train`` for the char-LM tasks with the options (and defaults) of the first
+    version of this command: a wall-clock budget in minutes, shortcuts for the protocol.
+    A --set key without a section is a model option (hidden_size=128 = model.hidden_size=128).
+    The run goes to --run-dir (default runs/<model>-<corpus>-seed<seed>); --out also copies
+    its summary.json."""
     p = argparse.ArgumentParser(prog="python -m mannlab.tasks.charlm", description=main.__doc__)
     p.add_argument("--corpus", default="ptb-char", choices=sorted(CHARLM_TASKS))
     p.add_argument("--data", help="local directory or archive (default: download and cache)")
     p.add_argument("--model", default="armin")
-    p.add_argument("--minutes", type=float, default=10.0, help="training wall-clock budget")
-    p.add_argument("--run-dir", help="run directory (default runs/<model>-<corpus>-seed<seed>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any run-config override, e.g. model.hidden_size=256 or task.bptt=50")
+                   help="run-config override (task.bptt=50, train.lr=1e-3) or model option")
+    p.add_argument("--embedding-size", type=int, default=128)
+    p.add_argument("--dropout", type=float, default=0.0, help="input (embedding) dropout")
+    p.add_argument("--batch-size", type=int, default=128, help="training streams")
+    p.add_argument("--bptt", type=int, default=150)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--minutes", type=float, default=10.0, help="training wall-clock budget")
+    p.add_argument("--eval-batch-size", type=int, default=1, help="test streams (1: one stream)")
+    p.add_argument("--valid-symbols", type=int, default=0, help="first N valid symbols only (0: all)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--run-dir", help="run directory (default runs/<model>-<corpus>-seed<seed>)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing run")
+    p.add_argument("--out", help="copy the run's summary.json here too")
     args = p.parse_args(argv)
     from mannlab.cli import main as mannlab_main
+    settings = {"model.embedding_size": args.embedding_size, "model.input_dropout": args.dropout,
+                "train.optimizer": '"adam"', "train.batch_size": args.batch_size,
+                "train.lr": args.lr, "train.clip_grad_norm": args.clip,
+                "train.max_minutes": args.minutes, "train.steps": 10**9,
+                "train.threads": args.threads, "task.bptt": args.bptt,
+                "task.test_batch_size": args.eval_batch_size,
+                "task.valid_symbols": args.valid_symbols}
+    run_dir = args.run_dir or f"runs/{args.model}-{args.corpus}-seed{args.seed}"
     command = ["train", "--task", args.corpus, "--model", args.model, "--seed", str(args.seed),
-               "--set", f"train.max_minutes={args.minutes}", "--set", "train.steps=1000000000"]
+               "--run-dir", run_dir]
+    command += [item for key, value in settings.items() for item in ("--set", f"{key}={value}")]
+    command += [item for text in args.set
+                for item in ("--set", text if "." in text.partition("=")[0] else f"model.{text}")]
     if args.data:
         command += ["--data-dir", args.data]
-    if args.run_dir:
-        command += ["--run-dir", args.run_dir]
     if args.force:
         command.append("--force")
-    for item in args.set:
-        command += ["--set", item]
-    return mannlab_main(command)
+    status = mannlab_main(command)
+    if args.out:
+        Path(args.out).write_text((Path(run_dir) / "summary.json").read_text())
+    return status
 
 
 if __name__ == "__main__":

@@ -207,6 +207,8 @@ class _TBPTTTrainer:
 
     def _postfix(self) -> dict[str, str]:
         out = {"epoch": f"{self.progress.step / self.per_epoch:.2f}"}
+        if self.cfg.max_minutes:    # with a time budget the step total is only an upper bound
+            out["min"] = f"{self._elapsed() / 60:.1f}/{self.cfg.max_minutes:g}"
         if self._last_train is not None:
             out["bpc"] = f"{self._last_train:.3f}"
         if self.last_val is not None:

@@ -372,6 +372,7 @@ def test_train_writes_a_run_with_bpc_metrics_figure_and_test(ptb, capsys):
     assert [r["step"] for r in rows if r["split"] == "val"] == [3, 6, 7]
     summary = json.loads(open("run/summary.json").read())
     assert summary["steps"] == 7 and summary["test"]["batch_size"] == 1
+    assert summary["cpu_seconds"] > 0
     assert summary["segments_per_epoch"] == 2       # 2 streams of 11 symbols: 10 targets, bptt 5
     assert open("run/figures/learning_curve.png", "rb").read(4) == b"\x89PNG"
     meta, state = load_checkpoint("run/checkpoints/last")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from mannlab.config import RunConfig, TrainConfig, default_run_dir, save_config
 from mannlab.errors import ConfigError
 from mannlab.tasks.dataset import count_group_errors
 from mannlab.training.checkpoint import load_checkpoint, save_checkpoint
+from mannlab.training.clock import SessionClock
 from mannlab.training.metrics_log import (MetricsLog, check_tensorboard, read_metrics,
                                           truncate_metrics)
 from mannlab.training.schedules import start_minibatch
@@ -124,10 +124,7 @@ class _Trainer:
         self.last_val_step: int | None = None
         self._losses: list[tuple[float, float]] = []  # since the last train log line
         self._last_train_bce: float | None = None
-        self._started = time.perf_counter()
-        self._elapsed_before = progress.elapsed
-        self._cpu_started = time.process_time()
-        self._cpu_before = progress.cpu
+        self.clock = SessionClock(progress.elapsed, progress.cpu)
 
     # ---------------------------------------------------------------- loop
 
@@ -202,19 +199,13 @@ class _Trainer:
             f"the weights were not updated and {where}. Try a lower train.lr or "
             f"train.clip_grad_norm (now {self.train_cfg.clip_grad_norm}).")
 
-    def _elapsed(self) -> float:
-        return self._elapsed_before + time.perf_counter() - self._started
-
-    def _cpu(self) -> float:
-        return self._cpu_before + time.process_time() - self._cpu_started
-
     def _flush_train_log(self) -> None:
         if not self._losses:
             return
         n = len(self._losses)
         loss = sum(l for l, _ in self._losses) / n
         bce = sum(b for _, b in self._losses) / n
-        self.log.log(self.progress.step, "train", {"loss": loss, self.loss_key: bce}, self._elapsed())
+        self.log.log(self.progress.step, "train", {"loss": loss, self.loss_key: bce}, self.clock.wall())
         self._losses = []
         self._last_train_bce = bce
 
@@ -239,7 +230,7 @@ class _Trainer:
         rows = validate(self.model, self.task, self.val_sets)
         for row in rows:
             metrics = {k: v for k, v in row.items() if k not in ("multiple", "length")}
-            self.log.log(progress.step, "val", metrics, self._elapsed(),
+            self.log.log(progress.step, "val", metrics, self.clock.wall(),
                          length=row["length"], multiple=row["multiple"])
         self.last_val, self.last_val_step = rows, progress.step
         bce = rows[0][self.loss_key]  # multiple 1 comes first
@@ -249,7 +240,7 @@ class _Trainer:
         # tasks with an irreducible loss (ngrams) report optimal_bce: solved means close to it
         excess = bce - rows[0].get("optimal_bce", 0.0)
         if progress.solved_at_step is None and excess < self.train_cfg.solve_bce:
-            progress.solved_at_step, progress.solved_at_seconds = progress.step, self._elapsed()
+            progress.solved_at_step, progress.solved_at_seconds = progress.step, self.clock.wall()
             self._apply_lr()
 
     def _apply_lr(self) -> None:
@@ -266,7 +257,7 @@ class _Trainer:
         progress = self.progress
         if kind == "last":
             progress.last_checkpoint_step = progress.step
-        progress.elapsed, progress.cpu = self._elapsed(), self._cpu()
+        progress.elapsed, progress.cpu = self.clock.wall(), self.clock.cpu()
         meta = {
             "mannlab_version": mannlab.__version__, "kind": kind, "step": progress.step,
             "model": self.config.model, "task": self.config.task, "config": self.config.to_dict(),
@@ -290,8 +281,8 @@ class _Trainer:
             "model": self.config.model, "task": self.config.task, "seed": self.config.seed,
             "run_dir": str(self.run_dir),
             "steps": progress.step, "configured_steps": cfg.steps,
-            "wall_seconds": round(self._elapsed(), 3),
-            "cpu_seconds": round(self._cpu(), 3),
+            "wall_seconds": round(self.clock.wall(), 3),
+            "cpu_seconds": round(self.clock.cpu(), 3),
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "solve_bce": cfg.solve_bce, "solved": progress.solved_at_step is not None,
             "solved_at_step": progress.solved_at_step,

@@ -39,6 +39,7 @@ from mannlab.errors import ConfigError
 from mannlab.state import detach_state, map_state
 from mannlab.tasks.charlm import evaluate_bpc, num_segments, segment_at
 from mannlab.training.checkpoint import load_checkpoint, save_checkpoint
+from mannlab.training.clock import SessionClock
 from mannlab.training.loop import (RESUME_INVARIANTS, NonFiniteLossError, _hyperparameters,
                                    _prepare_run_dir, _section, make_optimizer)
 from mannlab.training.metrics_log import MetricsLog, check_tensorboard, truncate_metrics
@@ -52,6 +53,7 @@ class TBPTTProgress:
     """Everything besides weights, optimizer, RNG and carried state that a resume restores."""
     step: int = 0                       # optimizer steps (segments) done
     elapsed: float = 0.0                # training wall seconds over all sessions
+    cpu: float = 0.0                    # training CPU seconds of this process, all sessions
     best_bpc: float | None = None       # best validation BPC
     best_step: int | None = None
     last_checkpoint_step: int | None = None
@@ -139,13 +141,10 @@ class _TBPTTTrainer:
         self.stopped = "steps"
         self._losses: list[float] = []
         self._last_train: float | None = None
-        self._started, self._elapsed_before = time.perf_counter(), progress.elapsed
-
-    def _elapsed(self) -> float:
-        return self._elapsed_before + time.perf_counter() - self._started
+        self.clock = SessionClock(progress.elapsed, progress.cpu)
 
     def _out_of_time(self) -> bool:
-        return bool(self.cfg.max_minutes) and self._elapsed() >= 60 * self.cfg.max_minutes
+        return bool(self.cfg.max_minutes) and self.clock.wall() >= 60 * self.cfg.max_minutes
 
     def run(self, carried: Any) -> None:
         cfg, progress = self.cfg, self.progress
@@ -201,14 +200,14 @@ class _TBPTTTrainer:
         if not self._losses:
             return
         loss = sum(self._losses) / len(self._losses)
-        self.log.log(self.progress.step, "train", {"loss": loss, "bpc": loss / LN2}, self._elapsed(),
+        self.log.log(self.progress.step, "train", {"loss": loss, "bpc": loss / LN2}, self.clock.wall(),
                      epoch=round(self.progress.step / self.per_epoch, 4))
         self._losses, self._last_train = [], loss / LN2
 
     def _postfix(self) -> dict[str, str]:
         out = {"epoch": f"{self.progress.step / self.per_epoch:.2f}"}
         if self.cfg.max_minutes:    # with a time budget the step total is only an upper bound
-            out["min"] = f"{self._elapsed() / 60:.1f}/{self.cfg.max_minutes:g}"
+            out["min"] = f"{self.clock.wall() / 60:.1f}/{self.cfg.max_minutes:g}"
         if self._last_train is not None:
             out["bpc"] = f"{self._last_train:.3f}"
         if self.last_val is not None:
@@ -220,7 +219,7 @@ class _TBPTTTrainer:
         with torch.random.fork_rng(devices=[]):
             bpc = evaluate_bpc(self.model, self.task.streams("valid", self.task.params["valid_batch_size"]),
                                self.bptt)
-        self.log.log(progress.step, "val", {"bpc": bpc, "loss": bpc * LN2}, self._elapsed())
+        self.log.log(progress.step, "val", {"bpc": bpc, "loss": bpc * LN2}, self.clock.wall())
         self.last_val, self.last_val_step = bpc, progress.step
         if progress.best_bpc is None or bpc < progress.best_bpc:
             progress.best_bpc, progress.best_step = bpc, progress.step
@@ -230,7 +229,7 @@ class _TBPTTTrainer:
         progress = self.progress
         if kind == "last":
             progress.last_checkpoint_step = progress.step
-        progress.elapsed = self._elapsed()
+        progress.elapsed, progress.cpu = self.clock.wall(), self.clock.cpu()
         meta = {"mannlab_version": mannlab.__version__, "kind": kind, "step": progress.step,
                 "model": self.config.model, "task": self.config.task,
                 "config": self.config.to_dict(), "epoch": progress.step / self.per_epoch,
@@ -243,7 +242,8 @@ class _TBPTTTrainer:
     def finish(self) -> dict[str, Any]:
         """Test the best checkpoint, draw the learning curve, write summary.json."""
         progress, task = self.progress, self.task
-        train_seconds = self._elapsed()          # training and validation, not the test below
+        train_seconds = self.clock.wall()        # training and validation, not the test below
+        train_cpu = self.clock.cpu()
         load_checkpoint(self.checkpoints / "best", self.model)
         test_batch = task.params["test_batch_size"]
         test_streams = task.streams("test", test_batch)
@@ -251,14 +251,14 @@ class _TBPTTTrainer:
         with torch.random.fork_rng(devices=[]):
             test_bpc = evaluate_bpc(self.model, test_streams, self.bptt)
         test_seconds = time.perf_counter() - start
-        self.log.log(progress.step, "test", {"bpc": test_bpc, "loss": test_bpc * LN2}, self._elapsed(),
+        self.log.log(progress.step, "test", {"bpc": test_bpc, "loss": test_bpc * LN2}, self.clock.wall(),
                      checkpoint_step=progress.best_step, batch=test_batch)
         summary = {
             "model": self.config.model, "task": self.config.task, "seed": self.config.seed,
             "run_dir": str(self.run_dir), "steps": progress.step, "configured_steps": self.cfg.steps,
             "stopped_by": self.stopped, "max_minutes": self.cfg.max_minutes,
             "epochs": round(progress.step / self.per_epoch, 4), "segments_per_epoch": self.per_epoch,
-            "wall_seconds": round(train_seconds, 3),
+            "wall_seconds": round(train_seconds, 3), "cpu_seconds": round(train_cpu, 3),
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "symbols_per_step": int(self.streams.shape[0] * self.bptt),
             "best_val": {"step": progress.best_step, "bpc": progress.best_bpc},

@@ -86,7 +86,8 @@ def test_layer_norm_off_and_forget_bias_initialised_to_one():
     assert plain.cell.ln_gates is None
     assert torch.equal(plain.cell.input_proj.bias[12 + 6:12 + 12], torch.ones(6, dtype=torch.float64))
     cell = model.cell
-    w = torch.cat([cell.input_proj.weight[12:18], cell.gates_h.weight[:6], cell.gates_r.weight[:6]], 1)
+    w = torch.cat([cell.input_proj.weight[12:18], cell.gates_h.weight[:6],
+                   cell.gates_r.weight[:6]], 1)
     assert torch.allclose(w @ w.T, torch.eye(6, dtype=torch.float64), atol=1e-6)   # orthogonal
     w_s = torch.cat([cell.input_proj.weight[42:46], cell.control_h.weight[12:]], 1)
     assert torch.allclose(w_s @ w_s.T, torch.eye(4, dtype=torch.float64), atol=1e-6)

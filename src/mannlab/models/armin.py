@@ -340,9 +340,9 @@ class ARMINCell(MemoryCell):
         """Whether a (trace-free) pass over x runs the compiled whole-sequence kernels: CPU
         float32/float64, numba present, and the paper's configuration (auto read, tied write,
         control gates, layer norm, no zoneout)."""
-        return (USE_KERNELS and self.use_kernels and self.read_mode == "auto" and self.write_mode == "tied"
-                and self.control_gates and self.layer_norm and not self.zoneout
-                and kernels.usable(x, "armin_kernels"))
+        return (USE_KERNELS and self.use_kernels and self.read_mode == "auto"
+                and self.write_mode == "tied" and self.control_gates and self.layer_norm
+                and not self.zoneout and kernels.usable(x, "armin_kernels"))
 
     def run_fused(self, x: torch.Tensor, state: ARMINState):
         """All steps of x (B, T, I) in the compiled kernels: (o (B, T, C), final state)."""
@@ -446,8 +446,8 @@ class ARMIN(CellTemperature, SequenceModel):
     from o_t (eq. 8); with ``output_size=None`` y is o_t (d_h + d_r features).
     Sizes (table 5 defaults): hidden_size d_h 100, memory_slots n_mem 50, memory_width
     d_r (default d_h; a linear map writes h_t when they differ). ``addressing``
-    "gumbel" | "gumbel-relaxed" | "soft" | "argmax"; ``read`` "auto" | "random" | "tardis"; ``write``
-    "tied" | "queue" | "independent"; ``control_gates``, ``layer_norm``, ``zoneout`` p.
+    "gumbel" | "gumbel-relaxed" | "soft" | "argmax"; ``read`` "auto" | "random" | "tardis";
+    ``write`` "tied" | "queue" | "independent"; ``control_gates``, ``layer_norm``, ``zoneout`` p.
     Temperature (appendix C): 1/τ = 1 at the start, +1 every ``temperature_every``
     training steps up to n_mem - 1, set by mannlab.training.schedules (0: fixed at 1).
     ``address_size``, ``read_mlp_size``: TARDIS addressing only (read="tardis").

@@ -327,6 +327,26 @@ def test_compiled_sequence_equals_tensor_path(mode, width):
         assert torch.allclose(g0[name], g1[name], atol=1e-10), name
 
 
+@pytest.mark.parametrize("mode", ["gumbel", "soft"])
+@pytest.mark.parametrize("train", [True, False])
+def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train):
+    """Under no_grad the kernels keep one step's scratch instead of (B, T, ...) arrays: same
+    outputs and final state as the tensor path (eval: argmax or soft; train: same draws)."""
+    model = randomise(small_armin(addressing=mode, memory_width=4)).train(train)
+    model.inverse_temperature = 3.0
+    x = seq(t=11)
+    results = []
+    for kernels in (False, True):
+        model.cell.use_kernels = kernels
+        torch.manual_seed(2)
+        with torch.no_grad():
+            results.append(model(x))
+    (y0, s0), (y1, s1) = results
+    assert torch.allclose(y0, y1, atol=1e-12)
+    for a, b in zip(s0, s1):
+        assert torch.allclose(a.double(), b.double(), atol=1e-12)
+
+
 def test_compiled_path_only_for_the_papers_configuration():
     x = seq()
     assert small_armin().cell.fused_applies(x)

@@ -38,6 +38,11 @@ from numba import njit
 
 from mannlab.ntm_kernels import _sigmoid
 
+#: Reassociated sums and fused multiply-adds, so LLVM can vectorise the reductions and the
+#: (n_mem, d_r) memory loops (results differ from the tensor path by rounding only; no
+#: assumptions about NaN or infinity, which the sigmoid relies on for large inputs).
+FAST = {"reassoc", "contract"}
+
 SOFT, GUMBEL_RELAXED, GUMBEL_ST, ARGMAX = 0, 1, 2, 3
 
 _blas_threads = [None, None]        # [setter, the count last set]
@@ -68,7 +73,7 @@ def limit_blas_threads(count: int) -> None:
     _blas_threads[1] = count
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def _layer_norm(a, weight, bias, eps, xhat, out):
     """out = LN(a) with biased variance (torch.nn.LayerNorm); writes x̂, returns 1/σ."""
     n = a.shape[0]
@@ -89,7 +94,7 @@ def _layer_norm(a, weight, bias, eps, xhat, out):
     return rstd
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def _layer_norm_backward(dy, weight, xhat, rstd, dx):
     """dx of LN from dy (the gradient of its output)."""
     n = dy.shape[0]
@@ -130,34 +135,38 @@ def _argmax(z):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def sequence_forward(xp, noise, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT, wg_rT, wm_T,
-                     use_map, lnc_w, lnc_b, lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode):
+                     use_map, lnc_w, lnc_b, lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode, keep):
     """xp (B, T, P) = [x_c (C) | x_g (G) | x_s (N) | ...], noise (T, B, N) Gumbel draws (modes
     1, 2), h0 (B, d_h), m0 (B, N, d_r), steps0 (B,) steps since the memory was empty; the
-    weights transposed (in, out). Returns (o (B, T, C), h_T, M_T) and what the backward reads."""
+    weights transposed (in, out). Returns (o (B, T, C), h_T, M_T) and what the backward reads;
+    with ``keep`` False (no backward to come: inference) that is one step's scratch only,
+    not (B, T, ...) arrays (the memory per step, (B, T, N, d_r), is most of them)."""
     B, T = xp.shape[0], xp.shape[1]
     H, N, R = h0.shape[1], m0.shape[1], m0.shape[2]
     C, G = H + R, 4 * H + R
     o_g, o_s = C, C + G
     dtype = xp.dtype
     out = np.empty((B, T, C), dtype)
-    hprev = np.empty((B, T, H), dtype)
-    s_all = np.zeros((B, T, N), dtype)
-    y_all = np.zeros((B, T, N), dtype)
-    r_all = np.empty((B, T, R), dtype)
-    c_all = np.empty((B, T, C), dtype)
-    hg_all = np.empty((B, T, H), dtype)
-    rg_all = np.empty((B, T, R), dtype)
-    xc_all = np.empty((B, T, C), dtype)
-    xg_all = np.empty((B, T, G), dtype)
-    xh_all = np.empty((B, T, H), dtype)
-    rstd = np.empty((B, T, 3), dtype)
-    act = np.empty((B, T, G), dtype)
-    hn_all = np.empty((B, T, H), dtype)
-    v_all = np.empty((B, T, R), dtype)
-    w_all = np.zeros((B, T, N), dtype)
-    mem_all = np.empty((B, T, N, R), dtype)
+    Ts = T if keep else 1
+    hprev = np.empty((B, Ts, H), dtype)
+    s_all = np.zeros((B, Ts, N), dtype)
+    y_all = np.zeros((B, Ts, N), dtype)
+    r_all = np.empty((B, Ts, R), dtype)
+    c_all = np.empty((B, Ts, C), dtype)
+    hg_all = np.empty((B, Ts, H), dtype)
+    rg_all = np.empty((B, Ts, R), dtype)
+    xc_all = np.empty((B, Ts, C), dtype)
+    xg_all = np.empty((B, Ts, G), dtype)
+    xh_all = np.empty((B, Ts, H), dtype)
+    rstd = np.empty((B, Ts, 3), dtype)
+    act = np.empty((B, Ts, G), dtype)
+    th_all = np.empty((B, Ts, C), dtype)
+    hn_all = np.empty((B, Ts, H), dtype)
+    v_all = np.empty((B, Ts, R), dtype)
+    w_all = np.zeros((B, Ts, N), dtype)
+    mem_all = np.empty((B, Ts, N, R), dtype)
     h = h0.copy()
     memory = m0.copy()
     r_t = np.empty((B, R), dtype)
@@ -171,75 +180,84 @@ def sequence_forward(xp, noise, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT, wg_r
     z = np.empty(G, dtype)
     u = np.empty(H, dtype)
     for t in range(T):
-        mem_all[:, t] = memory
-        hprev[:, t] = h
+        ts = t if keep else 0
+        if keep:
+            mem_all[:, ts] = memory
+        else:                         # scratch rows of the one-hot reads and writes
+            s_all[:, 0] = 0.0
+            w_all[:, 0] = 0.0
+        hprev[:, ts] = h
         hs_c = np.dot(h, wc_hT)                                   # (B, C)
         hs_s = np.dot(h, ws_hT)                                   # (B, N)
         for b in range(B):                                        # eqs. 9-10
             for j in range(N):
                 logits[j] = xp[b, t, o_s + j] + hs_s[b, j]
             if mode == ARGMAX:
-                s_all[b, t, _argmax(logits)] = 1.0
+                s_all[b, ts, _argmax(logits)] = 1.0
             elif mode == SOFT:
-                _softmax(logits, y_all[b, t])
-                s_all[b, t] = y_all[b, t]
+                _softmax(logits, y_all[b, ts])
+                s_all[b, ts] = y_all[b, ts]
             else:
                 for j in range(N):
                     logits[j] = (logits[j] + noise[t, b, j]) * inv_tau
-                _softmax(logits, y_all[b, t])
+                _softmax(logits, y_all[b, ts])
                 if mode == GUMBEL_RELAXED:
-                    s_all[b, t] = y_all[b, t]
+                    s_all[b, ts] = y_all[b, ts]
                 else:
-                    s_all[b, t, _argmax(y_all[b, t])] = 1.0
+                    s_all[b, ts, _argmax(y_all[b, ts])] = 1.0
             for k in range(R):
                 r_t[b, k] = 0.0
             for j in range(N):
-                sj = s_all[b, t, j]
+                sj = s_all[b, ts, j]
                 if sj != 0.0:
                     for k in range(R):
                         r_t[b, k] += sj * memory[b, j, k]
-            r_all[b, t] = r_t[b]
+            r_all[b, ts] = r_t[b]
         rc = np.dot(r_t, wc_rT)                                   # (B, C)
         for b in range(B):                                        # eqs. 3-5
             for k in range(C):
                 pre_c[k] = xp[b, t, k] + hs_c[b, k] + rc[b, k]
-            rstd[b, t, 0] = _layer_norm(pre_c, lnc_w, lnc_b, eps, xc_all[b, t], y_c)
+            rstd[b, ts, 0] = _layer_norm(pre_c, lnc_w, lnc_b, eps, xc_all[b, ts], y_c)
             for k in range(C):
-                c_all[b, t, k] = _sigmoid(y_c[k])
+                c_all[b, ts, k] = _sigmoid(y_c[k])
             for k in range(H):
-                hg[b, k] = c_all[b, t, k] * h[b, k]
+                hg[b, k] = c_all[b, ts, k] * h[b, k]
             for k in range(R):
-                rg[b, k] = c_all[b, t, H + k] * r_t[b, k]
-            hg_all[b, t] = hg[b]
-            rg_all[b, t] = rg[b]
+                rg[b, k] = c_all[b, ts, H + k] * r_t[b, k]
+            hg_all[b, ts] = hg[b]
+            rg_all[b, ts] = rg[b]
         gates = np.dot(hg, wg_hT) + np.dot(rg, wg_rT)             # (B, G)
         for b in range(B):                                        # eqs. 6-8
             for k in range(G):
                 pre_g[k] = xp[b, t, o_g + k] + gates[b, k]
-            rstd[b, t, 1] = _layer_norm(pre_g, lng_w, lng_b, eps, xg_all[b, t], z)
+            rstd[b, ts, 1] = _layer_norm(pre_g, lng_w, lng_b, eps, xg_all[b, ts], z)
             for k in range(G):
                 if 2 * H <= k < 3 * H:
-                    act[b, t, k] = math.tanh(z[k])
+                    act[b, ts, k] = math.tanh(z[k])
                 else:
-                    act[b, t, k] = _sigmoid(z[k])
+                    act[b, ts, k] = _sigmoid(z[k])
             for k in range(H):
-                u[k] = act[b, t, H + k] * h[b, k] + act[b, t, k] * act[b, t, 2 * H + k]
-            rstd[b, t, 2] = _layer_norm(u, lnh_w, lnh_b, eps, xh_all[b, t], hn[b])
-            hn_all[b, t] = hn[b]
+                u[k] = act[b, ts, H + k] * h[b, k] + act[b, ts, k] * act[b, ts, 2 * H + k]
+            rstd[b, ts, 2] = _layer_norm(u, lnh_w, lnh_b, eps, xh_all[b, ts], hn[b])
+            hn_all[b, ts] = hn[b]
             for k in range(H):
-                out[b, t, k] = act[b, t, 3 * H + k] * math.tanh(hn[b, k])
+                th = math.tanh(hn[b, k])
+                th_all[b, ts, k] = th
+                out[b, t, k] = act[b, ts, 3 * H + k] * th
             for k in range(R):
-                out[b, t, H + k] = act[b, t, 4 * H + k] * math.tanh(r_t[b, k])
+                th = math.tanh(r_t[b, k])
+                th_all[b, ts, H + k] = th
+                out[b, t, H + k] = act[b, ts, 4 * H + k] * th
         value = np.dot(hn, wm_T) if use_map else hn.copy()        # section 3.3
         for b in range(B):                                        # the write
-            v_all[b, t] = value[b]
+            v_all[b, ts] = value[b]
             step = steps0[b] + t
             if step < N:
-                w_all[b, t, step] = 1.0
+                w_all[b, ts, step] = 1.0
             else:
-                w_all[b, t] = s_all[b, t]
+                w_all[b, ts] = s_all[b, ts]
             for j in range(N):
-                wj = w_all[b, t, j]
+                wj = w_all[b, ts, j]
                 if wj == 0.0:
                     continue
                 for k in range(R):       # torch.lerp's two formulas, for the same rounding
@@ -249,11 +267,11 @@ def sequence_forward(xp, noise, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT, wg_r
                         memory[b, j, k] = value[b, k] - (value[b, k] - memory[b, j, k]) * (1.0 - wj)
         h = hn.copy()
     saved = (hprev, s_all, y_all, r_all, c_all, hg_all, rg_all, xc_all, xg_all, xh_all, rstd,
-             act, hn_all, v_all, w_all, mem_all)
+             act, hn_all, v_all, w_all, mem_all, th_all)
     return out, h, memory, saved
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, lnc_w, lng_w, lnh_w,
                       inv_tau, mode, d_out, d_hT, d_mT):
     """Backpropagation through time of sequence_forward. Weights as stored (out, in);
@@ -261,7 +279,7 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, lnc_w,
     of x_c, x_g, x_s (B, T, .), of the written values v (B, T, d_r), of the layer norms'
     outputs (B, T, C | G | d_h), and of h0 (B, d_h) and M0 (B, N, d_r)."""
     (hprev, s_all, y_all, r_all, c_all, hg_all, rg_all, xc_all, xg_all, xh_all, rstd,
-     act, hn_all, v_all, w_all, mem_all) = saved
+     act, hn_all, v_all, w_all, mem_all, th_all) = saved
     B, T, H = hprev.shape
     N, R = mem_all.shape[2], mem_all.shape[3]
     C, G = H + R, 4 * H + R
@@ -302,13 +320,13 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, lnc_w,
         dhn_v = np.dot(dv, wm) if use_map else dv.copy()
         for b in range(B):                                        # eqs. 8, 7, 6
             for k in range(H):
-                th = math.tanh(hn_all[b, t, k])
+                th = th_all[b, t, k]
                 oh = act[b, t, 3 * H + k]
                 go = d_out[b, t, k]
                 dhn[k] = dh[b, k] + dhn_v[b, k] + go * oh * (1.0 - th * th)
                 d_yg[b, t, 3 * H + k] = go * th * oh * (1.0 - oh)
             for k in range(R):
-                tr = math.tanh(r_all[b, t, k])
+                tr = th_all[b, t, H + k]
                 orr = act[b, t, 4 * H + k]
                 go = d_out[b, t, H + k]
                 dr[b, k] = go * orr * (1.0 - tr * tr)

@@ -357,12 +357,15 @@ class ARMINCell(MemoryCell):
         noise = (sampling.gumbel_noise(x.new_empty(T, B, self.slots))   # the step loop's draws
                  if mode in ("gumbel", "gumbel-relaxed") else x.new_zeros(1, 1, 1))
         ln = (self.ln_control, self.ln_gates, self.ln_hidden)
-        out, h, memory = _FusedSequence.apply(
-            self.precompute(x), noise, h, memory, steps, self.control_h.weight,
-            self.control_r.weight, self.gates_h.weight, self.gates_r.weight,
-            None if self.write_map is None else self.write_map.weight,
-            *(p for layer in ln for p in (layer.weight, layer.bias)), self.ln_gates.eps,
-            float(self.inverse_temperature), _KERNEL_MODES[mode])
+        inputs = (self.precompute(x), noise, h, memory, steps, self.control_h.weight,
+                  self.control_r.weight, self.gates_h.weight, self.gates_r.weight,
+                  None if self.write_map is None else self.write_map.weight,
+                  *(p for layer in ln for p in (layer.weight, layer.bias)))
+        # without a backward to come (inference), the kernels keep no per-step intermediates
+        keep = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+        out, h, memory = _FusedSequence.apply(*inputs, self.ln_gates.eps,
+                                              float(self.inverse_temperature),
+                                              _KERNEL_MODES[mode], keep)
         return out, ARMINState(h, memory, counts, last_read, steps + T)
 
     def _write_weights(self, read_w, steps, x_w, h_new) -> torch.Tensor:
@@ -396,7 +399,7 @@ class _FusedSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xp, noise, h0, m0, steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lnc_b,
-                lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode):
+                lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode, keep):
         a = kernels.as_array
         C = w_cr.shape[0]
         use_map = w_map is not None
@@ -406,10 +409,11 @@ class _FusedSequence(torch.autograd.Function):
         out, h, m, saved = compiled.sequence_forward(
             a(xp), a(noise), a(h0), a(m0), a(steps0), a(w_ch[:C].t()), a(w_ch[C:].t()),
             a(w_cr.t()), a(w_gh.t()), a(w_gr.t()), map_t, use_map, a(lnc_w), a(lnc_b), a(lng_w),
-            a(lng_b), a(lnh_w), a(lnh_b), eps, inv_tau, mode)
+            a(lng_b), a(lnh_w), a(lnh_b), eps, inv_tau, mode, keep)
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
-        ctx.save_for_backward(steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w,
-                              *(torch.from_numpy(v) for v in saved))
+        if keep:
+            ctx.save_for_backward(steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w,
+                                  *(torch.from_numpy(v) for v in saved))
         ctx.options = (use_map, float(inv_tau), int(mode), xp.shape[-1])
         return torch.from_numpy(out), torch.from_numpy(h), torch.from_numpy(m)
 
@@ -436,7 +440,7 @@ class _FusedSequence(torch.autograd.Function):
         rest = width - d_xc.shape[-1] - d_xg.shape[-1] - d_xs.shape[-1]
         d_xp = torch.cat([d_xc, d_xg, d_xs, d_xs.new_zeros(*d_xs.shape[:2], rest)], -1)
         return (d_xp, None, d_h0, d_m0, None, g_ch, outer(d_xc, r_all), outer(d_xg, hg_all),
-                outer(d_xg, rg_all), g_map, *ln[0], *ln[1], *ln[2], None, None, None)
+                outer(d_xg, rg_all), g_map, *ln[0], *ln[1], *ln[2], None, None, None, None)
 
 
 class ARMIN(CellTemperature, SequenceModel):

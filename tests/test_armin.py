@@ -347,6 +347,25 @@ def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train
         assert torch.allclose(a.double(), b.double(), atol=1e-12)
 
 
+def test_compiled_path_only_where_it_pays(monkeypatch):
+    """Large batch x hidden runs the tensor path (the measured policy of models/armin.py)."""
+    cell = mannlab.ARMIN(5, 3, hidden_size=100, memory_slots=4).cell
+    assert cell.fused_pays(1, True) and cell.fused_pays(40, True)
+    assert not cell.fused_pays(41, True)
+    assert cell.fused_pays(1, False) and cell.fused_pays(32, False) and not cell.fused_pays(33, False)
+    wide = mannlab.ARMIN(5, 3, hidden_size=256, memory_slots=4).cell
+    assert wide.fused_pays(16, True) and not wide.fused_pays(17, True)
+    assert wide.fused_pays(1, False) and not wide.fused_pays(2, False)
+    model = small_armin(hidden_size=2048)           # 3 rows x 2048 > 4096: tensor path
+
+    def fail(*args):
+        raise AssertionError("the compiled path ran")
+    monkeypatch.setattr(model.cell, "run_fused", fail)
+    model(seq(t=3))
+    with torch.no_grad():
+        model(seq(t=3))
+
+
 def test_compiled_path_only_for_the_papers_configuration():
     x = seq()
     assert small_armin().cell.fused_applies(x)

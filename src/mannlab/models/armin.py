@@ -72,6 +72,15 @@ ADDRESSING_MODES = ("gumbel", "gumbel-relaxed", "soft", "argmax")
 #: paper's configuration; False (or MANNLAB_KERNELS=0) runs the per-step tensor path always.
 USE_KERNELS = kernels.ENABLED
 _KERNEL_MODES = {"soft": 0, "gumbel-relaxed": 1, "gumbel": 2, "argmax": 3}
+#: Where the compiled path pays (measured on the 2-core test machine, one thread, table-5
+#: and char-LM sizes): the kernels' per-row work is scalar (no vectorised exp/tanh) and their
+#: BLAS (SciPy's OpenBLAS) is up to 2x slower than torch's for few rows, so large batches
+#: times hidden sizes run faster on the tensor path. Training (a backward follows): kernels
+#: while batch * d_h <= 4096 (1.2-14x faster there; 0.92x at 32 x 256, 0.70x at 128 x 128).
+#: Inference: at batch 1 (1.3-8x faster), else while batch * d_h <= 3200 and d_h <= 128
+#: (1.0-1.3x; 0.7-0.8x at d_h = 256 with 4-32 rows).
+KERNEL_MAX_TRAIN_ROWS_X_HIDDEN = 4096
+KERNEL_MAX_INFER_ROWS_X_HIDDEN, KERNEL_MAX_INFER_HIDDEN = 3200, 128
 READ_MODES = ("auto", "random", "tardis")
 WRITE_MODES = ("tied", "queue", "independent")
 
@@ -344,6 +353,22 @@ class ARMINCell(MemoryCell):
                 and self.write_mode == "tied" and self.control_gates and self.layer_norm
                 and not self.zoneout and kernels.usable(x, "armin_kernels"))
 
+    def fused_pays(self, batch: int, backward: bool) -> bool:
+        """Whether the compiled path is expected to be faster than the tensor path for this
+        batch size (see KERNEL_MAX_* above); ``backward``: a training pass."""
+        rows_x_hidden = batch * self.hidden_size
+        if backward:
+            return rows_x_hidden <= KERNEL_MAX_TRAIN_ROWS_X_HIDDEN
+        return batch == 1 or (rows_x_hidden <= KERNEL_MAX_INFER_ROWS_X_HIDDEN
+                              and self.hidden_size <= KERNEL_MAX_INFER_HIDDEN)
+
+    def needs_backward(self, x: torch.Tensor, state: ARMINState) -> bool:
+        """Whether a pass over x records a graph (then the kernels keep what the backward
+        reads; otherwise only one step's scratch)."""
+        return torch.is_grad_enabled() and (
+            x.requires_grad or any(p.requires_grad for p in self.parameters())
+            or any(t.requires_grad for t in state))
+
     def run_fused(self, x: torch.Tensor, state: ARMINState):
         """All steps of x (B, T, I) in the compiled kernels: (o (B, T, C), final state)."""
         h, memory, counts, last_read, steps = state
@@ -362,7 +387,7 @@ class ARMINCell(MemoryCell):
                   None if self.write_map is None else self.write_map.weight,
                   *(p for layer in ln for p in (layer.weight, layer.bias)))
         # without a backward to come (inference), the kernels keep no per-step intermediates
-        keep = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+        keep = self.needs_backward(x, state)
         out, h, memory = _FusedSequence.apply(*inputs, self.ln_gates.eps,
                                               float(self.inverse_temperature),
                                               _KERNEL_MODES[mode], keep)
@@ -483,7 +508,9 @@ class ARMIN(CellTemperature, SequenceModel):
         return self.temperature_every, max(1, self.cell.slots - 1)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        if not with_trace and self.cell.fused_applies(x):
-            return (*self.cell.run_fused(x, state), None)
+        cell = self.cell
+        if (not with_trace and cell.fused_applies(x)
+                and cell.fused_pays(x.shape[0], cell.needs_backward(x, state))):
+            return (*cell.run_fused(x, state), None)
         features, state, steps = run_steps(self.cell, x, state, with_trace)
         return features, state, (ARMINTrace(*steps) if with_trace else None)

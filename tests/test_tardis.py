@@ -353,6 +353,68 @@ def test_gradcheck_float64():
         lambda lg, tt: sampling.gumbel_softmax(lg, tt, hard=False, noise=noise), (logits, temp))
 
 
+def test_layer_norm_controller_step_by_hand():
+    """Section 8.1's layer norm: LN over the eq. 7 pre-activations (f, i, o jointly), over
+    eq. 9's, and over c_t inside eq. 10; forget-gate bias 1 after the norm."""
+    cell = small_tardis(layer_norm=True).cell.eval()
+    d = cell.hidden_size
+    assert torch.all(cell.ln_gates.bias[:d] == 1) and torch.all(cell.ln_gates.bias[d:] == 0)
+    torch.manual_seed(3)
+    for p in cell.parameters():          # non-trivial LN gains and biases
+        p.data.uniform_(-0.5, 0.5)
+    x_gates = torch.randn(2, 4 * d + 2, dtype=torch.float64)
+    h, c = torch.randn(2, d, dtype=torch.float64), torch.randn(2, d, dtype=torch.float64)
+    r = torch.randn(2, cell.width, dtype=torch.float64)
+    h_new, c_new, resets = cell.controller(x_gates, h, c, r)
+
+    def ln(v, layer):
+        z = (v - v.mean(-1, keepdim=True)) / torch.sqrt(v.var(-1, unbiased=False, keepdim=True)
+                                                         + layer.eps)
+        return z * layer.weight + layer.bias
+    hp, rp = h @ cell.hidden_gates.weight.t(), r @ cell.read_gates.weight.t()
+    alpha, beta = resets[:, :1], resets[:, 1:]
+    f, i, o = torch.sigmoid(ln(x_gates[:, :3 * d] + hp[:, :3 * d] + rp[:, :3 * d],
+                               cell.ln_gates)).chunk(3, -1)
+    cand = torch.tanh(ln(beta * hp[:, 3 * d:4 * d] + x_gates[:, 3 * d:4 * d]
+                         + alpha * rp[:, 3 * d:4 * d], cell.ln_candidate))
+    c_hand = f * c + i * cand
+    assert torch.allclose(c_new, c_hand, atol=1e-12)
+    assert torch.allclose(h_new, o * torch.tanh(ln(c_hand, cell.ln_cell)), atol=1e-12)
+
+
+def test_recurrent_dropout_drops_candidate_units_in_training_only():
+    torch.manual_seed(0)
+    plain = small_tardis(layer_norm=True)
+    dropped = small_tardis(layer_norm=True, recurrent_dropout=0.5)
+    dropped.load_state_dict(plain.state_dict())
+    x = seq()
+    assert torch.equal(plain.eval()(x)[0], dropped.eval()(x)[0])      # off at evaluation
+    cell = dropped.cell.train()
+    d = cell.hidden_size
+    x_gates = torch.randn(64, 4 * d + 2, dtype=torch.float64)
+    h = torch.randn(64, d, dtype=torch.float64)
+    zero_c = torch.zeros(64, d, dtype=torch.float64)
+    r = torch.randn(64, cell.width, dtype=torch.float64)
+    _, c_new, _ = cell.controller(x_gates, h, zero_c, r)                # c = i * d(c̃)
+    dropped_fraction = (c_new == 0).double().mean().item()
+    assert 0.35 < dropped_fraction < 0.65
+
+
+def test_layer_norm_cell_loop_chunked_and_gradcheck():
+    model = small_tardis(layer_norm=True).eval()
+    x = seq(b=2, t=6)
+    y, final = model(x)
+    y1, s = model(x[:, :2])
+    y2, s = model(x[:, 2:], detach_state(s))
+    assert torch.allclose(torch.cat([y1, y2], 1), y, atol=1e-12)
+    state, feats = None, []
+    for t in range(x.shape[1]):
+        f, state = model.cell(x[:, t], state)
+        feats.append(f)
+    assert torch.allclose(model.head(torch.stack(feats, 1)), y, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda inp: model(inp)[0], (x.clone().requires_grad_(),))
+
+
 # ----------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -362,6 +424,7 @@ def test_gradcheck_float64():
     (dict(discount=1.5), "discount"),
     (dict(address_size=2, address_nonzeros=3), "nonzeros"),
     (dict(temperature_every=0), "temperature_every"),
+    (dict(recurrent_dropout=1.5), "recurrent_dropout"),
 ])
 def test_invalid_options_raise_config_error(kwargs, message):
     with pytest.raises(ConfigError, match=message):

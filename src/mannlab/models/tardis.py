@@ -28,6 +28,11 @@ Per time step t (0-based n counts steps since the memory was empty):
     α, β   = gumbel-sigmoid(w_h h_{t-1} + w_x x_t + w_r r_t)          eq. 8
     c̃_t = tanh(β W^g_h h_{t-1} + W^g_x x_t + α W^g_r r_t); c_t = f c_{t-1} + i c̃_t   eq. 9
     h_t = o tanh(c_t)                                                eq. 10
+    For language modelling (section 8.1: "layer-normalization and the recurrent dropout"),
+    ``layer_norm`` normalises the pre-activations of eq. 7 (f, i, o jointly) and of eq. 9,
+    and c_t inside eq. 10 (h_t = o tanh(LN(c_t))), as in Ba et al.'s LN-LSTM; the paper
+    does not say where, this is our choice. ``recurrent_dropout`` drops units of c̃_t
+    (Semeniuta et al.: c_t = f c_{t-1} + i d(c̃_t)), a fresh mask per step, training only.
     write: C_t[n] = W_m h_t while n < k (sequential), else C_t[j] = W_m h_t for the
            slot j just read (tied read/write)                        eq. 2, algorithm 1
 Algorithm 1 writes the read logits as read(h_t, M_t, x_t) before h_t exists; the
@@ -227,7 +232,7 @@ class TARDISCell(MemoryCell):
                  address_size: int = 4, content_size: int = 32, read_mlp_size: Optional[int] = None,
                  fusion_size: Optional[int] = None, addressing: str = "gumbel",
                  temperature: str = "learned", address_nonzeros: Optional[int] = None,
-                 address_seed: int = 0):
+                 address_seed: int = 0, layer_norm: bool = False, recurrent_dropout: float = 0.0):
         super().__init__()
         read_mlp_size = read_mlp_size or max(1, hidden_size // 4)
         fusion_size = fusion_size or hidden_size
@@ -257,6 +262,13 @@ class TARDISCell(MemoryCell):
         self.read_head = TardisAddressing(input_size, d, q, memory_slots, read_mlp_size)
         self.temperature_layer = nn.Linear(d, 1)                                  # w^τ, b^τ
         self.fusion = nn.Linear(d + q, fusion_size)                               # g (eq. 11)
+        self.recurrent_dropout = check_number("recurrent_dropout", recurrent_dropout, 0.0, 1.0)
+        self.ln_gates = nn.LayerNorm(3 * d) if layer_norm else None                # f, i, o
+        self.ln_candidate = nn.LayerNorm(d) if layer_norm else None                # c̃
+        self.ln_cell = nn.LayerNorm(d) if layer_norm else None                     # c in eq. 10
+        if layer_norm:
+            with torch.no_grad():
+                self.ln_gates.bias[:d].fill_(1.0)      # the forget-gate bias, after the norm
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> TARDISState:
         ref = self.h0
@@ -295,14 +307,21 @@ class TARDISCell(MemoryCell):
         """Eqs. 7-10: (h_t, c_t, [α, β]) from W x + b (B, 4d+2), h_{t-1}, c_{t-1}, r_t."""
         d = self.hidden_size
         hp, rp = self.hidden_gates(h), self.read_gates(r)
-        f, i, o = torch.sigmoid(x_gates[:, :3 * d] + hp[:, :3 * d] + rp[:, :3 * d]).chunk(3, -1)
+        gates = x_gates[:, :3 * d] + hp[:, :3 * d] + rp[:, :3 * d]
         resets = sampling.gumbel_sigmoid(x_gates[:, 4 * d:] + hp[:, 4 * d:] + rp[:, 4 * d:],
                                          RESET_TEMPERATURE, noise=self.training)   # eq. 8
         alpha, beta = resets[:, :1], resets[:, 1:]
-        cand = torch.tanh(beta * hp[:, 3 * d:4 * d] + x_gates[:, 3 * d:4 * d]
-                          + alpha * rp[:, 3 * d:4 * d])                              # eq. 9
+        cand = (beta * hp[:, 3 * d:4 * d] + x_gates[:, 3 * d:4 * d]
+                + alpha * rp[:, 3 * d:4 * d])                                        # eq. 9
+        if self.ln_gates is not None:
+            gates, cand = self.ln_gates(gates), self.ln_candidate(cand)
+        f, i, o = torch.sigmoid(gates).chunk(3, -1)                                  # eq. 7
+        cand = torch.tanh(cand)
+        if self.recurrent_dropout and self.training:
+            cand = F.dropout(cand, self.recurrent_dropout)
         c = f * c + i * cand
-        return o * torch.tanh(c), c, resets                                          # eq. 10
+        c_out = c if self.ln_cell is None else self.ln_cell(c)
+        return o * torch.tanh(c_out), c, resets                                      # eq. 10
 
     def step(self, inputs: torch.Tensor, state: TARDISState, with_trace: bool = False):
         h, c, content, counts, last_read, steps = state
@@ -343,7 +362,8 @@ class TARDIS(CellTemperature, SequenceModel):
     REINFORCE (``aux_loss``): ``discount`` γ of eq. 16 (0.95, our choice: the paper
     gives no value), ``reward_momentum`` of the running return moments,
     ``reinforce_weight`` (1 = the paper's cost), ``aux_weight`` of the auxiliary
-    predictor's loss (eq. 17).
+    predictor's loss (eq. 17). ``layer_norm`` and ``recurrent_dropout`` (probability of
+    dropping a unit of c̃_t) are the language-modelling options of section 8.1.
     """
 
     #: aux_loss takes ``score`` (logits -> per-step NLL on the targets), see training/loop.py
@@ -356,10 +376,11 @@ class TARDIS(CellTemperature, SequenceModel):
                  temperature_every: int = 200, address_nonzeros: Optional[int] = None,
                  address_seed: int = 0, discount: float = 0.95, reward_momentum: float = 0.9,
                  reinforce_weight: float = 1.0, aux_weight: float = 1.0,
+                 layer_norm: bool = False, recurrent_dropout: float = 0.0,
                  batch_first: bool = True):
         cell = TARDISCell(input_size, hidden_size, memory_slots, address_size, content_size,
                           read_mlp_size, fusion_size, addressing, temperature, address_nonzeros,
-                          address_seed)
+                          address_seed, layer_norm, recurrent_dropout)
         super().__init__(input_size, output_size, cell.features, batch_first)
         self.cell = cell
         check_positive(temperature_every=temperature_every)

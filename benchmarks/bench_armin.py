@@ -32,7 +32,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ntm import (INPUT, OUTPUT, FusedLSTM, Logits, LSTMCellLoop,  # noqa: E402
-                       parse_args, report)
+                       eval_infer_step, parse_args, report)
 
 import mannlab  # noqa: E402
 
@@ -48,16 +48,6 @@ def armin(addressing: str = "gumbel", kernels: bool = True) -> nn.Module:
     return Logits(model)
 
 
-def infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
-    """Forward only, in eval mode (ARMIN: argmax addressing), without gradients."""
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        model.train()
-
-
 def main(argv: list[str] | None = None) -> None:
     args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
     torch.set_num_threads(args.threads)
@@ -67,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         "ARMIN (tensor path)": armin(kernels=False),
         "LSTMCell": LSTMCellLoop(HIDDEN), "LSTM": FusedLSTM(HIDDEN),
     }
-    report(args, batch_sizes, models, REFERENCE, infer=infer_step)
+    report(args, batch_sizes, models, REFERENCE, infer=eval_infer_step)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import INPUT, OUTPUT, LSTMCellLoop, parse_args, report  # noqa: E402
+from bench_ntm import (INPUT, OUTPUT, LSTMCellLoop, eval_infer_step, parse_args,  # noqa: E402
+                       report)
 
 import mannlab  # noqa: E402
 
@@ -77,16 +78,6 @@ def train_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
     loss.backward()
 
 
-def infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
-    """Forward only, in eval mode (argmax addressing for the discrete model)."""
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        model.train()
-
-
 def main(argv: list[str] | None = None) -> None:
     args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
     torch.set_num_threads(args.threads)
@@ -96,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         "D-NTM discrete J=1": dntm("reinforce", 1), "D-NTM discrete J=3": dntm("reinforce", 3),
         "GRUCell": GRUCellLoop(), "LSTMCell": LSTMCellLoop(HIDDEN),
     }
-    report(args, batch_sizes, models, REFERENCE, train=train_step, infer=infer_step,
+    report(args, batch_sizes, models, REFERENCE, train=train_step, infer=eval_infer_step,
            saved_memory=False)
 
 

@@ -102,6 +102,15 @@ def infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
         model(x)
 
 
+def eval_infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
+    """Forward only, in eval mode (argmax addressing for discrete models), without gradients."""
+    model.eval()
+    try:
+        infer_step(model, x, target)
+    finally:
+        model.train()
+
+
 def time_round_robin(calls: dict[str, Callable[[], None]], warmup: int,
                      repeats: int) -> dict[str, list[float]]:
     """Wall times of each call, ``repeats`` rounds after ``warmup`` untimed rounds.

@@ -76,9 +76,9 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
         check_tensorboard()
 
     if resume:
-        progress = _restore(run_dir, config, model, optimizer)
+        progress, _ = restore_last(run_dir, config, model, optimizer, Progress)
     else:
-        _prepare_run_dir(run_dir, force)
+        prepare_run_dir(run_dir, force)
         progress = Progress()
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(config, run_dir / "config.toml")
@@ -412,7 +412,8 @@ def draw_memory_access(model: torch.nn.Module, task: Any, path: Path, seed: int,
 
 # ------------------------------------------------------------- run directory
 
-def _prepare_run_dir(run_dir: Path, force: bool) -> None:
+def prepare_run_dir(run_dir: Path, force: bool) -> None:
+    """Refuse a directory that holds a run, unless ``force``: then delete only its artifacts."""
     existing = [name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
     if not existing:
         return
@@ -425,15 +426,19 @@ def _prepare_run_dir(run_dir: Path, force: bool) -> None:
         shutil.rmtree(target) if target.is_dir() else target.unlink()
 
 
-def _restore(run_dir: Path, config: RunConfig, model, optimizer) -> Progress:
-    """Load checkpoints/last into model and optimizer; cut metrics back to its step."""
+def restore_last(run_dir: Path, config: RunConfig, model, optimizer, progress_type: type,
+                 train_invariants: tuple[str, ...] = ("optimizer",)) -> tuple[Any, dict[str, Any]]:
+    """Load checkpoints/last into model and optimizer after checking that the config may
+    resume it (RESUME_INVARIANTS and ``train_invariants`` unchanged); restore torch's RNG,
+    cut metrics.jsonl back to its step. Returns (progress_type from the saved state, that
+    state) for trainers that keep more (the TBPTT trainer's carried state)."""
     last = run_dir / "checkpoints" / "last"
     meta, state = load_checkpoint(last)  # weights only after the config check, for a clearer error
     saved = meta.get("config", {})
     current = json.loads(json.dumps(config.to_dict()))  # compare as stored: tuples become lists
     differ = [key for key in RESUME_INVARIANTS if _section(saved, key) != _section(current, key)]
-    if saved.get("train", {}).get("optimizer") != config.train.optimizer:
-        differ.append("train.optimizer")
+    differ += [f"train.{key}" for key in train_invariants
+               if saved.get("train", {}).get(key) != current["train"][key]]
     if differ:
         raise ConfigError(
             f"cannot resume {run_dir}: {', '.join(differ)} differ from the saved run "
@@ -443,9 +448,10 @@ def _restore(run_dir: Path, config: RunConfig, model, optimizer) -> Progress:
     for group in optimizer.param_groups:  # a changed lr etc. in the config takes effect
         group.update(_hyperparameters(config.train))
     torch.set_rng_state(state["torch_rng_state"])
-    progress = Progress(**{k: state[k] for k in Progress.__dataclass_fields__ if k in state})
+    fields = progress_type.__dataclass_fields__
+    progress = progress_type(**{k: state[k] for k in fields if k in state})
     truncate_metrics(run_dir / "metrics.jsonl", progress.step)
-    return progress
+    return progress, state
 
 
 def _section(config_dict: dict[str, Any], key: str) -> Any:

@@ -40,9 +40,9 @@ from mannlab.state import detach_state, map_state
 from mannlab.tasks.charlm import evaluate_bpc, num_segments, segment_at
 from mannlab.training.checkpoint import load_checkpoint, save_checkpoint
 from mannlab.training.clock import SessionClock
-from mannlab.training.loop import (RESUME_INVARIANTS, NonFiniteLossError, _hyperparameters,
-                                   _prepare_run_dir, _section, make_optimizer)
-from mannlab.training.metrics_log import MetricsLog, check_tensorboard, truncate_metrics
+from mannlab.training.loop import (NonFiniteLossError, make_optimizer, prepare_run_dir,
+                                   restore_last)
+from mannlab.training.metrics_log import MetricsLog, check_tensorboard
 from mannlab.training.schedules import start_minibatch
 
 LN2 = math.log(2)
@@ -81,7 +81,7 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     if resume:
         progress, carried = _restore(run_dir, config, model, optimizer)
     else:
-        _prepare_run_dir(run_dir, force)
+        prepare_run_dir(run_dir, force)
         progress = TBPTTProgress()
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(config, run_dir / "config.toml")
@@ -305,27 +305,13 @@ def unflatten_state(template: Any, tensors: list[torch.Tensor]) -> Any:
 
 
 def _restore(run_dir: Path, config: RunConfig, model, optimizer) -> tuple[TBPTTProgress, Any]:
-    last = run_dir / "checkpoints" / "last"
-    meta, state = load_checkpoint(last)
-    saved = meta.get("config", {})
-    current = json.loads(json.dumps(config.to_dict()))
-    differ = [key for key in RESUME_INVARIANTS if _section(saved, key) != _section(current, key)]
-    for key in ("optimizer", "batch_size"):     # the batch size is the stream layout
-        if saved.get("train", {}).get(key) != current["train"][key]:
-            differ.append(f"train.{key}")
-    if differ:
-        raise ConfigError(f"cannot resume {run_dir}: {', '.join(differ)} differ from the saved run "
-                          f"(see {run_dir / 'config.toml'}); start a new run with another --run-dir")
-    load_checkpoint(last, model)
-    optimizer.load_state_dict(state["optimizer"])
-    for group in optimizer.param_groups:
-        group.update(_hyperparameters(config.train))
-    torch.set_rng_state(state["torch_rng_state"])
-    progress = TBPTTProgress(**{k: state[k] for k in TBPTTProgress.__dataclass_fields__ if k in state})
+    """loop.restore_last, with the batch size fixed too (it is the stream layout), and the
+    carried state rebuilt."""
+    progress, state = restore_last(run_dir, config, model, optimizer, TBPTTProgress,
+                                   train_invariants=("optimizer", "batch_size"))
     carried = state.get("carried")
     if carried is not None:
         carried = unflatten_state(model.core.initial_state(config.train.batch_size), carried)
-    truncate_metrics(run_dir / "metrics.jsonl", progress.step)
     return progress, carried
 
 

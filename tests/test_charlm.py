@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from mannlab.cli import main as cli_main
+from mannlab.config import TrainConfig
 from mannlab.data import download
 from mannlab.errors import ConfigError, DataError
 from mannlab.models import build_model
@@ -380,6 +381,22 @@ def test_train_writes_a_run_with_bpc_metrics_figure_and_test(ptb, capsys):
     assert cli_main(["eval", "run"]) == 0 and "test:" in capsys.readouterr().out
     assert cli_main(["plot", "run", "--out", "figs"]) == 0
     assert (ptb.parent / "figs" / "learning_curve.png").is_file()
+
+
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_time_budget_stops_training_on_the_chosen_clock(ptb, clock):
+    """A budget of 0.6 ms ends training long before the step budget, whichever clock counts."""
+    assert cli_main(["train", "--model", "lstm", *TINY, "--data-dir", str(ptb), "--steps", "50",
+                     "--set", "train.max_minutes=0.00001", "--set", f"train.budget_clock={clock}",
+                     "--run-dir", "run"]) == 0
+    summary = json.loads(open("run/summary.json").read())
+    assert summary["stopped_by"] == "time" and summary["budget_clock"] == clock
+    assert summary["steps"] < 50
+
+
+def test_budget_clock_is_checked():
+    with pytest.raises(ConfigError, match="budget_clock"):
+        TrainConfig.from_dict({"budget_clock": "gpu"})
 
 
 @pytest.mark.parametrize("model, extra", [

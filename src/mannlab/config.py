@@ -95,6 +95,9 @@ class TrainConfig:
     # wall-clock budget of the training in minutes over all sessions (0: none); honoured by the
     # char-LM trainer (training/tbptt.py) only, so RunConfig.build rejects it for other tasks
     max_minutes: float = 0.0
+    # what max_minutes counts: "wall" seconds, or "cpu" seconds of the training process (fair
+    # between runs on a machine shared with other jobs, where wall time depends on their load)
+    budget_clock: str = "wall"
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
@@ -112,6 +115,8 @@ class TrainConfig:
             object.__setattr__(self, "clip_grad_norm", 0.0)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.budget_clock not in ("wall", "cpu"):
+            raise ConfigError(f"train.budget_clock must be 'wall' or 'cpu', got {self.budget_clock!r}")
         for name in ("steps", "threads", "max_minutes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")

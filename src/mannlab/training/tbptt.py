@@ -18,7 +18,8 @@ Metrics: train rows ``loss`` (nats per symbol) and ``bpc``; validation rows ``bp
 valid split (``task.valid_batch_size`` streams, state carried, eval mode); at the end one
 ``test`` row: the best checkpoint's test BPC (``task.test_batch_size`` streams, 1 by
 default: the test split as one sequence). ``train.max_minutes`` bounds the training time
-(validations included, the final test not), checked before each step.
+(validations included, the final test not), checked before each step, on the clock
+``train.budget_clock`` names: wall seconds, or CPU seconds of the process.
 """
 from __future__ import annotations
 
@@ -143,8 +144,12 @@ class _TBPTTTrainer:
         self._last_train: float | None = None
         self.clock = SessionClock(progress.elapsed, progress.cpu)
 
+    def _budget_seconds(self) -> float:
+        """Seconds spent on the clock that train.max_minutes counts (train.budget_clock)."""
+        return self.clock.cpu() if self.cfg.budget_clock == "cpu" else self.clock.wall()
+
     def _out_of_time(self) -> bool:
-        return bool(self.cfg.max_minutes) and self.clock.wall() >= 60 * self.cfg.max_minutes
+        return bool(self.cfg.max_minutes) and self._budget_seconds() >= 60 * self.cfg.max_minutes
 
     def run(self, carried: Any) -> None:
         cfg, progress = self.cfg, self.progress
@@ -207,7 +212,7 @@ class _TBPTTTrainer:
     def _postfix(self) -> dict[str, str]:
         out = {"epoch": f"{self.progress.step / self.per_epoch:.2f}"}
         if self.cfg.max_minutes:    # with a time budget the step total is only an upper bound
-            out["min"] = f"{self.clock.wall() / 60:.1f}/{self.cfg.max_minutes:g}"
+            out["min"] = f"{self._budget_seconds() / 60:.1f}/{self.cfg.max_minutes:g}"
         if self._last_train is not None:
             out["bpc"] = f"{self._last_train:.3f}"
         if self.last_val is not None:
@@ -257,6 +262,7 @@ class _TBPTTTrainer:
             "model": self.config.model, "task": self.config.task, "seed": self.config.seed,
             "run_dir": str(self.run_dir), "steps": progress.step, "configured_steps": self.cfg.steps,
             "stopped_by": self.stopped, "max_minutes": self.cfg.max_minutes,
+            "budget_clock": self.cfg.budget_clock,
             "epochs": round(progress.step / self.per_epoch, 4), "segments_per_epoch": self.per_epoch,
             "wall_seconds": round(train_seconds, 3), "cpu_seconds": round(train_cpu, 3),
             "parameters": sum(p.numel() for p in self.model.parameters()),

@@ -1,7 +1,7 @@
 """Compiled CPU kernels (numba) for a whole ARMIN sequence: the forward time loop and the
 backward pass through time of mannlab.models.armin, eqs. 3-10 and the write of section 3.3,
-for the paper's configuration (auto-addressing, tied write, control gates, layer norm, no
-zoneout). Used by mannlab.models.armin's fused path; tests/test_armin.py checks values and
+for the paper's configuration (auto-addressing, tied write, control gates, layer norm,
+optional zoneout). Used by mannlab.models.armin's fused path; tests/test_armin.py checks values and
 gradients against the per-step tensor path.
 
 Why: at batch 1 an ARMIN step is about 40 small tensor operations forward and 60 backward,
@@ -15,8 +15,10 @@ Per time step, for every batch row (paper symbols; C = d_h + d_r, G = 4 d_h + d_
     c = σ(LN_c(x_c + W_ig,h h_{t-1} + W_ig,r r))                                        eq. 3
     h^g = c[:d_h] ∘ h_{t-1},  r^g = c[d_h:] ∘ r                                        eqs. 4-5
     z = LN_g(x_g + W_go,h h^g + W_go,r r^g);  i, f, o^h, o^r = σ(z), g = tanh(z)        eq. 6
-    h_t = LN_h(f ∘ h_{t-1} + i ∘ g)                                                    eq. 7
-    o_t = [o^h ∘ tanh h_t, o^r ∘ tanh r]                                               eq. 8
+    ĥ = LN_h(f ∘ h_{t-1} + i ∘ g)                                                      eq. 7
+    o_t = [o^h ∘ tanh ĥ, o^r ∘ tanh r]                                                 eq. 8
+    h_t = z ∘ h_{t-1} + (1 - z) ∘ ĥ     (zoneout: z the 0/1 keep mask in training, p at
+                                         evaluation; without zoneout h_t = ĥ)
     v = W_w h_t (or h_t);  w = one-hot(n) while n < n_mem else s;  M_t = lerp(M_{t-1}, v, w)
 
 Addressing modes (``mode``): 0 soft, 1 gumbel-relaxed (the relaxed sample of eq. 1), 2 gumbel
@@ -136,10 +138,12 @@ def _argmax(z):
 
 
 @njit(cache=True, fastmath=FAST)
-def sequence_forward(xp, noise, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT, wg_rT, wm_T,
-                     use_map, lnc_w, lnc_b, lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode, keep):
+def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT,
+                     wg_rT, wm_T, use_map, lnc_w, lnc_b, lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau,
+                     mode, keep):
     """xp (B, T, P) = [x_c (C) | x_g (G) | x_s (N) | ...], noise (T, B, N) Gumbel draws (modes
-    1, 2), h0 (B, d_h), m0 (B, N, d_r), steps0 (B,) steps since the memory was empty; the
+    1, 2), zone (T, B, d_h) zoneout keep weights z (read when use_zone), h0 (B, d_h),
+    m0 (B, N, d_r), steps0 (B,) steps since the memory was empty; the
     weights transposed (in, out). Returns (o (B, T, C), h_T, M_T) and what the backward reads;
     with ``keep`` False (no backward to come: inference) that is one step's scratch only,
     not (B, T, ...) arrays (the memory per step, (B, T, N, d_r), is most of them)."""
@@ -163,7 +167,7 @@ def sequence_forward(xp, noise, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT, wg_r
     rstd = np.empty((B, Ts, 3), dtype)
     act = np.empty((B, Ts, G), dtype)
     th_all = np.empty((B, Ts, C), dtype)
-    hn_all = np.empty((B, Ts, H), dtype)
+    hs_all = np.empty((B, Ts, H), dtype)      # h_t, the state after zoneout
     v_all = np.empty((B, Ts, R), dtype)
     w_all = np.zeros((B, Ts, N), dtype)
     mem_all = np.empty((B, Ts, N, R), dtype)
@@ -239,11 +243,15 @@ def sequence_forward(xp, noise, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT, wg_r
             for k in range(H):
                 u[k] = act[b, ts, H + k] * h[b, k] + act[b, ts, k] * act[b, ts, 2 * H + k]
             rstd[b, ts, 2] = _layer_norm(u, lnh_w, lnh_b, eps, xh_all[b, ts], hn[b])
-            hn_all[b, ts] = hn[b]
             for k in range(H):
                 th = math.tanh(hn[b, k])
                 th_all[b, ts, k] = th
                 out[b, t, k] = act[b, ts, 3 * H + k] * th
+            if use_zone:                                          # zoneout: hn becomes h_t
+                for k in range(H):
+                    zk = zone[t, b, k]
+                    hn[b, k] = zk * h[b, k] + (1.0 - zk) * hn[b, k]
+            hs_all[b, ts] = hn[b]
             for k in range(R):
                 th = math.tanh(r_t[b, k])
                 th_all[b, ts, H + k] = th
@@ -267,19 +275,19 @@ def sequence_forward(xp, noise, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT, wg_r
                         memory[b, j, k] = value[b, k] - (value[b, k] - memory[b, j, k]) * (1.0 - wj)
         h = hn.copy()
     saved = (hprev, s_all, y_all, r_all, c_all, hg_all, rg_all, xc_all, xg_all, xh_all, rstd,
-             act, hn_all, v_all, w_all, mem_all, th_all)
+             act, hs_all, v_all, w_all, mem_all, th_all, zone)
     return out, h, memory, saved
 
 
 @njit(cache=True, fastmath=FAST)
-def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, lnc_w, lng_w, lnh_w,
-                      inv_tau, mode, d_out, d_hT, d_mT):
+def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, use_zone, lnc_w,
+                      lng_w, lnh_w, inv_tau, mode, d_out, d_hT, d_mT):
     """Backpropagation through time of sequence_forward. Weights as stored (out, in);
     wc_h is the whole control_h weight [W_ig,h; W_s,h] (C + N, d_h). Returns the gradients
     of x_c, x_g, x_s (B, T, .), of the written values v (B, T, d_r), of the layer norms'
     outputs (B, T, C | G | d_h), and of h0 (B, d_h) and M0 (B, N, d_r)."""
     (hprev, s_all, y_all, r_all, c_all, hg_all, rg_all, xc_all, xg_all, xh_all, rstd,
-     act, hn_all, v_all, w_all, mem_all, th_all) = saved
+     act, hs_all, v_all, w_all, mem_all, th_all, zone) = saved
     B, T, H = hprev.shape
     N, R = mem_all.shape[2], mem_all.shape[3]
     C, G = H + R, 4 * H + R
@@ -300,6 +308,7 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, lnc_w,
     dr = np.empty((B, R), dtype)
     dhp = np.empty((B, H), dtype)
     dhn = np.empty(H, dtype)
+    d_kept = np.zeros(H, dtype)       # zoneout: the part of dh_t that goes to h_{t-1}
     du = np.empty(H, dtype)
     dzc = np.empty(C, dtype)
     ds = np.empty(N, dtype)
@@ -323,7 +332,12 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, lnc_w,
                 th = th_all[b, t, k]
                 oh = act[b, t, 3 * H + k]
                 go = d_out[b, t, k]
-                dhn[k] = dh[b, k] + dhn_v[b, k] + go * oh * (1.0 - th * th)
+                d_state = dh[b, k] + dhn_v[b, k]
+                if use_zone:
+                    zk = zone[t, b, k]
+                    d_kept[k] = zk * d_state
+                    d_state = (1.0 - zk) * d_state
+                dhn[k] = d_state + go * oh * (1.0 - th * th)
                 d_yg[b, t, 3 * H + k] = go * th * oh * (1.0 - oh)
             for k in range(R):
                 tr = th_all[b, t, H + k]
@@ -335,7 +349,7 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, lnc_w,
             _layer_norm_backward(dhn, lnh_w, xh_all[b, t], rstd[b, t, 2], du)
             for k in range(H):
                 i, f, g = act[b, t, k], act[b, t, H + k], act[b, t, 2 * H + k]
-                dhp[b, k] = du[k] * f
+                dhp[b, k] = du[k] * f + d_kept[k]
                 d_yg[b, t, k] = du[k] * g * i * (1.0 - i)
                 d_yg[b, t, H + k] = du[k] * hprev[b, t, k] * f * (1.0 - f)
                 d_yg[b, t, 2 * H + k] = du[k] * i * (1.0 - g * g)

@@ -36,11 +36,12 @@ section 5: an index gather for the read and an index scatter for the write
 instead of the weighted sums (``fast_inference``; the same numbers).
 
 Speed: on CPU float32/float64 tensors, a trace-free pass of the paper's configuration (auto
-read, tied write, control gates, layer norm, no zoneout) runs the whole sequence as one
+read, tied write, control gates, layer norm; zoneout or not) runs the whole sequence as one
 autograd node whose forward and backward are compiled loops (mannlab.armin_kernels; the
 per-step input projections are computed for all steps first); ``cell.use_kernels = False``,
 ``USE_KERNELS = False`` or MANNLAB_KERNELS=0 select the per-step tensor path (same values and
-gradients to rounding; the Gumbel noise is drawn in the same order, so also the same samples).
+gradients to rounding; the Gumbel noise and zoneout masks are drawn in the same order, so
+also the same samples).
 
 Ablations of table 7 (appendix E) as switches: ``read="random"`` (a uniformly random
 slot), ``write="queue"`` (first in, first out: slot n mod n_mem), ``write="independent"``
@@ -348,10 +349,10 @@ class ARMINCell(MemoryCell):
     def fused_applies(self, x: torch.Tensor) -> bool:
         """Whether a (trace-free) pass over x runs the compiled whole-sequence kernels: CPU
         float32/float64, numba present, and the paper's configuration (auto read, tied write,
-        control gates, layer norm, no zoneout)."""
+        control gates, layer norm; zoneout or not)."""
         return (USE_KERNELS and self.use_kernels and self.read_mode == "auto"
                 and self.write_mode == "tied" and self.control_gates and self.layer_norm
-                and not self.zoneout and kernels.usable(x, "armin_kernels"))
+                and kernels.usable(x, "armin_kernels"))
 
     def fused_pays(self, batch: int, backward: bool) -> bool:
         """Whether the compiled path is expected to be faster than the tensor path for this
@@ -378,11 +379,9 @@ class ARMINCell(MemoryCell):
             mode = "argmax"
         else:
             mode = self.addressing
-        B, T = x.shape[:2]
-        noise = (sampling.gumbel_noise(x.new_empty(T, B, self.slots))   # the step loop's draws
-                 if mode in ("gumbel", "gumbel-relaxed") else x.new_zeros(1, 1, 1))
+        noise, zone = self._fused_draws(x, mode)
         ln = (self.ln_control, self.ln_gates, self.ln_hidden)
-        inputs = (self.precompute(x), noise, h, memory, steps, self.control_h.weight,
+        inputs = (self.precompute(x), noise, zone, h, memory, steps, self.control_h.weight,
                   self.control_r.weight, self.gates_h.weight, self.gates_r.weight,
                   None if self.write_map is None else self.write_map.weight,
                   *(p for layer in ln for p in (layer.weight, layer.bias)))
@@ -391,7 +390,26 @@ class ARMINCell(MemoryCell):
         out, h, memory = _FusedSequence.apply(*inputs, self.ln_gates.eps,
                                               float(self.inverse_temperature),
                                               _KERNEL_MODES[mode], keep)
-        return out, ARMINState(h, memory, counts, last_read, steps + T)
+        return out, ARMINState(h, memory, counts, last_read, steps + x.shape[1])
+
+    def _fused_draws(self, x: torch.Tensor, mode: str) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The Gumbel noise (T, B, n) and zoneout keep weights (T, B, d_h) of a fused pass, drawn
+        in the step loop's order (per step: the read's noise, then the zoneout mask), so both
+        paths give the same sample for a seed; a (1, 1, 1) placeholder for no noise, None for
+        no zoneout."""
+        B, T = x.shape[:2]
+        gumbel = mode in ("gumbel", "gumbel-relaxed")
+        none = x.new_zeros(1, 1, 1)
+        if not self.zoneout:
+            return (sampling.gumbel_noise(x.new_empty(T, B, self.slots)) if gumbel else none), None
+        if not self.training:
+            return none, x.new_full((T, B, self.hidden_size), self.zoneout)
+        noise, zone = [], []
+        for _ in range(T):
+            if gumbel:
+                noise.append(sampling.gumbel_noise(x.new_empty(B, self.slots)))
+            zone.append((torch.rand(B, self.hidden_size, dtype=x.dtype) < self.zoneout).to(x.dtype))
+        return (torch.stack(noise) if gumbel else none), torch.stack(zone)
 
     def _write_weights(self, read_w, steps, x_w, h_new) -> torch.Tensor:
         """The slot written (B, n): the next empty slot while filling, then by ``write``."""
@@ -423,48 +441,49 @@ class _FusedSequence(torch.autograd.Function):
     h_T, M_T. The weight gradients are one matrix product each over all B * T steps."""
 
     @staticmethod
-    def forward(ctx, xp, noise, h0, m0, steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lnc_b,
-                lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode, keep):
+    def forward(ctx, xp, noise, zone, h0, m0, steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w,
+                lnc_b, lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode, keep):
         a = kernels.as_array
         C = w_cr.shape[0]
-        use_map = w_map is not None
+        use_map, use_zone = w_map is not None, zone is not None
+        zone = zone if use_zone else xp.new_zeros(1, 1, 1)
         map_t = a(w_map.t()) if use_map else np.zeros((1, 1), a(xp).dtype)
         compiled = kernels.load("armin_kernels")
         compiled.limit_blas_threads(torch.get_num_threads())
         out, h, m, saved = compiled.sequence_forward(
-            a(xp), a(noise), a(h0), a(m0), a(steps0), a(w_ch[:C].t()), a(w_ch[C:].t()),
-            a(w_cr.t()), a(w_gh.t()), a(w_gr.t()), map_t, use_map, a(lnc_w), a(lnc_b), a(lng_w),
+            a(xp), a(noise), a(zone), use_zone, a(h0), a(m0), a(steps0), a(w_ch[:C].t()),
+            a(w_ch[C:].t()), a(w_cr.t()), a(w_gh.t()), a(w_gr.t()), map_t, use_map, a(lnc_w), a(lnc_b), a(lng_w),
             a(lng_b), a(lnh_w), a(lnh_b), eps, inv_tau, mode, keep)
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
             ctx.save_for_backward(steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w,
                                   *(torch.from_numpy(v) for v in saved))
-        ctx.options = (use_map, float(inv_tau), int(mode), xp.shape[-1])
+        ctx.options = (use_map, use_zone, float(inv_tau), int(mode), xp.shape[-1])
         return torch.from_numpy(out), torch.from_numpy(h), torch.from_numpy(m)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, d_h, d_m):
-        use_map, inv_tau, mode, width = ctx.options
+        use_map, use_zone, inv_tau, mode, width = ctx.options
         steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w, *saved = ctx.saved_tensors
         a = kernels.as_array
         map_w = a(w_map) if use_map else np.zeros((1, 1), a(w_ch).dtype)
         grads = kernels.load("armin_kernels").sequence_backward(
             tuple(a(v) for v in saved), a(steps0), a(w_ch), a(w_cr), a(w_gh), a(w_gr), map_w,
-            use_map, a(lnc_w), a(lng_w), a(lnh_w), inv_tau, mode, a(d_out), a(d_h), a(d_m))
+            use_map, use_zone, a(lnc_w), a(lng_w), a(lnh_w), inv_tau, mode, a(d_out), a(d_h), a(d_m))
         d_xc, d_xg, d_xs, d_v, d_yc, d_yg, d_yh, d_h0, d_m0 = (torch.from_numpy(g) for g in grads)
-        (hprev, _, _, r_all, _, hg_all, rg_all, xc_all, xg_all, xh_all, _, _, hn_all,
+        (hprev, _, _, r_all, _, hg_all, rg_all, xc_all, xg_all, xh_all, _, _, hs_all,
          *_) = saved
 
         def outer(grad, value):        # sum over batch and time of grad ⊗ value
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
         g_ch = outer(torch.cat([d_xc, d_xs], -1), hprev)
-        g_map = outer(d_v, hn_all) if use_map else None
+        g_map = outer(d_v, hs_all) if use_map else None
         ln = [((d_y * x_hat).sum((0, 1)), d_y.sum((0, 1)))
               for d_y, x_hat in ((d_yc, xc_all), (d_yg, xg_all), (d_yh, xh_all))]
         rest = width - d_xc.shape[-1] - d_xg.shape[-1] - d_xs.shape[-1]
         d_xp = torch.cat([d_xc, d_xg, d_xs, d_xs.new_zeros(*d_xs.shape[:2], rest)], -1)
-        return (d_xp, None, d_h0, d_m0, None, g_ch, outer(d_xc, r_all), outer(d_xg, hg_all),
+        return (d_xp, None, None, d_h0, d_m0, None, g_ch, outer(d_xc, r_all), outer(d_xg, hg_all),
                 outer(d_xg, rg_all), g_map, *ln[0], *ln[1], *ln[2], None, None, None, None)
 
 

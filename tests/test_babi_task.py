@@ -74,6 +74,9 @@ def test_gru_encoder_is_the_final_state_and_order_sensitive():
     ("dnc", {"controller_size": 8, "memory_slots": 4, "memory_width": 4}),
     ("dntm", {"controller": "gru", "controller_size": 8, "memory_slots": 4, "address_size": 2,
               "content_size": 3, "addressing": "reinforce", "curriculum_p0": 1.0}),
+    ("tardis", {"hidden_size": 8, "memory_slots": 4, "address_size": 2, "content_size": 3,
+                "addressing": "reinforce"}),
+    ("armin", {"hidden_size": 8, "memory_slots": 4}),
 ])
 def test_every_model_trains_jointly_with_the_encoder(archive, name, kwargs):
     task = gru_task(archive)
@@ -89,7 +92,9 @@ def test_every_model_trains_jointly_with_the_encoder(archive, name, kwargs):
     assert name == "lstm" or hasattr(trace, "read_weights")
     loss = task.loss(logits, y, m)
     if net.uses_aux_loss:
-        loss = loss + net.aux_loss(trace, task.step_nll(logits, y, m).detach())
+        extra = ({"score": lambda out: task.step_nll(out, y, m)}     # TARDIS eq. 17, as the loop does
+                 if getattr(net, "aux_loss_scores", False) else {})
+        loss = loss + net.aux_loss(trace, task.step_nll(logits, y, m).detach(), **extra)
     loss.backward()
     assert net.encoder.gru.weight_ih_l0.grad.abs().sum() > 0
     assert any(k.startswith("encoder.") for k in net.state_dict())

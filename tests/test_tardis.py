@@ -459,3 +459,216 @@ def test_learns_tiny_copy_gumbel():
         "tardis", task.input_size, task.output_size, hidden_size=24, memory_slots=4,
         address_size=2, content_size=8), steps=150)
     assert after < 0.75 * before, f"validation BCE {before:.3f} -> {after:.3f}"
+
+
+# ------------------------------------------------------------ compiled path
+
+def randomise(model, scale=0.3):
+    """Non-trivial values for every parameter (layer-norm gains and biases, C_0, h_0, c_0)."""
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * scale)
+    return model
+
+
+def both_paths(model, x, loss_of, seed=2, trace=False, state=None):
+    """Outputs, final state, trace and parameter gradients of the tensor path, then the
+    compiled path, from the same seed (so the same Gumbel noise, gate noise and masks)."""
+    results = []
+    for use in (False, True):
+        model.cell.use_kernels = use
+        model.zero_grad()
+        torch.manual_seed(seed)
+        out = model(x, state, return_trace=trace)
+        loss_of(out).backward()
+        results.append((out, {n: p.grad.clone() for n, p in model.named_parameters()
+                              if p.grad is not None}))
+    return results
+
+
+def assert_same(results, atol=1e-10):
+    (out0, g0), (out1, g1) = results
+    for a, b in zip(out0, out1):          # y, state (and trace): tensors or NamedTuples
+        pairs = zip(a, b) if isinstance(a, tuple) else [(a, b)]
+        for u, v in pairs:
+            assert u.dtype == v.dtype and u.shape == v.shape
+            assert torch.allclose(u.double(), v.double(), atol=atol, rtol=0)
+    assert g0.keys() == g1.keys()          # the same parameters reached (None stays None)
+    for name in g0:
+        assert torch.allclose(g0[name], g1[name], atol=atol, rtol=0), name
+
+
+def state_loss(out):
+    y, state = out[0], out[1]
+    return (y.sin().sum() + state.hidden.sum() + state.cell.pow(2).sum()
+            + state.content.pow(2).sum())
+
+
+@pytest.mark.parametrize("mode, train", [("gumbel", True), ("gumbel", False), ("argmax", True),
+                                         ("reinforce", True), ("scheduled", True)])
+@pytest.mark.parametrize("layer_norm, dropout", [(False, 0.0), (True, 0.0), (True, 0.3),
+                                                 (False, 0.4)])
+def test_compiled_sequence_equals_tensor_path(mode, train, layer_norm, dropout):
+    """The compiled whole-sequence kernels give the per-step path's outputs, final state and
+    every parameter gradient (the same draws for the same seed), past the filling phase."""
+    kw = dict(addressing="gumbel", temperature="scheduled") if mode == "scheduled" else \
+        dict(addressing=mode)
+    model = randomise(small_tardis(layer_norm=layer_norm, recurrent_dropout=dropout, **kw))
+    model.train(train)
+    model.inverse_temperature = 2.5
+    x = seq(t=11)
+    assert model.cell.fused_applies(x)
+    assert_same(both_paths(model, x, state_loss))
+
+
+@pytest.mark.parametrize("mode", ["gumbel", "reinforce", "argmax"])
+@pytest.mark.parametrize("layer_norm, dropout", [(False, 0.0), (True, 0.3)])
+def test_compiled_trace_and_aux_loss_equal_tensor_path(mode, layer_norm, dropout):
+    """With the trace (what REINFORCE's aux_loss reads): every trace field, the aux terms and
+    every gradient of task loss + aux_loss + a loss on every trace field are the tensor path's."""
+    model = randomise(small_tardis(addressing=mode, layer_norm=layer_norm,
+                                   recurrent_dropout=dropout, discount=0.8))
+    x = seq(t=10)
+    targets = (torch.rand(3, 10, 3, generator=torch.Generator().manual_seed(2)) > 0.5).double()
+    mask = torch.ones(3, 10, dtype=torch.float64)
+    mask[:, :2] = 0
+    slot_weights = torch.arange(1.0, 5.0, dtype=torch.float64)
+    terms = []
+
+    def loss(out):
+        y, state, trace = out
+        nll = step_nll(y, targets, mask)
+        aux = model.aux_terms(trace, nll.detach(), score=lambda o: step_nll(o, targets, mask))
+        terms.append(aux)
+        return (nll.sum() + sum(aux.values(), y.new_zeros(())) + state_loss(out)
+                + trace.read_probs.cos().sum() + (trace.read_weights * slot_weights).pow(2).sum()
+                + (trace.write_weights * slot_weights).sum() + trace.read_vectors.sin().sum()
+                + trace.hidden.pow(3).sum() + trace.resets.pow(2).sum()
+                + trace.inverse_temperature.sin().sum())
+    results = both_paths(model, x, loss, trace=True)
+    assert_same(results)
+    assert terms[0].keys() == terms[1].keys() == ({"auxiliary", "reinforce"} if mode == "reinforce"
+                                                   else set())
+    for key in terms[0]:
+        assert torch.allclose(terms[0][key], terms[1][key], atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["gumbel", "reinforce"])
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("layer_norm, dropout", [(False, 0.0), (True, 0.3)])
+def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train, layer_norm,
+                                                                     dropout):
+    """Under no_grad the kernels keep one step's scratch only: same outputs and final state."""
+    model = randomise(small_tardis(addressing=mode, layer_norm=layer_norm,
+                                   recurrent_dropout=dropout)).train(train)
+    x = seq(t=11)
+    results = []
+    for use in (False, True):
+        model.cell.use_kernels = use
+        torch.manual_seed(2)
+        with torch.no_grad():
+            results.append(model(x))
+    (y0, s0), (y1, s1) = results
+    assert torch.allclose(y0, y1, atol=1e-12)
+    for a, b in zip(s0, s1):
+        assert torch.allclose(a.double(), b.double(), atol=1e-12)
+
+
+def test_compiled_path_runs_float32():
+    model = small_tardis(layer_norm=True).float()
+    x = seq().float()
+    results = []
+    for use in (False, True):
+        model.cell.use_kernels = use
+        model.zero_grad()
+        torch.manual_seed(3)
+        y, state = model(x)
+        (y.sum() + state.content.sum()).backward()
+        results.append((y, model.cell.hidden_gates.weight.grad.clone()))
+    assert results[1][0].dtype == torch.float32
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-4)
+
+
+@pytest.mark.parametrize("use_kernels", [True, False])
+@pytest.mark.parametrize("kw", [dict(), dict(addressing="reinforce"),
+                                dict(layer_norm=True, recurrent_dropout=0.3)])
+def test_chunked_run_equals_one_run_on_both_paths(use_kernels, kw):
+    """Chunks with the carried (detached) state give one run's outputs and final state, across
+    the k-th step (the step counter keeps the write order) and with the draws of one run."""
+    model = randomise(small_tardis(**kw))
+    model.cell.use_kernels = use_kernels
+    x = seq(t=10)
+    assert model.cell.fused_applies(x) == use_kernels
+    torch.manual_seed(5)
+    y, final = model(x)
+    torch.manual_seed(5)
+    y1, s = model(x[:, :3])
+    y2, s = model(x[:, 3:6], detach_state(s))
+    y3, s = model(x[:, 6:], detach_state(s))
+    assert torch.allclose(torch.cat([y1, y2, y3], 1), y, atol=1e-12)
+    for a, b in zip(s, final):
+        assert torch.allclose(a.double(), b.double(), atol=1e-12)
+
+
+@pytest.mark.parametrize("use_kernels", [True, False])
+def test_gradcheck_float64_both_paths(use_kernels):
+    """gradcheck through the compiled path (and the tensor path) wherever the forward is
+    differentiable: argmax reads with the gate noise and dropout masks fixed by the seed (inputs
+    and the initial state), evaluation with layer norm, and the read probabilities of REINFORCE
+    training (samples fixed by the seed) that aux_loss differentiates. Gumbel straight-through
+    gradients are not the derivative of the one-hot forward: test_compiled_sequence_equals_...
+    checks them against the tensor path instead."""
+    x = seq(b=2, t=6).requires_grad_()
+    noisy = randomise(small_tardis(addressing="argmax", layer_norm=True, recurrent_dropout=0.3))
+    noisy.cell.use_kernels = use_kernels
+
+    def run(inp, h0, c0):
+        torch.manual_seed(3)
+        state = noisy.initial_state(2)
+        y, state = noisy(inp, state._replace(hidden=h0, cell=c0))
+        return y, state.content, state.cell
+    h0 = torch.rand(2, 8, dtype=torch.float64, requires_grad=True)
+    c0 = torch.rand(2, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(run, (x, h0, c0))
+    plain = randomise(small_tardis(layer_norm=True)).eval()
+    plain.cell.use_kernels = use_kernels
+    assert torch.autograd.gradcheck(lambda inp: plain(inp)[0], (x,))
+    rl = randomise(small_tardis(addressing="reinforce"))
+    rl.cell.use_kernels = use_kernels
+
+    def run_rl(inp):
+        torch.manual_seed(4)
+        y, state, trace = rl(inp, return_trace=True)
+        return y, trace.read_probs, trace.inverse_temperature
+    assert torch.autograd.gradcheck(run_rl, (x,))
+
+
+def test_compiled_path_only_where_it_applies(monkeypatch):
+    """The kernels run for CPU float32/float64 passes with use_kernels (and USE_KERNELS) on,
+    where they pay; else the tensor path."""
+    from mannlab.models import tardis as tardis_module
+    model = small_tardis()
+    x = seq()
+    assert model.cell.fused_applies(x) and model.cell.fused_applies(x.float())
+    assert not model.cell.fused_applies(x.to(torch.bfloat16))
+    calls = []
+    original = model.cell.run_fused
+    monkeypatch.setattr(model.cell, "run_fused", lambda *a: calls.append(1) or original(*a))
+    model(x)
+    model(x, return_trace=True)
+    assert len(calls) == 2
+    model.cell.use_kernels = False
+    assert not model.cell.fused_applies(x)
+    model(x)
+    model.cell.use_kernels = True
+    monkeypatch.setattr(tardis_module, "USE_KERNELS", False)
+    assert not model.cell.fused_applies(x)
+    model(x)
+    assert len(calls) == 2
+    bf16 = small_tardis().to(torch.bfloat16)
+    monkeypatch.setattr(bf16.cell, "run_fused", lambda *a: calls.append(1))
+    monkeypatch.setattr(tardis_module, "USE_KERNELS", True)
+    bf16(x.to(torch.bfloat16))
+    assert len(calls) == 2

@@ -55,14 +55,17 @@ standard deviation (variance normalisation); plus the auxiliary predictor's own 
 """
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Callable, NamedTuple, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
-from mannlab import sampling
+from mannlab import kernels, sampling
 from mannlab.errors import ConfigError
 from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_positive,
                                   stack_traces)
@@ -75,6 +78,10 @@ LAST_READ_PENALTY = 100.0
 RESET_TEMPERATURE = 0.3
 #: ε of the usage normalisation (u - mean) / sqrt(var + ε)
 USAGE_EPS = 1e-5
+#: The compiled whole-sequence path (mannlab.tardis_kernels) for CPU float32/float64 runs;
+#: False (or MANNLAB_KERNELS=0) runs the per-step tensor path always.
+USE_KERNELS = kernels.ENABLED
+_KERNEL_MODES = {"gumbel": 0, "reinforce": 1, "argmax": 2}     # tardis_kernels.GUMBEL, ...
 
 
 # ---------------------------------------------------------------- primitives
@@ -245,6 +252,7 @@ class TARDISCell(MemoryCell):
         self.width = address_size + content_size                                  # q
         self.features = fusion_size
         self.inverse_temperature = 1.0      # used with temperature="scheduled"
+        self.use_kernels = True             # the compiled whole-sequence path, where it applies
         d, q = hidden_size, self.width
         nonzeros = address_nonzeros or max(1, address_size // 2)
         self.register_buffer("address", sparse_addresses(memory_slots, address_size, nonzeros,
@@ -294,22 +302,57 @@ class TARDISCell(MemoryCell):
             return F.softplus(self.temperature_layer(h)) + 1                     # eq. 18 (B, 1)
         return h.new_full((h.shape[0], 1), float(self.inverse_temperature))
 
-    def _read_weights(self, logits: torch.Tensor, h: torch.Tensor):
-        """(one-hot w^r (B, k), sampled?) from π: gumbel-ST, sample or argmax (eval: argmax)."""
+    def draws(self, steps: int, batch: int, like: torch.Tensor, read: bool = True):
+        """The random numbers of ``steps`` training steps, in the order the step loop uses
+        them: Gumbel noise g of the reads (T, B, k) (gumbel and reinforce; None for argmax or
+        ``read=False``), logistic noise l of the RESET gates (T, B, 2), and the recurrent-dropout
+        masks of c̃ (T, B, d), 0 or 1 / (1 - p) (None without dropout); all None at evaluation.
+        One draw E ~ Exp(1) of (T, B (k + 4 + d)) gives them all: g = -log E, l = log E' -
+        log E'' (the difference of two Gumbels is logistic), keep = E < -log p (probability
+        1 - p). The tensor path draws one step at a time, the compiled path all steps at once:
+        torch's exponential_ fills them from the same stream, so both see the same numbers."""
+        if not self.training:
+            return None, None, None
+        k = self.slots if read and self.addressing != "argmax" else 0
+        d = self.hidden_size if self.recurrent_dropout else 0
+        e = like.new_empty(steps, batch * (k + 4 + d)).exponential_()
+        gumbel = -torch.log(e[:, :batch * k]).view(steps, batch, k) if k else None
+        pair = torch.log(e[:, batch * k:batch * (k + 4)]).view(steps, batch, 2, 2)
+        logistic = pair[..., 1] - pair[..., 0]
+        mask = None
+        if d:
+            p = self.recurrent_dropout
+            keep = e[:, batch * (k + 4):].view(steps, batch, d) < -math.log(p)
+            mask = keep.to(like.dtype) * (1.0 / (1.0 - p) if p < 1 else 0.0)
+        return gumbel, logistic, mask
+
+    def _read_weights(self, logits: torch.Tensor, h: torch.Tensor, gumbel: Optional[torch.Tensor]):
+        """(one-hot w^r (B, k), sampled?) from π and the step's Gumbel noise (B, k): gumbel-ST,
+        a sample (Gumbel-max: argmax(π + g) is distributed as softmax(π)) or argmax (eval)."""
         if not self.training or self.addressing == "argmax":
             return sampling.argmax_one_hot(logits), False
         if self.addressing == "reinforce":
-            return sampling.sample_one_hot(torch.softmax(logits, -1)), True
-        return sampling.gumbel_softmax(logits, self._inverse_temperature(h), hard=True), False  # eq. 19
+            return sampling.argmax_one_hot(logits + gumbel), True
+        return sampling.gumbel_softmax(logits, self._inverse_temperature(h), hard=True,
+                                       noise=gumbel), False                          # eq. 19
 
     def controller(self, x_gates: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
-                   r: torch.Tensor):
-        """Eqs. 7-10: (h_t, c_t, [α, β]) from W x + b (B, 4d+2), h_{t-1}, c_{t-1}, r_t."""
+                   r: torch.Tensor, noise: Optional[tuple] = None):
+        """Eqs. 7-10: (h_t, c_t, [α, β]) from W x + b (B, 4d+2), h_{t-1}, c_{t-1}, r_t.
+        ``noise``: (logistic noise (B, 2), dropout mask (B, d) or None) of this step, drawn by
+        :meth:`draws` when not given (training)."""
         d = self.hidden_size
+        if noise is None:
+            _, logistic, mask = self.draws(1, h.shape[0], h, read=False)
+            noise = (None, None) if logistic is None else (logistic[0],
+                                                           None if mask is None else mask[0])
+        logistic, mask = noise
         hp, rp = self.hidden_gates(h), self.read_gates(r)
         gates = x_gates[:, :3 * d] + hp[:, :3 * d] + rp[:, :3 * d]
-        resets = sampling.gumbel_sigmoid(x_gates[:, 4 * d:] + hp[:, 4 * d:] + rp[:, 4 * d:],
-                                         RESET_TEMPERATURE, noise=self.training)   # eq. 8
+        pre = x_gates[:, 4 * d:] + hp[:, 4 * d:] + rp[:, 4 * d:]
+        if logistic is not None:       # gumbel-sigmoid (eq. 8); noise-free at evaluation
+            pre = pre + logistic
+        resets = torch.sigmoid(pre / RESET_TEMPERATURE)
         alpha, beta = resets[:, :1], resets[:, 1:]
         cand = (beta * hp[:, 3 * d:4 * d] + x_gates[:, 3 * d:4 * d]
                 + alpha * rp[:, 3 * d:4 * d])                                        # eq. 9
@@ -317,8 +360,8 @@ class TARDISCell(MemoryCell):
             gates, cand = self.ln_gates(gates), self.ln_candidate(cand)
         f, i, o = torch.sigmoid(gates).chunk(3, -1)                                  # eq. 7
         cand = torch.tanh(cand)
-        if self.recurrent_dropout and self.training:
-            cand = F.dropout(cand, self.recurrent_dropout)
+        if mask is not None:           # recurrent dropout (training only)
+            cand = cand * mask
         c = f * c + i * cand
         c_out = c if self.ln_cell is None else self.ln_cell(c)
         return o * torch.tanh(c_out), c, resets                                      # eq. 10
@@ -326,11 +369,14 @@ class TARDISCell(MemoryCell):
     def step(self, inputs: torch.Tensor, state: TARDISState, with_trace: bool = False):
         h, c, content, counts, last_read, steps = state
         x_gates, x_read = inputs[:, :4 * self.hidden_size + 2], inputs[:, 4 * self.hidden_size + 2:]
+        gumbel, logistic, mask = self.draws(1, h.shape[0], h)
         memory = self.memory(content)                                                # M_{t-1}
         logits = self.read_head.logits(x_read, h, memory, counts, last_read)        # eq. 4
-        read_w, sampled = self._read_weights(logits, h)
+        read_w, sampled = self._read_weights(logits, h, None if gumbel is None else gumbel[0])
         r = (read_w.unsqueeze(1) @ memory).squeeze(1)                                # eq. 1
-        h_new, c, resets = self.controller(x_gates, h, c, r)                         # eqs. 7-10
+        noise = (None, None) if logistic is None else (logistic[0],
+                                                       None if mask is None else mask[0])
+        h_new, c, resets = self.controller(x_gates, h, c, r, noise)                 # eqs. 7-10
         fill, filling = sequential_slots(steps, self.slots, read_w.dtype)
         write_w = torch.where(filling, fill, read_w)                                 # algorithm 1
         content = write_rows(content, write_w, self.micro_state(h_new))             # eq. 2
@@ -344,6 +390,152 @@ class TARDISCell(MemoryCell):
                 r, h_new, resets, self._inverse_temperature(h).squeeze(-1),
                 normalise_usage(counts), h.new_full((h.shape[0],), float(sampled)))
         return features, state, trace
+
+    # ------------------------------------------------------ the fused path
+
+    def fused_applies(self, x: torch.Tensor) -> bool:
+        """Whether a pass over x can run the compiled whole-sequence kernels: CPU float32/float64
+        and numba present (every TARDIS configuration is covered, with or without a trace)."""
+        return USE_KERNELS and self.use_kernels and kernels.usable(x, "tardis_kernels")
+
+    def fused_pays(self, batch: int, backward: bool) -> bool:
+        """Whether the compiled path is expected to be faster than the tensor path for this
+        batch size; ``backward``: a training pass."""
+        return True
+
+    def needs_backward(self, x: torch.Tensor, state: TARDISState) -> bool:
+        """Whether a pass over x records a graph (then the kernels keep what the backward
+        reads; otherwise only one step's scratch)."""
+        return torch.is_grad_enabled() and (
+            x.requires_grad or any(p.requires_grad for p in self.parameters())
+            or any(t.requires_grad for t in state))
+
+    def run_fused(self, x: torch.Tensor, state: TARDISState, with_trace: bool = False):
+        """All steps of x (B, T, I) in the compiled kernels: (features g (B, T, F), final state,
+        the per-step trace fields as :class:`TARDISStepTrace` stacked over time, or None)."""
+        h, c, content, counts, last_read, steps = state
+        B, T = x.shape[:2]
+        mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
+        gumbel, logistic, mask = self.draws(T, B, x)
+        head = self.read_head
+        a = self.address.shape[1]
+        w_mem = head.memory_part.weight                                   # W_m^γ (m, q)
+        mp0 = head.memory_part(self.memory(content))                      # W_m^γ M_0 (B, k, m)
+        aproj = self.address.to(x.dtype) @ w_mem[:, :a].t()               # W_m^γ A (k, m)
+        lns = (self.ln_gates, self.ln_candidate, self.ln_cell)
+        ln = [p for layer in lns for p in (layer.weight, layer.bias)] if self.ln_gates is not None \
+            else [None] * 6
+        options = (_KERNEL_MODES[mode], self.training, self.temperature == "learned",
+                   float(self.inverse_temperature), self.ln_gates is not None,
+                   self.ln_gates.eps if self.ln_gates is not None else 1e-5,
+                   self.needs_backward(x, state))
+        tau = self.temperature_layer
+        (h_all, r_all, probs, read_w, write_w, resets, inv_tau, usage, c, content, counts,
+         last_read) = _FusedSequence.apply(
+            self.input_gates(x), head.precompute(x), gumbel, logistic, mask, h, c, content, mp0,
+            aproj, counts, last_read, steps, self.address.to(x.dtype), self.hidden_gates.weight,
+            self.read_gates.weight, self.micro_state.weight, w_mem[:, a:], head.hidden_part.weight,
+            head.usage_part.weight, head.score.weight.view(-1), tau.weight.view(-1), tau.bias,
+            *ln, options)
+        features = torch.tanh(self.fusion(torch.cat([h_all, r_all], dim=-1)))       # eq. 11
+        state = TARDISState(h_all[:, -1].clone(), c, content, counts, last_read, steps + T)
+        trace = None
+        if with_trace:
+            trace = TARDISStepTrace(read_w.unsqueeze(2), write_w.unsqueeze(2), probs.unsqueeze(2),
+                                    r_all, h_all, resets, inv_tau, usage,
+                                    x.new_full((B, T), float(mode == "reinforce")))
+        return features, state, trace
+
+
+class _FusedSequence(torch.autograd.Function):
+    """A whole sequence of TARDIS steps (eqs. 1-10, 18-19, the writes of algorithm 1) as one
+    autograd node whose forward and backward are single calls of mannlab.tardis_kernels.
+    Outputs: h_t, r_t, p_t = softmax(π_t), the read and write one-hots, [α_t, β_t], 1/τ_t, u_t
+    (B, T, .) and the final c, C, read counts, last read. Gradients not asked for are None
+    (``set_materialize_grads(False)``), so parameters no gradient reaches stay None as on the
+    tensor path (the read MLP under argmax reads, the temperature layer when 1/τ is unused).
+    The weight gradients are one matrix product each over all B * T steps."""
+
+    @staticmethod
+    def forward(ctx, xg, xr, gumbel, logistic, mask, h0, c0, C0, mp0, aproj, counts0, last0,
+                steps0, address, w_hg, w_rg, w_m, w_c, w_qh, w_qu, score, w_tau, b_tau, lng_w,
+                lng_b, lnc_w, lnc_b, lnm_w, lnm_b, options):
+        mode, train, learned, inv_tau, use_ln, eps, keep = options
+        a = kernels.as_array
+        dtype = a(xg).dtype
+        none = np.zeros((1, 1, 1), dtype)
+        one = np.ones(1, dtype)
+        lnv = [a(p) if use_ln else one for p in (lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b)]
+        compiled = kernels.load("tardis_kernels")
+        compiled.limit_blas_threads(torch.get_num_threads())
+        (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last,
+         saved) = compiled.sequence_forward(
+            a(xg), a(xr), none if gumbel is None else a(gumbel),
+            none if logistic is None else a(logistic), none if mask is None else a(mask),
+            mask is not None, a(h0), a(c0), a(C0), a(mp0), a(aproj), a(address), a(counts0),
+            a(last0), a(steps0), a(w_hg.t()), a(w_rg.t()), a(w_m.t()), a(w_c.t()), a(w_qh.t()),
+            a(w_qu.t()), a(score), a(w_tau), a(b_tau), learned, inv_tau, use_ln, *lnv, eps,
+            LAST_READ_PENALTY, RESET_TEMPERATURE, USAGE_EPS, mode, train, keep)
+        outputs = tuple(torch.from_numpy(v) for v in (h_all, r_all, probs, read_w, write_w, resets,
+                                                      tau, usage, c, C, counts, last))
+        h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last = outputs
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(usage, counts, last)
+        if mode != _KERNEL_MODES["gumbel"]:
+            ctx.mark_non_differentiable(read_w, write_w)
+        if not learned:
+            ctx.mark_non_differentiable(tau)
+        # everything through save_for_backward (a tensor kept on ctx would make a cycle)
+        if keep:
+            ctx.save_for_backward(h_all, r_all, probs, resets, tau, usage, C, mask, address, aproj,
+                                  steps0, w_hg, w_rg, w_m, w_c, w_qh, score, w_tau, lng_w, lnc_w,
+                                  lnm_w, *(torch.from_numpy(v) for v in saved))
+        ctx.options = options
+        return outputs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_h_all, d_r_all, d_probs, d_read_w, d_write_w, d_resets, d_tau, d_usage,
+                 d_c, d_C, d_counts, d_last):
+        mode, train, learned, inv_tau, use_ln, eps, keep = ctx.options
+        (h_all, r_all, probs, resets, tau, usage, C, mask, address, aproj, steps0, w_hg, w_rg,
+         w_m, w_c, w_qh, score, w_tau, lng_w, lnc_w, lnm_w, *saved) = ctx.saved_tensors
+        a = kernels.as_array
+        gumbel = mode == _KERNEL_MODES["gumbel"]
+        read_grad = gumbel or d_probs is not None          # does any gradient reach π?
+        tau_grad = learned and (gumbel or d_tau is not None)
+
+        def given(grad, like):
+            return a(grad) if grad is not None else np.zeros(like.shape, a(like).dtype)
+        one = np.ones(1, a(h_all).dtype)
+        grads = kernels.load("tardis_kernels").sequence_backward(
+            tuple(a(v) for v in saved), a(h_all), a(r_all), a(probs), a(resets), a(tau), a(C),
+            a(mask) if mask is not None else np.zeros((1, 1, 1), a(h_all).dtype), mask is not None,
+            a(address), a(aproj), a(steps0), a(w_hg), a(w_rg), a(w_m), a(w_c), a(w_qh), a(score),
+            a(w_tau), learned, use_ln, *(a(p) if use_ln else one for p in (lng_w, lnc_w, lnm_w)),
+            RESET_TEMPERATURE, mode, read_grad, given(d_h_all, h_all), given(d_r_all, r_all),
+            given(d_probs, probs), d_probs is not None, given(d_read_w, probs),
+            given(d_write_w, probs), given(d_resets, resets), given(d_tau, tau),
+            given(d_c, saved[1][:, 0]), given(d_C, C))
+        (d_xg, d_xr, d_h0, d_c0, d_C0, d_mp0, d_aproj, dv, dvm, d_taupre, d_score,
+         *d_ln) = (torch.from_numpy(g) for g in grads)
+        hprev, v_all = saved[0], saved[17]
+        d = hprev.shape[-1]
+
+        def outer(grad, value):        # sum over batch and time of grad ⊗ value
+            return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
+        cand = slice(3 * d, 4 * d)     # the c̃ block: β W^g_h h, α W^g_r r (eq. 9)
+        g_hg, g_rg = outer(d_xg, hprev), outer(d_xg, r_all)
+        g_hg[cand] = outer(d_xg[..., cand] * resets[..., 1:], hprev)
+        g_rg[cand] = outer(d_xg[..., cand] * resets[..., :1], r_all)
+        # x_r gets zeros without read gradients, as the tensor path's cat in precompute gives
+        read = (d_xr, d_mp0, d_aproj, outer(dvm, v_all), outer(d_xr, hprev), outer(d_xr, usage),
+                d_score) if read_grad else (d_xr,) + (None,) * 6
+        temp = (d_taupre.reshape(1, -1) @ hprev.reshape(-1, d)).view(-1), d_taupre.sum().view(1)
+        ln = tuple(d_ln) if use_ln else (None,) * 6
+        return (d_xg, read[0], None, None, None, d_h0, d_c0, d_C0, read[1], read[2], None, None,
+                None, None, g_hg, g_rg, outer(dv, h_all), read[3], read[4], read[5], read[6],
+                *(temp if tau_grad else (None, None)), *ln, None)
 
 
 # -------------------------------------------------------------------- module
@@ -406,7 +598,11 @@ class TARDIS(CellTemperature, SequenceModel):
         return self.temperature_every, max(1, self.cell.slots - 1)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        features, state, steps = run_steps(self.cell, x, state, with_trace)
+        cell = self.cell
+        if cell.fused_applies(x) and cell.fused_pays(x.shape[0], cell.needs_backward(x, state)):
+            features, state, steps = cell.run_fused(x, state, with_trace)
+        else:
+            features, state, steps = run_steps(cell, x, state, with_trace)
         return features, state, (TARDISTrace(*steps, inputs=x) if with_trace else None)
 
     def aux_logits(self, trace: TARDISTrace) -> torch.Tensor:

@@ -466,6 +466,8 @@ class _FusedSequence(torch.autograd.Function):
         none = np.zeros((1, 1, 1), dtype)
         one = np.ones(1, dtype)
         lnv = [a(p) if use_ln else one for p in (lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b)]
+        # everything h_t multiplies, [W_m; W_h; W_h^γ; w^τ] (c + 4d + 2 + m + 1, d): one product
+        w_h = torch.cat([w_m, w_hg, w_qh, w_tau.view(1, -1)]).detach()
         compiled = kernels.load("tardis_kernels")
         compiled.limit_blas_threads(torch.get_num_threads())
         (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last,
@@ -473,8 +475,8 @@ class _FusedSequence(torch.autograd.Function):
             a(xg), a(xr), none if gumbel is None else a(gumbel),
             none if logistic is None else a(logistic), none if mask is None else a(mask),
             mask is not None, a(h0), a(c0), a(C0), a(mp0), a(aproj), a(address), a(counts0),
-            a(last0), a(steps0), a(w_hg.t()), a(w_rg.t()), a(w_m.t()), a(w_c.t()), a(w_qh.t()),
-            a(w_qu.t()), a(score), a(w_tau), a(b_tau), learned, inv_tau, use_ln, *lnv, eps,
+            a(last0), a(steps0), a(w_h.t()), a(w_rg.t()), a(w_c.t()), a(w_qu.t()), a(score),
+            a(b_tau), learned, inv_tau, use_ln, *lnv, eps,
             LAST_READ_PENALTY, RESET_TEMPERATURE, USAGE_EPS, mode, train, keep)
         outputs = tuple(torch.from_numpy(v) for v in (h_all, r_all, probs, read_w, write_w, resets,
                                                       tau, usage, c, C, counts, last))
@@ -488,8 +490,8 @@ class _FusedSequence(torch.autograd.Function):
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
             ctx.save_for_backward(h_all, r_all, probs, resets, tau, usage, C, mask, address, aproj,
-                                  steps0, w_hg, w_rg, w_m, w_c, w_qh, score, w_tau, lng_w, lnc_w,
-                                  lnm_w, *(torch.from_numpy(v) for v in saved))
+                                  steps0, w_h, w_rg, w_c, score, lng_w, lnc_w, lnm_w,
+                                  *(torch.from_numpy(v) for v in saved))
         ctx.options = options
         return outputs
 
@@ -498,8 +500,8 @@ class _FusedSequence(torch.autograd.Function):
     def backward(ctx, d_h_all, d_r_all, d_probs, d_read_w, d_write_w, d_resets, d_tau, d_usage,
                  d_c, d_C, d_counts, d_last):
         mode, train, learned, inv_tau, use_ln, eps, keep = ctx.options
-        (h_all, r_all, probs, resets, tau, usage, C, mask, address, aproj, steps0, w_hg, w_rg,
-         w_m, w_c, w_qh, score, w_tau, lng_w, lnc_w, lnm_w, *saved) = ctx.saved_tensors
+        (h_all, r_all, probs, resets, tau, usage, C, mask, address, aproj, steps0, w_h, w_rg,
+         w_c, score, lng_w, lnc_w, lnm_w, *saved) = ctx.saved_tensors
         a = kernels.as_array
         gumbel = mode == _KERNEL_MODES["gumbel"]
         read_grad = gumbel or d_probs is not None          # does any gradient reach π?
@@ -511,8 +513,7 @@ class _FusedSequence(torch.autograd.Function):
         grads = kernels.load("tardis_kernels").sequence_backward(
             tuple(a(v) for v in saved), a(h_all), a(r_all), a(probs), a(resets), a(tau), a(C),
             a(mask) if mask is not None else np.zeros((1, 1, 1), a(h_all).dtype), mask is not None,
-            a(address), a(aproj), a(steps0), a(w_hg), a(w_rg), a(w_m), a(w_c), a(w_qh), a(score),
-            a(w_tau), learned, use_ln, *(a(p) if use_ln else one for p in (lng_w, lnc_w, lnm_w)),
+            a(address), a(aproj), a(steps0), a(w_h), a(w_rg), a(w_c), a(score), learned, use_ln, *(a(p) if use_ln else one for p in (lng_w, lnc_w, lnm_w)),
             RESET_TEMPERATURE, mode, read_grad, given(d_h_all, h_all), given(d_r_all, r_all),
             given(d_probs, probs), d_probs is not None, given(d_read_w, probs),
             given(d_write_w, probs), given(d_resets, resets), given(d_tau, tau),
@@ -525,9 +526,10 @@ class _FusedSequence(torch.autograd.Function):
         def outer(grad, value):        # sum over batch and time of grad ⊗ value
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
         cand = slice(3 * d, 4 * d)     # the c̃ block: β W^g_h h, α W^g_r r (eq. 9)
-        g_hg, g_rg = outer(d_xg, hprev), outer(d_xg, r_all)
-        g_hg[cand] = outer(d_xg[..., cand] * resets[..., 1:], hprev)
-        g_rg[cand] = outer(d_xg[..., cand] * resets[..., :1], r_all)
+        d_hp, d_rp = d_xg.clone(), d_xg.clone()
+        d_hp[..., cand] *= resets[..., 1:]
+        d_rp[..., cand] *= resets[..., :1]
+        g_hg, g_rg = outer(d_hp, hprev), outer(d_rp, r_all)
         # x_r gets zeros without read gradients, as the tensor path's cat in precompute gives
         read = (d_xr, d_mp0, d_aproj, outer(dvm, v_all), outer(d_xr, hprev), outer(d_xr, usage),
                 d_score) if read_grad else (d_xr,) + (None,) * 6

@@ -672,3 +672,17 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
     monkeypatch.setattr(tardis_module, "USE_KERNELS", True)
     bf16(x.to(torch.bfloat16))
     assert len(calls) == 2
+
+
+def test_tensor_path_where_the_kernels_do_not_pay(monkeypatch):
+    """fused_pays (always True as measured so far) is consulted: where it says no, the tensor
+    path runs, with the same draws."""
+    model = randomise(small_tardis())
+    x = seq()
+    torch.manual_seed(1)
+    y_kernels, _ = model(x)
+    monkeypatch.setattr(model.cell, "fused_pays", lambda batch, backward: False)
+    monkeypatch.setattr(model.cell, "run_fused", lambda *a: pytest.fail("compiled path ran"))
+    torch.manual_seed(1)
+    y_tensor, _ = model(x)
+    assert torch.allclose(y_kernels, y_tensor, atol=1e-12)

@@ -48,6 +48,28 @@ argmax and drops the gumbel-sigmoid noise, so a trained model is deterministic.
 ``temperature="scheduled"`` replaces eq. 18 by 1/τ set from the training step
 (ARMIN's set-up, appendix C) through mannlab.training.schedules.
 
+Random numbers (training only): each step takes one draw E ~ Exp(1) of B (k + 4 + d) values
+(``TARDISCell.draws``): the read's Gumbel noise g = -log E (gumbel-softmax; REINFORCE samples
+w̄^r by Gumbel-max, argmax(π + g), which is distributed as w̄^r), the RESET gates' logistic
+noise log E' - log E'' (two per gate: the difference of two Gumbels is logistic) and the
+recurrent-dropout keep mask E < -log p (probability 1 - p).
+
+Speed: on CPU float32/float64 tensors a pass over a sequence runs as one autograd node whose
+forward and backward are compiled loops over time (mannlab.tardis_kernels), for every
+configuration above (gumbel, reinforce, argmax and evaluation; learned or scheduled 1/τ; layer
+norm and recurrent dropout on or off) and with or without the trace that REINFORCE's
+``aux_loss`` reads (its fields carry the tensor path's gradients). The input projections run
+for all steps first, the fusion g and the output layer for all steps after. The compiled path
+draws all steps' random numbers in one call, which torch's generator fills exactly as the
+step loop's per-step calls, so both paths see the same samples for a seed; values and every
+gradient equal the per-step tensor path to rounding (tests/test_tardis.py). Measured in CPU
+time with one thread (benchmarks/README.md, bench_tardis.py): a batch-1 training step of the
+copy configuration 15x faster than the tensor path (0.40x an nn.LSTMCell loop), batch 16 3.8x
+(1.3x LSTMCell); the PTB recipe trains at 0.79x (batch 1) and 0.53x (batch 32) nn.LSTM's
+characters per second, from 0.05x and 0.28x. ``cell.use_kernels = False``, ``USE_KERNELS =
+False`` or MANNLAB_KERNELS=0 select the per-step tensor path, which other devices and dtypes
+use anyway.
+
 ``TARDIS.aux_loss`` (REINFORCE, section 3.1): reward R'_j = log p(y_j | r̄_j, x_j) of
 the auxiliary predictor softmax/sigmoid(W^o_r r̄_j + W^o_x x_j) (eq. 17; r̄ is r
 without gradient), discounted returns (eq. 16), centred and divided by their running
@@ -400,7 +422,11 @@ class TARDISCell(MemoryCell):
 
     def fused_pays(self, batch: int, backward: bool) -> bool:
         """Whether the compiled path is expected to be faster than the tensor path for this
-        batch size; ``backward``: a training pass."""
+        batch size; ``backward``: a training pass. Always, as measured on the 2-core machine
+        (one thread, CPU time): 1.02-17x faster from batch 1 to 512 and d_h 120 to 512, in
+        training and inference (the gain shrinks with the batch, where both paths spend their
+        time in the same matrix products; benchmarks/README.md). A hook for a policy like
+        ARMIN's should a configuration turn out slower."""
         return True
 
     def needs_backward(self, x: torch.Tensor, state: TARDISState) -> bool:
@@ -410,9 +436,11 @@ class TARDISCell(MemoryCell):
             x.requires_grad or any(p.requires_grad for p in self.parameters())
             or any(t.requires_grad for t in state))
 
-    def run_fused(self, x: torch.Tensor, state: TARDISState, with_trace: bool = False):
+    def run_fused(self, x: torch.Tensor, state: TARDISState, with_trace: bool = False,
+                  backward: Optional[bool] = None):
         """All steps of x (B, T, I) in the compiled kernels: (features g (B, T, F), final state,
-        the per-step trace fields as :class:`TARDISStepTrace` stacked over time, or None)."""
+        the per-step trace fields as :class:`TARDISStepTrace` stacked over time, or None).
+        ``backward``: :meth:`needs_backward`, if the caller knows it already."""
         h, c, content, counts, last_read, steps = state
         B, T = x.shape[:2]
         mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
@@ -428,7 +456,7 @@ class TARDISCell(MemoryCell):
         options = (_KERNEL_MODES[mode], self.training, self.temperature == "learned",
                    float(self.inverse_temperature), self.ln_gates is not None,
                    self.ln_gates.eps if self.ln_gates is not None else 1e-5,
-                   self.needs_backward(x, state))
+                   self.needs_backward(x, state) if backward is None else backward)
         tau = self.temperature_layer
         (h_all, r_all, probs, read_w, write_w, resets, inv_tau, usage, c, content, counts,
          last_read) = _FusedSequence.apply(
@@ -601,8 +629,10 @@ class TARDIS(CellTemperature, SequenceModel):
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
         cell = self.cell
-        if cell.fused_applies(x) and cell.fused_pays(x.shape[0], cell.needs_backward(x, state)):
-            features, state, steps = cell.run_fused(x, state, with_trace)
+        applies = cell.fused_applies(x)
+        backward = applies and cell.needs_backward(x, state)
+        if applies and cell.fused_pays(x.shape[0], backward):
+            features, state, steps = cell.run_fused(x, state, with_trace, backward)
         else:
             features, state, steps = run_steps(cell, x, state, with_trace)
         return features, state, (TARDISTrace(*steps, inputs=x) if with_trace else None)

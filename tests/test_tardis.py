@@ -463,6 +463,13 @@ def test_learns_tiny_copy_gumbel():
 
 # ------------------------------------------------------------ compiled path
 
+@pytest.fixture
+def kernels_enabled(monkeypatch):
+    """The compiled path's tests run it even under MANNLAB_KERNELS=0 (numba is required)."""
+    from mannlab.models import tardis as tardis_module
+    monkeypatch.setattr(tardis_module, "USE_KERNELS", True)
+
+
 def randomise(model, scale=0.3):
     """Non-trivial values for every parameter (layer-norm gains and biases, C_0, h_0, c_0)."""
     torch.manual_seed(7)
@@ -505,6 +512,7 @@ def state_loss(out):
             + state.content.pow(2).sum())
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("mode, train", [("gumbel", True), ("gumbel", False), ("argmax", True),
                                          ("reinforce", True), ("scheduled", True)])
 @pytest.mark.parametrize("layer_norm, dropout", [(False, 0.0), (True, 0.0), (True, 0.3),
@@ -522,6 +530,7 @@ def test_compiled_sequence_equals_tensor_path(mode, train, layer_norm, dropout):
     assert_same(both_paths(model, x, state_loss))
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("mode", ["gumbel", "reinforce", "argmax"])
 @pytest.mark.parametrize("layer_norm, dropout", [(False, 0.0), (True, 0.3)])
 def test_compiled_trace_and_aux_loss_equal_tensor_path(mode, layer_norm, dropout):
@@ -554,6 +563,7 @@ def test_compiled_trace_and_aux_loss_equal_tensor_path(mode, layer_norm, dropout
         assert torch.allclose(terms[0][key], terms[1][key], atol=1e-12)
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("mode", ["gumbel", "reinforce"])
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("layer_norm, dropout", [(False, 0.0), (True, 0.3)])
@@ -575,6 +585,7 @@ def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train
         assert torch.allclose(a.double(), b.double(), atol=1e-12)
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_runs_float32():
     model = small_tardis(layer_norm=True).float()
     x = seq().float()
@@ -591,6 +602,7 @@ def test_compiled_path_runs_float32():
     assert torch.allclose(results[0][1], results[1][1], atol=1e-4)
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("use_kernels", [True, False])
 @pytest.mark.parametrize("kw", [dict(), dict(addressing="reinforce"),
                                 dict(layer_norm=True, recurrent_dropout=0.3)])
@@ -612,6 +624,7 @@ def test_chunked_run_equals_one_run_on_both_paths(use_kernels, kw):
         assert torch.allclose(a.double(), b.double(), atol=1e-12)
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("use_kernels", [True, False])
 def test_gradcheck_float64_both_paths(use_kernels):
     """gradcheck through the compiled path (and the tensor path) wherever the forward is
@@ -645,6 +658,7 @@ def test_gradcheck_float64_both_paths(use_kernels):
     assert torch.autograd.gradcheck(run_rl, (x,))
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_only_where_it_applies(monkeypatch):
     """The kernels run for CPU float32/float64 passes with use_kernels (and USE_KERNELS) on,
     where they pay; else the tensor path."""
@@ -674,6 +688,7 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
     assert len(calls) == 2
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 def test_tensor_path_where_the_kernels_do_not_pay(monkeypatch):
     """fused_pays (always True as measured so far) is consulted: where it says no, the tensor
     path runs, with the same draws."""

@@ -1,7 +1,9 @@
 """D-NTM: primitives by hand, LRU / multi-step / NOP, the address part, gradients,
 cell == sequence, chunked == whole, discrete modes, REINFORCE terms, curriculum,
-regularisers, bad input and a learning check."""
-import math
+regularisers, the compiled whole-sequence path against the tensor path, bad input and a
+learning check."""
+import gc
+import weakref
 
 import pytest
 import torch
@@ -9,7 +11,9 @@ from torch.func import functional_call
 
 import mannlab
 from mannlab import ConfigError, detach_state
+from mannlab import sampling
 from mannlab.models import DNTMState, DNTMTrace, build_model
+from mannlab.models import dntm as dntm_module
 from mannlab.models.dntm import lru_address, read_write_consistency, similarity
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
@@ -192,9 +196,14 @@ def test_cell_loop_equals_sequence_module(controller):
         assert torch.allclose(a, b, atol=1e-12)
 
 
+@pytest.mark.parametrize("kernels", [True, False])
 @pytest.mark.parametrize("mode", ["soft", "argmax", "reinforce"])
-def test_chunked_run_with_carried_state_equals_one_run(mode):
-    model = small_dntm(read_heads=2, addressing=mode)
+def test_chunked_run_with_carried_state_equals_one_run(mode, kernels):
+    """On the compiled path and on the tensor path (J = 2, NOP on: the draws of each chunk
+    continue where the previous chunk stopped)."""
+    model = small_dntm(read_heads=2, addressing=mode, addressing_steps=2, nop=True)
+    model.cell.use_kernels = kernels
+    assert model.cell.fused_applies(seq()) == kernels
     x = seq(t=9)
     torch.manual_seed(5)
     y, final = model(x)
@@ -394,6 +403,276 @@ def test_regularisers_switch_on_from_the_config_and_get_gradients():
     _, _, tr = model(3 * seq() - 1, return_trace=True)
     with pytest.raises(ValueError, match="gaussian"):
         model.aux_loss(tr, torch.zeros(3, 5, dtype=torch.float64))
+
+
+# ---------------------------------------------------------- the compiled path
+
+def randomise(model):
+    """Random values for every parameter (biases and the initial state too), so every term of
+    the kernels' forward and backward is exercised."""
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.7)
+    return model
+
+
+def leaves(value):
+    """The tensors of a (nested) state, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for item in value for t in leaves(item)]
+
+
+def random_state(model, batch):
+    """A non-zero initial state that requires grad (its gradient is compared too)."""
+    gen = torch.Generator().manual_seed(3)
+    state = model.initial_state(batch)
+
+    def rand(t):
+        return torch.rand(t.shape, dtype=t.dtype, generator=gen).requires_grad_()
+    return DNTMState(tuple(rand(t) for t in state.controller), rand(state.content),
+                     rand(state.read_vectors), rand(state.read_lru), rand(state.write_lru))
+
+
+def both_paths(model, x, state=None, soft_minibatch=False, nll_seed=0):
+    """Outputs, final state, trace, gradients of every parameter (and of the initial state) of
+    the tensor path and of the compiled path, each from the same seed and the same reward
+    moments, for a loss over all of them and aux_loss."""
+    results = []
+    buffers = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("reward")}
+    nll = torch.rand(x.shape[:2], dtype=x.dtype, generator=torch.Generator().manual_seed(nll_seed))
+    for kernels in (False, True):
+        model.cell.use_kernels = kernels
+        model.soft_minibatch = soft_minibatch
+        model.load_state_dict(buffers, strict=False)
+        model.zero_grad()
+        start = None if state is None else DNTMState(*(
+            tuple(t.detach().clone().requires_grad_() for t in s) if isinstance(s, tuple)
+            else s.detach().clone().requires_grad_() for s in state))
+        torch.manual_seed(5)
+        y, final, tr = model(x, start, return_trace=True)
+        loss = (y.sin().sum() + sum((t * (i + 1)).cos().sum() for i, t in enumerate(leaves(final)))
+                + tr.read_probs.pow(2).sum() + tr.write_probs.sin().sum() + tr.key_strengths.sum()
+                + tr.lru_gates.cos().sum() + tr.erase_vectors.pow(2).sum()
+                + tr.candidates.sin().sum() + tr.input_gates.sum() + tr.memory.pow(2).sum()
+                + tr.hidden.sum() + tr.read_vectors.cos().sum() + model.aux_loss(tr, nll))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        if start is not None:
+            grads.update({f"state{i}": t.grad.clone() for i, t in enumerate(leaves(start))})
+        results.append((y, final, tr, grads))
+    return results
+
+
+def assert_paths_equal(results, atol=1e-10):
+    (y0, s0, t0, g0), (y1, s1, t1, g1) = results
+    assert torch.allclose(y0, y1, atol=atol, rtol=0)
+    for a, b in zip(leaves(s0), leaves(s1), strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=atol, rtol=0)
+    for name in DNTMTrace._fields:
+        a, b = getattr(t0, name), getattr(t1, name)
+        assert a.shape == b.shape and a.dtype == b.dtype, name
+        assert torch.allclose(a, b, atol=atol, rtol=0), name
+        assert a.requires_grad == b.requires_grad, name
+    assert g0.keys() == g1.keys()
+    for name in g0:
+        assert torch.allclose(g0[name], g1[name], atol=atol, rtol=1e-9), name
+
+
+AUX = dict(entropy_weight=0.1, read_write_consistency=0.3, next_input_prediction=0.5)
+
+
+@pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax"])
+@pytest.mark.parametrize("steps", [1, 3])
+@pytest.mark.parametrize("lru, nop", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("controller", ["gru", "fnn"])
+def test_compiled_path_equals_tensor_path(mode, steps, lru, nop, controller):
+    """The compiled whole-sequence kernels give the per-step tensor path's outputs, final state,
+    every trace field and every gradient (parameters and initial state, through the task loss,
+    the trace and aux_loss: REINFORCE, entropy, read-write consistency, next-input
+    prediction), with the same one-hot samples for the same seed."""
+    model = randomise(small_dntm(controller=controller, addressing=mode, addressing_steps=steps,
+                                 lru=lru, nop=nop, read_heads=2, **AUX))
+    x = seq(t=7)
+    assert model.cell.fused_applies(x)
+    results = both_paths(model, x, random_state(model, 3))
+    assert_paths_equal(results)
+    if mode == "reinforce":
+        assert results[1][2].sampled.eq(1).all()
+        assert {tuple(r[2].write_weights.argmax(-1).flatten().tolist()) for r in results} \
+            == {tuple(results[0][2].write_weights.argmax(-1).flatten().tolist())}
+
+
+@pytest.mark.parametrize("kw", [dict(write_keys="memory"), dict(read_heads=2, write_heads=3),
+                                dict(write_heads=2, addressing="reinforce", write_keys="memory"),
+                                dict(addressing="reinforce", input_baseline=True,
+                                     curriculum_p0=1.0)])
+def test_compiled_path_equals_tensor_path_heads_and_keys(kw):
+    """Several write heads (erasures multiply), write keys over [A; C], the input baseline."""
+    model = randomise(small_dntm(addressing_steps=2, nop=True, **{**AUX, **kw}))
+    assert_paths_equal(both_paths(model, seq(t=6)))
+    assert_paths_equal(both_paths(model, seq(t=6), random_state(model, 3)))
+
+
+def test_compiled_path_curriculum_soft_minibatch_and_evaluation():
+    """A reinforce model's soft minibatch (curriculum) and its argmax evaluation."""
+    model = randomise(small_dntm(addressing="reinforce", curriculum_p0=1.0, **AUX))
+    results = both_paths(model, seq(t=6), soft_minibatch=True)
+    assert_paths_equal(results)
+    assert results[1][2].sampled.eq(0).all()
+    assert torch.equal(results[1][2].read_weights, results[1][2].read_probs)
+    model.eval()
+    results = both_paths(model, seq(t=6))
+    assert_paths_equal(results)
+    assert set(results[1][2].read_weights.unique().tolist()) == {0.0, 1.0}
+
+
+def test_compiled_samples_are_torch_multinomial_draws():
+    """The compiled path draws one Exp(1) per probability in the step loop's order and takes
+    argmax p / E: torch.multinomial(p, 1) draws exactly these (sampling.sample_one_hot)."""
+    p = torch.softmax(3 * torch.randn(7, 11, dtype=torch.float64), -1)
+    for seed in range(5):
+        torch.manual_seed(seed)
+        a = sampling.sample_one_hot(p)
+        b = sampling.sample_one_hot(p[:3])                   # two calls ...
+        torch.manual_seed(seed)
+        e = torch.empty(10, 11, dtype=torch.float64).exponential_()   # ... one draw
+        assert torch.equal(a.argmax(-1), (p / e[:7]).argmax(-1))
+        assert torch.equal(b.argmax(-1), (p[:3] / e[7:]).argmax(-1))
+
+
+@pytest.mark.parametrize("mode", ["soft", "reinforce"])
+@pytest.mark.parametrize("train", [True, False])
+def test_compiled_path_without_backward_equals_tensor_path(mode, train):
+    """Under no_grad the kernels keep one step's scratch instead of (B, T, ...) arrays: same
+    outputs, final state and (with return_trace) trace as the tensor path."""
+    model = randomise(small_dntm(addressing=mode, addressing_steps=2, read_heads=2)).train(train)
+    x = seq(t=7)
+    results = []
+    for kernels in (False, True):
+        model.cell.use_kernels = kernels
+        with torch.no_grad():
+            torch.manual_seed(2)
+            plain = model(x)
+            torch.manual_seed(2)
+            traced = model(x, return_trace=True)
+        results.append((plain, traced))
+    (p0, t0), (p1, t1) = results
+    for a, b in zip(leaves(p0) + leaves(t0), leaves(p1) + leaves(t1), strict=True):
+        assert torch.allclose(a, b, atol=1e-12, rtol=0)
+
+
+def test_compiled_path_float32_close_to_tensor_path():
+    model = randomise(small_dntm(addressing_steps=2, nop=True, **AUX)).float()
+    x = seq(t=7).float()
+    results = []
+    for kernels in (False, True):
+        model.cell.use_kernels = kernels
+        model.zero_grad()
+        y, state, tr = model(x, return_trace=True)
+        (y.sin().sum() + model.aux_loss(tr, torch.rand(3, 7))).backward()
+        results.append((y, state.content, model.cell.head_params.weight.grad.clone()))
+    for a, b in zip(*results):
+        assert a.dtype == torch.float32 and torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("controller", ["gru", "fnn"])
+def test_gradcheck_compiled_path_float64(controller):
+    """Soft mode through the compiled path: the input, the initial state and the address part
+    (LRU off for T > 1: v is cut from the graph on purpose, see test_gradcheck_soft_mode_float64);
+    the discrete modes with the samples fixed by the seed (no path from the outputs to w), the
+    trace's probabilities included."""
+    model = randomise(small_dntm(controller=controller, read_heads=2, write_heads=2,
+                                 addressing_steps=2, nop=True, lru=False))
+    assert model.cell.fused_applies(seq())
+    x = seq(b=2, t=3).requires_grad_()
+    state = random_state(model, 2)
+
+    def run(inp, content, reads, *ctrl):
+        start = state._replace(controller=ctrl, content=content, read_vectors=reads)
+        y, final = model(inp, start)
+        return y, final.content
+    assert torch.autograd.gradcheck(run, (x, *leaves(state)[-4:-2], *state.controller))
+    params = dict(model.named_parameters())
+    A = params.pop("cell.address").detach().clone().requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda a: functional_call(model, {**params, "cell.address": a}, (x.detach(),))[0], (A,))
+    lru = randomise(small_dntm(controller=controller, read_heads=2, nop=True))
+    assert torch.autograd.gradcheck(lambda inp: lru(inp)[0], (seq(b=2, t=1).requires_grad_(),))
+    for mode in ("reinforce", "argmax"):
+        hard = randomise(small_dntm(controller=controller, addressing=mode, addressing_steps=2,
+                                    lru=False))
+
+        def run_hard(inp):
+            torch.manual_seed(1)
+            y, _, tr = hard(inp, return_trace=True)
+            return y, tr.read_probs, tr.write_probs
+        assert torch.autograd.gradcheck(run_hard, (x,))
+
+
+def test_compiled_path_only_where_it_applies(monkeypatch):
+    """Other controllers, use_kernels=False and USE_KERNELS=False (MANNLAB_KERNELS=0) run the
+    tensor path; GRU and FNN run the kernels."""
+    calls = []
+    original = dntm_module.DNTMCell.run_fused
+
+    def spy(self, *args):
+        calls.append(type(self.controller).__name__)
+        return original(self, *args)
+    monkeypatch.setattr(dntm_module.DNTMCell, "run_fused", spy)
+    x = seq()
+    for controller in ("gru", "fnn", "lstm", "elman", "pnr-lstm"):
+        model = small_dntm(controller=controller)
+        assert model.cell.fused_applies(x) == (controller in ("gru", "fnn"))
+        model(x)
+        with torch.no_grad():
+            model(x, return_trace=True)
+    assert calls == ["GRUController"] * 2 + ["FNNController"] * 2
+    model = small_dntm()
+    model.cell.use_kernels = False
+    model(x)
+    model.cell.use_kernels = True
+    monkeypatch.setattr(dntm_module, "USE_KERNELS", False)
+    assert not model.cell.fused_applies(x)
+    model(x)
+    assert len(calls) == 4
+
+
+def test_compiled_path_only_where_it_pays(monkeypatch):
+    """Inference with a controller wider than KERNEL_MAX_INFER_HIDDEN at batch > 1 runs the
+    tensor path (measured slower there); training and batch 1 the kernels."""
+    wide = mannlab.DNTM(4, 3, controller_size=dntm_module.KERNEL_MAX_INFER_HIDDEN + 1,
+                        memory_slots=5, address_size=2, content_size=3).cell
+    assert wide.fused_pays(1, False) and wide.fused_pays(64, True) and not wide.fused_pays(2, False)
+    narrow = small_dntm().cell
+    assert narrow.fused_pays(250, False) and narrow.fused_pays(250, True)
+    model = small_dntm(controller_size=dntm_module.KERNEL_MAX_INFER_HIDDEN + 1)
+
+    def fail(*args):
+        raise AssertionError("the compiled path ran")
+    monkeypatch.setattr(model.cell, "run_fused", fail)
+    with torch.no_grad():
+        model(seq(t=2))
+
+
+@pytest.mark.parametrize("with_trace", [False, True])
+def test_compiled_outputs_are_freed_without_garbage_collection(with_trace):
+    """Nothing on the autograd context outside save_for_backward (no reference cycle)."""
+    model = small_dntm(addressing="reinforce", entropy_weight=0.1)
+    gc.disable()
+    try:
+        y, state, *trace = model(seq(), return_trace=with_trace)
+        outputs = [y, *leaves(state), *(leaves(tuple(trace[0])) if trace else [])]
+        refs = [weakref.ref(t) for t in outputs]
+        del outputs
+        loss = y.sum() + (model.aux_loss(trace[0], torch.rand(3, 5, dtype=torch.float64))
+                          if trace else 0)
+        loss.backward()
+        del y, state, trace, loss
+        assert all(ref() is None for ref in refs)
+    finally:
+        gc.enable()
 
 
 # ------------------------------------------------------------------- bad input

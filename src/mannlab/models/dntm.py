@@ -52,19 +52,36 @@ the Huber loss, the entropy bonus λ_H, the read-write consistency regulariser
 (eq. 15) and next-input prediction (section 5). The soft-to-discrete
 curriculum (eq. 14) is a per-minibatch switch, ``soft_minibatch``, that the
 training loop sets through mannlab.training.schedules.start_minibatch.
+
+Speed: on CPU float32/float64 tensors with the GRU or the feed-forward controller (every
+head count, J, LRU, NOP, write-key and addressing mode, with or without the trace), a
+sequence runs as one autograd node whose forward and backward are compiled loops over time
+(mannlab.dntm_kernels: ``sequence_forward``, ``sequence_backward``; the input projections
+are computed for all steps first, the weight gradients are one matrix product each after
+the backward). Its outputs include the trace's probabilities, head activations and memory,
+so the terms of ``aux_loss`` (REINFORCE, entropy, read-write consistency, next-input
+prediction) backpropagate through it. The REINFORCE samples are drawn as torch.multinomial
+draws them (one Exp(1) per probability, argmax p / E), all at once in the step loop's
+order, so both paths give the same samples for a seed. ``cell.use_kernels = False``,
+``USE_KERNELS = False`` or MANNLAB_KERNELS=0 select the per-step tensor path (the reference:
+same values and gradients to rounding); other controllers, devices and dtypes use it
+anyway, and so does inference with controllers above KERNEL_MAX_INFER_HIDDEN units at
+batch > 1. The compiled path is not twice differentiable (its backward is not recorded).
 """
 from __future__ import annotations
 
 import numbers
 from typing import Any, NamedTuple, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from mannlab import addressing as ntm_addressing
-from mannlab import sampling
-from mannlab.controllers import make_controller
+from mannlab import kernels, sampling
+from mannlab.controllers import FNNController, GRUController, make_controller
 from mannlab.errors import ConfigError
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive
 
@@ -75,6 +92,17 @@ NEXT_INPUT_DISTRIBUTIONS = ("bernoulli", "gaussian")
 SIMILARITY_EPS = 1e-6
 #: LRU moving average, v_t = LRU_DECAY v_{t-1} + (1 - LRU_DECAY) z_t (section 3.3).
 LRU_DECAY = 0.1
+#: The compiled whole-sequence path (mannlab.dntm_kernels) for CPU float32/float64 runs with
+#: the GRU or feed-forward (tanh) controller; False (or MANNLAB_KERNELS=0) runs the per-step
+#: tensor path always.
+USE_KERNELS = kernels.ENABLED
+_SOFT, _SAMPLE, _ARGMAX = 0, 1, 2          # mannlab.dntm_kernels' addressing modes
+#: Where the compiled path pays (CPU time on the 2-core machine, one thread): training at
+#: every size measured (1.1-30x faster: batch 1-160, controller 100-512 units); inference
+#: too up to 180 units (1.1-30x at batch 1-250), but not with 512 units at batch 32-128
+#: (0.9-1.0x: the kernels' exp/tanh are scalar calls, torch's vectorised), so inference
+#: with larger controllers than this runs the tensor path unless the batch is 1.
+KERNEL_MAX_INFER_HIDDEN = 256
 
 
 # ---------------------------------------------------------------- primitives
@@ -220,6 +248,7 @@ class DNTMCell(MemoryCell):
         if nop:
             access[-1] = 0.0            # the NOP cell: reads and writes there are ignored
         self.register_buffer("access", access, persistent=False)
+        self.use_kernels = True               # the compiled whole-sequence path, where it applies
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> DNTMState:
         """C_0 = 0, φ_0 = 0, v_0 = 0 (and the controller's learned initial state)."""
@@ -319,6 +348,93 @@ class DNTMCell(MemoryCell):
         trace = self._trace(record, reads, h_out, sample, content) if with_trace else None
         return features, state, trace
 
+    # ------------------------------------------------------ the fused path
+
+    def fused_applies(self, x: torch.Tensor) -> bool:
+        """Whether a pass over x runs the compiled whole-sequence kernels: CPU float32/float64,
+        numba present, and the GRU or the feed-forward (tanh) controller (any heads, J, LRU,
+        NOP, write keys and addressing mode)."""
+        controller = self.controller
+        covered = type(controller) is GRUController or (
+            type(controller) is FNNController and controller.activation is torch.tanh)
+        return (USE_KERNELS and self.use_kernels and covered
+                and kernels.usable(x, "dntm_kernels"))
+
+    def fused_pays(self, batch: int, backward: bool) -> bool:
+        """Whether the compiled path is expected to be faster than the tensor path for this
+        batch size; ``backward``: a training pass (see KERNEL_MAX_INFER_HIDDEN)."""
+        return backward or batch == 1 or self.controller.hidden_size <= KERNEL_MAX_INFER_HIDDEN
+
+    def needs_backward(self, x: torch.Tensor, state: DNTMState) -> bool:
+        """Whether a pass over x records a graph (then the kernels keep what the backward
+        reads; otherwise only one step's scratch)."""
+        def tensors(value):
+            if isinstance(value, torch.Tensor):
+                yield value
+            elif isinstance(value, tuple):
+                for item in value:
+                    yield from tensors(item)
+        return torch.is_grad_enabled() and (
+            x.requires_grad or any(p.requires_grad for p in self.parameters())
+            or any(t.requires_grad for t in tensors(state)))
+
+    def run_fused(self, x: torch.Tensor, state: DNTMState, with_trace: bool):
+        """All steps of x (B, T, I) in the compiled kernels: (features (B, T, F), final state,
+        the fields of :class:`DNTMStepTrace` stacked over time or None)."""
+        B, T = x.shape[:2]
+        ctrl, content, reads, read_v, write_v = state
+        R, H, J, N = self.read_heads, self.write_heads, self.addressing_steps, self.slots
+        gru = type(self.controller) is GRUController
+        discrete = self.discrete()
+        sample = discrete and self.addressing == "reinforce" and self.training
+        mode = (_SAMPLE if sample else _ARGMAX) if discrete else _SOFT
+        if sample:
+            # The step loop's draws, in its order: per time and addressing step one
+            # torch.multinomial(p, 1) over the read heads' (B R, N) probabilities, then one over
+            # the write heads' (B H, N). It draws one Exp(1) per probability and takes
+            # argmax p / E (tests/test_dntm.py checks this), so all exponentials drawn at once
+            # in that order give the kernels the same samples.
+            noise = torch.empty(T * J, B * (R + H) * N, dtype=x.dtype).exponential_()
+        else:
+            noise = x.new_zeros(1, 1)
+        controller = self.controller
+        options = (R, H, J, gru, self.lru, self.nop, self.write_keys == "memory", mode,
+                   self.needs_backward(x, state), with_trace)
+        out, h, reads, content, read_v, write_v, probs, act, ctrace, index = _FusedSequence.apply(
+            self.precompute(x), noise,
+            ctrl[0] if gru else x.new_zeros(B, controller.hidden_size), reads.flatten(1),
+            content, read_v, write_v, controller.read_weight,
+            controller.recurrent_weight if gru else None,
+            controller.recurrent_bias if gru else None,
+            self.head_params.weight, self.head_params.bias, self.address, options)
+        state = DNTMState((h,) if gru else (), content, reads.unflatten(1, (R, self.width)),
+                          read_v, write_v)
+        if not with_trace:
+            return out, state, None
+        K, dc, dh = R + H, self.content_size, controller.hidden_size
+        probs = probs.view(B, T, J, K, N)
+        read_p = probs[:, :, :, :R].reshape(B, T, J * R, N)
+        write_p = probs[:, :, :, R:].reshape(B, T, J * H, N)
+        if discrete:
+            one_hot = torch.zeros_like(probs).scatter_(-1, index.view(B, T, J, K, 1), 1.0)
+            read_w = one_hot[:, :, :, :R].reshape(B, T, J * R, N)
+            write_w = one_hot[:, :, :, R:].reshape(B, T, J * H, N)
+        else:
+            read_w, write_w = read_p, write_p
+        o_beta = R * self.width + H * self.write_key_size
+        o_gamma, o_e = o_beta + K, o_beta + 2 * K
+        o_alpha = o_e + H * dc
+        act = act.view(B, T, J, -1)
+        trace = (read_w, write_w, read_p, write_p, out[..., dh:].unflatten(-1, (R, self.width)),
+                 act[..., o_e:o_alpha].reshape(B, T, J * H, dc),
+                 act[..., o_alpha + H:].reshape(B, T, J * H, dc),
+                 act[..., o_alpha:o_alpha + H].reshape(B, T, J * H),
+                 act[..., o_beta:o_gamma].reshape(B, T, J * K),
+                 act[..., o_gamma:o_e].reshape(B, T, J * K),
+                 out[..., :dh], out.new_full((B, T), float(sample)),
+                 torch.cat([self.address.expand(B, T, N, -1), ctrace], dim=-1))
+        return out, state, trace
+
     def _trace(self, record, reads, h_out, sample, content) -> DNTMStepTrace:
         def cat(i, field=None):
             return torch.cat([r[i] if field is None else getattr(r[4], field) for r in record], 1)
@@ -326,6 +442,80 @@ class DNTMCell(MemoryCell):
         return DNTMStepTrace(cat(0), cat(1), cat(2), cat(3), reads, cat(4, "erase"),
                              cat(4, "candidate"), cat(4, "input_gate"), cat(4, "strengths"),
                              cat(4, "gates"), h_out, flag, self.memory(content))
+
+
+class _FusedSequence(torch.autograd.Function):
+    """A whole D-NTM sequence (eqs. 1-13, section 4's discrete weightings) as one autograd node
+    whose forward and backward are single calls of mannlab.dntm_kernels. Inputs: the
+    precomputed inputs xp (B, T, P), the Exp(1) draws of the samples (or a dummy), the initial
+    state (h_0, φ_0 (B, R W), C_0, v^r_0, v^w_0), the controller's read and recurrent weights,
+    the head layer and the address part A. Outputs: the features (B, T, d_h + R W), the final
+    h, φ, C, v^r, v^w, and the records the trace is built from: probabilities (B, T J, K, N),
+    head activations (B, T J, P_heads), content after each time step (B, T, N, d_c) and the
+    chosen cells (B, T J, K; no gradient). The weight gradients are one matrix product each
+    over all B T J steps."""
+
+    @staticmethod
+    def forward(ctx, xp, noise, h0, phi0, c0, vr0, vw0, w_r, w_h, b_hh, w_p, b_p, address,
+                options):
+        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace = options
+        a = kernels.as_array
+        dummy = np.zeros((1, 1), a(xp).dtype)
+        compiled = kernels.load("dntm_kernels")
+        compiled.limit_blas_threads(torch.get_num_threads())
+        out, h, phi, c, vr, vw, records, saved = compiled.sequence_forward(
+            a(xp), a(noise), a(h0), a(phi0), a(c0), a(vr0), a(vw0), a(w_r.t()),
+            a(w_h.t()) if gru else dummy, a(b_hh) if gru else dummy[0], a(w_p.t()), a(b_p),
+            a(address), R, H, J, gru, lru, nop, memory_keys, mode, SIMILARITY_EPS, LRU_DECAY,
+            keep, trace)
+        records = tuple(torch.from_numpy(r) for r in records)
+        # everything through save_for_backward (a tensor kept on ctx would make a cycle)
+        if keep:
+            ctx.save_for_backward(xp, w_r, w_h, w_p, address, *records,
+                                  *(torch.from_numpy(v) for v in saved))
+        ctx.options = options
+        hnew, act, beta_pre, probs, index, ctrace = records
+        ctx.mark_non_differentiable(index)
+        ctx.set_materialize_grads(False)
+        return (*(torch.from_numpy(v) for v in (out, h, phi, c, vr, vw)), probs, act, ctrace,
+                index)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out, d_h, d_phi, d_c, d_vr, d_vw, d_probs, d_act, d_ctrace, _):
+        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace = ctx.options
+        xp, w_r, w_h, w_p, address, *rest = ctx.saved_tensors
+        records, saved = rest[:6], rest[6:]
+        hnew, act, beta_pre, probs, index, ctrace = records
+        a = kernels.as_array
+        B, T = xp.shape[:2]
+        N, dc = address.shape[0], saved[4].shape[-1]
+        dtype = a(xp).dtype
+
+        def given(grad, *shape):       # a gradient autograd did not materialise: zeros
+            return a(grad) if grad is not None else np.zeros(shape, dtype)
+        dummy = np.zeros((1, 1), dtype)
+        grads = kernels.load("dntm_kernels").sequence_backward(
+            a(xp), tuple(a(v) for v in records), tuple(a(v) for v in saved), a(w_r),
+            a(w_h) if gru else dummy, a(w_p), a(address), R, H, J, gru, lru, nop, memory_keys,
+            mode, LRU_DECAY, given(d_out, B, T, w_p.shape[1] + w_r.shape[1]),
+            given(d_h, B, w_p.shape[1]), given(d_phi, B, w_r.shape[1]), given(d_c, B, N, dc),
+            given(d_vr, B, R, N), given(d_vw, B, H, N),
+            given(d_probs, 1, 1, 1, 1), d_probs is not None, given(d_act, 1, 1, 1),
+            d_act is not None, given(d_ctrace, 1, 1, 1, 1), d_ctrace is not None)
+        d_xp, d_a, d_g, d_p, d_address, d_h0, d_phi0, d_c0, d_vr0, d_vw0 = \
+            (torch.from_numpy(g) for g in grads)
+        hprev, phiprev = saved[0], saved[1]
+
+        def outer(grad, value):        # sum over batch and steps of grad ⊗ value
+            return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
+        need = ctx.needs_input_grad
+        return (d_xp, None, d_h0 if gru else None, d_phi0, d_c0, d_vr0, d_vw0,
+                outer(d_a, phiprev) if need[7] else None,
+                outer(d_g, hprev) if gru and need[8] else None,
+                d_g.sum((0, 1)) if gru and need[9] else None,
+                outer(d_p, hnew) if need[10] else None,
+                d_p.sum((0, 1)) if need[11] else None, d_address, None)
 
 
 # ------------------------------------------------------------- training terms
@@ -445,7 +635,11 @@ class DNTM(SequenceModel):
         self.cell.soft_minibatch = bool(value)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        features, state, steps = super().run(x, state, with_trace)
+        cell = self.cell
+        if cell.fused_applies(x) and cell.fused_pays(x.shape[0], cell.needs_backward(x, state)):
+            features, state, steps = cell.run_fused(x, state, with_trace)
+        else:
+            features, state, steps = super().run(x, state, with_trace)
         return features, state, (DNTMTrace(*steps, inputs=x) if with_trace else None)
 
     def aux_loss(self, trace: DNTMTrace, step_nll: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,726 @@
+"""Compiled CPU kernels (numba) for a whole D-NTM sequence: the forward time loop and the
+backward pass through time of mannlab.models.dntm (Gulcehre et al. 2016, sections 2-4 with
+the errata of shared/papers/README.md), for the GRU and the feed-forward (tanh) controller.
+Used by the compiled path of mannlab.models.dntm (``DNTMCell.run_fused``);
+tests/test_dntm.py checks values, samples and every gradient against the per-step tensor path.
+
+Why: at batch 1 a D-NTM addressing step is about 70 small tensor operations forward and
+100 backward, each a few microseconds of dispatch and autograd bookkeeping. Here the time
+loop runs in machine code; the matrix products of each step are one BLAS call over the batch.
+The per-row work is in small functions (one loop nest each): written inline in the time
+loop, the same loops ran 3-5x slower (LLVM did not vectorise them there).
+
+Per time step t and addressing step j (s = t J + j), for every batch row (paper symbols;
+W = d_a + d_c, K = R + H heads, read heads first):
+    a = x_c + W_r φ_{s-1}     (x_c = W_x x_t + b, precomputed; φ flattened to R W)
+    GRU: g = W_h h_{s-1} + b_h;  r, u = σ(a + g);  n = tanh(a_n + r g_n);
+         h_s = n + u (h_{s-1} - n)                                            eq. 1
+    FNN: h_s = tanh(a)                                                        eq. 2
+    p = W_p h_s + b_p = [k^r | k^w | β | γ | e | α_h | c_h]   (the head layer)
+    β = softplus(.) + 1 (eq. 9), γ = σ(.) (eq. 12), e = σ(.),
+    α = σ(α_h + v_α^T x_t) (eq. 3), c̄ = ReLU(c_h + α W_x x_t) (eq. 4)
+    per head over M_{s-1} = [A; C_{s-1}] (reads; writes over C_{s-1}, or [A; C] with memory keys):
+        S_i = k . m_i / (|k| |m_i| + ε)                                       eqs. 10-11
+        z_i = β S_i;  w = softmax(z - γ v_{s-1});  v_s = 0.1 v_{s-1} + 0.9 z   eqs. 12-13
+        (without LRU w = softmax(z), v unchanged)
+    discrete: w~ = one-hot(argmax_i p_i / E_i), E ~ Exp(1) (torch.multinomial's draw of one
+    sample, with the same exponentials), or one-hot(argmax_i p_i)                section 4
+    φ_s = (w ∘ access)^T M_{s-1}                                              eq. 5
+    C_s[i] = C_{s-1}[i] ∘ prod_h (1 - u_h(i) e_h) + sum_h u_h(i) c̄_h  (u ∘ access)   eq. 6
+    features at t (last addressing step): [h_s; φ_s]
+``access`` is 0 on the NOP cell (the last one with nop) and 1 elsewhere.
+
+Addressing modes (``mode``): 0 soft, 1 sampled one-hots (REINFORCE training), 2 argmax.
+The backward returns the gradients of the precomputed input, of the controller's and the
+head layer's pre-activations per step (the caller turns them into weight gradients with one
+matrix product each over all steps), of the address part A and of the initial state. It also
+takes the gradients of the trace outputs (probabilities, head activations, content after
+each time step), the terms of DNTM.aux_loss flow through.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from mannlab.armin_kernels import FAST, limit_blas_threads  # noqa: F401  (re-exported)
+from mannlab.ntm_kernels import SOFTPLUS_THRESHOLD, _sigmoid
+
+SOFT, SAMPLE, ARGMAX = 0, 1, 2
+
+
+@njit(cache=True)
+def _softplus(x):
+    """torch.nn.functional.softplus (β = 1, threshold 20)."""
+    return x if x > SOFTPLUS_THRESHOLD else math.log1p(math.exp(x))
+
+
+@njit(cache=True)
+def _softplus_grad(x):
+    """As torch's softplus backward: exp(x) / (exp(x) + 1), 1 above the threshold."""
+    if x > SOFTPLUS_THRESHOLD:
+        return 1.0
+    z = math.exp(x)
+    return z / (z + 1.0)
+
+
+@njit(cache=True)
+def _softmax(z, out):
+    top = z[0]
+    for i in range(1, z.shape[0]):
+        if z[i] > top:
+            top = z[i]
+    total = 0.0
+    for i in range(z.shape[0]):
+        e = math.exp(z[i] - top)
+        out[i] = e
+        total += e
+    for i in range(z.shape[0]):
+        out[i] /= total
+
+
+@njit(cache=True)
+def _argmax(p):
+    """Index of the first maximum (torch.argmax)."""
+    best = 0
+    for i in range(1, p.shape[0]):
+        if p[i] > p[best]:
+            best = i
+    return best
+
+
+@njit(cache=True)
+def _sample(p, noise, base):
+    """torch.multinomial(p, 1): argmax_i p_i / E_i with E_i = noise[base + i] ~ Exp(1), in
+    the array's dtype (as torch divides), the first of equal maxima."""
+    best = 0
+    top = p[0] / noise[base]
+    for i in range(1, p.shape[0]):
+        q = p[i] / noise[base + i]
+        if q > top:
+            top = q
+            best = i
+    return best
+
+
+@njit(cache=True, fastmath=FAST)
+def _address(key, with_a, address, content, norms, beta, gamma, v, lru, decay, eps,
+             sim, den, logits, probs):
+    """One head's weighting (eqs. 10-13) over [A; C] (with_a) or C, whose row norms |m_i|
+    are ``norms``: fills S, the denominators |k| |m_i| + ε and w; updates the LRU average v
+    in place (v_s, no gradient)."""
+    N, da = address.shape
+    dc = content.shape[1]
+    nk2 = 0.0
+    for d in range(key.shape[0]):
+        nk2 += key[d] * key[d]
+    nk = math.sqrt(nk2)
+    off = da if with_a else 0
+    for i in range(N):
+        dot = 0.0
+        if with_a:
+            for d in range(da):
+                dot += key[d] * address[i, d]
+        for d in range(dc):
+            dot += key[off + d] * content[i, d]
+        logits[i] = dot
+    for i in range(N):
+        dn = nk * norms[i] + eps
+        sm = logits[i] / dn
+        sim[i] = sm
+        den[i] = dn
+        z = beta * sm                                              # eq. 10
+        if lru:
+            logits[i] = z - gamma * v[i]                           # eq. 12
+            v[i] = decay * v[i] + (1.0 - decay) * z                # eq. 13 (errata)
+        else:
+            logits[i] = z
+    _softmax(logits, probs)
+
+
+@njit(cache=True, fastmath=FAST)
+def _norms(address_norms2, content, with_a, out):
+    """|m_i| of the rows of [A; C] (with_a; |a_i|^2 given) or of C."""
+    for i in range(content.shape[0]):
+        acc = address_norms2[i] if with_a else 0.0
+        for d in range(content.shape[1]):
+            acc += content[i, d] * content[i, d]
+        out[i] = math.sqrt(acc)
+
+
+@njit(cache=True, fastmath=FAST)
+def _gru(xa, a, g, b_hh, h_prev, h_new, gates, gn_out):
+    """Eq. 1 on one row (as torch.nn.GRUCell): x_c + a = W_x x + b + W_r φ (xa, a), g = W_h h;
+    fills h_new, the gates [r, u, n] and g_n = W_hn h + b_hn."""
+    dh = h_prev.shape[0]
+    for k in range(dh):
+        r = _sigmoid(xa[k] + a[k] + (g[k] + b_hh[k]))
+        u = _sigmoid(xa[dh + k] + a[dh + k] + (g[dh + k] + b_hh[dh + k]))
+        gn = g[2 * dh + k] + b_hh[2 * dh + k]
+        n = math.tanh(xa[2 * dh + k] + a[2 * dh + k] + r * gn)
+        hp = h_prev[k]
+        if u < 0.5:                                                # torch.lerp(n, h_{s-1}, u)
+            h_new[k] = n + u * (hp - n)
+        else:
+            h_new[k] = hp - (hp - n) * (1.0 - u)
+        gates[k] = r
+        gates[dh + k] = u
+        gates[2 * dh + k] = n
+        gn_out[k] = gn
+
+
+@njit(cache=True, fastmath=FAST)
+def _fnn(xa, a, h_new):
+    """Eq. 2 on one row: h = tanh(W_x x + b + W_r φ)."""
+    for k in range(h_new.shape[0]):
+        h_new[k] = math.tanh(xa[k] + a[k])
+
+
+@njit(cache=True, fastmath=FAST)
+def _heads(pre, b_p, x_in, x_gate, K, H, dc, o_beta, ab, beta_pre):
+    """The head layer's activations on one row: keys as they are, β = softplus + 1 (eq. 9),
+    γ = σ (eq. 12), e = σ, α = σ(. + v_α^T x) (eq. 3), c̄ = ReLU(. + α W_x x) (eq. 4)."""
+    o_gamma = o_beta + K
+    o_e = o_gamma + K
+    o_ah = o_e + H * dc
+    o_c = o_ah + H
+    for k in range(o_beta):
+        ab[k] = pre[k] + b_p[k]
+    for k in range(K):
+        x = pre[o_beta + k] + b_p[o_beta + k]
+        beta_pre[k] = x
+        ab[o_beta + k] = _softplus(x) + 1.0
+        ab[o_gamma + k] = _sigmoid(pre[o_gamma + k] + b_p[o_gamma + k])
+    for k in range(H * dc):
+        ab[o_e + k] = _sigmoid(pre[o_e + k] + b_p[o_e + k])
+    for hh in range(H):
+        alpha = _sigmoid(pre[o_ah + hh] + b_p[o_ah + hh] + x_gate[hh])
+        ab[o_ah + hh] = alpha
+        for d in range(dc):
+            q = o_c + hh * dc + d
+            c = pre[q] + b_p[q] + alpha * x_in[hh * dc + d]
+            ab[q] = c if c > 0.0 else 0.0
+
+
+@njit(cache=True, fastmath=FAST)
+def _squared_norms(rows, out):
+    for i in range(rows.shape[0]):
+        acc = 0.0
+        for d in range(rows.shape[1]):
+            acc += rows[i, d] * rows[i, d]
+        out[i] = acc
+
+
+@njit(cache=True, fastmath=FAST)
+def _read(weights, address, content, phi):
+    """Eq. 5 for one head: φ = sum_i w_i [a_i; c_i] (w with the NOP cell zeroed)."""
+    N, da = address.shape
+    dc = content.shape[1]
+    for d in range(da + dc):
+        phi[d] = 0.0
+    for i in range(N):
+        wi = weights[i]
+        if wi == 0.0:
+            continue
+        for d in range(da):
+            phi[d] += wi * address[i, d]
+        for d in range(dc):
+            phi[da + d] += wi * content[i, d]
+
+
+@njit(cache=True, fastmath=FAST)
+def _write(content, weights, erase, cand, keep, add):
+    """Eq. 6 on one row, in place: C[i] = C[i] ∘ prod_h (1 - u_h(i) e_h) + sum_h u_h(i) c̄_h;
+    weights u (H, N) with the NOP cell zeroed, erase and candidates flattened (H d_c). Cells
+    with u = 0 (all but one with one-hot weights) stay as they are."""
+    H, N = weights.shape
+    dc = content.shape[1]
+    if H == 1:
+        for i in range(N):
+            u = weights[0, i]
+            if u == 0.0:
+                continue
+            row = content[i]
+            for d in range(dc):
+                row[d] = row[d] * (1.0 - u * erase[d]) + u * cand[d]
+        return
+    for i in range(N):
+        hit = False
+        for hh in range(H):
+            if weights[hh, i] != 0.0:
+                hit = True
+        if not hit:
+            continue
+        for d in range(dc):
+            keep[d] = 1.0
+            add[d] = 0.0
+        for hh in range(H):
+            u = weights[hh, i]
+            for d in range(dc):
+                keep[d] *= 1.0 - u * erase[hh * dc + d]
+                add[d] += u * cand[hh * dc + d]
+        row = content[i]
+        for d in range(dc):
+            row[d] = row[d] * keep[d] + add[d]
+
+
+@njit(cache=True, fastmath=FAST)
+def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, b_p, address,
+                     R, H, J, gru, lru, nop, memory_keys, mode, eps, decay, keep, trace):
+    """xp (B, T, P) = [x_c (Pc) | W_x x (H d_c) | v_α^T x (H)], noise (T J, B K N) Exp(1)
+    draws (mode 1: per step the read heads' rows, then the write heads'), h0 (B, d_h) (GRU),
+    φ0 (B, R W), C0 (B, N, d_c), v0 (B, R, N) and (B, H, N); weights transposed (in, out).
+
+    Returns (features (B, T, d_h + R W), h, φ, C, v^r, v^w), the records (h_s, head
+    activations, β pre-activations, probabilities, chosen indices, content after each time
+    step; (B, T J, ...) when ``keep`` or ``trace``) and what only the backward reads (kept
+    only with ``keep``: without a backward to come, one step's scratch)."""
+    B, T = xp.shape[0], xp.shape[1]
+    N, da = address.shape
+    dc = c0.shape[2]
+    W = da + dc
+    dh = w_pT.shape[0]
+    P = w_pT.shape[1]
+    Pc = w_rT.shape[1]
+    K = R + H
+    Kw = W if memory_keys else dc
+    S = T * J
+    o_kw = R * W
+    o_beta = o_kw + H * Kw
+    o_gamma = o_beta + K
+    o_e = o_gamma + K
+    o_ah = o_e + H * dc
+    o_c = o_ah + H
+    x_in = Pc                     # W_x x in xp
+    x_gate = Pc + H * dc          # v_α^T x in xp
+    full = keep or trace
+    Sr = S if full else 1
+    Sk = S if keep else 1
+    dtype = xp.dtype
+    out = np.empty((B, T, dh + R * W), dtype)
+    hnew_all = np.empty((B, Sr, dh), dtype)
+    act = np.empty((B, Sr, P), dtype)
+    beta_pre = np.empty((B, Sr, K), dtype)
+    probs = np.empty((B, Sr, K, N), dtype)
+    index = np.zeros((B, Sr, K), np.int64)
+    ctrace = np.empty((B, T if trace else 1, N, dc), dtype)
+    hprev = np.empty((B, Sk, dh), dtype)
+    phiprev = np.empty((B, Sk, R * W), dtype)
+    gates = np.empty((B, Sk if gru else 1, 3 * dh), dtype)     # r, u, n
+    gn_all = np.empty((B, Sk if gru else 1, dh), dtype)        # W_hn h + b_hn
+    cold = np.empty((B, Sk, N, dc), dtype)                     # C_{s-1}
+    sim = np.empty((B, Sk, K, N), dtype)
+    den = np.empty((B, Sk, K, N), dtype)
+    vprev = np.empty((B, Sk if lru else 1, K, N), dtype)
+    h = h0.copy()
+    hcur = np.empty((B, dh), dtype)
+    phi = phi0.copy()
+    content = c0.copy()
+    v = np.empty((B, K, N), dtype)
+    v[:, :R] = vr0
+    v[:, R:] = vw0
+    anorm2 = np.empty(N, dtype)
+    _squared_norms(address, anorm2)
+    norm_m = np.empty(N, dtype)                                # |[a_i; c_i]|
+    norm_c = np.empty(N, dtype)                                # |c_i|
+    logits = np.empty(N, dtype)
+    weights = np.empty((K, N), dtype)
+    keepbuf = np.empty(dc, dtype)
+    addbuf = np.empty(dc, dtype)
+    discrete = mode != SOFT
+    for t in range(T):
+        for j in range(J):
+            s = t * J + j
+            sr = s if full else 0
+            sk = s if keep else 0
+            a = np.dot(phi, w_rT)                                  # W_r φ_{s-1}
+            if gru:
+                g = np.dot(h, w_hT)                                # W_h h_{s-1}
+            else:
+                g = a
+            for b in range(B):                                     # the controller, eqs. 1-2
+                if keep:
+                    hprev[b, sk] = h[b]
+                    phiprev[b, sk] = phi[b]
+                if gru:
+                    _gru(xp[b, t], a[b], g[b], b_hh, h[b], hcur[b], gates[b, sk], gn_all[b, sk])
+                else:
+                    _fnn(xp[b, t], a[b], hcur[b])
+                hnew_all[b, sr] = hcur[b]
+            pre = np.dot(hcur, w_pT)                               # the head layer
+            for b in range(B):
+                ab = act[b, sr]
+                _heads(pre[b], b_p, xp[b, t, x_in:x_gate], xp[b, t, x_gate:], K, H, dc, o_beta,
+                       ab, beta_pre[b, sr])
+                cb = content[b]
+                if keep:
+                    cold[b, sk] = cb
+                    if lru:
+                        vprev[b, sk] = v[b]
+                _norms(anorm2, cb, True, norm_m)
+                if not memory_keys:
+                    _norms(anorm2, cb, False, norm_c)
+                for k in range(K):                                 # eqs. 10-13
+                    if k < R:
+                        key = ab[k * W:(k + 1) * W]
+                        with_a = True
+                    else:
+                        key = ab[o_kw + (k - R) * Kw:o_kw + (k - R + 1) * Kw]
+                        with_a = memory_keys
+                    p = probs[b, sr, k]
+                    _address(key, with_a, address, cb, norm_m if with_a else norm_c,
+                             ab[o_beta + k], ab[o_gamma + k], v[b, k], lru, decay, eps,
+                             sim[b, sk, k], den[b, sk, k], logits, p)
+                    if discrete:                                   # section 4
+                        if mode == SAMPLE:
+                            base = (b * R + k) * N if k < R else B * R * N + (b * H + k - R) * N
+                            i = _sample(p, noise[s], base)
+                        else:
+                            i = _argmax(p)
+                        index[b, sr, k] = i
+                        weights[k] = 0.0
+                        weights[k, i] = 1.0
+                    else:
+                        weights[k] = p
+                    if nop:
+                        weights[k, N - 1] = 0.0                    # access: the NOP cell
+                for k in range(R):                                 # eq. 5, on M_{s-1}
+                    _read(weights[k], address, cb, phi[b, k * W:(k + 1) * W])
+                _write(cb, weights[R:], ab[o_e:o_ah], ab[o_c:o_c + H * dc], keepbuf, addbuf)
+                if j == J - 1:
+                    out[b, t, :dh] = hcur[b]
+                    out[b, t, dh:] = phi[b]
+                    if trace:
+                        ctrace[b, t] = cb
+            h[:] = hcur
+    records = (hnew_all, act, beta_pre, probs, index, ctrace)
+    saved = (hprev, phiprev, gates, gn_all, cold, sim, den, vprev)
+    return out, h, phi, content, v[:, :R].copy(), v[:, R:].copy(), records, saved
+
+
+@njit(cache=True, fastmath=FAST)
+def _address_backward(dw, probs, sim, den, vprev, key, with_a, address, content, norms, beta,
+                      gamma, lru, dkey, d_address, d_content, dv, ddot, scale):
+    """Backward of one head's weighting (eqs. 10-13) given dL/dw: returns (dβ, dγ), adds to
+    the key's, A's and C's gradients (|m| and |k| have gradient 0 at 0, as torch's norm).
+    With LRU, dv holds decay * dL/dv_s on entry (v_s = 0.1 v_{s-1} + 0.9 z with z detached)
+    and dL/dv_{s-1} on exit. ddot, scale: scratch (N)."""
+    N, da = address.shape
+    dc = content.shape[1]
+    mean = 0.0
+    for i in range(N):
+        mean += probs[i] * dw[i]
+    nk2 = 0.0
+    for d in range(key.shape[0]):
+        nk2 += key[d] * key[d]
+    nk = math.sqrt(nk2)
+    d_beta = 0.0
+    d_gamma = 0.0
+    dnk = 0.0
+    for i in range(N):
+        dl = probs[i] * (dw[i] - mean)                             # softmax
+        if lru:
+            d_gamma -= dl * vprev[i]
+            dv[i] -= gamma * dl
+        sm = sim[i]
+        dn = den[i]
+        d_beta += dl * sm
+        dS = beta * dl
+        ddot[i] = dS / dn
+        dden = -dS * sm / dn
+        nm = norms[i]
+        dnk += dden * nm
+        scale[i] = dden * nk / nm if nm > 0.0 else 0.0
+    off = da if with_a else 0
+    for i in range(N):
+        di = ddot[i]
+        si = scale[i]
+        if di == 0.0 and si == 0.0:
+            continue
+        if with_a:
+            for d in range(da):
+                dkey[d] += di * address[i, d]
+                d_address[i, d] += di * key[d] + si * address[i, d]
+        for d in range(dc):
+            dkey[off + d] += di * content[i, d]
+            d_content[i, d] += di * key[off + d] + si * content[i, d]
+    if nk > 0.0:
+        f = dnk / nk
+        for d in range(key.shape[0]):
+            dkey[d] += f * key[d]
+    return d_beta, d_gamma
+
+
+@njit(cache=True, fastmath=FAST)
+def _write_backward(g_new, g_old, content, weights, erase, cand, dw, d_erase, d_cand, soft):
+    """Backward of eq. 6 on one row: g_new = dL/dC_s -> g_old = dL/dC_{s-1} (set), and adds
+    dL/du (dw, when ``soft``), dL/de and dL/dc̄ (flattened H d_c)."""
+    H, N = weights.shape
+    dc = content.shape[1]
+    if H == 1:
+        for i in range(N):
+            u = weights[0, i]
+            if u == 0.0:
+                for d in range(dc):
+                    g_old[i, d] = g_new[i, d]
+                continue
+            acc = 0.0
+            for d in range(dc):
+                g = g_new[i, d]
+                c_prev = content[i, d]
+                e = erase[d]
+                g_old[i, d] = g * (1.0 - u * e)
+                acc += g * (cand[d] - c_prev * e)
+                d_erase[d] -= g * c_prev * u
+                d_cand[d] += g * u
+            if soft:
+                dw[0, i] += acc
+        return
+    for i in range(N):
+        hit = False
+        for hh in range(H):
+            if weights[hh, i] != 0.0:
+                hit = True
+        if not hit:
+            for d in range(dc):
+                g_old[i, d] = g_new[i, d]
+            continue
+        for d in range(dc):
+            g = g_new[i, d]
+            keep = 1.0
+            for hh in range(H):
+                keep *= 1.0 - weights[hh, i] * erase[hh * dc + d]
+            g_old[i, d] = g * keep
+            c_prev = content[i, d]
+            for hh in range(H):
+                others = 1.0
+                for h2 in range(H):
+                    if h2 != hh:
+                        others *= 1.0 - weights[h2, i] * erase[h2 * dc + d]
+                u = weights[hh, i]
+                if soft:
+                    dw[hh, i] += g * (cand[hh * dc + d] - c_prev * erase[hh * dc + d] * others)
+                d_erase[hh * dc + d] -= g * c_prev * u * others
+                d_cand[hh * dc + d] += g * u
+
+
+@njit(cache=True, fastmath=FAST)
+def _read_backward(dphi, weights, address, content, dw, d_address, d_content, soft):
+    """Backward of eq. 5 for one head: dL/dw (set, when ``soft``) and adds w_i dφ to A's and
+    C's gradients."""
+    N, da = address.shape
+    dc = content.shape[1]
+    for i in range(N):
+        if soft:
+            acc = 0.0
+            for d in range(da):
+                acc += dphi[d] * address[i, d]
+            for d in range(dc):
+                acc += dphi[da + d] * content[i, d]
+            dw[i] = acc
+        wi = weights[i]
+        if wi != 0.0:
+            for d in range(da):
+                d_address[i, d] += wi * dphi[d]
+            for d in range(dc):
+                d_content[i, d] += wi * dphi[da + d]
+
+
+@njit(cache=True, fastmath=FAST)
+def _heads_backward(dact, ab, beta_pre, x_in, x_gate, K, H, dc, o_beta, dp, d_x_in, d_x_gate):
+    """Backward of _heads on one row: dL/d activations -> dL/d pre-activations (dp) and adds
+    to the gradients of W_x x and v_α^T x."""
+    o_gamma = o_beta + K
+    o_e = o_gamma + K
+    o_ah = o_e + H * dc
+    o_c = o_ah + H
+    for k in range(o_beta):
+        dp[k] = dact[k]
+    for k in range(K):
+        dp[o_beta + k] = dact[o_beta + k] * _softplus_grad(beta_pre[k])
+        gm = ab[o_gamma + k]
+        dp[o_gamma + k] = dact[o_gamma + k] * gm * (1.0 - gm)
+    for k in range(H * dc):
+        e = ab[o_e + k]
+        dp[o_e + k] = dact[o_e + k] * e * (1.0 - e)
+    for hh in range(H):
+        alpha = ab[o_ah + hh]
+        d_alpha = dact[o_ah + hh]
+        for d in range(dc):
+            q = o_c + hh * dc + d
+            dq = dact[q] if ab[q] > 0.0 else 0.0                   # ReLU, eq. 4
+            dp[q] = dq
+            d_alpha += dq * x_in[hh * dc + d]
+            d_x_in[hh * dc + d] += dq * alpha
+        dz = d_alpha * alpha * (1.0 - alpha)                       # eq. 3
+        dp[o_ah + hh] = dz
+        d_x_gate[hh] += dz
+
+
+@njit(cache=True, fastmath=FAST)
+def _gru_backward(dh_out, dh_heads, gates, gn, h_prev, da, dg, dh_keep):
+    """Backward of eq. 1 on one row: dL/dh_s (two parts) -> dL/da (input side, = dL/dx_c),
+    dL/dg (recurrent side) and the direct part u dL/dh_s of dL/dh_{s-1}."""
+    dh = h_prev.shape[0]
+    for k in range(dh):
+        dtot = dh_out[k] + dh_heads[k]
+        r = gates[k]
+        u = gates[dh + k]
+        n = gates[2 * dh + k]
+        dpn = dtot * (1.0 - u) * (1.0 - n * n)
+        dpu = dtot * (h_prev[k] - n) * u * (1.0 - u)
+        dpr = dpn * gn[k] * r * (1.0 - r)
+        dh_keep[k] = dtot * u
+        da[k] = dpr
+        da[dh + k] = dpu
+        da[2 * dh + k] = dpn
+        dg[k] = dpr
+        dg[dh + k] = dpu
+        dg[2 * dh + k] = dpn * r
+
+
+@njit(cache=True, fastmath=FAST)
+def _fnn_backward(dh_out, dh_heads, h_new, da):
+    for k in range(h_new.shape[0]):
+        da[k] = (dh_out[k] + dh_heads[k]) * (1.0 - h_new[k] * h_new[k])
+
+
+@njit(cache=True, fastmath=FAST)
+def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, lru, nop,
+                      memory_keys, mode, decay, d_out, d_hT, d_phiT, d_cT, d_vrT, d_vwT,
+                      d_probs, has_probs, d_act, has_act, d_ctrace, has_ctrace):
+    """Backpropagation through time of sequence_forward. Weights as stored (out, in). The
+    d_* of the records are read only when their has_* flag is set. Returns the gradients of
+    xp (B, T, P), of the controller's pre-activations a (B, T J, Pc) and g (B, T J, 3 d_h)
+    (GRU), of the head layer's pre-activations (B, T J, P_heads), of A, and of the initial
+    h, φ, C, v^r, v^w."""
+    hnew_all, act, beta_pre, probs, index, ctrace = records
+    hprev, phiprev, gates, gn_all, cold, sim, den, vprev = saved
+    B, T = xp.shape[0], xp.shape[1]
+    N, da = address.shape
+    dc = cold.shape[3]
+    W = da + dc
+    dh = w_p.shape[1]
+    P = w_p.shape[0]
+    Pc = w_r.shape[0]
+    K = R + H
+    Kw = W if memory_keys else dc
+    S = T * J
+    o_kw = R * W
+    o_beta = o_kw + H * Kw
+    o_gamma = o_beta + K
+    o_e = o_gamma + K
+    o_ah = o_e + H * dc
+    o_c = o_ah + H
+    x_in = Pc
+    x_gate = Pc + H * dc
+    dtype = xp.dtype
+    soft = mode == SOFT
+    d_xp = np.zeros(xp.shape, dtype)
+    d_a_all = np.empty((B, S, Pc), dtype)
+    d_g_all = np.empty((B, S if gru else 1, 3 * dh), dtype)
+    d_p_all = np.empty((B, S, P), dtype)
+    d_address = np.zeros((N, da), dtype)
+    dhs = d_hT.copy()
+    dphi = d_phiT.copy()
+    dc_new = d_cT.copy()
+    dc_old = np.empty((B, N, dc), dtype)
+    dv = np.empty((B, K, N), dtype)
+    dv[:, :R] = d_vrT
+    dv[:, R:] = d_vwT
+    anorm2 = np.empty(N, dtype)
+    _squared_norms(address, anorm2)
+    norm_m = np.empty(N, dtype)
+    norm_c = np.empty(N, dtype)
+    ddot = np.empty(N, dtype)
+    scale = np.empty(N, dtype)
+    weights = np.empty((K, N), dtype)
+    dw = np.empty((K, N), dtype)
+    dact = np.empty(P, dtype)
+    dpre = np.empty((B, P), dtype)
+    da_s = np.empty((B, Pc), dtype)
+    dg_s = np.empty((B, 3 * dh), dtype)
+    dh_keep = np.empty((B, dh), dtype)
+    for s in range(S - 1, -1, -1):
+        t = s // J
+        j = s - t * J
+        for b in range(B):
+            if j == J - 1:                                         # the features [h; φ]
+                dhs[b] += d_out[b, t, :dh]
+                dphi[b] += d_out[b, t, dh:]
+                if has_ctrace:
+                    dc_new[b] += d_ctrace[b, t]
+            cb = cold[b, s]
+            ab = act[b, s]
+            _norms(anorm2, cb, True, norm_m)
+            if not memory_keys:
+                _norms(anorm2, cb, False, norm_c)
+            for k in range(K):
+                if soft:
+                    weights[k] = probs[b, s, k]
+                else:
+                    weights[k] = 0.0
+                    weights[k, index[b, s, k]] = 1.0
+                if nop:
+                    weights[k, N - 1] = 0.0
+            if has_act:
+                dact[:] = d_act[b, s]
+            else:
+                dact[:] = 0.0
+            dw[:, :] = 0.0
+            _write_backward(dc_new[b], dc_old[b], cb, weights[R:], ab[o_e:o_ah],
+                            ab[o_c:o_c + H * dc], dw[R:], dact[o_e:o_ah],
+                            dact[o_c:o_c + H * dc], soft)                        # eq. 6
+            for k in range(R):                                                   # eq. 5
+                _read_backward(dphi[b, k * W:(k + 1) * W], weights[k], address, cb, dw[k],
+                               d_address, dc_old[b], soft)
+            if nop:                                                # access: no gradient to w
+                for k in range(K):
+                    dw[k, N - 1] = 0.0
+            for k in range(K):                                     # eqs. 10-13
+                if lru:
+                    for i in range(N):
+                        dv[b, k, i] *= decay
+                if has_probs:                                      # trace terms (aux_loss)
+                    for i in range(N):
+                        dw[k, i] += d_probs[b, s, k, i]
+                elif not soft:
+                    continue                                       # one-hot: no path to w
+                if k < R:
+                    o_key = k * W
+                    width = W
+                    with_a = True
+                else:
+                    o_key = o_kw + (k - R) * Kw
+                    width = Kw
+                    with_a = memory_keys
+                d_beta, d_gamma = _address_backward(
+                    dw[k], probs[b, s, k], sim[b, s, k], den[b, s, k],
+                    vprev[b, s if lru else 0, k], ab[o_key:o_key + width], with_a, address,
+                    cb, norm_m if with_a else norm_c, ab[o_beta + k], ab[o_gamma + k], lru,
+                    dact[o_key:o_key + width], d_address, dc_old[b], dv[b, k], ddot, scale)
+                dact[o_beta + k] += d_beta
+                dact[o_gamma + k] += d_gamma
+            _heads_backward(dact, ab, beta_pre[b, s], xp[b, t, x_in:x_gate], xp[b, t, x_gate:],
+                            K, H, dc, o_beta, dpre[b], d_xp[b, t, x_in:x_gate],
+                            d_xp[b, t, x_gate:])
+            d_p_all[b, s] = dpre[b]
+        dh_heads = np.dot(dpre, w_p)                               # (B, d_h)
+        for b in range(B):                                         # the controller
+            if gru:
+                _gru_backward(dhs[b], dh_heads[b], gates[b, s], gn_all[b, s], hprev[b, s],
+                              da_s[b], dg_s[b], dh_keep[b])
+                d_g_all[b, s] = dg_s[b]
+            else:
+                _fnn_backward(dhs[b], dh_heads[b], hnew_all[b, s], da_s[b])
+            d_a_all[b, s] = da_s[b]
+            d_xp[b, t, :Pc] += da_s[b]
+        dphi = np.dot(da_s, w_r)                                   # dL/dφ_{s-1}
+        if gru:
+            dhs = dh_keep + np.dot(dg_s, w_h)                      # dL/dh_{s-1}
+        else:
+            dhs[:, :] = 0.0
+        dc_new, dc_old = dc_old, dc_new
+    return (d_xp, d_a_all, d_g_all, d_p_all, d_address, dhs, dphi, dc_new,
+            dv[:, :R].copy(), dv[:, R:].copy())

@@ -196,6 +196,7 @@ def test_cell_loop_equals_sequence_module(controller):
         assert torch.allclose(a, b, atol=1e-12)
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("kernels", [True, False])
 @pytest.mark.parametrize("mode", ["soft", "argmax", "reinforce"])
 def test_chunked_run_with_carried_state_equals_one_run(mode, kernels):
@@ -407,6 +408,12 @@ def test_regularisers_switch_on_from_the_config_and_get_gradients():
 
 # ---------------------------------------------------------- the compiled path
 
+@pytest.fixture
+def kernels_enabled(monkeypatch):
+    """The compiled path's tests run it even under MANNLAB_KERNELS=0 (numba is required)."""
+    monkeypatch.setattr(dntm_module, "USE_KERNELS", True)
+
+
 def randomise(model):
     """Random values for every parameter (biases and the initial state too), so every term of
     the kernels' forward and backward is exercised."""
@@ -483,6 +490,7 @@ def assert_paths_equal(results, atol=1e-10):
 AUX = dict(entropy_weight=0.1, read_write_consistency=0.3, next_input_prediction=0.5)
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax"])
 @pytest.mark.parametrize("steps", [1, 3])
 @pytest.mark.parametrize("lru, nop", [(True, False), (False, True), (True, True)])
@@ -504,6 +512,7 @@ def test_compiled_path_equals_tensor_path(mode, steps, lru, nop, controller):
             == {tuple(results[0][2].write_weights.argmax(-1).flatten().tolist())}
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("kw", [dict(write_keys="memory"), dict(read_heads=2, write_heads=3),
                                 dict(write_heads=2, addressing="reinforce", write_keys="memory"),
                                 dict(addressing="reinforce", input_baseline=True,
@@ -515,6 +524,7 @@ def test_compiled_path_equals_tensor_path_heads_and_keys(kw):
     assert_paths_equal(both_paths(model, seq(t=6), random_state(model, 3)))
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_curriculum_soft_minibatch_and_evaluation():
     """A reinforce model's soft minibatch (curriculum) and its argmax evaluation."""
     model = randomise(small_dntm(addressing="reinforce", curriculum_p0=1.0, **AUX))
@@ -542,6 +552,7 @@ def test_compiled_samples_are_torch_multinomial_draws():
         assert torch.equal(b.argmax(-1), (p[:3] / e[7:]).argmax(-1))
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("mode", ["soft", "reinforce"])
 @pytest.mark.parametrize("train", [True, False])
 def test_compiled_path_without_backward_equals_tensor_path(mode, train):
@@ -563,6 +574,7 @@ def test_compiled_path_without_backward_equals_tensor_path(mode, train):
         assert torch.allclose(a, b, atol=1e-12, rtol=0)
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_float32_close_to_tensor_path():
     model = randomise(small_dntm(addressing_steps=2, nop=True, **AUX)).float()
     x = seq(t=7).float()
@@ -577,6 +589,7 @@ def test_compiled_path_float32_close_to_tensor_path():
         assert a.dtype == torch.float32 and torch.allclose(a, b, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("controller", ["gru", "fnn"])
 def test_gradcheck_compiled_path_float64(controller):
     """Soft mode through the compiled path: the input, the initial state and the address part
@@ -611,6 +624,7 @@ def test_gradcheck_compiled_path_float64(controller):
         assert torch.autograd.gradcheck(run_hard, (x,))
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_only_where_it_applies(monkeypatch):
     """Other controllers, use_kernels=False and USE_KERNELS=False (MANNLAB_KERNELS=0) run the
     tensor path; GRU and FNN run the kernels."""
@@ -639,6 +653,7 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
     assert len(calls) == 4
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_only_where_it_pays(monkeypatch):
     """Inference with a controller wider than KERNEL_MAX_INFER_HIDDEN at batch > 1 runs the
     tensor path (measured slower there); training and batch 1 the kernels."""
@@ -656,6 +671,7 @@ def test_compiled_path_only_where_it_pays(monkeypatch):
         model(seq(t=2))
 
 
+@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("with_trace", [False, True])
 def test_compiled_outputs_are_freed_without_garbage_collection(with_trace):
     """Nothing on the autograd context outside save_for_backward (no reference cycle)."""

@@ -105,26 +105,28 @@ def _sample(p, noise, base):
 
 
 @njit(cache=True, fastmath=FAST)
-def _address(key, with_a, address, content, norms, beta, gamma, v, lru, decay, eps,
+def _address(key, with_a, address_t, content_t, norms, beta, gamma, v, lru, decay, eps,
              sim, den, logits, probs):
-    """One head's weighting (eqs. 10-13) over [A; C] (with_a) or C, whose row norms |m_i|
-    are ``norms``: fills S, the denominators |k| |m_i| + ε and w; updates the LRU average v
-    in place (v_s, no gradient)."""
-    N, da = address.shape
-    dc = content.shape[1]
+    """One head's weighting (eqs. 10-13) over [A; C] (with_a) or C, given transposed (d, N)
+    with row norms |m_i| ``norms``: fills S, the denominators |k| |m_i| + ε and w; updates
+    the LRU average v in place (v_s, no gradient)."""
+    da, N = address_t.shape
+    dc = content_t.shape[0]
     nk2 = 0.0
     for d in range(key.shape[0]):
         nk2 += key[d] * key[d]
     nk = math.sqrt(nk2)
     off = da if with_a else 0
-    for i in range(N):
-        dot = 0.0
-        if with_a:
-            for d in range(da):
-                dot += key[d] * address[i, d]
-        for d in range(dc):
-            dot += key[off + d] * content[i, d]
-        logits[i] = dot
+    logits[:] = 0.0
+    if with_a:
+        for d in range(da):
+            kd = key[d]
+            for i in range(N):
+                logits[i] += kd * address_t[d, i]
+    for d in range(dc):
+        kd = key[off + d]
+        for i in range(N):
+            logits[i] += kd * content_t[d, i]                      # k . m_i
     for i in range(N):
         dn = nk * norms[i] + eps
         sm = logits[i] / dn
@@ -140,13 +142,17 @@ def _address(key, with_a, address, content, norms, beta, gamma, v, lru, decay, e
 
 
 @njit(cache=True, fastmath=FAST)
-def _norms(address_norms2, content, with_a, out):
-    """|m_i| of the rows of [A; C] (with_a; |a_i|^2 given) or of C."""
-    for i in range(content.shape[0]):
-        acc = address_norms2[i] if with_a else 0.0
-        for d in range(content.shape[1]):
-            acc += content[i, d] * content[i, d]
-        out[i] = math.sqrt(acc)
+def _norms(address_norms2, content_t, with_a, out):
+    """|m_i| of the cells of [A; C] (with_a; |a_i|^2 given) or of C (transposed, (d_c, N))."""
+    if with_a:
+        out[:] = address_norms2
+    else:
+        out[:] = 0.0
+    for d in range(content_t.shape[0]):
+        for i in range(content_t.shape[1]):
+            out[i] += content_t[d, i] * content_t[d, i]
+    for i in range(out.shape[0]):
+        out[i] = math.sqrt(out[i])
 
 
 @njit(cache=True, fastmath=FAST)
@@ -204,65 +210,86 @@ def _heads(pre, b_p, x_in, x_gate, K, H, dc, o_beta, ab, beta_pre):
 
 
 @njit(cache=True, fastmath=FAST)
-def _squared_norms(rows, out):
-    for i in range(rows.shape[0]):
-        acc = 0.0
-        for d in range(rows.shape[1]):
-            acc += rows[i, d] * rows[i, d]
-        out[i] = acc
+def _squared_norms(rows_t, out):
+    """|a_i|^2 of the columns of a transposed (d, N) array."""
+    out[:] = 0.0
+    for d in range(rows_t.shape[0]):
+        for i in range(rows_t.shape[1]):
+            out[i] += rows_t[d, i] * rows_t[d, i]
 
 
 @njit(cache=True, fastmath=FAST)
-def _read(weights, address, content, phi):
-    """Eq. 5 for one head: φ = sum_i w_i [a_i; c_i] (w with the NOP cell zeroed)."""
-    N, da = address.shape
-    dc = content.shape[1]
-    for d in range(da + dc):
-        phi[d] = 0.0
-    for i in range(N):
-        wi = weights[i]
-        if wi == 0.0:
-            continue
+def _read(weights, address_t, content_t, phi, discrete, index):
+    """Eq. 5 for one head: φ = sum_i w_i [a_i; c_i] (w with the NOP cell zeroed; one-hot at
+    ``index`` when discrete)."""
+    da, N = address_t.shape
+    dc = content_t.shape[0]
+    if discrete:
+        wi = weights[index]
         for d in range(da):
-            phi[d] += wi * address[i, d]
+            phi[d] = wi * address_t[d, index]
         for d in range(dc):
-            phi[da + d] += wi * content[i, d]
+            phi[da + d] = wi * content_t[d, index]
+        return
+    for d in range(da):
+        acc = 0.0
+        for i in range(N):
+            acc += weights[i] * address_t[d, i]
+        phi[d] = acc
+    for d in range(dc):
+        acc = 0.0
+        for i in range(N):
+            acc += weights[i] * content_t[d, i]
+        phi[da + d] = acc
 
 
 @njit(cache=True, fastmath=FAST)
-def _write(content, weights, erase, cand, keep, add):
+def _write(content_t, weights, erase, cand, discrete, index, keep):
     """Eq. 6 on one row, in place: C[i] = C[i] ∘ prod_h (1 - u_h(i) e_h) + sum_h u_h(i) c̄_h;
-    weights u (H, N) with the NOP cell zeroed, erase and candidates flattened (H d_c). Cells
-    with u = 0 (all but one with one-hot weights) stay as they are."""
+    content transposed (d_c, N), weights u (H, N) with the NOP cell zeroed (one-hot at
+    index[h] when discrete: the other cells stay as they are), erase and candidates
+    flattened (H d_c); keep: scratch (N)."""
     H, N = weights.shape
-    dc = content.shape[1]
-    if H == 1:
-        for i in range(N):
-            u = weights[0, i]
-            if u == 0.0:
+    dc = content_t.shape[0]
+    if discrete:
+        for hh in range(H):
+            i = index[hh]
+            seen = False
+            for h2 in range(hh):
+                if index[h2] == i:
+                    seen = True
+            if seen:                                   # each cell once
                 continue
-            row = content[i]
             for d in range(dc):
-                row[d] = row[d] * (1.0 - u * erase[d]) + u * cand[d]
+                prod = 1.0
+                add = 0.0
+                for h2 in range(H):
+                    u = weights[h2, i]
+                    prod *= 1.0 - u * erase[h2 * dc + d]
+                    add += u * cand[h2 * dc + d]
+                content_t[d, i] = content_t[d, i] * prod + add
         return
-    for i in range(N):
-        hit = False
-        for hh in range(H):
-            if weights[hh, i] != 0.0:
-                hit = True
-        if not hit:
-            continue
+    if H == 1:
         for d in range(dc):
-            keep[d] = 1.0
-            add[d] = 0.0
+            e = erase[d]
+            c = cand[d]
+            row = content_t[d]
+            for i in range(N):
+                u = weights[0, i]
+                row[i] = row[i] * (1.0 - u * e) + u * c
+        return
+    for d in range(dc):
+        keep[:] = 1.0
         for hh in range(H):
-            u = weights[hh, i]
-            for d in range(dc):
-                keep[d] *= 1.0 - u * erase[hh * dc + d]
-                add[d] += u * cand[hh * dc + d]
-        row = content[i]
-        for d in range(dc):
-            row[d] = row[d] * keep[d] + add[d]
+            e = erase[hh * dc + d]
+            for i in range(N):
+                keep[i] *= 1.0 - weights[hh, i] * e
+        row = content_t[d]
+        for i in range(N):
+            add = 0.0
+            for hh in range(H):
+                add += weights[hh, i] * cand[hh * dc + d]
+            row[i] = row[i] * keep[i] + add
 
 
 @njit(cache=True, fastmath=FAST)
@@ -309,25 +336,29 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     phiprev = np.empty((B, Sk, R * W), dtype)
     gates = np.empty((B, Sk if gru else 1, 3 * dh), dtype)     # r, u, n
     gn_all = np.empty((B, Sk if gru else 1, dh), dtype)        # W_hn h + b_hn
-    cold = np.empty((B, Sk, N, dc), dtype)                     # C_{s-1}
+    cold = np.empty((B, Sk, dc, N), dtype)                     # C_{s-1}, transposed
     sim = np.empty((B, Sk, K, N), dtype)
     den = np.empty((B, Sk, K, N), dtype)
     vprev = np.empty((B, Sk if lru else 1, K, N), dtype)
     h = h0.copy()
     hcur = np.empty((B, dh), dtype)
     phi = phi0.copy()
-    content = c0.copy()
+    # the memory is kept transposed, (d, N): the loops over the N cells are the inner ones
+    address_t = np.ascontiguousarray(address.T)
+    content = np.empty((B, dc, N), dtype)
+    for b in range(B):
+        content[b] = c0[b].T
     v = np.empty((B, K, N), dtype)
     v[:, :R] = vr0
     v[:, R:] = vw0
     anorm2 = np.empty(N, dtype)
-    _squared_norms(address, anorm2)
+    _squared_norms(address_t, anorm2)
     norm_m = np.empty(N, dtype)                                # |[a_i; c_i]|
     norm_c = np.empty(N, dtype)                                # |c_i|
     logits = np.empty(N, dtype)
     weights = np.empty((K, N), dtype)
-    keepbuf = np.empty(dc, dtype)
-    addbuf = np.empty(dc, dtype)
+    chosen = np.zeros(K, np.int64)
+    keepbuf = np.empty(N, dtype)
     discrete = mode != SOFT
     for t in range(T):
         for j in range(J):
@@ -369,7 +400,7 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                         key = ab[o_kw + (k - R) * Kw:o_kw + (k - R + 1) * Kw]
                         with_a = memory_keys
                     p = probs[b, sr, k]
-                    _address(key, with_a, address, cb, norm_m if with_a else norm_c,
+                    _address(key, with_a, address_t, cb, norm_m if with_a else norm_c,
                              ab[o_beta + k], ab[o_gamma + k], v[b, k], lru, decay, eps,
                              sim[b, sk, k], den[b, sk, k], logits, p)
                     if discrete:                                   # section 4
@@ -378,6 +409,7 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                             i = _sample(p, noise[s], base)
                         else:
                             i = _argmax(p)
+                        chosen[k] = i
                         index[b, sr, k] = i
                         weights[k] = 0.0
                         weights[k, i] = 1.0
@@ -386,28 +418,33 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                     if nop:
                         weights[k, N - 1] = 0.0                    # access: the NOP cell
                 for k in range(R):                                 # eq. 5, on M_{s-1}
-                    _read(weights[k], address, cb, phi[b, k * W:(k + 1) * W])
-                _write(cb, weights[R:], ab[o_e:o_ah], ab[o_c:o_c + H * dc], keepbuf, addbuf)
+                    _read(weights[k], address_t, cb, phi[b, k * W:(k + 1) * W], discrete,
+                          chosen[k])
+                _write(cb, weights[R:], ab[o_e:o_ah], ab[o_c:o_c + H * dc], discrete,
+                       chosen[R:], keepbuf)
                 if j == J - 1:
                     out[b, t, :dh] = hcur[b]
                     out[b, t, dh:] = phi[b]
                     if trace:
-                        ctrace[b, t] = cb
+                        ctrace[b, t] = cb.T
             h[:] = hcur
     records = (hnew_all, act, beta_pre, probs, index, ctrace)
     saved = (hprev, phiprev, gates, gn_all, cold, sim, den, vprev)
-    return out, h, phi, content, v[:, :R].copy(), v[:, R:].copy(), records, saved
+    final = np.empty((B, N, dc), dtype)
+    for b in range(B):
+        final[b] = content[b].T
+    return out, h, phi, final, v[:, :R].copy(), v[:, R:].copy(), records, saved
 
 
 @njit(cache=True, fastmath=FAST)
-def _address_backward(dw, probs, sim, den, vprev, key, with_a, address, content, norms, beta,
-                      gamma, lru, dkey, d_address, d_content, dv, ddot, scale):
+def _address_backward(dw, probs, sim, den, vprev, key, with_a, address_t, content_t, norms,
+                      beta, gamma, lru, dkey, d_address_t, d_content_t, dv, ddot, scale):
     """Backward of one head's weighting (eqs. 10-13) given dL/dw: returns (dβ, dγ), adds to
-    the key's, A's and C's gradients (|m| and |k| have gradient 0 at 0, as torch's norm).
-    With LRU, dv holds decay * dL/dv_s on entry (v_s = 0.1 v_{s-1} + 0.9 z with z detached)
-    and dL/dv_{s-1} on exit. ddot, scale: scratch (N)."""
-    N, da = address.shape
-    dc = content.shape[1]
+    the key's, A's and C's gradients (transposed, (d, N); |m| and |k| have gradient 0 at 0,
+    as torch's norm). With LRU, dv holds decay * dL/dv_s on entry (v_s = 0.1 v_{s-1} + 0.9 z
+    with z detached) and dL/dv_{s-1} on exit. ddot, scale: scratch (N)."""
+    da, N = address_t.shape
+    dc = content_t.shape[0]
     mean = 0.0
     for i in range(N):
         mean += probs[i] * dw[i]
@@ -433,18 +470,25 @@ def _address_backward(dw, probs, sim, den, vprev, key, with_a, address, content,
         dnk += dden * nm
         scale[i] = dden * nk / nm if nm > 0.0 else 0.0
     off = da if with_a else 0
-    for i in range(N):
-        di = ddot[i]
-        si = scale[i]
-        if di == 0.0 and si == 0.0:
-            continue
-        if with_a:
-            for d in range(da):
-                dkey[d] += di * address[i, d]
-                d_address[i, d] += di * key[d] + si * address[i, d]
-        for d in range(dc):
-            dkey[off + d] += di * content[i, d]
-            d_content[i, d] += di * key[off + d] + si * content[i, d]
+    if with_a:
+        for d in range(da):
+            kd = key[d]
+            acc = 0.0
+            row = address_t[d]
+            grow = d_address_t[d]
+            for i in range(N):
+                acc += ddot[i] * row[i]
+                grow[i] += ddot[i] * kd + scale[i] * row[i]
+            dkey[d] += acc
+    for d in range(dc):
+        kd = key[off + d]
+        acc = 0.0
+        row = content_t[d]
+        grow = d_content_t[d]
+        for i in range(N):
+            acc += ddot[i] * row[i]
+            grow[i] += ddot[i] * kd + scale[i] * row[i]
+        dkey[off + d] += acc
     if nk > 0.0:
         f = dnk / nk
         for d in range(key.shape[0]):
@@ -453,78 +497,109 @@ def _address_backward(dw, probs, sim, den, vprev, key, with_a, address, content,
 
 
 @njit(cache=True, fastmath=FAST)
-def _write_backward(g_new, g_old, content, weights, erase, cand, dw, d_erase, d_cand, soft):
-    """Backward of eq. 6 on one row: g_new = dL/dC_s -> g_old = dL/dC_{s-1} (set), and adds
-    dL/du (dw, when ``soft``), dL/de and dL/dc̄ (flattened H d_c)."""
+def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, d_cand, soft,
+                    index):
+    """Backward of eq. 6 on one row (content and gradients transposed, (d_c, N)): g_new =
+    dL/dC_s -> g_old = dL/dC_{s-1} (set), and adds dL/du (dw, when ``soft``), dL/de and
+    dL/dc̄ (flattened H d_c). Discrete: one-hot weights at index[h]."""
     H, N = weights.shape
-    dc = content.shape[1]
-    if H == 1:
-        for i in range(N):
-            u = weights[0, i]
-            if u == 0.0:
-                for d in range(dc):
-                    g_old[i, d] = g_new[i, d]
-                continue
-            acc = 0.0
-            for d in range(dc):
-                g = g_new[i, d]
-                c_prev = content[i, d]
-                e = erase[d]
-                g_old[i, d] = g * (1.0 - u * e)
-                acc += g * (cand[d] - c_prev * e)
-                d_erase[d] -= g * c_prev * u
-                d_cand[d] += g * u
-            if soft:
-                dw[0, i] += acc
-        return
-    for i in range(N):
-        hit = False
+    dc = content_t.shape[0]
+    if not soft:
+        g_old[:] = g_new
         for hh in range(H):
-            if weights[hh, i] != 0.0:
-                hit = True
-        if not hit:
+            i = index[hh]
+            seen = False
+            for h2 in range(hh):
+                if index[h2] == i:
+                    seen = True
+            if seen:
+                continue
             for d in range(dc):
-                g_old[i, d] = g_new[i, d]
-            continue
+                g = g_new[d, i]
+                c_prev = content_t[d, i]
+                keep = 1.0
+                for h2 in range(H):
+                    keep *= 1.0 - weights[h2, i] * erase[h2 * dc + d]
+                g_old[d, i] = g * keep
+                for h2 in range(H):
+                    u = weights[h2, i]
+                    if u == 0.0:
+                        continue
+                    others = 1.0
+                    for h3 in range(H):
+                        if h3 != h2:
+                            others *= 1.0 - weights[h3, i] * erase[h3 * dc + d]
+                    d_erase[h2 * dc + d] -= g * c_prev * u * others
+                    d_cand[h2 * dc + d] += g * u
+        return
+    if H == 1:
+        dw0 = dw[0]
+        w0 = weights[0]
         for d in range(dc):
-            g = g_new[i, d]
+            e = erase[d]
+            c = cand[d]
+            gn = g_new[d]
+            go = g_old[d]
+            cp = content_t[d]
+            acc_e = 0.0
+            acc_c = 0.0
+            for i in range(N):
+                g = gn[i]
+                u = w0[i]
+                go[i] = g * (1.0 - u * e)
+                dw0[i] += g * (c - cp[i] * e)
+                acc_e += g * cp[i] * u
+                acc_c += g * u
+            d_erase[d] -= acc_e
+            d_cand[d] += acc_c
+        return
+    for d in range(dc):
+        for i in range(N):
+            g = g_new[d, i]
+            c_prev = content_t[d, i]
             keep = 1.0
             for hh in range(H):
                 keep *= 1.0 - weights[hh, i] * erase[hh * dc + d]
-            g_old[i, d] = g * keep
-            c_prev = content[i, d]
+            g_old[d, i] = g * keep
             for hh in range(H):
                 others = 1.0
                 for h2 in range(H):
                     if h2 != hh:
                         others *= 1.0 - weights[h2, i] * erase[h2 * dc + d]
                 u = weights[hh, i]
-                if soft:
-                    dw[hh, i] += g * (cand[hh * dc + d] - c_prev * erase[hh * dc + d] * others)
+                dw[hh, i] += g * (cand[hh * dc + d] - c_prev * erase[hh * dc + d] * others)
                 d_erase[hh * dc + d] -= g * c_prev * u * others
                 d_cand[hh * dc + d] += g * u
 
 
 @njit(cache=True, fastmath=FAST)
-def _read_backward(dphi, weights, address, content, dw, d_address, d_content, soft):
-    """Backward of eq. 5 for one head: dL/dw (set, when ``soft``) and adds w_i dφ to A's and
-    C's gradients."""
-    N, da = address.shape
-    dc = content.shape[1]
-    for i in range(N):
-        if soft:
-            acc = 0.0
-            for d in range(da):
-                acc += dphi[d] * address[i, d]
-            for d in range(dc):
-                acc += dphi[da + d] * content[i, d]
-            dw[i] = acc
-        wi = weights[i]
-        if wi != 0.0:
-            for d in range(da):
-                d_address[i, d] += wi * dphi[d]
-            for d in range(dc):
-                d_content[i, d] += wi * dphi[da + d]
+def _read_backward(dphi, weights, address_t, content_t, dw, d_address_t, d_content_t, soft,
+                   index):
+    """Backward of eq. 5 for one head (transposed (d, N) arrays): adds dL/dw (when ``soft``)
+    and w_i dφ to A's and C's gradients (discrete: the one cell at ``index``)."""
+    da, N = address_t.shape
+    dc = content_t.shape[0]
+    if not soft:
+        wi = weights[index]
+        for d in range(da):
+            d_address_t[d, index] += wi * dphi[d]
+        for d in range(dc):
+            d_content_t[d, index] += wi * dphi[da + d]
+        return
+    for d in range(da):
+        f = dphi[d]
+        row = address_t[d]
+        grow = d_address_t[d]
+        for i in range(N):
+            dw[i] += f * row[i]
+            grow[i] += weights[i] * f
+    for d in range(dc):
+        f = dphi[da + d]
+        row = content_t[d]
+        grow = d_content_t[d]
+        for i in range(N):
+            dw[i] += f * row[i]
+            grow[i] += weights[i] * f
 
 
 @njit(cache=True, fastmath=FAST)
@@ -599,7 +674,7 @@ def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, 
     hprev, phiprev, gates, gn_all, cold, sim, den, vprev = saved
     B, T = xp.shape[0], xp.shape[1]
     N, da = address.shape
-    dc = cold.shape[3]
+    dc = cold.shape[2]
     W = da + dc
     dh = w_p.shape[1]
     P = w_p.shape[0]
@@ -621,16 +696,19 @@ def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, 
     d_a_all = np.empty((B, S, Pc), dtype)
     d_g_all = np.empty((B, S if gru else 1, 3 * dh), dtype)
     d_p_all = np.empty((B, S, P), dtype)
-    d_address = np.zeros((N, da), dtype)
+    address_t = np.ascontiguousarray(address.T)               # transposed, as the forward's
+    d_address_t = np.zeros((da, N), dtype)
     dhs = d_hT.copy()
     dphi = d_phiT.copy()
-    dc_new = d_cT.copy()
-    dc_old = np.empty((B, N, dc), dtype)
+    dc_new = np.empty((B, dc, N), dtype)
+    for b in range(B):
+        dc_new[b] = d_cT[b].T
+    dc_old = np.empty((B, dc, N), dtype)
     dv = np.empty((B, K, N), dtype)
     dv[:, :R] = d_vrT
     dv[:, R:] = d_vwT
     anorm2 = np.empty(N, dtype)
-    _squared_norms(address, anorm2)
+    _squared_norms(address_t, anorm2)
     norm_m = np.empty(N, dtype)
     norm_c = np.empty(N, dtype)
     ddot = np.empty(N, dtype)
@@ -650,7 +728,7 @@ def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, 
                 dhs[b] += d_out[b, t, :dh]
                 dphi[b] += d_out[b, t, dh:]
                 if has_ctrace:
-                    dc_new[b] += d_ctrace[b, t]
+                    dc_new[b] += d_ctrace[b, t].T
             cb = cold[b, s]
             ab = act[b, s]
             _norms(anorm2, cb, True, norm_m)
@@ -671,10 +749,10 @@ def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, 
             dw[:, :] = 0.0
             _write_backward(dc_new[b], dc_old[b], cb, weights[R:], ab[o_e:o_ah],
                             ab[o_c:o_c + H * dc], dw[R:], dact[o_e:o_ah],
-                            dact[o_c:o_c + H * dc], soft)                        # eq. 6
+                            dact[o_c:o_c + H * dc], soft, index[b, s, R:])       # eq. 6
             for k in range(R):                                                   # eq. 5
-                _read_backward(dphi[b, k * W:(k + 1) * W], weights[k], address, cb, dw[k],
-                               d_address, dc_old[b], soft)
+                _read_backward(dphi[b, k * W:(k + 1) * W], weights[k], address_t, cb, dw[k],
+                               d_address_t, dc_old[b], soft, index[b, s, k])
             if nop:                                                # access: no gradient to w
                 for k in range(K):
                     dw[k, N - 1] = 0.0
@@ -697,9 +775,9 @@ def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, 
                     with_a = memory_keys
                 d_beta, d_gamma = _address_backward(
                     dw[k], probs[b, s, k], sim[b, s, k], den[b, s, k],
-                    vprev[b, s if lru else 0, k], ab[o_key:o_key + width], with_a, address,
+                    vprev[b, s if lru else 0, k], ab[o_key:o_key + width], with_a, address_t,
                     cb, norm_m if with_a else norm_c, ab[o_beta + k], ab[o_gamma + k], lru,
-                    dact[o_key:o_key + width], d_address, dc_old[b], dv[b, k], ddot, scale)
+                    dact[o_key:o_key + width], d_address_t, dc_old[b], dv[b, k], ddot, scale)
                 dact[o_beta + k] += d_beta
                 dact[o_gamma + k] += d_gamma
             _heads_backward(dact, ab, beta_pre[b, s], xp[b, t, x_in:x_gate], xp[b, t, x_gate:],
@@ -722,5 +800,8 @@ def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, 
         else:
             dhs[:, :] = 0.0
         dc_new, dc_old = dc_old, dc_new
-    return (d_xp, d_a_all, d_g_all, d_p_all, d_address, dhs, dphi, dc_new,
+    d_c0 = np.empty((B, N, dc), dtype)
+    for b in range(B):
+        d_c0[b] = dc_new[b].T
+    return (d_xp, d_a_all, d_g_all, d_p_all, np.ascontiguousarray(d_address_t.T), dhs, dphi, d_c0,
             dv[:, :R].copy(), dv[:, R:].copy())

@@ -489,7 +489,7 @@ class _FusedSequence(torch.autograd.Function):
         hnew, act, beta_pre, probs, index, ctrace = records
         a = kernels.as_array
         B, T = xp.shape[:2]
-        N, dc = address.shape[0], saved[4].shape[-1]
+        N, dc = address.shape[0], saved[4].shape[2]          # C_{s-1} is kept (B, S, d_c, N)
         dtype = a(xp).dtype
 
         def given(grad, *shape):       # a gradient autograd did not materialise: zeros

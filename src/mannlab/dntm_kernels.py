@@ -105,11 +105,9 @@ def _sample(p, noise, base):
 
 
 @njit(cache=True, fastmath=FAST)
-def _address(key, with_a, address_t, content_t, norms, beta, gamma, v, lru, decay, eps,
-             sim, den, logits, probs):
-    """One head's weighting (eqs. 10-13) over [A; C] (with_a) or C, given transposed (d, N)
-    with row norms |m_i| ``norms``: fills S, the denominators |k| |m_i| + ε and w; updates
-    the LRU average v in place (v_s, no gradient)."""
+def _similarity(key, with_a, address_t, content_t, norms, eps, sim, den):
+    """S_i = k . m_i / (|k| |m_i| + ε) (eqs. 10-11) over [A; C] (with_a) or C, given
+    transposed (d, N) with row norms |m_i| ``norms``; fills S and the denominators."""
     da, N = address_t.shape
     dc = content_t.shape[0]
     nk2 = 0.0
@@ -117,25 +115,31 @@ def _address(key, with_a, address_t, content_t, norms, beta, gamma, v, lru, deca
         nk2 += key[d] * key[d]
     nk = math.sqrt(nk2)
     off = da if with_a else 0
-    logits[:] = 0.0
+    sim[:] = 0.0
     if with_a:
         for d in range(da):
             kd = key[d]
             for i in range(N):
-                logits[i] += kd * address_t[d, i]
+                sim[i] += kd * address_t[d, i]
     for d in range(dc):
         kd = key[off + d]
         for i in range(N):
-            logits[i] += kd * content_t[d, i]                      # k . m_i
+            sim[i] += kd * content_t[d, i]                         # k . m_i
     for i in range(N):
         dn = nk * norms[i] + eps
-        sm = logits[i] / dn
-        sim[i] = sm
         den[i] = dn
-        z = beta * sm                                              # eq. 10
+        sim[i] /= dn
+
+
+@njit(cache=True, fastmath=FAST)
+def _weighting(sim, beta, gamma, v, lru, decay, logits, probs):
+    """w = softmax(z - γ v_{s-1}) with z = β S (eqs. 10, 12), or softmax(z) without LRU;
+    updates the LRU average v in place, v_s = 0.1 v_{s-1} + 0.9 z (eq. 13, no gradient)."""
+    for i in range(sim.shape[0]):
+        z = beta * sim[i]
         if lru:
-            logits[i] = z - gamma * v[i]                           # eq. 12
-            v[i] = decay * v[i] + (1.0 - decay) * z                # eq. 13 (errata)
+            logits[i] = z - gamma * v[i]
+            v[i] = decay * v[i] + (1.0 - decay) * z
         else:
             logits[i] = z
     _softmax(logits, probs)
@@ -293,16 +297,33 @@ def _write(content_t, weights, erase, cand, discrete, index, keep):
 
 
 @njit(cache=True, fastmath=FAST)
+def _step_weights(probs, index, discrete, nop, weights):
+    """The weightings a step used (K, N): w, or one-hot at index when discrete; 0 on the NOP
+    cell (access)."""
+    K, N = weights.shape
+    for k in range(K):
+        if discrete:
+            weights[k] = 0.0
+            weights[k, index[k]] = 1.0
+        else:
+            weights[k] = probs[k]
+        if nop:
+            weights[k, N - 1] = 0.0
+
+
+@njit(cache=True, fastmath=FAST)
 def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, b_p, address,
-                     R, H, J, gru, lru, nop, memory_keys, mode, eps, decay, keep, trace):
+                     R, H, J, gru, lru, nop, memory_keys, mode, eps, decay, keep, trace, every):
     """xp (B, T, P) = [x_c (Pc) | W_x x (H d_c) | v_α^T x (H)], noise (T J, B K N) Exp(1)
     draws (mode 1: per step the read heads' rows, then the write heads'), h0 (B, d_h) (GRU),
     φ0 (B, R W), C0 (B, N, d_c), v0 (B, R, N) and (B, H, N); weights transposed (in, out).
 
     Returns (features (B, T, d_h + R W), h, φ, C, v^r, v^w), the records (h_s, head
-    activations, β pre-activations, probabilities, chosen indices, content after each time
-    step; (B, T J, ...) when ``keep`` or ``trace``) and what only the backward reads (kept
-    only with ``keep``: without a backward to come, one step's scratch)."""
+    activations, β pre-activations, probabilities, chosen cells, content after each time
+    step; (B, T J, ...) when ``keep`` or ``trace``) and what only the backward reads (with
+    ``keep``): φ_{s-1}, the GRU gates, and C_{s-1} and v_{s-1} at every ``every``-th step only
+    (the backward recomputes the others from them and the records: the memory per step was
+    most of the saved bytes, and allocating them cost more than recomputing)."""
     B, T = xp.shape[0], xp.shape[1]
     N, da = address.shape
     dc = c0.shape[2]
@@ -332,14 +353,12 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     probs = np.empty((B, Sr, K, N), dtype)
     index = np.zeros((B, Sr, K), np.int64)
     ctrace = np.empty((B, T if trace else 1, N, dc), dtype)
-    hprev = np.empty((B, Sk, dh), dtype)
     phiprev = np.empty((B, Sk, R * W), dtype)
     gates = np.empty((B, Sk if gru else 1, 3 * dh), dtype)     # r, u, n
     gn_all = np.empty((B, Sk if gru else 1, dh), dtype)        # W_hn h + b_hn
-    cold = np.empty((B, Sk, dc, N), dtype)                     # C_{s-1}, transposed
-    sim = np.empty((B, Sk, K, N), dtype)
-    den = np.empty((B, Sk, K, N), dtype)
-    vprev = np.empty((B, Sk if lru else 1, K, N), dtype)
+    checkpoints = (S + every - 1) // every if keep else 1
+    c_saved = np.empty((B, checkpoints, dc, N), dtype)         # C_{s-1}, transposed
+    v_saved = np.empty((B, checkpoints if lru else 1, K, N), dtype)
     h = h0.copy()
     hcur = np.empty((B, dh), dtype)
     phi = phi0.copy()
@@ -355,6 +374,8 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     _squared_norms(address_t, anorm2)
     norm_m = np.empty(N, dtype)                                # |[a_i; c_i]|
     norm_c = np.empty(N, dtype)                                # |c_i|
+    sim = np.empty(N, dtype)
+    den = np.empty(N, dtype)
     logits = np.empty(N, dtype)
     weights = np.empty((K, N), dtype)
     chosen = np.zeros(K, np.int64)
@@ -372,7 +393,6 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                 g = a
             for b in range(B):                                     # the controller, eqs. 1-2
                 if keep:
-                    hprev[b, sk] = h[b]
                     phiprev[b, sk] = phi[b]
                 if gru:
                     _gru(xp[b, t], a[b], g[b], b_hh, h[b], hcur[b], gates[b, sk], gn_all[b, sk])
@@ -385,10 +405,10 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                 _heads(pre[b], b_p, xp[b, t, x_in:x_gate], xp[b, t, x_gate:], K, H, dc, o_beta,
                        ab, beta_pre[b, sr])
                 cb = content[b]
-                if keep:
-                    cold[b, sk] = cb
+                if keep and s % every == 0:
+                    c_saved[b, s // every] = cb
                     if lru:
-                        vprev[b, sk] = v[b]
+                        v_saved[b, s // every] = v[b]
                 _norms(anorm2, cb, True, norm_m)
                 if not memory_keys:
                     _norms(anorm2, cb, False, norm_c)
@@ -400,28 +420,23 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                         key = ab[o_kw + (k - R) * Kw:o_kw + (k - R + 1) * Kw]
                         with_a = memory_keys
                     p = probs[b, sr, k]
-                    _address(key, with_a, address_t, cb, norm_m if with_a else norm_c,
-                             ab[o_beta + k], ab[o_gamma + k], v[b, k], lru, decay, eps,
-                             sim[b, sk, k], den[b, sk, k], logits, p)
+                    _similarity(key, with_a, address_t, cb, norm_m if with_a else norm_c, eps,
+                                sim, den)
+                    _weighting(sim, ab[o_beta + k], ab[o_gamma + k], v[b, k], lru, decay,
+                               logits, p)
                     if discrete:                                   # section 4
                         if mode == SAMPLE:
                             base = (b * R + k) * N if k < R else B * R * N + (b * H + k - R) * N
-                            i = _sample(p, noise[s], base)
+                            chosen[k] = _sample(p, noise[s], base)
                         else:
-                            i = _argmax(p)
-                        chosen[k] = i
-                        index[b, sr, k] = i
-                        weights[k] = 0.0
-                        weights[k, i] = 1.0
-                    else:
-                        weights[k] = p
-                    if nop:
-                        weights[k, N - 1] = 0.0                    # access: the NOP cell
+                            chosen[k] = _argmax(p)
+                        index[b, sr, k] = chosen[k]
+                _step_weights(probs[b, sr], chosen, discrete, nop, weights)
                 for k in range(R):                                 # eq. 5, on M_{s-1}
                     _read(weights[k], address_t, cb, phi[b, k * W:(k + 1) * W], discrete,
                           chosen[k])
                 _write(cb, weights[R:], ab[o_e:o_ah], ab[o_c:o_c + H * dc], discrete,
-                       chosen[R:], keepbuf)
+                       chosen[R:], keepbuf)                        # eq. 6
                 if j == J - 1:
                     out[b, t, :dh] = hcur[b]
                     out[b, t, dh:] = phi[b]
@@ -429,7 +444,7 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                         ctrace[b, t] = cb.T
             h[:] = hcur
     records = (hnew_all, act, beta_pre, probs, index, ctrace)
-    saved = (hprev, phiprev, gates, gn_all, cold, sim, den, vprev)
+    saved = (phiprev, gates, gn_all, c_saved, v_saved)
     final = np.empty((B, N, dc), dtype)
     for b in range(B):
         final[b] = content[b].T
@@ -662,19 +677,24 @@ def _fnn_backward(dh_out, dh_heads, h_new, da):
 
 
 @njit(cache=True, fastmath=FAST)
-def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, lru, nop,
-                      memory_keys, mode, decay, d_out, d_hT, d_phiT, d_cT, d_vrT, d_vwT,
-                      d_probs, has_probs, d_act, has_act, d_ctrace, has_ctrace):
+def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, gru, lru, nop,
+                      memory_keys, mode, eps, decay, every, d_out, d_hT, d_phiT, d_cT, d_vrT,
+                      d_vwT, d_probs, has_probs, d_act, has_act, d_ctrace, has_ctrace):
     """Backpropagation through time of sequence_forward. Weights as stored (out, in). The
     d_* of the records are read only when their has_* flag is set. Returns the gradients of
     xp (B, T, P), of the controller's pre-activations a (B, T J, Pc) and g (B, T J, 3 d_h)
     (GRU), of the head layer's pre-activations (B, T J, P_heads), of A, and of the initial
-    h, φ, C, v^r, v^w."""
+    h, φ, C, v^r, v^w.
+
+    The time steps are taken in segments of ``every``, last segment first: each starts by
+    recomputing its steps' memory C_{s-1}, similarities and LRU averages v_{s-1} from the
+    checkpoint at its first step and the recorded weightings and head activations (eqs. 6,
+    10-11, 13 again: no controller), then backpropagates through them in reverse."""
     hnew_all, act, beta_pre, probs, index, ctrace = records
-    hprev, phiprev, gates, gn_all, cold, sim, den, vprev = saved
+    phiprev, gates, gn_all, c_saved, v_saved = saved
     B, T = xp.shape[0], xp.shape[1]
     N, da = address.shape
-    dc = cold.shape[2]
+    dc = c_saved.shape[2]
     W = da + dc
     dh = w_p.shape[1]
     P = w_p.shape[0]
@@ -709,10 +729,18 @@ def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, 
     dv[:, R:] = d_vwT
     anorm2 = np.empty(N, dtype)
     _squared_norms(address_t, anorm2)
+    # one segment's recomputed memory: C_{s-1}, S, |k||m| + ε and v_{s-1} of each step
+    c_seg = np.empty((B, every, dc, N), dtype)
+    sim_seg = np.empty((B, every, K, N), dtype)
+    den_seg = np.empty((B, every, K, N), dtype)
+    v_seg = np.empty((B, every if lru else 1, K, N), dtype)
+    c_work = np.empty((dc, N), dtype)
+    v_work = np.empty((K, N), dtype)
     norm_m = np.empty(N, dtype)
     norm_c = np.empty(N, dtype)
     ddot = np.empty(N, dtype)
     scale = np.empty(N, dtype)
+    keepbuf = np.empty(N, dtype)
     weights = np.empty((K, N), dtype)
     dw = np.empty((K, N), dtype)
     dact = np.empty(P, dtype)
@@ -720,88 +748,117 @@ def sequence_backward(xp, records, saved, w_r, w_h, w_p, address, R, H, J, gru, 
     da_s = np.empty((B, Pc), dtype)
     dg_s = np.empty((B, 3 * dh), dtype)
     dh_keep = np.empty((B, dh), dtype)
-    for s in range(S - 1, -1, -1):
-        t = s // J
-        j = s - t * J
-        for b in range(B):
-            if j == J - 1:                                         # the features [h; φ]
-                dhs[b] += d_out[b, t, :dh]
-                dphi[b] += d_out[b, t, dh:]
-                if has_ctrace:
-                    dc_new[b] += d_ctrace[b, t].T
-            cb = cold[b, s]
-            ab = act[b, s]
-            _norms(anorm2, cb, True, norm_m)
-            if not memory_keys:
-                _norms(anorm2, cb, False, norm_c)
-            for k in range(K):
-                if soft:
-                    weights[k] = probs[b, s, k]
-                else:
-                    weights[k] = 0.0
-                    weights[k, index[b, s, k]] = 1.0
-                if nop:
-                    weights[k, N - 1] = 0.0
-            if has_act:
-                dact[:] = d_act[b, s]
-            else:
-                dact[:] = 0.0
-            dw[:, :] = 0.0
-            _write_backward(dc_new[b], dc_old[b], cb, weights[R:], ab[o_e:o_ah],
-                            ab[o_c:o_c + H * dc], dw[R:], dact[o_e:o_ah],
-                            dact[o_c:o_c + H * dc], soft, index[b, s, R:])       # eq. 6
-            for k in range(R):                                                   # eq. 5
-                _read_backward(dphi[b, k * W:(k + 1) * W], weights[k], address_t, cb, dw[k],
-                               d_address_t, dc_old[b], soft, index[b, s, k])
-            if nop:                                                # access: no gradient to w
+    discrete = not soft
+    for seg in range((S + every - 1) // every - 1, -1, -1):
+        s0 = seg * every
+        s1 = min(S, s0 + every)
+        for b in range(B):                                         # recompute the segment
+            c_work[:] = c_saved[b, seg]
+            if lru:
+                v_work[:] = v_saved[b, seg]
+            for s in range(s0, s1):
+                q = s - s0
+                ab = act[b, s]
+                c_seg[b, q] = c_work
+                _norms(anorm2, c_work, True, norm_m)
+                if not memory_keys:
+                    _norms(anorm2, c_work, False, norm_c)
                 for k in range(K):
-                    dw[k, N - 1] = 0.0
-            for k in range(K):                                     # eqs. 10-13
-                if lru:
-                    for i in range(N):
-                        dv[b, k, i] *= decay
-                if has_probs:                                      # trace terms (aux_loss)
-                    for i in range(N):
-                        dw[k, i] += d_probs[b, s, k, i]
-                elif not soft:
-                    continue                                       # one-hot: no path to w
-                if k < R:
-                    o_key = k * W
-                    width = W
-                    with_a = True
+                    if k < R:
+                        key = ab[k * W:(k + 1) * W]
+                        with_a = True
+                    else:
+                        key = ab[o_kw + (k - R) * Kw:o_kw + (k - R + 1) * Kw]
+                        with_a = memory_keys
+                    _similarity(key, with_a, address_t, c_work, norm_m if with_a else norm_c,
+                                eps, sim_seg[b, q, k], den_seg[b, q, k])
+                    if lru:
+                        v_seg[b, q, k] = v_work[k]
+                        beta = ab[o_beta + k]
+                        for i in range(N):
+                            v_work[k, i] = decay * v_work[k, i] + \
+                                (1.0 - decay) * (beta * sim_seg[b, q, k, i])
+                _step_weights(probs[b, s], index[b, s], discrete, nop, weights)
+                _write(c_work, weights[R:], ab[o_e:o_ah], ab[o_c:o_c + H * dc], discrete,
+                       index[b, s, R:], keepbuf)
+        for s in range(s1 - 1, s0 - 1, -1):
+            q = s - s0
+            t = s // J
+            j = s - t * J
+            for b in range(B):
+                if j == J - 1:                                     # the features [h; φ]
+                    dhs[b] += d_out[b, t, :dh]
+                    dphi[b] += d_out[b, t, dh:]
+                    if has_ctrace:
+                        dc_new[b] += d_ctrace[b, t].T
+                cb = c_seg[b, q]
+                ab = act[b, s]
+                _norms(anorm2, cb, True, norm_m)
+                if not memory_keys:
+                    _norms(anorm2, cb, False, norm_c)
+                _step_weights(probs[b, s], index[b, s], discrete, nop, weights)
+                if has_act:
+                    dact[:] = d_act[b, s]
                 else:
-                    o_key = o_kw + (k - R) * Kw
-                    width = Kw
-                    with_a = memory_keys
-                d_beta, d_gamma = _address_backward(
-                    dw[k], probs[b, s, k], sim[b, s, k], den[b, s, k],
-                    vprev[b, s if lru else 0, k], ab[o_key:o_key + width], with_a, address_t,
-                    cb, norm_m if with_a else norm_c, ab[o_beta + k], ab[o_gamma + k], lru,
-                    dact[o_key:o_key + width], d_address_t, dc_old[b], dv[b, k], ddot, scale)
-                dact[o_beta + k] += d_beta
-                dact[o_gamma + k] += d_gamma
-            _heads_backward(dact, ab, beta_pre[b, s], xp[b, t, x_in:x_gate], xp[b, t, x_gate:],
-                            K, H, dc, o_beta, dpre[b], d_xp[b, t, x_in:x_gate],
-                            d_xp[b, t, x_gate:])
-            d_p_all[b, s] = dpre[b]
-        dh_heads = np.dot(dpre, w_p)                               # (B, d_h)
-        for b in range(B):                                         # the controller
+                    dact[:] = 0.0
+                dw[:, :] = 0.0
+                _write_backward(dc_new[b], dc_old[b], cb, weights[R:], ab[o_e:o_ah],
+                                ab[o_c:o_c + H * dc], dw[R:], dact[o_e:o_ah],
+                                dact[o_c:o_c + H * dc], soft, index[b, s, R:])   # eq. 6
+                for k in range(R):                                               # eq. 5
+                    _read_backward(dphi[b, k * W:(k + 1) * W], weights[k], address_t, cb,
+                                   dw[k], d_address_t, dc_old[b], soft, index[b, s, k])
+                if nop:                                            # access: no gradient to w
+                    for k in range(K):
+                        dw[k, N - 1] = 0.0
+                for k in range(K):                                 # eqs. 10-13
+                    if lru:
+                        for i in range(N):
+                            dv[b, k, i] *= decay
+                    if has_probs:                                  # trace terms (aux_loss)
+                        for i in range(N):
+                            dw[k, i] += d_probs[b, s, k, i]
+                    elif not soft:
+                        continue                                   # one-hot: no path to w
+                    if k < R:
+                        o_key = k * W
+                        width = W
+                        with_a = True
+                    else:
+                        o_key = o_kw + (k - R) * Kw
+                        width = Kw
+                        with_a = memory_keys
+                    d_beta, d_gamma = _address_backward(
+                        dw[k], probs[b, s, k], sim_seg[b, q, k], den_seg[b, q, k],
+                        v_seg[b, q if lru else 0, k], ab[o_key:o_key + width], with_a,
+                        address_t, cb, norm_m if with_a else norm_c, ab[o_beta + k],
+                        ab[o_gamma + k], lru, dact[o_key:o_key + width], d_address_t,
+                        dc_old[b], dv[b, k], ddot, scale)
+                    dact[o_beta + k] += d_beta
+                    dact[o_gamma + k] += d_gamma
+                _heads_backward(dact, ab, beta_pre[b, s], xp[b, t, x_in:x_gate],
+                                xp[b, t, x_gate:], K, H, dc, o_beta, dpre[b],
+                                d_xp[b, t, x_in:x_gate], d_xp[b, t, x_gate:])
+                d_p_all[b, s] = dpre[b]
+            dh_heads = np.dot(dpre, w_p)                           # (B, d_h)
+            for b in range(B):                                     # the controller
+                if gru:
+                    h_prev = hnew_all[b, s - 1] if s > 0 else h0[b]
+                    _gru_backward(dhs[b], dh_heads[b], gates[b, s], gn_all[b, s], h_prev,
+                                  da_s[b], dg_s[b], dh_keep[b])
+                    d_g_all[b, s] = dg_s[b]
+                else:
+                    _fnn_backward(dhs[b], dh_heads[b], hnew_all[b, s], da_s[b])
+                d_a_all[b, s] = da_s[b]
+                d_xp[b, t, :Pc] += da_s[b]
+            dphi = np.dot(da_s, w_r)                               # dL/dφ_{s-1}
             if gru:
-                _gru_backward(dhs[b], dh_heads[b], gates[b, s], gn_all[b, s], hprev[b, s],
-                              da_s[b], dg_s[b], dh_keep[b])
-                d_g_all[b, s] = dg_s[b]
+                dhs = dh_keep + np.dot(dg_s, w_h)                  # dL/dh_{s-1}
             else:
-                _fnn_backward(dhs[b], dh_heads[b], hnew_all[b, s], da_s[b])
-            d_a_all[b, s] = da_s[b]
-            d_xp[b, t, :Pc] += da_s[b]
-        dphi = np.dot(da_s, w_r)                                   # dL/dφ_{s-1}
-        if gru:
-            dhs = dh_keep + np.dot(dg_s, w_h)                      # dL/dh_{s-1}
-        else:
-            dhs[:, :] = 0.0
-        dc_new, dc_old = dc_old, dc_new
+                dhs[:, :] = 0.0
+            dc_new, dc_old = dc_old, dc_new
     d_c0 = np.empty((B, N, dc), dtype)
     for b in range(B):
         d_c0[b] = dc_new[b].T
-    return (d_xp, d_a_all, d_g_all, d_p_all, np.ascontiguousarray(d_address_t.T), dhs, dphi, d_c0,
-            dv[:, :R].copy(), dv[:, R:].copy())
+    return (d_xp, d_a_all, d_g_all, d_p_all, np.ascontiguousarray(d_address_t.T), dhs, dphi,
+            d_c0, dv[:, :R].copy(), dv[:, R:].copy())

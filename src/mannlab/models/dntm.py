@@ -70,6 +70,7 @@ batch > 1. The compiled path is not twice differentiable (its backward is not re
 """
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, NamedTuple, Optional
 
@@ -398,8 +399,10 @@ class DNTMCell(MemoryCell):
         else:
             noise = x.new_zeros(1, 1)
         controller = self.controller
+        # the memory is checkpointed every ceil(sqrt(T J)) steps for the backward
+        every = math.isqrt(T * J - 1) + 1
         options = (R, H, J, gru, self.lru, self.nop, self.write_keys == "memory", mode,
-                   self.needs_backward(x, state), with_trace)
+                   self.needs_backward(x, state), with_trace, every)
         out, h, reads, content, read_v, write_v, probs, act, ctrace, index = _FusedSequence.apply(
             self.precompute(x), noise,
             ctrl[0] if gru else x.new_zeros(B, controller.hidden_size), reads.flatten(1),
@@ -458,7 +461,7 @@ class _FusedSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xp, noise, h0, phi0, c0, vr0, vw0, w_r, w_h, b_hh, w_p, b_p, address,
                 options):
-        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace = options
+        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every = options
         a = kernels.as_array
         dummy = np.zeros((1, 1), a(xp).dtype)
         compiled = kernels.load("dntm_kernels")
@@ -467,11 +470,11 @@ class _FusedSequence(torch.autograd.Function):
             a(xp), a(noise), a(h0), a(phi0), a(c0), a(vr0), a(vw0), a(w_r.t()),
             a(w_h.t()) if gru else dummy, a(b_hh) if gru else dummy[0], a(w_p.t()), a(b_p),
             a(address), R, H, J, gru, lru, nop, memory_keys, mode, SIMILARITY_EPS, LRU_DECAY,
-            keep, trace)
+            keep, trace, every)
         records = tuple(torch.from_numpy(r) for r in records)
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
-            ctx.save_for_backward(xp, w_r, w_h, w_p, address, *records,
+            ctx.save_for_backward(xp, h0, w_r, w_h, w_p, address, *records,
                                   *(torch.from_numpy(v) for v in saved))
         ctx.options = options
         hnew, act, beta_pre, probs, index, ctrace = records
@@ -483,29 +486,32 @@ class _FusedSequence(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, d_h, d_phi, d_c, d_vr, d_vw, d_probs, d_act, d_ctrace, _):
-        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace = ctx.options
-        xp, w_r, w_h, w_p, address, *rest = ctx.saved_tensors
+        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every = ctx.options
+        xp, h0, w_r, w_h, w_p, address, *rest = ctx.saved_tensors
         records, saved = rest[:6], rest[6:]
         hnew, act, beta_pre, probs, index, ctrace = records
         a = kernels.as_array
         B, T = xp.shape[:2]
-        N, dc = address.shape[0], saved[4].shape[2]          # C_{s-1} is kept (B, S, d_c, N)
+        N, dc = address.shape[0], saved[3].shape[2]    # checkpoints of C: (B, ., d_c, N)
         dtype = a(xp).dtype
 
         def given(grad, *shape):       # a gradient autograd did not materialise: zeros
             return a(grad) if grad is not None else np.zeros(shape, dtype)
         dummy = np.zeros((1, 1), dtype)
         grads = kernels.load("dntm_kernels").sequence_backward(
-            a(xp), tuple(a(v) for v in records), tuple(a(v) for v in saved), a(w_r),
+            a(xp), a(h0), tuple(a(v) for v in records), tuple(a(v) for v in saved), a(w_r),
             a(w_h) if gru else dummy, a(w_p), a(address), R, H, J, gru, lru, nop, memory_keys,
-            mode, LRU_DECAY, given(d_out, B, T, w_p.shape[1] + w_r.shape[1]),
+            mode, SIMILARITY_EPS, LRU_DECAY, every,
+            given(d_out, B, T, w_p.shape[1] + w_r.shape[1]),
             given(d_h, B, w_p.shape[1]), given(d_phi, B, w_r.shape[1]), given(d_c, B, N, dc),
             given(d_vr, B, R, N), given(d_vw, B, H, N),
             given(d_probs, 1, 1, 1, 1), d_probs is not None, given(d_act, 1, 1, 1),
             d_act is not None, given(d_ctrace, 1, 1, 1, 1), d_ctrace is not None)
         d_xp, d_a, d_g, d_p, d_address, d_h0, d_phi0, d_c0, d_vr0, d_vw0 = \
             (torch.from_numpy(g) for g in grads)
-        hprev, phiprev = saved[0], saved[1]
+        phiprev = saved[0]
+        hprev = (torch.cat([h0.unsqueeze(1), hnew[:, :-1]], 1)           # h_{s-1}
+                 if gru and ctx.needs_input_grad[8] else None)
 
         def outer(grad, value):        # sum over batch and steps of grad ⊗ value
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])

@@ -525,6 +525,26 @@ def test_compiled_path_equals_tensor_path_heads_and_keys(kw):
 
 
 @pytest.mark.usefixtures("kernels_enabled")
+@pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax"])
+def test_compiled_path_without_trace_equals_tensor_path(mode):
+    """A training pass without the trace (no gradient into the probabilities from outside):
+    outputs, final state and every gradient."""
+    model = randomise(small_dntm(addressing=mode, addressing_steps=2, read_heads=2, nop=True))
+    x = seq(t=8)
+    results = []
+    for kernels in (False, True):
+        model.cell.use_kernels = kernels
+        model.zero_grad()
+        torch.manual_seed(4)
+        y, state = model(x)
+        (y.sin().sum() + sum(t.pow(2).sum() for t in leaves(state))).backward()
+        results.append([y, *leaves(state), *(p.grad.clone() for p in model.parameters()
+                                             if p.grad is not None)])
+    for a, b in zip(*results, strict=True):
+        assert torch.allclose(a, b, atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_curriculum_soft_minibatch_and_evaluation():
     """A reinforce model's soft minibatch (curriculum) and its argmax evaluation."""
     model = randomise(small_dntm(addressing="reinforce", curriculum_p0=1.0, **AUX))

@@ -319,8 +319,8 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     φ0 (B, R W), C0 (B, N, d_c), v0 (B, R, N) and (B, H, N); weights transposed (in, out).
 
     Returns (features (B, T, d_h + R W), h, φ, C, v^r, v^w), the records (h_s, head
-    activations, β pre-activations, probabilities, chosen cells, content after each time
-    step; (B, T J, ...) when ``keep`` or ``trace``) and what only the backward reads (with
+    activations, β pre-activations, probabilities, chosen cells; (B, T J, ...) when ``keep``
+    or ``trace``; and with ``trace`` the memory [A; C_t] after each time step) and what only the backward reads (with
     ``keep``): φ_{s-1}, the GRU gates, and C_{s-1} and v_{s-1} at every ``every``-th step only
     (the backward recomputes the others from them and the records: the memory per step was
     most of the saved bytes, and allocating them cost more than recomputing)."""
@@ -352,7 +352,7 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     beta_pre = np.empty((B, Sr, K), dtype)
     probs = np.empty((B, Sr, K, N), dtype)
     index = np.zeros((B, Sr, K), np.int64)
-    ctrace = np.empty((B, T if trace else 1, N, dc), dtype)
+    mtrace = np.empty((B, T if trace else 1, N, W), dtype)     # M_t = [A; C_t] (trace)
     phiprev = np.empty((B, Sk, R * W), dtype)
     gates = np.empty((B, Sk if gru else 1, 3 * dh), dtype)     # r, u, n
     gn_all = np.empty((B, Sk if gru else 1, dh), dtype)        # W_hn h + b_hn
@@ -441,9 +441,10 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                     out[b, t, :dh] = hcur[b]
                     out[b, t, dh:] = phi[b]
                     if trace:
-                        ctrace[b, t] = cb.T
+                        mtrace[b, t, :, :da] = address
+                        mtrace[b, t, :, da:] = cb.T
             h[:] = hcur
-    records = (hnew_all, act, beta_pre, probs, index, ctrace)
+    records = (hnew_all, act, beta_pre, probs, index, mtrace)
     saved = (phiprev, gates, gn_all, c_saved, v_saved)
     final = np.empty((B, N, dc), dtype)
     for b in range(B):
@@ -679,7 +680,7 @@ def _fnn_backward(dh_out, dh_heads, h_new, da):
 @njit(cache=True, fastmath=FAST)
 def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, gru, lru, nop,
                       memory_keys, mode, eps, decay, every, d_out, d_hT, d_phiT, d_cT, d_vrT,
-                      d_vwT, d_probs, has_probs, d_act, has_act, d_ctrace, has_ctrace):
+                      d_vwT, d_probs, has_probs, d_act, has_act, d_mtrace, has_mtrace):
     """Backpropagation through time of sequence_forward. Weights as stored (out, in). The
     d_* of the records are read only when their has_* flag is set. Returns the gradients of
     xp (B, T, P), of the controller's pre-activations a (B, T J, Pc) and g (B, T J, 3 d_h)
@@ -690,7 +691,7 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
     recomputing its steps' memory C_{s-1}, similarities and LRU averages v_{s-1} from the
     checkpoint at its first step and the recorded weightings and head activations (eqs. 6,
     10-11, 13 again: no controller), then backpropagates through them in reverse."""
-    hnew_all, act, beta_pre, probs, index, ctrace = records
+    hnew_all, act, beta_pre, probs, index, mtrace = records
     phiprev, gates, gn_all, c_saved, v_saved = saved
     B, T = xp.shape[0], xp.shape[1]
     N, da = address.shape
@@ -789,8 +790,9 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
                 if j == J - 1:                                     # the features [h; φ]
                     dhs[b] += d_out[b, t, :dh]
                     dphi[b] += d_out[b, t, dh:]
-                    if has_ctrace:
-                        dc_new[b] += d_ctrace[b, t].T
+                    if has_mtrace:
+                        dc_new[b] += d_mtrace[b, t, :, da:].T
+                        d_address_t += d_mtrace[b, t, :, :da].T
                 cb = c_seg[b, q]
                 ab = act[b, s]
                 _norms(anorm2, cb, True, norm_m)

@@ -403,7 +403,7 @@ class DNTMCell(MemoryCell):
         every = math.isqrt(T * J - 1) + 1
         options = (R, H, J, gru, self.lru, self.nop, self.write_keys == "memory", mode,
                    self.needs_backward(x, state), with_trace, every)
-        out, h, reads, content, read_v, write_v, probs, act, ctrace, index = _FusedSequence.apply(
+        out, h, reads, content, read_v, write_v, probs, act, memory, index = _FusedSequence.apply(
             self.precompute(x), noise,
             ctrl[0] if gru else x.new_zeros(B, controller.hidden_size), reads.flatten(1),
             content, read_v, write_v, controller.read_weight,
@@ -435,7 +435,7 @@ class DNTMCell(MemoryCell):
                  act[..., o_beta:o_gamma].reshape(B, T, J * K),
                  act[..., o_gamma:o_e].reshape(B, T, J * K),
                  out[..., :dh], out.new_full((B, T), float(sample)),
-                 torch.cat([self.address.expand(B, T, N, -1), ctrace], dim=-1))
+                 memory)
         return out, state, trace
 
     def _trace(self, record, reads, h_out, sample, content) -> DNTMStepTrace:
@@ -454,9 +454,9 @@ class _FusedSequence(torch.autograd.Function):
     state (h_0, φ_0 (B, R W), C_0, v^r_0, v^w_0), the controller's read and recurrent weights,
     the head layer and the address part A. Outputs: the features (B, T, d_h + R W), the final
     h, φ, C, v^r, v^w, and the records the trace is built from: probabilities (B, T J, K, N),
-    head activations (B, T J, P_heads), content after each time step (B, T, N, d_c) and the
-    chosen cells (B, T J, K; no gradient). The weight gradients are one matrix product each
-    over all B T J steps."""
+    head activations (B, T J, P_heads), the memory [A; C_t] after each time step (B, T, N, W;
+    with the trace only) and the chosen cells (B, T J, K; no gradient). The weight gradients
+    are one matrix product each over all B T J steps."""
 
     @staticmethod
     def forward(ctx, xp, noise, h0, phi0, c0, vr0, vw0, w_r, w_h, b_hh, w_p, b_p, address,
@@ -477,19 +477,19 @@ class _FusedSequence(torch.autograd.Function):
             ctx.save_for_backward(xp, h0, w_r, w_h, w_p, address, *records,
                                   *(torch.from_numpy(v) for v in saved))
         ctx.options = options
-        hnew, act, beta_pre, probs, index, ctrace = records
+        hnew, act, beta_pre, probs, index, memory = records
         ctx.mark_non_differentiable(index)
         ctx.set_materialize_grads(False)
-        return (*(torch.from_numpy(v) for v in (out, h, phi, c, vr, vw)), probs, act, ctrace,
+        return (*(torch.from_numpy(v) for v in (out, h, phi, c, vr, vw)), probs, act, memory,
                 index)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, d_out, d_h, d_phi, d_c, d_vr, d_vw, d_probs, d_act, d_ctrace, _):
+    def backward(ctx, d_out, d_h, d_phi, d_c, d_vr, d_vw, d_probs, d_act, d_memory, _):
         R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every = ctx.options
         xp, h0, w_r, w_h, w_p, address, *rest = ctx.saved_tensors
         records, saved = rest[:6], rest[6:]
-        hnew, act, beta_pre, probs, index, ctrace = records
+        hnew = records[0]
         a = kernels.as_array
         B, T = xp.shape[:2]
         N, dc = address.shape[0], saved[3].shape[2]    # checkpoints of C: (B, ., d_c, N)
@@ -506,7 +506,7 @@ class _FusedSequence(torch.autograd.Function):
             given(d_h, B, w_p.shape[1]), given(d_phi, B, w_r.shape[1]), given(d_c, B, N, dc),
             given(d_vr, B, R, N), given(d_vw, B, H, N),
             given(d_probs, 1, 1, 1, 1), d_probs is not None, given(d_act, 1, 1, 1),
-            d_act is not None, given(d_ctrace, 1, 1, 1, 1), d_ctrace is not None)
+            d_act is not None, given(d_memory, 1, 1, 1, 1), d_memory is not None)
         d_xp, d_a, d_g, d_p, d_address, d_h0, d_phi0, d_c0, d_vr0, d_vw0 = \
             (torch.from_numpy(g) for g in grads)
         phiprev = saved[0]

@@ -46,6 +46,7 @@ from numba import njit
 
 from mannlab.armin_kernels import FAST, limit_blas_threads  # noqa: F401  (re-exported)
 from mannlab.ntm_kernels import SOFTPLUS_THRESHOLD, _sigmoid
+from mannlab.tardis_kernels import sigmoid_array, tanh_array
 
 SOFT, SAMPLE, ARGMAX = 0, 1, 2
 
@@ -162,29 +163,33 @@ def _norms(address_norms2, content_t, with_a, out):
 @njit(cache=True, fastmath=FAST)
 def _gru(xa, a, g, b_hh, h_prev, h_new, gates, gn_out):
     """Eq. 1 on one row (as torch.nn.GRUCell): x_c + a = W_x x + b + W_r φ (xa, a), g = W_h h;
-    fills h_new, the gates [r, u, n] and g_n = W_hn h + b_hn."""
+    fills h_new, the gates [r, u, n] and g_n = W_hn h + b_hn. The sigmoids and tanhs are
+    tardis_kernels' vectorised ones (libm's, one value at a time, were most of the time)."""
     dh = h_prev.shape[0]
+    for k in range(2 * dh):
+        gates[k] = xa[k] + a[k] + (g[k] + b_hh[k])
+    sigmoid_array(gates[:2 * dh], gates[:2 * dh])                  # r, u
     for k in range(dh):
-        r = _sigmoid(xa[k] + a[k] + (g[k] + b_hh[k]))
-        u = _sigmoid(xa[dh + k] + a[dh + k] + (g[dh + k] + b_hh[dh + k]))
         gn = g[2 * dh + k] + b_hh[2 * dh + k]
-        n = math.tanh(xa[2 * dh + k] + a[2 * dh + k] + r * gn)
+        gn_out[k] = gn
+        gates[2 * dh + k] = xa[2 * dh + k] + a[2 * dh + k] + gates[k] * gn
+    tanh_array(gates[2 * dh:], gates[2 * dh:])                     # n
+    for k in range(dh):
+        u = gates[dh + k]
+        n = gates[2 * dh + k]
         hp = h_prev[k]
         if u < 0.5:                                                # torch.lerp(n, h_{s-1}, u)
             h_new[k] = n + u * (hp - n)
         else:
             h_new[k] = hp - (hp - n) * (1.0 - u)
-        gates[k] = r
-        gates[dh + k] = u
-        gates[2 * dh + k] = n
-        gn_out[k] = gn
 
 
 @njit(cache=True, fastmath=FAST)
 def _fnn(xa, a, h_new):
     """Eq. 2 on one row: h = tanh(W_x x + b + W_r φ)."""
     for k in range(h_new.shape[0]):
-        h_new[k] = math.tanh(xa[k] + a[k])
+        h_new[k] = xa[k] + a[k]
+    tanh_array(h_new, h_new)
 
 
 @njit(cache=True, fastmath=FAST)

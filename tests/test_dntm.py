@@ -674,24 +674,6 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
 
 
 @pytest.mark.usefixtures("kernels_enabled")
-def test_compiled_path_only_where_it_pays(monkeypatch):
-    """Inference with a controller wider than KERNEL_MAX_INFER_HIDDEN at batch > 1 runs the
-    tensor path (measured slower there); training and batch 1 the kernels."""
-    wide = mannlab.DNTM(4, 3, controller_size=dntm_module.KERNEL_MAX_INFER_HIDDEN + 1,
-                        memory_slots=5, address_size=2, content_size=3).cell
-    assert wide.fused_pays(1, False) and wide.fused_pays(64, True) and not wide.fused_pays(2, False)
-    narrow = small_dntm().cell
-    assert narrow.fused_pays(250, False) and narrow.fused_pays(250, True)
-    model = small_dntm(controller_size=dntm_module.KERNEL_MAX_INFER_HIDDEN + 1)
-
-    def fail(*args):
-        raise AssertionError("the compiled path ran")
-    monkeypatch.setattr(model.cell, "run_fused", fail)
-    with torch.no_grad():
-        model(seq(t=2))
-
-
-@pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("with_trace", [False, True])
 def test_compiled_outputs_are_freed_without_garbage_collection(with_trace):
     """Nothing on the autograd context outside save_for_backward (no reference cycle)."""

@@ -65,8 +65,10 @@ draws them (one Exp(1) per probability, argmax p / E), all at once in the step l
 order, so both paths give the same samples for a seed. ``cell.use_kernels = False``,
 ``USE_KERNELS = False`` or MANNLAB_KERNELS=0 select the per-step tensor path (the reference:
 same values and gradients to rounding); other controllers, devices and dtypes use it
-anyway, and so does inference with controllers above KERNEL_MAX_INFER_HIDDEN units at
-batch > 1. The compiled path is not twice differentiable (its backward is not recorded).
+anyway. The compiled path measured at least as fast as the tensor path at every size tried
+(CPU time, one thread: training 1.3-50x, inference 1.0-30x, batch 1-250, controllers of
+100-512 units; benchmarks/README.md), so it is taken wherever it applies. It is not twice
+differentiable (its backward is not recorded).
 """
 from __future__ import annotations
 
@@ -98,12 +100,6 @@ LRU_DECAY = 0.1
 #: tensor path always.
 USE_KERNELS = kernels.ENABLED
 _SOFT, _SAMPLE, _ARGMAX = 0, 1, 2          # mannlab.dntm_kernels' addressing modes
-#: Where the compiled path pays (CPU time on the 2-core machine, one thread): training at
-#: every size measured (1.1-30x faster: batch 1-160, controller 100-512 units); inference
-#: too up to 180 units (1.1-30x at batch 1-250), but not with 512 units at batch 32-128
-#: (0.9-1.0x: the kernels' exp/tanh are scalar calls, torch's vectorised), so inference
-#: with larger controllers than this runs the tensor path unless the batch is 1.
-KERNEL_MAX_INFER_HIDDEN = 256
 
 
 # ---------------------------------------------------------------- primitives
@@ -360,11 +356,6 @@ class DNTMCell(MemoryCell):
             type(controller) is FNNController and controller.activation is torch.tanh)
         return (USE_KERNELS and self.use_kernels and covered
                 and kernels.usable(x, "dntm_kernels"))
-
-    def fused_pays(self, batch: int, backward: bool) -> bool:
-        """Whether the compiled path is expected to be faster than the tensor path for this
-        batch size; ``backward``: a training pass (see KERNEL_MAX_INFER_HIDDEN)."""
-        return backward or batch == 1 or self.controller.hidden_size <= KERNEL_MAX_INFER_HIDDEN
 
     def needs_backward(self, x: torch.Tensor, state: DNTMState) -> bool:
         """Whether a pass over x records a graph (then the kernels keep what the backward
@@ -642,7 +633,7 @@ class DNTM(SequenceModel):
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
         cell = self.cell
-        if cell.fused_applies(x) and cell.fused_pays(x.shape[0], cell.needs_backward(x, state)):
+        if cell.fused_applies(x):
             features, state, steps = cell.run_fused(x, state, with_trace)
         else:
             features, state, steps = super().run(x, state, with_trace)

@@ -166,3 +166,49 @@ def test_learning_curve_errors(tmp_path):
     bad.write_text(f"{row}\nnot json\n{row}\n")  # a bad line that is not the last
     with pytest.raises(DataError, match="line 2"):
         plot.learning_curve(bad)
+
+
+def _val_run(directory, values, cpu_per_step=None, multiples=(1, 2)):
+    """A run directory whose metrics.jsonl holds validation rows at two length multiples."""
+    directory.mkdir(parents=True)
+    rows = []
+    for step, value in enumerate(values, start=1):
+        for multiple in multiples:
+            row = {"step": step * 100, "split": "val", "length": 20 * multiple,
+                   "multiple": multiple, "bce": value * multiple, "wall": step * 60.0}
+            if cpu_per_step:
+                row["cpu"] = step * cpu_per_step
+            rows.append(row)
+    (directory / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return directory
+
+
+def test_compare_curves_one_line_per_run_at_the_training_length(tmp_path):
+    a = _val_run(tmp_path / "a", [0.6, 0.3, 0.1], cpu_per_step=30.0)
+    b = _val_run(tmp_path / "b", [0.5, 0.05], cpu_per_step=120.0)
+    fig = plot.compare_curves({"A": a, "B": b / "metrics.jsonl"}, x="cpu", threshold=0.02)
+    try:
+        ax = fig.axes[0]
+        assert ax.get_legend_handles_labels()[1] == ["A", "B", "threshold 0.02"]
+        line_a, line_b = ax.get_lines()[:2]
+        assert list(line_a.get_xdata()) == [0.5, 1.0, 1.5]          # CPU minutes
+        assert list(line_a.get_ydata()) == [0.6, 0.3, 0.1]          # multiple 1 only
+        assert list(line_b.get_xdata()) == [2.0, 4.0] and ax.get_xlabel() == "CPU minutes"
+    finally:
+        plt.close(fig)
+    with pytest.raises(DataError, match="cpu"):      # an older run logged no CPU seconds
+        plot.compare_curves({"old": _val_run(tmp_path / "old", [0.5])}, x="cpu")
+    with pytest.raises(ValueError, match="x must be"):
+        plot.compare_curves({"A": a}, x="epoch")
+
+
+def test_compare_command_writes_the_figure(tmp_path, capsys):
+    from mannlab.cli import main
+    a = _val_run(tmp_path / "a", [0.6, 0.3])
+    b = _val_run(tmp_path / "b", [0.5, 0.2])
+    out = tmp_path / "cmp.png"
+    assert main(["compare", f"first={a}", str(b), "--x", "wall", "--out", str(out)]) == 0
+    assert_png(out)
+    assert "comparison:" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["compare", str(a), "--x", "cpu", "--out", str(out)])

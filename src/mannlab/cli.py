@@ -76,6 +76,13 @@ Draw figures of a run: memory_access.png (reads and writes over one sampled sequ
 (from metrics.jsonl), into <RUN>/figures or --out, and print their paths.
 """
 
+COMPARE_HELP = """\
+Draw the validation curves of several runs in one figure (log scale): bce for the
+algorithmic tasks (at the training length), bpc for char-LM runs, ce for data-set tasks,
+against the training step or the wall or CPU minutes of training (--x). Each RUN is a run
+directory, optionally labelled as LABEL=RUN.
+"""
+
 
 REPORT_HELP = """\
 Tables over many runs, in the layout of Table 2 of the partially non-recurrent controllers
@@ -177,6 +184,20 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--checkpoint", choices=("best", "last"), default="best",
                       help="which checkpoint to draw (default best; falls back to last)")
     plot.set_defaults(func=cmd_plot)
+
+    compare = command("compare", "validation curves of several runs in one figure", COMPARE_HELP,
+                      "examples:\n  mannlab compare ARMIN=runs/ptb/armin/seed0 LSTM=runs/ptb/lstm/seed0 "
+                      "--x cpu --out ptb.png\n"
+                      "  mannlab compare runs/ntm-copy/seed0 runs/ntm-copy/seed1 --threshold 0.02\n")
+    compare.add_argument("runs", metavar="[LABEL=]RUN", nargs="+", help="run directories")
+    compare.add_argument("--x", choices=("step", "wall", "cpu"), default="step",
+                         help="x axis: training step (default), wall or CPU minutes of training")
+    compare.add_argument("--metric", help="validation metric (default: bce, bpc or ce, what the runs log)")
+    compare.add_argument("--threshold", type=float, help="draw a dashed line at this value (e.g. 0.02)")
+    compare.add_argument("--title", help="figure title")
+    compare.add_argument("--out", metavar="FILE.png", default="compare.png", help="where to write the figure "
+                         "(default compare.png)")
+    compare.set_defaults(func=cmd_compare)
 
     report = command("report", "tables of bit error rates over many runs (the paper's Table 2 layout)",
                      REPORT_HELP,
@@ -485,6 +506,19 @@ def cmd_plot(args: argparse.Namespace) -> int:
     plot.learning_curve(metrics, path, title=f"{config.model} on {config.task}",
                         threshold=config.train.solve_bce)
     print(f"learning curve: {path}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from mannlab import plot
+
+    runs = {}
+    for spec in args.runs:
+        label, _, run = spec.rpartition("=")
+        runs[label or run] = run
+    plot.compare_curves(runs, args.out, metric=args.metric, x=args.x, title=args.title,
+                        threshold=args.threshold)
+    print(f"comparison: {args.out}")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""Figures: memory access over time (as in the NTM paper) and learning curves.
+"""Figures: memory access over time (as in the NTM paper), learning curves, and the
+validation curves of several runs in one picture.
 
-Both functions return a :class:`matplotlib.figure.Figure`. When ``path`` is
+The functions return a :class:`matplotlib.figure.Figure`. When ``path`` is
 given the figure is saved as PNG and closed (so calling them in a loop does not
 accumulate open figures); without ``path`` the caller owns the figure.
 
@@ -22,7 +23,7 @@ from matplotlib.figure import Figure
 
 from mannlab.errors import DataError
 
-__all__ = ["memory_access", "learning_curve"]
+__all__ = ["memory_access", "learning_curve", "compare_curves"]
 
 # Auto-crop only when memories are larger than this many slots; small memories
 # are shown whole so the picture stays comparable between runs.
@@ -345,6 +346,63 @@ def learning_curve(
     ax.set_xlabel("step")
     ax.set_ylabel(metric if train_key in (None, metric) else f"{metric} / train {train_key}")
     ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return _finish(fig, path)
+
+
+X_AXES = {"step": ("step", 1.0), "wall": ("wall", 60.0), "cpu": ("cpu", 60.0)}
+
+
+def compare_curves(
+    runs: Mapping[str, str | os.PathLike],
+    path: str | os.PathLike | None = None,
+    metric: str | None = None,
+    x: str = "step",
+    title: str | None = None,
+    threshold: float | None = None,
+) -> Figure:
+    """Validation ``metric`` of several runs in one figure (log y axis), one line per run.
+
+    Args:
+        runs: label -> run directory or metrics.jsonl.
+        x: ``"step"``, or ``"wall"`` / ``"cpu"`` minutes of training (rows without that
+            clock are left out; older runs log only wall seconds).
+        metric: default ``bce``, else ``bpc``, else ``ce``, whichever the first run has.
+            Runs that validate at several lengths contribute their training length
+            (``multiple`` 1, or the shortest length).
+
+    Raises:
+        ValueError: an unknown ``x``.
+        DataError: a run without validation rows of ``metric`` on that clock.
+    """
+    if x not in X_AXES:
+        raise ValueError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
+    key, scale = X_AXES[x]
+    fig = plt.figure(figsize=(7.0, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    for label, source in runs.items():
+        rows = [r for r in _read_rows(source) if r.get("split") == "val"]
+        metric = metric or next((k for k in ("bce", "bpc", "ce") if any(k in r for r in rows)), "bce")
+        rows = [r for r in rows if metric in r and key in r]
+        if not rows:
+            raise DataError(f"{source}: no validation rows with {metric!r} and {key!r} "
+                            f"(runs from before CPU seconds were logged have no 'cpu')")
+        if any("multiple" in r for r in rows):
+            rows = [r for r in rows if r.get("multiple") == 1]
+        elif any("length" in r for r in rows):
+            shortest = min((r["length"] for r in rows if "length" in r), key=_length_order)
+            rows = [r for r in rows if r.get("length") == shortest]
+        latest = {float(r["step"]): (float(r[key]) / scale, float(r[metric])) for r in rows}
+        xs, ys = zip(*(latest[s] for s in sorted(latest)))
+        ax.plot(xs, ys, marker="o", ms=2.5, lw=1.2, label=label)
+    if threshold is not None:
+        ax.axhline(threshold, color="black", ls="--", lw=1.0, label=f"threshold {threshold:g}")
+    ax.set_yscale("log")
+    ax.set_xlabel({"step": "step", "wall": "wall minutes", "cpu": "CPU minutes"}[x])
+    ax.set_ylabel(f"validation {metric}")
+    ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)

@@ -231,7 +231,7 @@ class _Trainer:
         for row in rows:
             metrics = {k: v for k, v in row.items() if k not in ("multiple", "length")}
             self.log.log(progress.step, "val", metrics, self.clock.wall(),
-                         length=row["length"], multiple=row["multiple"])
+                         length=row["length"], multiple=row["multiple"], cpu=round(self.clock.cpu(), 3))
         self.last_val, self.last_val_step = rows, progress.step
         bce = rows[0][self.loss_key]  # multiple 1 comes first
         if progress.best_bce is None or bce < progress.best_bce:

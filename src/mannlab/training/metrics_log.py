@@ -1,7 +1,8 @@
 """metrics.jsonl: one JSON object per line, appended as training goes.
 
 Each line is ``{"step": int, "split": "train" | "val", "wall": seconds, ...metrics}``;
-validation lines also carry ``length`` and ``multiple`` (of the training length).
+validation lines also carry ``cpu`` (training CPU seconds so far) and, for sampled
+tasks, ``length`` and ``multiple`` (of the training length).
 A crash can cut the last line short, so the reader skips a broken final line.
 """
 from __future__ import annotations

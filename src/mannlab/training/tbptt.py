@@ -224,7 +224,8 @@ class _TBPTTTrainer:
         with torch.random.fork_rng(devices=[]):
             bpc = evaluate_bpc(self.model, self.task.streams("valid", self.task.params["valid_batch_size"]),
                                self.bptt)
-        self.log.log(progress.step, "val", {"bpc": bpc, "loss": bpc * LN2}, self.clock.wall())
+        self.log.log(progress.step, "val", {"bpc": bpc, "loss": bpc * LN2}, self.clock.wall(),
+                     cpu=round(self.clock.cpu(), 3))
         self.last_val, self.last_val_step = bpc, progress.step
         if progress.best_bpc is None or bpc < progress.best_bpc:
             progress.best_bpc, progress.best_step = bpc, progress.step

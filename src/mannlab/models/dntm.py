@@ -66,9 +66,13 @@ order, so both paths give the same samples for a seed. ``cell.use_kernels = Fals
 ``USE_KERNELS = False`` or MANNLAB_KERNELS=0 select the per-step tensor path (the reference:
 same values and gradients to rounding); other controllers, devices and dtypes use it
 anyway. The compiled path measured at least as fast as the tensor path at every size tried
-(CPU time, one thread: training 1.3-50x, inference 1.0-30x, batch 1-250, controllers of
-100-512 units; benchmarks/README.md), so it is taken wherever it applies. It is not twice
-differentiable (its backward is not recorded).
+(CPU time, one thread: training 1.3-50x, inference 1.0-44x, batch 1-250, controllers of
+100-512 units; benchmarks/README.md), so it is taken wherever it applies: a batch-1 training
+step of the toy-task size costs 0.25-0.6x a GRUCell step (6.6-23x before), at batch 32
+1.8-7x (7-25x before). It keeps the memory for the backward only every ceil(sqrt(T J))
+steps (the backward recomputes the rest from the recorded weightings) and is not twice
+differentiable (its backward is not recorded). The first use compiles the kernels (about
+30 s of CPU per dtype, then cached on disk).
 """
 from __future__ import annotations
 

@@ -57,15 +57,14 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
 from mannlab import kernels, sampling
 from mannlab.errors import ConfigError
 from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel,
-                                  check_positive)
-from mannlab.models.tardis import (TardisAddressing, check_choice, check_number, run_steps,
+                                  check_positive, run_steps)
+from mannlab.models.tardis import (TardisAddressing, check_choice, check_number,
                                    sequential_slots, sparse_addresses, write_rows)
 
 ADDRESSING_MODES = ("gumbel", "gumbel-relaxed", "soft", "argmax")

@@ -92,7 +92,7 @@ from torch.autograd.function import once_differentiable
 from mannlab import kernels, sampling
 from mannlab.errors import ConfigError
 from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_positive,
-                                  stack_traces)
+                                  run_steps)
 
 ADDRESSING_MODES = ("gumbel", "reinforce", "argmax")
 TEMPERATURES = ("learned", "scheduled")
@@ -199,19 +199,6 @@ def write_rows(memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor)
     """M[j] <- (1 - w_j) M[j] + w_j v for every slot j (one-hot w: replace one row), as one
     lerp: memory (B, k, W), weights (B, k), value (B, W) -> (B, k, W)."""
     return torch.lerp(memory, value.unsqueeze(1), weights.unsqueeze(-1))
-
-
-def run_steps(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool):
-    """The time loop of SequenceModel.run over ``unbind``-ed precomputed inputs: the
-    backward of one unbind is one stack, where indexing [:, t] at every step makes each
-    step's backward zero-fill the whole (B, T, P) input gradient (O(T^2) work)."""
-    outputs, traces = [], []
-    for inputs_t in cell.precompute(x).unbind(1):
-        out, state, trace = cell.step(inputs_t, state, with_trace)
-        outputs.append(out)
-        if with_trace:
-            traces.append(trace)
-    return torch.stack(outputs, dim=1), state, stack_traces(traces)
 
 
 # --------------------------------------------------------------------- state

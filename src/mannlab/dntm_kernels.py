@@ -44,11 +44,26 @@ import math
 import numpy as np
 from numba import njit
 
-from mannlab.armin_kernels import FAST, limit_blas_threads  # noqa: F401  (re-exported)
+from mannlab.armin_kernels import FAST, _argmax, _softmax
+from mannlab.armin_kernels import limit_blas_threads  # noqa: F401  (re-exported)
 from mannlab.ntm_kernels import SOFTPLUS_THRESHOLD, _sigmoid
 from mannlab.tardis_kernels import sigmoid_array, tanh_array
 
 SOFT, SAMPLE, ARGMAX = 0, 1, 2
+
+
+@njit(cache=True)
+def _head_layout(R, H, W, dc, memory_keys):
+    """Width of a write key and the offsets of the head blocks in the controller's head
+    projection: read keys (R x W), write keys (H x Kw), β (R + H), γ (R + H), erase
+    (H x d_c), α (H), then the candidate content."""
+    Kw = W if memory_keys else dc
+    o_kw = R * W
+    o_beta = o_kw + H * Kw
+    o_gamma = o_beta + R + H
+    o_e = o_gamma + R + H
+    o_ah = o_e + H * dc
+    return Kw, o_kw, o_beta, o_gamma, o_e, o_ah, o_ah + H
 
 
 @njit(cache=True)
@@ -65,30 +80,6 @@ def _softplus_grad(x):
     z = math.exp(x)
     return z / (z + 1.0)
 
-
-@njit(cache=True)
-def _softmax(z, out):
-    top = z[0]
-    for i in range(1, z.shape[0]):
-        if z[i] > top:
-            top = z[i]
-    total = 0.0
-    for i in range(z.shape[0]):
-        e = math.exp(z[i] - top)
-        out[i] = e
-        total += e
-    for i in range(z.shape[0]):
-        out[i] /= total
-
-
-@njit(cache=True)
-def _argmax(p):
-    """Index of the first maximum (torch.argmax)."""
-    best = 0
-    for i in range(1, p.shape[0]):
-        if p[i] > p[best]:
-            best = i
-    return best
 
 
 @njit(cache=True)
@@ -337,14 +328,8 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     P = w_pT.shape[1]
     Pc = w_rT.shape[1]
     K = R + H
-    Kw = W if memory_keys else dc
     S = T * J
-    o_kw = R * W
-    o_beta = o_kw + H * Kw
-    o_gamma = o_beta + K
-    o_e = o_gamma + K
-    o_ah = o_e + H * dc
-    o_c = o_ah + H
+    Kw, o_kw, o_beta, o_gamma, o_e, o_ah, o_c = _head_layout(R, H, W, dc, memory_keys)
     x_in = Pc                     # W_x x in xp
     x_gate = Pc + H * dc          # v_α^T x in xp
     full = keep or trace
@@ -706,14 +691,8 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
     P = w_p.shape[0]
     Pc = w_r.shape[0]
     K = R + H
-    Kw = W if memory_keys else dc
     S = T * J
-    o_kw = R * W
-    o_beta = o_kw + H * Kw
-    o_gamma = o_beta + K
-    o_e = o_gamma + K
-    o_ah = o_e + H * dc
-    o_c = o_ah + H
+    Kw, o_kw, o_beta, o_gamma, o_e, o_ah, o_c = _head_layout(R, H, W, dc, memory_keys)
     x_in = Pc
     x_gate = Pc + H * dc
     dtype = xp.dtype

@@ -363,7 +363,8 @@ def compare_curves(
     title: str | None = None,
     threshold: float | None = None,
 ) -> Figure:
-    """Validation ``metric`` of several runs in one figure (log y axis), one line per run.
+    """Validation ``metric`` of several runs in one figure, one line per run (log y axis when
+    the values span more than a factor of 10).
 
     Args:
         runs: label -> run directory or metrics.jsonl.
@@ -382,6 +383,7 @@ def compare_curves(
     key, scale = X_AXES[x]
     fig = plt.figure(figsize=(7.0, 4.2), layout="constrained")
     ax = fig.add_subplot()
+    shown: list[float] = []
     for label, source in runs.items():
         rows = [r for r in _read_rows(source) if r.get("split") == "val"]
         metric = metric or next((k for k in ("bce", "bpc", "ce") if any(k in r for r in rows)), "bce")
@@ -397,9 +399,11 @@ def compare_curves(
         latest = {float(r["step"]): (float(r[key]) / scale, float(r[metric])) for r in rows}
         xs, ys = zip(*(latest[s] for s in sorted(latest)))
         ax.plot(xs, ys, marker="o", ms=2.5, lw=1.2, label=label)
+        shown.extend(ys)
     if threshold is not None:
         ax.axhline(threshold, color="black", ls="--", lw=1.0, label=f"threshold {threshold:g}")
-    ax.set_yscale("log")
+    if min(shown) > 0 and max(shown) / min(shown) > 10:   # a log axis only where it helps
+        ax.set_yscale("log")
     ax.set_xlabel({"step": "step", "wall": "wall minutes", "cpu": "CPU minutes"}[x])
     ax.set_ylabel(f"validation {metric}")
     ax.grid(True, which="both", alpha=0.3)

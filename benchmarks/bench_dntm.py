@@ -41,6 +41,7 @@ with random inputs and binary targets (BCE).
 from __future__ import annotations
 
 import copy as copy_module
+import functools
 import os
 import statistics
 import sys
@@ -149,18 +150,8 @@ def recipes(args) -> None:
     print(f"\n{time.perf_counter() - start:.0f} s, load average {load} on {os.cpu_count()} cores")
 
 
-def cpu_round_robin(calls: dict, warmup: int, repeats: int) -> dict[str, list[float]]:
-    """bench_ntm.time_round_robin timed in CPU seconds of this process."""
-    names = list(calls)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for round_index in range(warmup + repeats):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.process_time()
-            calls[name]()
-            if round_index >= warmup:
-                times[name].append(time.process_time() - start)
-    return times
+#: bench_ntm.time_round_robin timed in CPU seconds of this process
+cpu_round_robin = functools.partial(bench_ntm.time_round_robin, clock=time.process_time)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -111,9 +111,10 @@ def eval_infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> 
         model.train()
 
 
-def time_round_robin(calls: dict[str, Callable[[], None]], warmup: int,
-                     repeats: int) -> dict[str, list[float]]:
-    """Wall times of each call, ``repeats`` rounds after ``warmup`` untimed rounds.
+def time_round_robin(calls: dict[str, Callable[[], None]], warmup: int, repeats: int,
+                     clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Times of each call on ``clock`` (default wall; time.process_time for CPU seconds),
+    ``repeats`` rounds after ``warmup`` untimed rounds.
 
     The models take turns within every round (in a rotating order), so a change of
     machine load during the run slows all of them alike instead of one of them.
@@ -123,10 +124,10 @@ def time_round_robin(calls: dict[str, Callable[[], None]], warmup: int,
     for round_index in range(warmup + repeats):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
+            start = clock()
             calls[name]()
             if round_index >= warmup:
-                times[name].append(time.perf_counter() - start)
+                times[name].append(clock() - start)
     return times
 
 

@@ -27,6 +27,7 @@ paths, against nn.LSTM(240) of the same parameter count; the ratio is bench_char
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -34,14 +35,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import INPUT, OUTPUT, FusedLSTM, LSTMCellLoop, saved_for_backward_bytes  # noqa: E402
+from bench_ntm import (INPUT, OUTPUT, FusedLSTM, LSTMCellLoop, saved_for_backward_bytes,  # noqa: E402
+                       time_round_robin)
 
 import mannlab  # noqa: E402
 from mannlab.tasks.base import step_nll  # noqa: E402
@@ -100,20 +101,8 @@ def infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
         model.train()
 
 
-def cpu_round_robin(calls: dict[str, Callable[[], None]], warmup: int,
-                    repeats: int) -> dict[str, list[float]]:
-    """CPU seconds of each call, ``repeats`` rounds after ``warmup`` untimed rounds, the models
-    taking turns in a rotating order (bench_ntm.time_round_robin with CPU time)."""
-    names = list(calls)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for round_index in range(warmup + repeats):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.process_time()
-            calls[name]()
-            if round_index >= warmup:
-                times[name].append(time.process_time() - start)
-    return times
+#: time_round_robin timed in CPU seconds of this process
+cpu_round_robin = functools.partial(time_round_robin, clock=time.process_time)
 
 
 def run_copy(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:

@@ -13,7 +13,7 @@ from mannlab.config import RunConfig
 from mannlab.data import download
 from mannlab.tasks.babi import FactEncoded, GRUFactEncoder
 from mannlab.tasks.dataset import evaluate_split, format_group_errors, format_results
-from mannlab.training.loop import mean_metrics, validation_sets
+from mannlab.training.loop import mean_metrics, model_aux_loss, validation_sets
 from mannlab.training.schedules import start_minibatch
 
 from test_data_babi import write_archive
@@ -92,9 +92,8 @@ def test_every_model_trains_jointly_with_the_encoder(archive, name, kwargs):
     assert name == "lstm" or hasattr(trace, "read_weights")
     loss = task.loss(logits, y, m)
     if net.uses_aux_loss:
-        extra = ({"score": lambda out: task.step_nll(out, y, m)}     # TARDIS eq. 17, as the loop does
-                 if getattr(net, "aux_loss_scores", False) else {})
-        loss = loss + net.aux_loss(trace, task.step_nll(logits, y, m).detach(), **extra)
+        loss = loss + model_aux_loss(net, trace, task.step_nll(logits, y, m).detach(),
+                                     lambda out: task.step_nll(out, y, m))
     loss.backward()
     assert net.encoder.gru.weight_ih_l0.grad.abs().sum() > 0
     assert any(k.startswith("encoder.") for k in net.state_dict())

@@ -20,7 +20,7 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -165,10 +165,8 @@ class _Trainer:
             task_loss = task.loss(logits, targets, mask)
             # the per-step NLL is a reward signal for the model's estimator, not a path for gradients
             step_nll = task.step_nll(logits, targets, mask).detach()
-            # models with their own auxiliary predictions (TARDIS eq. 17) score them on the targets
-            extra = ({"score": lambda out: task.step_nll(out, targets, mask)}
-                     if getattr(model, "aux_loss_scores", False) else {})
-            loss = task_loss + model.aux_loss(trace, step_nll, **extra)
+            loss = task_loss + model_aux_loss(model, trace, step_nll,
+                                              lambda out: task.step_nll(out, targets, mask))
         else:
             logits, _ = model(inputs)
             loss = task_loss = task.loss(logits, targets, mask)
@@ -411,6 +409,15 @@ def draw_memory_access(model: torch.nn.Module, task: Any, path: Path, seed: int,
 
 
 # ------------------------------------------------------------- run directory
+
+def model_aux_loss(model: torch.nn.Module, trace: Any, step_nll: torch.Tensor,
+                   score: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``model.aux_loss(trace, step_nll)``; models with their own auxiliary predictions
+    (``aux_loss_scores``: TARDIS eq. 17) also get ``score``, logits -> per-step NLL on the
+    targets."""
+    extra = {"score": score} if getattr(model, "aux_loss_scores", False) else {}
+    return model.aux_loss(trace, step_nll, **extra)
+
 
 def prepare_run_dir(run_dir: Path, force: bool) -> None:
     """Refuse a directory that holds a run, unless ``force``: then delete only its artifacts."""

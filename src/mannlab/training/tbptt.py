@@ -41,7 +41,7 @@ from mannlab.state import detach_state, map_state
 from mannlab.tasks.charlm import evaluate_bpc, num_segments, segment_at
 from mannlab.training.checkpoint import load_checkpoint, save_checkpoint
 from mannlab.training.clock import SessionClock
-from mannlab.training.loop import (NonFiniteLossError, make_optimizer, prepare_run_dir,
+from mannlab.training.loop import (NonFiniteLossError, make_optimizer, model_aux_loss, prepare_run_dir,
                                    restore_last)
 from mannlab.training.metrics_log import MetricsLog, check_tensorboard
 from mannlab.training.schedules import start_minibatch
@@ -109,9 +109,9 @@ def tbptt_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, state: 
         logits, state, trace = model(x, state, return_trace=True)
         nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")    # (B, T)
         task_loss = nll.mean()
-        extra = ({"score": lambda out: F.cross_entropy(out.transpose(1, 2), targets, reduction="none")}
-                 if getattr(model.core, "aux_loss_scores", False) else {})
-        loss = task_loss + model.core.aux_loss(trace, nll.detach(), **extra)
+        loss = task_loss + model_aux_loss(
+            model.core, trace, nll.detach(),
+            lambda out: F.cross_entropy(out.transpose(1, 2), targets, reduction="none"))
     else:
         logits, state = model(x, state)
         loss = task_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -179,3 +179,24 @@ def test_metrics_reader_tolerates_a_cut_last_line(tmp_path):
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(DataError, match="line 2"):
         read_metrics(path)
+
+
+def test_val_lengths_max_length_validates_on_the_longest_training_sequences(tmp_path):
+    config = tiny_config(tmp_path)  # copy, lengths 1-3
+    task, _ = config.build()
+    mixed = loop.validation_sets(task, config)
+    at_max = loop.validation_sets(task, with_train(config, val_lengths="max_length"))
+    assert [(m, n) for m, n, _ in mixed] == [(m, n) for m, n, _ in at_max] == [(1, 3), (2, 6)]
+    assert at_max[1][2][0][0].equal(mixed[1][2][0][0])  # longer multiples are unchanged
+    assert {x.shape[1] for x, _, _ in at_max[0][2]} == {task.sample(1, 0, length=3)[0].shape[1]}
+    assert all(mask.sum(1).eq(mask.sum(1)[0]).all() for _, _, mask in at_max[0][2])
+    assert any(mask.sum(1).unique().numel() > 1 for _, _, mask in mixed[0][2])
+
+
+def test_val_lengths_is_checked():
+    with pytest.raises(ConfigError, match="val_lengths"):
+        TrainConfig.from_dict({"val_lengths": "longest"})
+    for task in ("babi", "ptb-char"):
+        config = RunConfig(model="lstm", task=task, train=TrainConfig(val_lengths="max_length"))
+        with pytest.raises(ConfigError, match="held-out split"):
+            config.build()

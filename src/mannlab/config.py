@@ -82,6 +82,10 @@ class TrainConfig:
     val_batch_size: int = 32
     val_batches: int = 2
     val_length_multiples: tuple[int, ...] = (1, 2, 4)  # validate at train_length * m
+    # what multiple 1 validates on (and so what "solved" and the best checkpoint mean):
+    # "train_lengths", the training distribution of lengths, or "max_length", sequences of
+    # exactly the longest training length (the D-NTM and TARDIS papers' success criterion)
+    val_lengths: str = "train_lengths"
     checkpoint_every: int = 500
     # solved when the val bce at multiple 1 (minus the task's optimal_bce, if it reports one)
     # drops below this; the first such step and wall time are recorded
@@ -115,6 +119,9 @@ class TrainConfig:
             object.__setattr__(self, "clip_grad_norm", 0.0)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.val_lengths not in ("train_lengths", "max_length"):
+            raise ConfigError(f"train.val_lengths must be 'train_lengths' or 'max_length', "
+                              f"got {self.val_lengths!r}")
         if self.budget_clock not in ("wall", "cpu"):
             raise ConfigError(f"train.budget_clock must be 'wall' or 'cpu', got {self.budget_clock!r}")
         for name in ("steps", "threads", "max_minutes"):
@@ -203,13 +210,17 @@ class RunConfig:
         from mannlab.models import build_model
         from mannlab.tasks.charlm import CharLMTask, is_charlm_task
 
+        if self.train.val_lengths == "max_length" and self.task not in tasks.TASKS:
+            raise ConfigError(f"train.val_lengths = 'max_length' needs a generated task with a "
+                              f"length range ({', '.join(tasks.names())}); {self.task!r} "
+                              f"validates on its held-out split")
         if is_charlm_task(self.task):   # char-LM: embedding + model, trained by training/tbptt.py
             task = CharLMTask(self.task, **self.task_args)
-            return task, task.build_model(self.model, **self.model_args)
-        if self.train.max_minutes:
-            raise ConfigError("train.max_minutes is honoured by the char-LM tasks only "
-                              "(ptb-char, text8, enwik8-char); use train.steps")
-        task = tasks.make(self.task, **self.task_args)
+        else:
+            if self.train.max_minutes:
+                raise ConfigError("train.max_minutes is honoured by the char-LM tasks only "
+                                  "(ptb-char, text8, enwik8-char); use train.steps")
+            task = tasks.make(self.task, **self.task_args)
         if hasattr(task, "build_model"):  # a task with its own input module (bAbI's GRU fact encoder)
             return task, task.build_model(self.model, **self.model_args)
         model = build_model(self.model, task.input_size, task.output_size, **self.model_args)

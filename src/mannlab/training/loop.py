@@ -337,7 +337,8 @@ def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]
     held_out = {"split": "valid"} if getattr(task, "splits", None) else None
     sets = []
     for multiple in [1] if held_out else sorted(cfg.val_length_multiples):
-        length = None if multiple == 1 else task.train_length * multiple
+        at_max = multiple > 1 or cfg.val_lengths == "max_length"
+        length = task.train_length * multiple if at_max else None
         batches = [task.sample(cfg.val_batch_size, [seed, VAL_SEED_OFFSET + k, multiple],
                                **(held_out or {"length": length}))
                    for k in range(cfg.val_batches)]

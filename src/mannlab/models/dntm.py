@@ -689,7 +689,7 @@ class DNTM(SequenceModel):
         stats = self.reward_stats
         if int(stats.count) == 0:
             # no history yet: the first minibatch is centred and scaled by its own moments
-            first = sampling.RunningMoments(eps=stats.eps).to(reward.device)
+            first = sampling.RunningMoments(eps=stats.eps).to(reward.device, reward.dtype)
             first.update(reward[sampled > 0])
             advantage = first.normalise(reward)
         else:   # the moments of earlier minibatches (the current one is folded in below)

@@ -1,6 +1,38 @@
-"""Test-wide settings."""
+"""Test-wide settings and the small helpers several model test files share."""
 import torch
+
+from mannlab.models import build_model
 
 # The models under test are made of many small operations: on a 2-core machine a
 # second intra-op thread only adds contention (a learning check ran 3x slower).
 torch.set_num_threads(1)
+
+# A small configuration of every registered model, for fast float64 checks.
+SMALL = {
+    "ntm": dict(controller_size=6, memory_slots=7, memory_width=3, shift_range=1),
+    "dnc": dict(controller_size=6, memory_slots=7, memory_width=3),
+    "dntm": dict(controller_size=6, memory_slots=5, address_size=2, content_size=3),
+    "lstm": dict(hidden_size=8),
+    "tardis": dict(hidden_size=8, memory_slots=4, address_size=3, content_size=5, read_mlp_size=4,
+                   fusion_size=6),
+    "armin": dict(hidden_size=6, memory_slots=4),
+}
+
+
+def small_model(name, input_size, output_size, **kw):
+    """The registered model ``name`` in its SMALL configuration (kw override it), float64,
+    its parameters drawn after torch.manual_seed(0)."""
+    torch.manual_seed(0)
+    return build_model(name, input_size, output_size, **{**SMALL[name], **kw}).double()
+
+
+def float64_seq(b, t, i, sample=torch.rand):
+    """A (b, t, i) float64 input, the same for the same sizes (its own generator, seed 1)."""
+    return sample(b, t, i, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+
+def leaves(value):
+    """The tensors of a (nested) state, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for item in value for t in leaves(item)]

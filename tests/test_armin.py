@@ -1,27 +1,25 @@
 """ARMIN: the gate equations against a hand-computed step, auto-addressing, writes
 (empty slots first, then the slot just read; linear map), the fast inference path,
-the ablations of table 7, the temperature schedule, zoneout, cell == sequence,
-chunked == whole, gradcheck, bad input and a learning check."""
+the ablations of table 7, the temperature schedule, zoneout, gradcheck, the compiled path
+and a learning check (what every model promises, cell == sequence, chunked == whole and bad
+input included, is in test_model_contract.py)."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import mannlab
-from mannlab import ConfigError, detach_state
+from conftest import float64_seq, small_model
 from mannlab.models import ARMINState, ARMINTrace, build_model
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
 
-SMALL = dict(hidden_size=6, memory_slots=4)
-
 
 def small_armin(**kw):
-    torch.manual_seed(0)
-    return mannlab.ARMIN(5, 3, **{**SMALL, **kw}).double()
+    return small_model("armin", 5, 3, **kw)
 
 
 def seq(b=3, t=9, i=5):
-    return torch.rand(b, t, i, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    return float64_seq(b, t, i)
 
 
 def slots(weights):
@@ -247,33 +245,6 @@ def test_zoneout_keeps_units_in_training_and_averages_at_evaluation():
 
 # ------------------------------------------------------------- equivalences
 
-def test_cell_loop_equals_sequence_module():
-    model = small_armin().eval()
-    x = seq()
-    y, final = model(x)
-    state, feats = None, []
-    for t in range(x.shape[1]):
-        f, state = model.cell(x[:, t], state)
-        feats.append(f)
-    assert torch.allclose(model.head(torch.stack(feats, 1)), y, atol=1e-12)
-    for a, b in zip(state, final):
-        assert torch.allclose(a.double(), b.double(), atol=1e-12)
-
-
-@pytest.mark.parametrize("kw", [{}, dict(addressing="soft"), dict(read="tardis", zoneout=0.2)])
-def test_chunked_run_with_carried_state_equals_one_run(kw):
-    model = small_armin(**kw)
-    x = seq(t=10)
-    torch.manual_seed(5)
-    y, final = model(x)
-    torch.manual_seed(5)
-    y1, s = model(x[:, :3])
-    y2, s = model(x[:, 3:], detach_state(s))
-    assert torch.allclose(torch.cat([y1, y2], 1), y, atol=1e-12)
-    for a, b in zip(s, final):
-        assert torch.allclose(a.double(), b.double(), atol=1e-12)
-
-
 @pytest.mark.parametrize("kernels", [True, False])
 def test_gradcheck_float64(kernels):
     """Soft reads/writes are differentiable everywhere; argmax (eval) everywhere but at ties;
@@ -390,39 +361,6 @@ def test_shapes_state_and_trace():
     y, state, trace = model(seq(), return_trace=True)
     assert y.shape == (3, 9, 3) and isinstance(state, ARMINState) and isinstance(trace, ARMINTrace)
     assert state.memory.shape == (3, 4, 3) and trace.read_vectors.shape == (3, 9, 3)
-    assert mannlab.ARMIN(5, None, **SMALL).output_features == 12
-
-
-# ----------------------------------------------------------------- bad input
-
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(addressing="reinforce"), "addressing"),
-    (dict(read="content"), "read"),
-    (dict(write="lru"), "write"),
-    (dict(zoneout=1.5), "zoneout"),
-    (dict(control_gates="yes"), "control_gates"),
-    (dict(temperature_every=-1), "temperature_every"),
-    (dict(hidden_size=0), "hidden_size"),
-])
-def test_invalid_options_raise_config_error(kwargs, message):
-    with pytest.raises(ConfigError, match=message):
-        mannlab.ARMIN(5, 3, **{**SMALL, **kwargs})
-
-
-@pytest.mark.parametrize("bad, error, message", [
-    (torch.rand(2, 5), ValueError, "3-D"),
-    (torch.rand(2, 5, 3, dtype=torch.float64), ValueError, "input_size=5"),
-    (torch.ones(2, 5, 5, dtype=torch.float64) * float("nan"), ValueError, "NaN"),
-])
-def test_bad_input_gives_clear_error(bad, error, message):
-    with pytest.raises(error, match=message):
-        small_armin()(bad)
-
-
-def test_registry_builds_armin():
-    assert isinstance(build_model("armin", 5, 3, **SMALL), mannlab.ARMIN)
-    with pytest.raises(ConfigError, match="memory_slots"):
-        build_model("armin", 5, 3, memory_slot=3)
 
 
 # --------------------------------------------------------------------- learning

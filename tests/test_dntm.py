@@ -1,7 +1,7 @@
-"""D-NTM: primitives by hand, LRU / multi-step / NOP, the address part, gradients,
-cell == sequence, chunked == whole, discrete modes, REINFORCE terms, curriculum,
-regularisers, the compiled whole-sequence path against the tensor path, bad input and a
-learning check."""
+"""D-NTM: primitives by hand, LRU / multi-step / NOP, the address part, gradients, discrete
+modes, REINFORCE terms, curriculum, regularisers, the compiled whole-sequence path against the
+tensor path and a learning check (what every model promises, cell == sequence, chunked ==
+whole and bad input included, is in test_model_contract.py)."""
 import gc
 import weakref
 
@@ -10,7 +10,7 @@ import torch
 from torch.func import functional_call
 
 import mannlab
-from mannlab import ConfigError, detach_state
+from conftest import SMALL as SMALL_CONFIGS, float64_seq, leaves, small_model
 from mannlab import sampling
 from mannlab.models import DNTMState, DNTMTrace, build_model
 from mannlab.models import dntm as dntm_module
@@ -18,16 +18,15 @@ from mannlab.models.dntm import lru_address, read_write_consistency, similarity
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
 
-SMALL = dict(controller_size=6, memory_slots=5, address_size=2, content_size=3)
+SMALL = SMALL_CONFIGS["dntm"]
 
 
 def small_dntm(**kw):
-    torch.manual_seed(0)
-    return mannlab.DNTM(4, 3, **{**SMALL, **kw}).double()
+    return small_model("dntm", 4, 3, **kw)
 
 
 def seq(b=3, t=5, i=4):
-    return torch.rand(b, t, i, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    return float64_seq(b, t, i)
 
 
 # ------------------------------------------------------------------ primitives
@@ -180,48 +179,6 @@ def test_gradcheck_soft_mode_float64():
     xs = seq(b=2, t=3)
     assert torch.autograd.gradcheck(
         lambda a: functional_call(model, {**params, "cell.address": a}, (xs,))[0], (A,))
-
-
-@pytest.mark.parametrize("controller", ["gru", "fnn"])
-def test_cell_loop_equals_sequence_module(controller):
-    model = small_dntm(controller=controller, read_heads=2, addressing_steps=2, nop=True)
-    x = seq()
-    y, final = model(x)
-    state, feats = None, []
-    for step in range(x.shape[1]):
-        f, state = model.cell(x[:, step], state)
-        feats.append(f)
-    assert torch.allclose(model.head(torch.stack(feats, 1)), y, atol=1e-12)
-    for a, b in zip(state[1:], final[1:]):
-        assert torch.allclose(a, b, atol=1e-12)
-
-
-@pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("kernels", [True, False])
-@pytest.mark.parametrize("mode", ["soft", "argmax", "reinforce"])
-def test_chunked_run_with_carried_state_equals_one_run(mode, kernels):
-    """On the compiled path and on the tensor path (J = 2, NOP on: the draws of each chunk
-    continue where the previous chunk stopped)."""
-    model = small_dntm(read_heads=2, addressing=mode, addressing_steps=2, nop=True)
-    model.cell.use_kernels = kernels
-    assert model.cell.fused_applies(seq()) == kernels
-    x = seq(t=9)
-    torch.manual_seed(5)
-    y, final = model(x)
-    torch.manual_seed(5)
-    y1, s = model(x[:, :4])
-    y2, s = model(x[:, 4:], detach_state(s))
-    assert torch.allclose(torch.cat([y1, y2], 1), y, atol=1e-12)
-    for a, b in zip(s[1:], final[1:]):
-        assert torch.allclose(a, b, atol=1e-12)
-
-
-def test_batch_first_false_matches():
-    model = small_dntm()
-    x = seq()
-    y, _ = model(x)
-    model.batch_first = False
-    assert torch.allclose(model(x.transpose(0, 1))[0].transpose(0, 1), y)
 
 
 # ---------------------------------------------------------------- discrete modes
@@ -423,13 +380,6 @@ def randomise(model):
         for p in model.parameters():
             p.copy_(torch.randn_like(p) * 0.7)
     return model
-
-
-def leaves(value):
-    """The tensors of a (nested) state, in order."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    return [t for item in value for t in leaves(item)]
 
 
 def random_state(model, batch):
@@ -696,37 +646,6 @@ def test_compiled_outputs_are_freed_without_garbage_collection(with_trace):
 
 # ------------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(addressing="gumbel"), "addressing must be one of 'soft', 'reinforce', 'argmax'"),
-    (dict(write_keys="address"), "write_keys must be one of"),
-    (dict(memory_slots=0), "memory_slots"),
-    (dict(address_size=0), "address_size"),
-    (dict(addressing_steps=0), "addressing_steps"),
-    (dict(lru="yes"), "lru must be true or false"),
-    (dict(addressing="reinforce", curriculum_p0=1.5), "curriculum_p0 must be a number >= 0 and <= 1"),
-    (dict(curriculum_p0=1.0), "need addressing='reinforce'"),
-    (dict(input_baseline=True), "need addressing='reinforce'"),
-    (dict(entropy_weight=-1), "entropy_weight"),
-    (dict(reinforce_weight=-0.1), "reinforce_weight"),
-    (dict(reward_momentum=1.0), "reward_momentum"),
-    (dict(next_input_distribution="poisson"), "next_input_distribution"),
-    (dict(controller="gru2"), "unknown controller 'gru2'"),
-])
-def test_invalid_options_raise_config_error(kwargs, message):
-    with pytest.raises(ConfigError, match=message):
-        mannlab.DNTM(4, 3, **{**SMALL, **kwargs})
-
-
-@pytest.mark.parametrize("bad, error, message", [
-    (torch.randn(2, 3, 5), ValueError, "input_size=4"),
-    (torch.randn(3, 4), ValueError, "3-D input"),
-    (torch.randn(2, 3, 4, dtype=torch.float64), TypeError, "float32"),
-])
-def test_bad_input_gives_clear_error(bad, error, message):
-    with pytest.raises(error, match=message):
-        mannlab.DNTM(4, 3, **SMALL)(bad)
-
-
 def test_aux_loss_checks_its_arguments():
     model = small_dntm(addressing="reinforce")
     _, _, tr = model(seq(), return_trace=True)
@@ -734,12 +653,6 @@ def test_aux_loss_checks_its_arguments():
         model.aux_loss(tr, torch.zeros(3, 4, dtype=torch.float64))
     with pytest.raises(TypeError, match="DNTMTrace"):
         model.aux_loss(tuple(tr), torch.zeros(3, 5, dtype=torch.float64))
-
-
-def test_registry_builds_dntm():
-    assert isinstance(build_model("dntm", 4, 3, **SMALL), mannlab.DNTM)
-    with pytest.raises(ConfigError, match="address_size"):
-        build_model("dntm", 4, 3, adress_size=3)
 
 
 # --------------------------------------------------------------------- learning

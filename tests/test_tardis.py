@@ -1,10 +1,13 @@
 """TARDIS: usage normalisation, last-read penalty, sequential-then-tied writes, the
-gumbel and REINFORCE estimators, the temperature, cell == sequence, chunked == whole,
-gradcheck, bad input, the training loop and a learning check."""
+gumbel and REINFORCE estimators, the temperature, layer norm and recurrent dropout, gradcheck,
+the compiled path against the tensor path, the training loop and a learning check (what every
+model promises, cell == sequence, chunked == whole and bad input included, is in
+test_model_contract.py)."""
 import pytest
 import torch
 
 import mannlab
+from conftest import SMALL as SMALL_CONFIGS, float64_seq, small_model
 from mannlab import ConfigError, detach_state, sampling
 from mannlab.models import TARDISState, TARDISTrace, build_model
 from mannlab.models.tardis import (LAST_READ_PENALTY, TardisAddressing, normalise_usage,
@@ -13,17 +16,15 @@ from mannlab.tasks.base import step_nll
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
 
-SMALL = dict(hidden_size=8, memory_slots=4, address_size=3, content_size=5, read_mlp_size=4,
-             fusion_size=6)
+SMALL = SMALL_CONFIGS["tardis"]
 
 
 def small_tardis(**kw):
-    torch.manual_seed(0)
-    return mannlab.TARDIS(4, 3, **{**SMALL, **kw}).double()
+    return small_model("tardis", 4, 3, **kw)
 
 
 def seq(b=3, t=7, i=4):
-    return torch.rand(b, t, i, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    return float64_seq(b, t, i)
 
 
 def slots(weights):
@@ -298,41 +299,6 @@ def test_training_loop_passes_the_score_and_drives_the_schedule(tmp_path, monkey
 
 # ------------------------------------------------------------ equivalences
 
-def test_cell_loop_equals_sequence_module():
-    model = small_tardis().eval()
-    x = seq()
-    y, final = model(x)
-    state, feats = None, []
-    for t in range(x.shape[1]):
-        f, state = model.cell(x[:, t], state)
-        feats.append(f)
-    assert torch.allclose(model.head(torch.stack(feats, 1)), y, atol=1e-12)
-    for a, b in zip(state, final):
-        assert torch.allclose(a.double(), b.double(), atol=1e-12)
-
-
-@pytest.mark.parametrize("mode", ["gumbel", "reinforce"])
-def test_chunked_run_with_carried_state_equals_one_run(mode):
-    """Across the k-th step too: the step counter in the state keeps the write order."""
-    model = small_tardis(addressing=mode)
-    x = seq(t=10)
-    torch.manual_seed(5)
-    y, final = model(x)
-    torch.manual_seed(5)
-    y1, s = model(x[:, :3])
-    y2, s = model(x[:, 3:], detach_state(s))
-    assert torch.allclose(torch.cat([y1, y2], 1), y, atol=1e-12)
-    for a, b in zip(s, final):
-        assert torch.allclose(a.double(), b.double(), atol=1e-12)
-
-
-def test_batch_first_false_matches():
-    model = small_tardis().eval()
-    x = seq()
-    other = small_tardis(batch_first=False).eval()
-    assert torch.allclose(other(x.transpose(0, 1))[0].transpose(0, 1), model(x)[0])
-
-
 def test_gradcheck_float64():
     """The differentiable parts: the whole model with argmax reads and noise-free gates
     (eval), the read MLP, and the gumbel-softmax relaxation with fixed noise."""
@@ -415,41 +381,11 @@ def test_layer_norm_cell_loop_chunked_and_gradcheck():
     assert torch.autograd.gradcheck(lambda inp: model(inp)[0], (x.clone().requires_grad_(),))
 
 
-# ----------------------------------------------------------------- bad input
-
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(addressing="soft"), "addressing"),
-    (dict(temperature="fixed"), "temperature"),
-    (dict(memory_slots=0), "memory_slots"),
-    (dict(discount=1.5), "discount"),
-    (dict(address_size=2, address_nonzeros=3), "nonzeros"),
-    (dict(temperature_every=0), "temperature_every"),
-    (dict(recurrent_dropout=1.5), "recurrent_dropout"),
-])
-def test_invalid_options_raise_config_error(kwargs, message):
-    with pytest.raises(ConfigError, match=message):
-        mannlab.TARDIS(4, 3, **{**SMALL, **kwargs})
-
+# ----------------------------------------------------------- invalid options
 
 def test_reinforce_needs_an_output_size():
     with pytest.raises(ConfigError, match="output_size"):
         mannlab.TARDIS(4, None, addressing="reinforce")
-
-
-@pytest.mark.parametrize("bad, error, message", [
-    (torch.rand(2, 5), ValueError, "3-D"),
-    (torch.rand(2, 5, 3), ValueError, "input_size=4"),
-    (torch.rand(2, 5, 4).float(), TypeError, "float64"),
-])
-def test_bad_input_gives_clear_error(bad, error, message):
-    with pytest.raises(error, match=message):
-        small_tardis()(bad)
-
-
-def test_registry_builds_tardis():
-    assert isinstance(build_model("tardis", 4, 3, **SMALL), mannlab.TARDIS)
-    with pytest.raises(ConfigError, match="hidden_size"):
-        build_model("tardis", 4, 3, hiden_size=3)
 
 
 # --------------------------------------------------------------------- learning

@@ -73,18 +73,24 @@ SIZES = {
     "tardis": ["hidden_size", "memory_slots", "address_size", "content_size", "temperature_every"],
     "armin": ["hidden_size", "memory_slots"],
 }
-# Optional sizes, None: derived from the others. 0 is taken for None too (the constructors'
-# `size or default`), so only the other values that are not positive integers are checked.
-DERIVED_SIZES = {"tardis": ["read_mlp_size", "fusion_size"], "armin": ["memory_width"]}
+# Optional sizes (None: derived from the others) and the options that make them apply
+OPTIONAL_SIZES = {"tardis": ({}, ["read_mlp_size", "fusion_size"]),
+                  "armin": ({"read": "tardis"}, ["memory_width", "address_size", "read_mlp_size"])}
 
 
-@pytest.mark.parametrize("name, option", [(name, option) for name in NAMES
-                                          for option in ["input_size", "output_size",
-                                                         *SIZES[name], *DERIVED_SIZES.get(name, [])]])
-def test_sizes_must_be_positive_integers(name, option):
-    derived = option in DERIVED_SIZES.get(name, [])
-    for value in (-1, 2.5, True, "3") if derived else (0, -1, 2.5, True, "3"):
-        sizes = dict(input_size=5, output_size=4, **SMALL[name])
+def size_cases():
+    for name in NAMES:
+        for option in ["input_size", "output_size", *SIZES[name]]:
+            yield name, {}, option
+        options, optional = OPTIONAL_SIZES.get(name, ({}, []))
+        for option in optional:
+            yield name, options, option
+
+
+@pytest.mark.parametrize("name, options, option", list(size_cases()))
+def test_sizes_must_be_positive_integers(name, options, option):
+    for value in (0, -1, 2.5, True, "3"):   # 0 is not "the default" (None is)
+        sizes = dict(input_size=5, output_size=4, **SMALL[name], **options)
         sizes[option] = value
         message = f"{option} must be a positive integer, got {value!r}"
         with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
@@ -127,6 +133,8 @@ def test_unknown_controller_names_the_valid_ones(name):
     ("armin", dict(zoneout=1.5), "zoneout"),
     ("armin", dict(control_gates="yes"), "control_gates"),
     ("armin", dict(temperature_every=-1), "temperature_every"),
+    ("armin", dict(address_size=4), "sizes of the TARDIS read"),
+    ("armin", dict(read_mlp_size=8), "sizes of the TARDIS read"),
 ])
 def test_invalid_options_raise_config_error(name, kwargs, message):
     with pytest.raises(ConfigError, match=message):

@@ -63,7 +63,7 @@ from torch.autograd.function import once_differentiable
 from mannlab import kernels, sampling
 from mannlab.errors import ConfigError
 from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel,
-                                  check_positive, run_steps)
+                                  check_positive, run_steps, size_or_default)
 from mannlab.models.tardis import (TardisAddressing, check_choice, check_number,
                                    sequential_slots, sparse_addresses, write_rows)
 
@@ -146,11 +146,14 @@ class ARMINCell(MemoryCell):
                  layer_norm: bool = True, zoneout: float = 0.0, address_size: Optional[int] = None,
                  read_mlp_size: Optional[int] = None, address_seed: int = 0):
         super().__init__()
-        memory_width = memory_width or hidden_size
-        check_positive(input_size=input_size, hidden_size=hidden_size, memory_slots=memory_slots,
-                       memory_width=memory_width)
+        check_positive(input_size=input_size, hidden_size=hidden_size, memory_slots=memory_slots)
+        memory_width = size_or_default(memory_width, hidden_size)
+        check_positive(memory_width=memory_width)
         self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
         self.read_mode = check_choice("read", read, READ_MODES)
+        if read != "tardis" and (address_size, read_mlp_size) != (None, None):
+            raise ConfigError("address_size and read_mlp_size are the sizes of the TARDIS read "
+                              f"(read='tardis'); with read={read!r} leave them out")
         self.write_mode = check_choice("write", write, WRITE_MODES)
         self.control_gates = _check_bool("control_gates", control_gates)
         self.layer_norm = _check_bool("layer_norm", layer_norm)
@@ -177,11 +180,13 @@ class ARMINCell(MemoryCell):
         self.initial_memory = nn.Parameter(torch.zeros(n, dr))
         self.tardis = None
         if read == "tardis":
-            address_size = address_size or max(1, round(dr / 5))   # key ~ 1/5 of the content
+            address_size = size_or_default(address_size, max(1, round(dr / 5)))  # ~1/5 of content
+            read_mlp_size = size_or_default(read_mlp_size, max(1, dh // 4))
+            check_positive(address_size=address_size, read_mlp_size=read_mlp_size)
             self.register_buffer("address", sparse_addresses(n, address_size,
                                                              max(1, address_size // 2), address_seed))
             self.tardis = TardisAddressing(input_size, dh, address_size + dr, n,
-                                           read_mlp_size or max(1, dh // 4))
+                                           read_mlp_size)
         self._initialise()
 
     def _initialise(self) -> None:

@@ -30,6 +30,12 @@ def check_positive(**sizes: int) -> None:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
+def size_or_default(value: Optional[int], default: int) -> int:
+    """An optional size argument: ``default`` when None (only None: 0 is an invalid size
+    that check_positive rejects, not a request for the default)."""
+    return default if value is None else value
+
+
 def stack_traces(traces: list) -> Optional[NamedTuple]:
     """List over time of per-step NamedTuples (B, ...) -> one NamedTuple of (B, T, ...)."""
     if not traces:

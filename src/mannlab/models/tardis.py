@@ -92,7 +92,7 @@ from torch.autograd.function import once_differentiable
 from mannlab import kernels, sampling
 from mannlab.errors import ConfigError
 from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_positive,
-                                  run_steps)
+                                  run_steps, size_or_default)
 
 ADDRESSING_MODES = ("gumbel", "reinforce", "argmax")
 TEMPERATURES = ("learned", "scheduled")
@@ -252,11 +252,11 @@ class TARDISCell(MemoryCell):
                  temperature: str = "learned", address_nonzeros: Optional[int] = None,
                  address_seed: int = 0, layer_norm: bool = False, recurrent_dropout: float = 0.0):
         super().__init__()
-        read_mlp_size = read_mlp_size or max(1, hidden_size // 4)
-        fusion_size = fusion_size or hidden_size
         check_positive(input_size=input_size, hidden_size=hidden_size, memory_slots=memory_slots,
-                       address_size=address_size, content_size=content_size,
-                       read_mlp_size=read_mlp_size, fusion_size=fusion_size)
+                       address_size=address_size, content_size=content_size)
+        read_mlp_size = size_or_default(read_mlp_size, max(1, hidden_size // 4))
+        fusion_size = size_or_default(fusion_size, hidden_size)
+        check_positive(read_mlp_size=read_mlp_size, fusion_size=fusion_size)
         self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
         self.temperature = check_choice("temperature", temperature, TEMPERATURES)
         self.hidden_size, self.slots, self.content_size = hidden_size, memory_slots, content_size

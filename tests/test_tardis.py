@@ -235,6 +235,15 @@ def test_reinforce_read_mlp_learns_only_through_aux_loss():
     assert aux_grads[0].abs().sum() > 0 and aux_grads[1] is None
 
 
+def test_leave_one_out_mean_by_hand():
+    values = torch.tensor([[1.0, 2.0, 5.0], [3.0, 4.0, 7.0], [8.0, 6.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 1], [1, 1, 0]])
+    # step 0: all three scored; step 1: sequences 0 and 2; step 2: sequences 0 and 1
+    expected = torch.tensor([[5.5, 6.0, 7.0], [4.5, 4.0, 5.0], [2.0, 2.0, 6.0]])
+    assert torch.equal(sampling.leave_one_out_mean(values, mask), expected)
+    assert torch.equal(sampling.leave_one_out_mean(values[:1], mask[:1]), torch.zeros(1, 3))
+
+
 def test_reinforce_term_by_hand():
     model = small_tardis(addressing="reinforce", discount=0.5)
     x = seq()
@@ -248,7 +257,9 @@ def test_reinforce_term_by_hand():
     returns = torch.zeros_like(reward)
     running = torch.zeros(3, dtype=torch.float64)
     for t in reversed(range(7)):                                        # eq. 16
-        running = reward[:, t] + 0.5 * running
+        others = [(reward[k, t]) for k in range(3)]
+        baseline = torch.stack([(sum(others) - others[i]) / 2 for i in range(3)]) * mask[:, t]
+        running = (reward[:, t] - baseline) + 0.5 * running
         returns[:, t] = running
     advantage = (returns - returns.mean()) / torch.sqrt(returns.var(unbiased=False) + 1e-4)
     log_p = torch.log((trace.read_weights * trace.read_probs).sum(-1))[..., 0]

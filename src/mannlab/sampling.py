@@ -148,6 +148,18 @@ class RunningMoments(nn.Module):
         return f"momentum={self.momentum}, eps={self.eps}"
 
 
+def leave_one_out_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per time step, the mean of ``values`` over the *other* sequences of the batch where
+    ``mask`` is set: b_t^(i) = sum_{i' != i} m v / sum_{i' != i} m, 0 where no other sequence
+    has step t. values, mask (B, T) -> (B, T), no gradient. A REINFORCE baseline per time step
+    (TARDIS eq. 16's b_j) that leaves the estimator unbiased: b^(i) does not depend on
+    sequence i's own actions."""
+    values, mask = values.detach(), mask.to(values.dtype)
+    masked = values * mask
+    total, count = masked.sum(0, keepdim=True) - masked, mask.sum(0, keepdim=True) - mask
+    return torch.where(count > 0, total / count.clamp_min(1), torch.zeros_like(values))
+
+
 def discounted_returns(rewards: torch.Tensor, discount: float) -> torch.Tensor:
     """G_t = sum_{j >= t} discount^(j - t) R_j over the last (time) axis (TARDIS eq. 16).
 

@@ -648,8 +648,11 @@ class TARDIS(CellTemperature, SequenceModel):
 
         - ``auxiliary``: aux_weight sum_t NLL_aux(t) / S, trains W^o_r, W^o_x only
         - ``reinforce``: -reinforce_weight sum_t A_t log w̄^r_t[j_t] / S with
-          R'_j = -NLL_aux(j) (eq. 17), G_t = sum_{j>=t} γ^{j-t} R'_j (eq. 16) and
-          A_t = (G_t - b) / σ from the running moments of G (updated in training mode)
+          R'_j = -NLL_aux(j) (eq. 17), G_t = sum_{j>=t} γ^{j-t} (R'_j - b_j) (eq. 16) and
+          A_t = (G_t - m) / σ from the running moments m, σ² of G (variance normalisation,
+          updated in training mode). The paper does not say how b_j is made: here it is
+          the mean of R'_j over the other sequences of the minibatch that score step j
+          (leave-one-out, so unbiased; 0 at batch 1, where m alone centres G)
 
         S is the mean number of scored outputs per sequence (the task loss's normaliser).
         """
@@ -661,7 +664,10 @@ class TARDIS(CellTemperature, SequenceModel):
             raise ValueError("TARDIS with addressing='reinforce' needs score= (logits -> "
                              "per-step NLL on the targets) for the auxiliary reward of eq. 17")
         aux_nll = score(self.aux_logits(trace))                                      # (B, T)
-        returns = sampling.discounted_returns(-aux_nll.detach(), self.discount)      # eq. 16
+        rewards, scored_steps = -aux_nll.detach(), (step_nll > 0)                    # eq. 17
+        baseline = sampling.leave_one_out_mean(rewards, scored_steps)                # b_j
+        returns = sampling.discounted_returns((rewards - baseline) * scored_steps,
+                                              self.discount)                          # eq. 16
         stats = self.return_stats
         if self.training:   # evaluation never moves the running moments
             stats.update(returns[sampled > 0])

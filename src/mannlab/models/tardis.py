@@ -74,8 +74,9 @@ devices and dtypes use anyway.
 
 ``TARDIS.aux_loss`` (REINFORCE, section 3.1): reward R'_j = log p(y_j | r̄_j, x_j) of
 the auxiliary predictor softmax/sigmoid(W^o_r r̄_j + W^o_x x_j) (eq. 17; r̄ is r
-without gradient), discounted returns (eq. 16), centred and divided by their running
-standard deviation (variance normalisation); plus the auxiliary predictor's own loss.
+without gradient), minus a per-step baseline b_j (the other sequences' mean reward at step
+j), discounted into returns (eq. 16), centred and divided by their running standard deviation
+(variance normalisation); plus the auxiliary predictor's own loss.
 """
 from __future__ import annotations
 

@@ -41,7 +41,6 @@ with random inputs and binary targets (BCE).
 from __future__ import annotations
 
 import copy as copy_module
-import functools
 import os
 import statistics
 import sys
@@ -53,9 +52,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_ntm  # noqa: E402
-from bench_ntm import (INPUT, OUTPUT, LSTMCellLoop, eval_infer_step, parse_args,  # noqa: E402
-                       report)
+from bench_ntm import (CLOCKS, INPUT, OUTPUT, LSTMCellLoop, cpu_round_robin,  # noqa: E402
+                       eval_infer_step, parse_args, report)
 
 import mannlab  # noqa: E402
 
@@ -150,29 +148,22 @@ def recipes(args) -> None:
     print(f"\n{time.perf_counter() - start:.0f} s, load average {load} on {os.cpu_count()} cores")
 
 
-#: bench_ntm.time_round_robin timed in CPU seconds of this process
-cpu_round_robin = functools.partial(bench_ntm.time_round_robin, clock=time.process_time)
+def add_options(parser) -> None:
+    """This script's options on top of bench_ntm's."""
+    parser.add_argument("--no-tensor-path", dest="tensor_rows", action="store_false",
+                        help="leave out the D-NTM rows on the per-step tensor path")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="cpu",
+                        help="what the times count: CPU seconds of this process (default) "
+                             "or wall seconds")
+    parser.add_argument("--recipes", action="store_true",
+                        help="time the compiled path against the tensor path at the recipes' "
+                             "sizes instead")
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # this script's own options: --no-tensor-path, --clock cpu|wall, --recipes
-    tensor_rows = "--no-tensor-path" not in argv
-    argv = [a for a in argv if a != "--no-tensor-path"]
-    clock = "cpu"
-    if "--clock" in argv:
-        at = argv.index("--clock")
-        clock = argv[at + 1] if at + 1 < len(argv) else ""
-        del argv[at:at + 2]
-        if clock not in ("cpu", "wall"):
-            sys.exit("--clock must be cpu or wall")
-    if clock == "cpu":
-        bench_ntm.time_round_robin = cpu_round_robin
-    recipe_sizes = "--recipes" in argv
-    argv = [a for a in argv if a != "--recipes"]
-    args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
+    args, batch_sizes = parse_args(argv, __doc__.split("\n")[0], add_options)
     torch.set_num_threads(args.threads)
-    if recipe_sizes:
+    if args.recipes:
         recipes(args)
         return
     torch.manual_seed(0)
@@ -180,13 +171,13 @@ def main(argv: list[str] | None = None) -> None:
                 "D-NTM discrete J=1": dntm("reinforce", 1),
                 "D-NTM discrete J=3": dntm("reinforce", 3)}
     models: dict[str, nn.Module] = dict(compiled)
-    if tensor_rows:
+    if args.tensor_rows:
         models.update({f"{name} (tensor path)": tensor_path(model)
                        for name, model in compiled.items()})
     models.update({"GRUCell": GRUCellLoop(), "LSTMCell": LSTMCellLoop(HIDDEN)})
     report(args, batch_sizes, models, REFERENCE, train=train_step, infer=eval_infer_step,
-           saved_memory=False,
-           notes={"clock": "process CPU time" if clock == "cpu" else "wall time",
+           saved_memory=False, clock=CLOCKS[args.clock],
+           notes={"clock": "process CPU time" if args.clock == "cpu" else "wall time",
                   "numba": _numba_version()})
 
 

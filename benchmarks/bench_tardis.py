@@ -27,7 +27,6 @@ paths, against nn.LSTM(240) of the same parameter count; the ratio is bench_char
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import platform
@@ -41,8 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (INPUT, OUTPUT, FusedLSTM, LSTMCellLoop, saved_for_backward_bytes,  # noqa: E402
-                       time_round_robin)
+from bench_ntm import (INPUT, OUTPUT, FusedLSTM, LSTMCellLoop, cpu_round_robin,  # noqa: E402
+                       saved_for_backward_bytes)
 
 import mannlab  # noqa: E402
 from mannlab.tasks.base import step_nll  # noqa: E402
@@ -99,10 +98,6 @@ def infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
             model(x)
     finally:
         model.train()
-
-
-#: time_round_robin timed in CPU seconds of this process
-cpu_round_robin = functools.partial(time_round_robin, clock=time.process_time)
 
 
 def run_copy(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:

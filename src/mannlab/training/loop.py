@@ -95,6 +95,15 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
         torch.set_num_threads(threads)
 
 
+def model_aux_loss(model: torch.nn.Module, trace: Any, step_nll: torch.Tensor,
+                   score: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``model.aux_loss(trace, step_nll)``; models with their own auxiliary predictions
+    (``aux_loss_scores``: TARDIS eq. 17) also get ``score``, logits -> per-step NLL on the
+    targets."""
+    extra = {"score": score} if getattr(model, "aux_loss_scores", False) else {}
+    return model.aux_loss(trace, step_nll, **extra)
+
+
 def make_optimizer(model: torch.nn.Module, train: TrainConfig) -> torch.optim.Optimizer:
     """RMSprop (with momentum, as in the NTM paper's implementations) or Adam."""
     if train.optimizer == "rmsprop":
@@ -410,15 +419,6 @@ def draw_memory_access(model: torch.nn.Module, task: Any, path: Path, seed: int,
 
 
 # ------------------------------------------------------------- run directory
-
-def model_aux_loss(model: torch.nn.Module, trace: Any, step_nll: torch.Tensor,
-                   score: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """``model.aux_loss(trace, step_nll)``; models with their own auxiliary predictions
-    (``aux_loss_scores``: TARDIS eq. 17) also get ``score``, logits -> per-step NLL on the
-    targets."""
-    extra = {"score": score} if getattr(model, "aux_loss_scores", False) else {}
-    return model.aux_loss(trace, step_nll, **extra)
-
 
 def prepare_run_dir(run_dir: Path, force: bool) -> None:
     """Refuse a directory that holds a run, unless ``force``: then delete only its artifacts."""

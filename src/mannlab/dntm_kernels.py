@@ -343,6 +343,10 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     probs = np.empty((B, Sr, K, N), dtype)
     index = np.zeros((B, Sr, K), np.int64)
     mtrace = np.empty((B, T if trace else 1, N, W), dtype)     # M_t = [A; C_t] (trace)
+    if trace:                                                  # A never changes: once
+        for b in range(B):
+            for t in range(T):
+                mtrace[b, t, :, :da] = address
     phiprev = np.empty((B, Sk, R * W), dtype)
     gates = np.empty((B, Sk if gru else 1, 3 * dh), dtype)     # r, u, n
     gn_all = np.empty((B, Sk if gru else 1, dh), dtype)        # W_hn h + b_hn
@@ -431,7 +435,6 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                     out[b, t, :dh] = hcur[b]
                     out[b, t, dh:] = phi[b]
                     if trace:
-                        mtrace[b, t, :, :da] = address
                         mtrace[b, t, :, da:] = cb.T
             h[:] = hcur
     records = (hnew_all, act, beta_pre, probs, index, mtrace)
@@ -776,7 +779,6 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
                     dphi[b] += d_out[b, t, dh:]
                     if has_mtrace:
                         dc_new[b] += d_mtrace[b, t, :, da:].T
-                        d_address_t += d_mtrace[b, t, :, :da].T
                 cb = c_seg[b, q]
                 ab = act[b, s]
                 _norms(anorm2, cb, True, norm_m)
@@ -843,6 +845,10 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
             else:
                 dhs[:, :] = 0.0
             dc_new, dc_old = dc_old, dc_new
+    if has_mtrace:                                             # the trace's copies of A
+        for b in range(B):
+            for t in range(T):
+                d_address_t += d_mtrace[b, t, :, :da].T
     d_c0 = np.empty((B, N, dc), dtype)
     for b in range(B):
         d_c0[b] = dc_new[b].T

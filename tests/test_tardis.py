@@ -257,8 +257,7 @@ def test_reinforce_term_by_hand():
     returns = torch.zeros_like(reward)
     running = torch.zeros(3, dtype=torch.float64)
     for t in reversed(range(7)):                                        # eq. 16
-        others = [(reward[k, t]) for k in range(3)]
-        baseline = torch.stack([(sum(others) - others[i]) / 2 for i in range(3)]) * mask[:, t]
+        baseline = (reward[:, t].sum() - reward[:, t]) / 2 * mask[:, t]  # the other two's mean
         running = (reward[:, t] - baseline) + 0.5 * running
         returns[:, t] = running
     advantage = (returns - returns.mean()) / torch.sqrt(returns.var(unbiased=False) + 1e-4)

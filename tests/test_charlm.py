@@ -433,9 +433,6 @@ def test_unknown_keys_and_misplaced_options_are_rejected(ptb, capsys):
         assert info.value.code == 2
         err = capsys.readouterr().err
         assert all(w in err for w in words), err
-    with pytest.raises(SystemExit):
-        cli_main(["train", "--model", "lstm", "--task", "copy", "--set", "train.max_minutes=1"])
-    assert "char-LM tasks only" in capsys.readouterr().err
 
 
 def test_train_downloads_from_the_canonical_address(ptb, tmp_path, monkeypatch):

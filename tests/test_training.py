@@ -123,6 +123,19 @@ def test_stop_after_solve_and_solve_record(tmp_path, no_figures):
     summary = train(config)
     assert summary["solved"] and summary["solved_at_step"] == 2
     assert summary["steps"] == 5 and summary["solved_at_seconds"] >= 0
+    assert summary["stopped_by"] == "solved"
+
+
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_time_budget_stops_training_and_a_resume_with_more_time_continues(tmp_path, no_figures, clock):
+    """A budget of 6 microseconds stops a generated-task run at once; the stop is a normal end
+    (validation, checkpoint, summary), and a resume with a larger budget runs on to train.steps."""
+    config = tiny_config(tmp_path, steps=12, max_minutes=1e-7, budget_clock=clock)
+    cut = train(config)
+    assert cut["stopped_by"] == "time" and cut["steps"] < 12 and cut["budget_clock"] == clock
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last")[0]["step"] == cut["steps"]
+    resumed = train(with_train(config, max_minutes=60.0), resume=True)
+    assert resumed["stopped_by"] == "steps" and resumed["steps"] == 12
 
 
 def test_lr_drops_after_solve_and_after_solve_record(tmp_path, no_figures):

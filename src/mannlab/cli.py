@@ -51,6 +51,8 @@ examples:
   mannlab train --model lstm --task copy --steps 5000 --set model.hidden_size=256
   mannlab train --config my.toml --seed 3
   mannlab train --run-dir runs/ntm-copy-seed0 --resume --steps 4000   # continue a run
+  mannlab train --model dntm --task copy --set train.max_minutes=20 --set train.budget_clock=cpu
+      (stop at 20 CPU minutes or train.steps, whichever comes first)
   mannlab train --model armin --task ptb-char --data-dir DIR --set train.max_minutes=30
       (char-level LM with truncated BPTT; tasks ptb-char, text8, enwik8-char; the task
       section takes data_dir, bptt, valid_batch_size, test_batch_size, valid_symbols,
@@ -324,7 +326,8 @@ def describe_summary(summary: dict[str, Any]) -> str:
         lines.append(f"not solved (val {key} < {summary['solve_bce']:g}); best val {key} {best_text}")
     cpu = summary.get("cpu_seconds")  # absent in summaries written before it was recorded
     cpu_text = f" ({_duration(cpu)} of CPU)" if cpu is not None else ""
-    lines.append(f"{summary['steps']} steps in {_duration(summary['wall_seconds'])}{cpu_text}; "
+    stop = " (the time budget ran out)" if summary.get("stopped_by") == "time" else ""
+    lines.append(f"{summary['steps']} steps{stop} in {_duration(summary['wall_seconds'])}{cpu_text}; "
                  f"validation at step {summary['steps']}:")
     lines.append(format_table(summary["final_val"] or []))
     groups = format_group_errors((summary["best_val"].get("rows") or [{}])[0])

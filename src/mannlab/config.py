@@ -96,8 +96,9 @@ class TrainConfig:
     # torch intra-op threads during the run (0: torch's default). One thread is much faster for
     # these small recurrent models on a busy CPU, and a resume must use the same count to be exact.
     threads: int = 1
-    # wall-clock budget of the training in minutes over all sessions (0: none); honoured by the
-    # char-LM trainer (training/tbptt.py) only, so RunConfig.build rejects it for other tasks
+    # time budget of the training in minutes over all sessions (0: none): training stops at
+    # train.steps or when the budget is spent, whichever comes first. Runs stopped by time are
+    # not step-for-step reproducible (their length depends on the machine's speed)
     max_minutes: float = 0.0
     # what max_minutes counts: "wall" seconds, or "cpu" seconds of the training process (fair
     # between runs on a machine shared with other jobs, where wall time depends on their load)
@@ -217,9 +218,6 @@ class RunConfig:
         if is_charlm_task(self.task):   # char-LM: embedding + model, trained by training/tbptt.py
             task = CharLMTask(self.task, **self.task_args)
         else:
-            if self.train.max_minutes:
-                raise ConfigError("train.max_minutes is honoured by the char-LM tasks only "
-                                  "(ptb-char, text8, enwik8-char); use train.steps")
             task = tasks.make(self.task, **self.task_args)
         if hasattr(task, "build_model"):  # a task with its own input module (bAbI's GRU fact encoder)
             return task, task.build_model(self.model, **self.model_args)

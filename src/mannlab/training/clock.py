@@ -20,3 +20,11 @@ class SessionClock:
 
     def cpu(self) -> float:
         return self._cpu_before + time.process_time() - self._cpu_start
+
+    def seconds(self, which: str) -> float:
+        """Seconds on the named clock: "wall" or "cpu" (train.budget_clock)."""
+        return self.cpu() if which == "cpu" else self.wall()
+
+    def out_of_time(self, max_minutes: float, which: str) -> bool:
+        """Has the budget of ``max_minutes`` (0: none) on clock ``which`` been spent?"""
+        return bool(max_minutes) and self.seconds(which) >= 60 * max_minutes

@@ -134,6 +134,7 @@ class _Trainer:
         self._losses: list[tuple[float, float]] = []  # since the last train log line
         self._last_train_bce: float | None = None
         self.clock = SessionClock(progress.elapsed, progress.cpu)
+        self.stopped = "steps"  # what ended the training: "steps", "solved" or "time"
 
     # ---------------------------------------------------------------- loop
 
@@ -145,6 +146,9 @@ class _Trainer:
         self._apply_lr()
         try:
             while progress.step < self._end_step():
+                if self.clock.out_of_time(cfg.max_minutes, cfg.budget_clock):
+                    self.stopped = "time"
+                    break
                 loss, bce = self._train_step(progress.step)
                 progress.step += 1
                 self._losses.append((loss, bce))
@@ -194,6 +198,8 @@ class _Trainer:
         end = self.train_cfg.steps
         if self.train_cfg.stop_after_solve is not None and self.progress.solved_at_step is not None:
             end = min(end, self.progress.solved_at_step + self.train_cfg.stop_after_solve)
+            if end < self.train_cfg.steps:
+                self.stopped = "solved"
         return end
 
     def _fail(self, step: int, what: str) -> None:
@@ -218,6 +224,9 @@ class _Trainer:
 
     def _postfix(self) -> dict[str, str]:
         out = {}
+        cfg = self.train_cfg
+        if cfg.max_minutes:  # with a time budget the step total is only an upper bound
+            out["min"] = f"{self.clock.seconds(cfg.budget_clock) / 60:.1f}/{cfg.max_minutes:g}"
         if self._last_train_bce is not None:
             out["loss"] = f"{self._last_train_bce:.4f}"
         if self.last_val is not None:
@@ -287,7 +296,8 @@ class _Trainer:
         summary = {
             "model": self.config.model, "task": self.config.task, "seed": self.config.seed,
             "run_dir": str(self.run_dir),
-            "steps": progress.step, "configured_steps": cfg.steps,
+            "steps": progress.step, "configured_steps": cfg.steps, "stopped_by": self.stopped,
+            "max_minutes": cfg.max_minutes, "budget_clock": cfg.budget_clock,
             "wall_seconds": round(self.clock.wall(), 3),
             "cpu_seconds": round(self.clock.cpu(), 3),
             "parameters": sum(p.numel() for p in self.model.parameters()),

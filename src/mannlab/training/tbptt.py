@@ -144,13 +144,6 @@ class _TBPTTTrainer:
         self._last_train: float | None = None
         self.clock = SessionClock(progress.elapsed, progress.cpu)
 
-    def _budget_seconds(self) -> float:
-        """Seconds spent on the clock that train.max_minutes counts (train.budget_clock)."""
-        return self.clock.cpu() if self.cfg.budget_clock == "cpu" else self.clock.wall()
-
-    def _out_of_time(self) -> bool:
-        return bool(self.cfg.max_minutes) and self._budget_seconds() >= 60 * self.cfg.max_minutes
-
     def run(self, carried: Any) -> None:
         cfg, progress = self.cfg, self.progress
         self.carried = carried
@@ -161,7 +154,7 @@ class _TBPTTTrainer:
         self.model.train()
         try:
             while progress.step < cfg.steps:
-                if self._out_of_time():
+                if self.clock.out_of_time(cfg.max_minutes, cfg.budget_clock):
                     self.stopped = "time"
                     break
                 index = progress.step % self.per_epoch
@@ -212,7 +205,7 @@ class _TBPTTTrainer:
     def _postfix(self) -> dict[str, str]:
         out = {"epoch": f"{self.progress.step / self.per_epoch:.2f}"}
         if self.cfg.max_minutes:    # with a time budget the step total is only an upper bound
-            out["min"] = f"{self._budget_seconds() / 60:.1f}/{self.cfg.max_minutes:g}"
+            out["min"] = f"{self.clock.seconds(self.cfg.budget_clock) / 60:.1f}/{self.cfg.max_minutes:g}"
         if self._last_train is not None:
             out["bpc"] = f"{self._last_train:.3f}"
         if self.last_val is not None:

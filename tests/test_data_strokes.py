@@ -153,3 +153,12 @@ def test_feedback_decoding_matches_a_full_run_on_its_own_predictions(data):
     assert torch.equal(model(fed)[0][0, n:].argmax(-1), predicted[0])
     result = evaluate_feedback(model, task, "test")
     assert result["sequences"] == 4 and 0 <= result["digit_error"] <= 1
+    # batches of sequences with equal stroke rows give what one sequence at a time gives
+    single = tasks.make("strokes", digits=1, data_dir=str(root / "numpy"), valid_size=8,
+                        eval_sequences=12)   # 12 digits of 3-8 rows: some lengths repeat
+    rows = [len(single._example("test", single.digit_indices("test", i))[0]) for i in range(12)]
+    assert len(set(rows)) < 12
+    model = build_model("lstm", single.input_size, single.output_size, hidden_size=8)
+    batched = evaluate_feedback(model, single, "test")
+    assert evaluate_feedback(model, single, "test", batch_size=1) == batched
+    assert batched["sequences"] == 12

@@ -36,7 +36,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", limit: Optional[int] 
     load_checkpoint(run_dir / "checkpoints" / checkpoint, model)
     result = evaluate_split(model, task, split, batch_size, limit)
     if isinstance(task, StrokesTask):
-        result["fed_back"] = evaluate_feedback(model, task, split, limit)
+        result["fed_back"] = evaluate_feedback(model, task, split, limit, batch_size)
     result.update(run_dir=str(run_dir), checkpoint=checkpoint, task=config.task, model=config.model)
     return result
 

@@ -121,23 +121,27 @@ def decode_feedback(model: torch.nn.Module, task: StrokesTask, inputs: torch.Ten
 
 
 def evaluate_feedback(model: torch.nn.Module, task: StrokesTask, split: str = "test",
-                      limit: int | None = None) -> dict[str, Any]:
+                      limit: int | None = None, batch_size: int = 100) -> dict[str, Any]:
     """Per-digit and per-sequence error over the first ``limit`` sequences of ``split`` with
-    the model's predictions fed back (the paper's test protocol). Eval mode, no gradients."""
+    the model's predictions fed back (the paper's test protocol). Eval mode, no gradients.
+    Sequences with equally many stroke rows are decoded together, in batches of ``batch_size``."""
     total = task.split_size(split) if limit is None else min(limit, task.split_size(split))
+    data = task.digits[split]
+    rows_per_digit = np.diff(data.offsets)
+    rows = np.array([rows_per_digit[task.digit_indices(split, i)].sum() for i in range(total)])
     wrong = digits = wrong_sequences = 0
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            for i in range(total):  # one at a time: stroke lengths differ between sequences
-                x, y, m = task._pad(task.encode(split, np.array([i]), np.random.default_rng(0)))
-                predicted = decode_feedback(model, task, x, m)
-                truth = y[0, m[0] > 0].argmax(-1)
-                errors = int((predicted[0] != truth).sum())
-                wrong += errors
-                digits += len(truth)
-                wrong_sequences += errors > 0
+            for n in np.unique(rows):
+                same = np.flatnonzero(rows == n)
+                for start in range(0, len(same), batch_size):
+                    x, y, m = task._pad(task.encode(split, same[start:start + batch_size], None))
+                    errors = (decode_feedback(model, task, x, m) != y[:, n:].argmax(-1)).sum(1)
+                    wrong += int(errors.sum())
+                    digits += errors.numel() * task.params["digits"]
+                    wrong_sequences += int((errors > 0).sum())
     finally:
         model.train(was_training)
     return {"split": split, "sequences": total, "digit_error": wrong / max(digits, 1),

@@ -182,6 +182,16 @@ def test_evaluate_and_table(tmp_path, no_figures):
     assert "bit error rate" in table and "3 (train)" in table and len(table.splitlines()) == 4
 
 
+def test_evaluation_uses_the_runs_thread_count(tmp_path, monkeypatch):
+    """Evaluations run on train.threads, as training did (0: leave torch's setting alone)."""
+    from mannlab.training.evaluate import use_run_threads
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    use_run_threads(tiny_config(tmp_path, threads=1))
+    use_run_threads(tiny_config(tmp_path, threads=0))
+    assert calls == [1]
+
+
 def test_metrics_reader_tolerates_a_cut_last_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "split": "train", "loss": 0.5}\n{"step": 2, "split": "train", "loss": 0.4}\n'

@@ -438,11 +438,12 @@ def _number(value: float | None) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from mannlab.training import evaluate, format_table, load_run
+    from mannlab.training.evaluate import use_run_threads
 
     if _is_charlm_run(args.run_dir):
         return _eval_charlm(args)
     config, task, model, meta = load_run(args.run_dir, args.checkpoint)
-    _use_threads(config)
+    use_run_threads(config)
     lengths = args.lengths or [task.train_length * m for m in config.train.val_length_multiples]
     rows = evaluate((model, task), lengths, batches=args.batches, batch_size=args.batch_size,
                     seed=config.seed if args.seed is None else args.seed)
@@ -461,9 +462,10 @@ def _is_charlm_run(run_dir: str | Path) -> bool:
 
 def _eval_charlm(args: argparse.Namespace) -> int:
     """`mannlab eval` of a char-LM run: valid and test BPC with the run's protocol."""
+    from mannlab.training.evaluate import use_run_threads
     from mannlab.training.tbptt import evaluate_run
 
-    _use_threads(load_config(Path(args.run_dir) / "config.toml"))
+    use_run_threads(load_config(Path(args.run_dir) / "config.toml"))
     result = evaluate_run(args.run_dir, args.checkpoint)
     print(f"{args.run_dir}, {result['checkpoint']} checkpoint (step {result['step']}), state carried:")
     for split in ("valid", "test"):
@@ -473,15 +475,10 @@ def _eval_charlm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _use_threads(config: RunConfig) -> None:
-    if config.train.threads:  # as in training: small models run fastest on one thread
-        import torch
-        torch.set_num_threads(config.train.threads)
-
-
 def cmd_plot(args: argparse.Namespace) -> int:
     from mannlab import plot
     from mannlab.training import load_run
+    from mannlab.training.evaluate import use_run_threads
     from mannlab.training.loop import draw_memory_access
 
     run_dir = Path(args.run_dir)
@@ -493,7 +490,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         print(f"learning curve: {out / 'learning_curve.png'}")
         return 0
     config, task, model, meta = load_run(run_dir, args.checkpoint)
-    _use_threads(config)
+    use_run_threads(config)
     out = Path(args.out) if args.out else run_dir / "figures"
     length = args.length or task.train_length
     title = f"{config.model} on {config.task}, step {meta.get('step')}, {task.length_name} {length}"

@@ -22,6 +22,7 @@ from mannlab.errors import ConfigError
 from mannlab.tasks.dataset import DatasetTask, evaluate_split, format_results
 from mannlab.tasks.strokes import StrokesTask, evaluate_feedback
 from mannlab.training.checkpoint import load_checkpoint
+from mannlab.training.evaluate import use_run_threads
 
 
 def evaluate_run(run_dir: str | Path, split: str = "test", limit: Optional[int] = None,
@@ -30,6 +31,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", limit: Optional[int] 
     run_dir = Path(run_dir)
     overrides = [f"task.data_dir={json.dumps(data_dir)}"] if data_dir else []
     config = load_config(run_dir / "config.toml", overrides)
+    use_run_threads(config)
     task, model = config.build()
     if not isinstance(task, DatasetTask):
         raise ConfigError(f"{run_dir} trained task '{config.task}', not a data-set task; use `mannlab eval`")

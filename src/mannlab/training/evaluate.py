@@ -18,6 +18,14 @@ COLUMNS = {"bce": "bce (nats/bit)", "ce": "ce (nats/step)", "bit_error_rate": "b
            "seq_bit_errors": "bit errors/seq"}
 
 
+def use_run_threads(config: RunConfig) -> None:
+    """Use the run's torch thread count (train.threads) for its evaluation, as training did:
+    these small models run fastest on one thread, and several threads fighting over a busy
+    CPU (the compiled kernels' BLAS calls included) are many times slower."""
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+
+
 def load_run(run_dir: str | Path, checkpoint: str = "best") -> tuple[RunConfig, Any, torch.nn.Module, dict]:
     """(config, task, model with weights, checkpoint meta) of a run directory.
 

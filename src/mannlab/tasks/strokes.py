@@ -126,8 +126,7 @@ def evaluate_feedback(model: torch.nn.Module, task: StrokesTask, split: str = "t
     the model's predictions fed back (the paper's test protocol). Eval mode, no gradients.
     Sequences with equally many stroke rows are decoded together, in batches of ``batch_size``."""
     total = task.split_size(split) if limit is None else min(limit, task.split_size(split))
-    data = task.digits[split]
-    rows_per_digit = np.diff(data.offsets)
+    rows_per_digit = np.diff(task.digits[split].offsets)
     rows = np.array([rows_per_digit[task.digit_indices(split, i)].sum() for i in range(total)])
     wrong = digits = wrong_sequences = 0
     was_training = model.training

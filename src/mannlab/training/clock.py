@@ -28,3 +28,7 @@ class SessionClock:
     def out_of_time(self, max_minutes: float, which: str) -> bool:
         """Has the budget of ``max_minutes`` (0: none) on clock ``which`` been spent?"""
         return bool(max_minutes) and self.seconds(which) >= 60 * max_minutes
+
+    def budget_text(self, max_minutes: float, which: str) -> str:
+        """Minutes spent of the budget, for a progress bar: "12.3/30"."""
+        return f"{self.seconds(which) / 60:.1f}/{max_minutes:g}"

@@ -145,10 +145,7 @@ class _Trainer:
         self.model.train()
         self._apply_lr()
         try:
-            while progress.step < self._end_step():
-                if self.clock.out_of_time(cfg.max_minutes, cfg.budget_clock):
-                    self.stopped = "time"
-                    break
+            while (reason := self._stop_reason()) is None:
                 loss, bce = self._train_step(progress.step)
                 progress.step += 1
                 self._losses.append((loss, bce))
@@ -162,6 +159,7 @@ class _Trainer:
                     bar.set_postfix(self._postfix(), refresh=False)
                 if step % cfg.checkpoint_every == 0:
                     self._save("last")
+            self.stopped = reason
         finally:
             bar.close()
         self._flush_train_log()
@@ -194,13 +192,18 @@ class _Trainer:
         self.optimizer.step()
         return loss.item(), task_loss.item()
 
-    def _end_step(self) -> int:
-        end = self.train_cfg.steps
-        if self.train_cfg.stop_after_solve is not None and self.progress.solved_at_step is not None:
-            end = min(end, self.progress.solved_at_step + self.train_cfg.stop_after_solve)
-            if end < self.train_cfg.steps:
-                self.stopped = "solved"
-        return end
+    def _stop_reason(self) -> str | None:
+        """Why training ends before the next step ("steps", "solved", "time"); None: go on."""
+        cfg, progress = self.train_cfg, self.progress
+        if progress.step >= cfg.steps:
+            return "steps"
+        solved_at = progress.solved_at_step
+        if cfg.stop_after_solve is not None and solved_at is not None \
+                and progress.step >= solved_at + cfg.stop_after_solve:
+            return "solved"
+        if self.clock.out_of_time(cfg.max_minutes, cfg.budget_clock):
+            return "time"
+        return None
 
     def _fail(self, step: int, what: str) -> None:
         self._flush_train_log()
@@ -224,9 +227,8 @@ class _Trainer:
 
     def _postfix(self) -> dict[str, str]:
         out = {}
-        cfg = self.train_cfg
-        if cfg.max_minutes:  # with a time budget the step total is only an upper bound
-            out["min"] = f"{self.clock.seconds(cfg.budget_clock) / 60:.1f}/{cfg.max_minutes:g}"
+        if self.train_cfg.max_minutes:  # with a time budget the step total is only an upper bound
+            out["min"] = self.clock.budget_text(self.train_cfg.max_minutes, self.train_cfg.budget_clock)
         if self._last_train_bce is not None:
             out["loss"] = f"{self._last_train_bce:.4f}"
         if self.last_val is not None:

@@ -205,7 +205,7 @@ class _TBPTTTrainer:
     def _postfix(self) -> dict[str, str]:
         out = {"epoch": f"{self.progress.step / self.per_epoch:.2f}"}
         if self.cfg.max_minutes:    # with a time budget the step total is only an upper bound
-            out["min"] = f"{self.clock.seconds(self.cfg.budget_clock) / 60:.1f}/{self.cfg.max_minutes:g}"
+            out["min"] = self.clock.budget_text(self.cfg.max_minutes, self.cfg.budget_clock)
         if self._last_train is not None:
             out["bpc"] = f"{self._last_train:.3f}"
         if self.last_val is not None:

@@ -8,6 +8,7 @@ import tomli_w
 
 from mannlab.cli import main
 from mannlab.config import load_config
+from mannlab.errors import DataError
 from mannlab.report import (PAPER_COLUMNS, PAPER_TABLE2, bit_error_percent, build_report,
                             error_table, find_runs, runs_table)
 
@@ -165,6 +166,53 @@ def test_summary_without_config_is_skipped_with_a_warning(tmp_path):
     (lost / "summary.json").write_text("{}")
     found, warnings = find_runs(tmp_path)
     assert len(found) == 1 and "summary.json without config.toml" in warnings[0]
+
+
+# ------------------------------------------------------------- data-set runs
+
+def fake_babi_eval(root, group, seed, errors, evaluated=True):
+    """A finished bAbI run under <root>/<group>/seed<seed> with its eval-test.json (errors per task)."""
+    run = fake_run(root, group, seed, model="dntm", controller="gru", task="babi")
+    if evaluated:
+        per_group = {f"qa{n} name{n}": {"error": e, "examples": 1000} for n, e in errors.items()}
+        (run / "eval-test.json").write_text(json.dumps(
+            {"split": "test", "per_group": per_group, "fail_threshold": 0.05}))
+    return run
+
+
+def test_babi_runs_get_a_test_error_table_per_task(tmp_path):
+    # one model per task in one column (the D-NTM set-up), a joint model in another, 2 seeds
+    for n, err in ((1, 0.0), (2, 0.30), (10, 0.04)):
+        fake_babi_eval(tmp_path / "dntm", f"qa{n}", 0, {n: err})
+    fake_babi_eval(tmp_path, "joint", 0, {1: 0.10, 10: 0.50})
+    fake_babi_eval(tmp_path, "joint", 1, {1: 0.20, 10: 0.70})
+    fake_babi_eval(tmp_path, "joint", 2, {}, evaluated=False)
+    text = build_report(tmp_path)
+    assert "Bit error rates" not in text  # no toy-task runs: no Table 2 layout
+    assert table_cells(text, "qa1 name1") == {"group": "qa1 name1", "`dntm`": "0.0", "`joint`": "15.0"}
+    assert table_cells(text, "qa2 name2")["`joint`"] == "-"
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| qa")]
+    assert rows == ["qa1 name1", "qa2 name2", "qa10 name10"]  # natural order
+    assert table_cells(text, "**mean**") == {"group": "**mean**", "`dntm`": "11.3", "`joint`": "37.5"}
+    assert table_cells(text, "failed (> 5 %)") == {"group": "failed (> 5 %)", "`dntm`": "1 of 3",
+                                                     "`joint`": "2 of 2"}
+    assert "Not evaluated (1" in text and "joint/seed2" in text
+
+
+def test_toy_and_data_runs_get_both_tables(tmp_path):
+    fake_run(tmp_path, "ntm-lstm-copy", 0, ber=0.05)
+    fake_babi_eval(tmp_path, "babi", 0, {1: 0.5})
+    text = build_report(tmp_path)
+    data_part, toy_part = text.split("# Bit error rates")
+    assert table_cells(data_part, "qa1 name1")["`babi`"] == "50.0"
+    assert table_cells(toy_part, "copy")["NTM lstm"] == "5.0 (0)"
+
+
+def test_malformed_eval_file_is_a_data_error(tmp_path):
+    run = fake_babi_eval(tmp_path, "babi", 0, {1: 0.5})
+    (run / "eval-test.json").write_text("{not json")
+    with pytest.raises(DataError, match="eval-test.json is not valid JSON"):
+        build_report(tmp_path)
 
 
 # ------------------------------------------------------------------------ CLI

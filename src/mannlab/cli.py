@@ -93,7 +93,11 @@ e.g. <group>/seed<k>/ as `mannlab run` writes them); model, controller and task 
 each run's config.toml. First table: a row per task, a column per (model, controller); a cell
 is the mean over seeds of the bit error rate (%) at the training length of the best-by-
 validation checkpoint and, in brackets, the number of seeds with 0 bit errors ("37.5 (0)");
-"-" where no run finished. Second table: seeds, steps and wall time per cell. The markdown is
+"-" where no run finished. Second table: seeds, steps and wall time per cell. Runs of data-set
+tasks (bAbI, MNIST, SNLI, strokes) get a table of test error per group instead (bAbI: per task,
+with the mean and the failed tasks, error > 5%), read from each run's eval-test.json (written by
+`python -m mannlab.tasks.data_eval RUN --split test`), a column per directory directly under
+RUNS_DIR (one jointly trained model, or one model per bAbI task under qa<N>/). The markdown is
 printed and written to RUNS_DIR/report.md (or --out).
 """
 
@@ -201,10 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default compare.png)")
     compare.set_defaults(func=cmd_compare)
 
-    report = command("report", "tables of bit error rates over many runs (the paper's Table 2 layout)",
+    report = command("report", "tables over many runs: bit error rates (Table 2 layout), bAbI errors per task",
                      REPORT_HELP,
                      "examples:\n  mannlab report runs/table2\n"
-                     "  mannlab report runs/table2-batched --paper --out docs/table2-batched.md\n")
+                     "  mannlab report runs/table2-batched --paper --out docs/table2-batched.md\n"
+                     "  mannlab report runs/babi-dntm-soft-1step   # bAbI: test error per task\n")
     report.add_argument("runs_dir", metavar="RUNS_DIR", help="directory searched for run directories")
     report.add_argument("--out", metavar="FILE.md", help="where to write the markdown (default RUNS_DIR/report.md)")
     report.add_argument("--paper", action="store_true",

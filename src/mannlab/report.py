@@ -13,6 +13,7 @@ length (``summary["best_val"]["rows"]``, the row with multiple 1; ``final_val``
 when the best checkpoint has no validation row), and in brackets the number of
 seeds whose bit error rate is exactly 0 (no wrong bit in the validation set):
 "37.5 (0)", as in the paper. A second table gives seeds, steps and wall time.
+Runs of data-set tasks get the per-group test error table of ``report_groups`` instead.
 
     text = build_report("runs/table2", paper=True)
 """
@@ -29,6 +30,7 @@ from typing import Any, Iterable
 
 from mannlab.config import read_toml
 from mannlab.errors import ConfigError, DataError
+from mannlab.report_groups import find_group_evals, group_error_table
 
 __all__ = ["Run", "PAPER_COLUMNS", "PAPER_TABLE2", "PAPER_SEEDS", "find_runs", "bit_error_percent",
            "error_table", "runs_table", "build_report", "write_report"]
@@ -325,9 +327,15 @@ def build_report(runs_dir: str | Path, paper: bool = False) -> str:
     if not runs:
         raise DataError(f"no runs in {runs_dir}: expected run directories with config.toml and "
                         f"summary.json, e.g. <group>/seed<k>/ as `mannlab run` writes them")
+    data_runs = [r for r in runs if r.task in _data_task_names()]
+    runs = [r for r in runs if r not in data_runs]
+    lines = _data_section(runs_dir, root, data_runs)
+    if not runs:
+        return "\n".join(lines) + "\n"
+    lines += ["", ""] if lines else []
     warnings += _pooling_warnings(runs, root)
     unfinished = sum(not r.finished for r in runs)
-    lines = [
+    lines += [
         f"# Bit error rates of the runs in `{runs_dir}`",
         "",
         "Mean over seeds of the bit error rate (%) at the training length (validation set, "
@@ -347,6 +355,28 @@ def build_report(runs_dir: str | Path, paper: bool = False) -> str:
     if warnings:
         lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
     return "\n".join(lines) + "\n"
+
+
+def _data_task_names() -> set[str]:
+    from mannlab.tasks import data_names
+    return set(data_names())
+
+
+def _data_section(runs_dir: str | Path, root: Path, data_runs: list[Run]) -> list[str]:
+    """Per-group test errors of the data-set runs (bAbI tasks, digits, labels), if any."""
+    if not data_runs:
+        return []
+    evals = find_group_evals(root, [r.path for r in data_runs])
+    missing = [r for r in data_runs if not any(e.path == r.path for e in evals)]
+    lines = [f"# Test error per group of the data-set runs in `{runs_dir}`", "",
+             "Error (%) on the test split of each run's best checkpoint, from its eval-test.json; "
+             "a column per directory under the reported one (one jointly trained model, or one "
+             "model per bAbI task); a cell is the mean over seeds.", ""]
+    lines.append(group_error_table(evals) if evals else "No run has an eval-test.json yet.")
+    if missing:
+        lines += ["", f"Not evaluated ({len(missing)}; `python -m mannlab.tasks.data_eval RUN --split test`):",
+                  ""] + [f"- `{_relative(r.path, root)}`" for r in missing]
+    return lines
 
 
 def write_report(runs_dir: str | Path, out: str | Path | None = None,

@@ -1,0 +1,96 @@
+"""Per-group test error tables of data-set runs (bAbI tasks, MNIST digits, SNLI labels) for
+`mannlab report`: the layout of the bAbI tables of the D-NTM and partially non-recurrent papers.
+
+Each run's numbers come from its ``eval-<split>.json``, written by
+``python -m mannlab.tasks.data_eval RUN --split test``. A column is a directory directly under
+the reported directory, so one column may gather one model per bAbI task (the D-NTM paper's
+set-up, e.g. ``runs/babi-dntm-soft-1step/qa<N>/seed0``) or one jointly trained model (the
+partially non-recurrent paper's). A cell is the error in percent, the mean over the seeds that
+evaluated that group. Below the groups: the mean over groups and the number of failed groups
+(error above the evaluation's threshold, 5 % for bAbI), as the papers report.
+"""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from mannlab.errors import DataError
+
+__all__ = ["GroupEval", "find_group_evals", "group_error_table"]
+
+
+@dataclass
+class GroupEval:
+    """One run's evaluation on a split: error per group (a fraction) and the fail threshold."""
+
+    path: Path
+    column: str
+    per_group: dict[str, float]
+    fail_threshold: float | None
+
+
+def find_group_evals(root: Path, run_paths: list[Path], split: str = "test") -> list[GroupEval]:
+    """The ``eval-<split>.json`` of each run that has one and reports errors per group."""
+    evals = []
+    for path in run_paths:
+        file = path / f"eval-{split}.json"
+        if not file.is_file():
+            continue
+        try:
+            data = json.loads(file.read_text())
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{file} is not valid JSON: {exc}") from None
+        groups = data.get("per_group") if isinstance(data, dict) else None
+        if not groups:
+            continue
+        try:
+            per_group = {str(name): float(row["error"]) for name, row in groups.items()}
+        except (TypeError, KeyError, ValueError):
+            raise DataError(f"{file}: expected per_group entries with an 'error' number") from None
+        threshold = data.get("fail_threshold")
+        evals.append(GroupEval(path, _column(path, root), per_group,
+                               None if threshold is None else float(threshold)))
+    return evals
+
+
+def _column(path: Path, root: Path) -> str:
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return str(path)
+    return parts[0] if parts and parts[0] and not re.fullmatch(r"seed\d+", parts[0]) else "."
+
+
+def _natural(name: str) -> tuple:
+    """qa2 before qa10: digits compare as numbers."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def group_error_table(evals: list[GroupEval]) -> str:
+    """Markdown: a row per group, a column per directory; then the mean and the failed groups."""
+    columns = sorted({e.column for e in evals})
+    groups = sorted({g for e in evals for g in e.per_group}, key=_natural)
+    means: dict[str, dict[str, float]] = {}
+    for column in columns:
+        cell_evals = [e for e in evals if e.column == column]
+        means[column] = {g: statistics.fmean(e.per_group[g] for e in cell_evals if g in e.per_group)
+                         for g in groups if any(g in e.per_group for e in cell_evals)}
+    thresholds = {e.fail_threshold for e in evals if e.fail_threshold is not None}
+    rows = [[g] + [_percent(means[c].get(g)) for c in columns] for g in groups]
+    rows.append(["**mean**"] + [_percent(statistics.fmean(means[c].values()) if means[c] else None)
+                                for c in columns])
+    if len(thresholds) == 1:
+        limit = thresholds.pop()
+        rows.append([f"failed (> {100 * limit:g} %)"] + [
+            f"{sum(v > limit for v in means[c].values())} of {len(means[c])}" for c in columns])
+    lines = ["| group | " + " | ".join(f"`{c}`" for c in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"

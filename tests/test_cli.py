@@ -109,6 +109,27 @@ def test_run_recipe_over_seeds(tmp_path, capsys, monkeypatch):
     assert read_metrics(tmp_path / "out" / "seed2" / "metrics.jsonl")[-1]["step"] == 4
 
 
+def test_eval_and_plot_override_the_runs_config(tmp_path, capsys):
+    """--set changes the config before the weights load: a soft-trained D-NTM tested with
+    argmax addressing (the D-NTM paper's Discrete† column) gives other numbers."""
+    tiny_dntm = ["--model", "dntm", "--task", "copy", "--set", "model.controller_size=8",
+                 "--set", "model.memory_slots=6", "--set", "model.address_size=2",
+                 "--set", "model.content_size=3", "--set", "task.max_length=3", "--set", "task.width=3",
+                 "--batch-size", "4", "--set", "train.val_every=2", "--set", "train.val_batch_size=4",
+                 "--set", "train.val_batches=1", "--no-progress", "--steps", "2", "--run-dir", "soft"]
+    assert main(["train", *tiny_dntm]) == 0
+    capsys.readouterr()
+    tables = []
+    for extra in ([], ["--set", "model.addressing=argmax"]):
+        assert main(["eval", "soft", "--lengths", "3", "--batches", "1", "--batch-size", "4", *extra]) == 0
+        tables.append(capsys.readouterr().out)
+    assert tables[0] != tables[1]
+    assert main(["plot", "soft", "--out", "figs", "--set", "model.addressing=argmax"]) == 0
+    assert (tmp_path / "figs" / "memory_access.png").is_file()
+    err = fails(["eval", "soft", "--set", "model.adressing=argmax"], capsys)
+    assert "valid options" in err and "addressing" in err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "--model", "nmt", "--task", "copy"], "lstm, ntm"),
     (["train", "--model", "ntm", "--task", "cpy"], "copy, repeat_copy"),

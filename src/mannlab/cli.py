@@ -70,12 +70,15 @@ EVAL_HELP = """\
 Evaluate a run's best checkpoint (or --checkpoint last) at the given sequence lengths
 (the task's size parameter: sequence length for copy, items for recall, ...) on fresh
 sampled batches, and print bce, bit error rate and bit errors per sequence per length.
+--set changes the run's config before its weights load, e.g. model.addressing=argmax tests a
+soft-trained D-NTM with discrete (argmax) addressing, the D-NTM paper's Discrete† column.
 """
 
 PLOT_HELP = """\
 Draw figures of a run: memory_access.png (reads and writes over one sampled sequence of
 --length, default the training length; for models with memory) and learning_curve.png
-(from metrics.jsonl), into <RUN>/figures or --out, and print their paths.
+(from metrics.jsonl), into <RUN>/figures or --out, and print their paths. --set changes
+the run's config before its weights load (as for eval).
 """
 
 COMPARE_HELP = """\
@@ -171,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     evaluate = command("eval", "evaluate a run at several sequence lengths", EVAL_HELP,
-                       "example:\n  mannlab eval runs/ntm-copy-seed0 --lengths 20,40,80 --batches 8\n")
+                       "examples:\n  mannlab eval runs/ntm-copy-seed0 --lengths 20,40,80 --batches 8\n"
+                       "  mannlab eval runs/dntm-copy-soft/seed0 --set model.addressing=argmax\n")
     evaluate.add_argument("run_dir", metavar="RUN", help="a run directory (written by train or run)")
     evaluate.add_argument("--lengths", type=_int_list, metavar="L1,L2,...",
                           help="lengths to test (default: the training length times train.val_length_multiples)")
@@ -180,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, help="seed of the evaluation data (default: the run's seed)")
     evaluate.add_argument("--checkpoint", choices=("best", "last"), default="best",
                           help="which checkpoint to load (default best; falls back to last)")
+    _add_override(evaluate)
     evaluate.set_defaults(func=cmd_eval)
 
     plot = command("plot", "draw memory-access and learning-curve figures of a run", PLOT_HELP,
@@ -189,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", metavar="DIR", help="directory for the figures (default RUN/figures)")
     plot.add_argument("--checkpoint", choices=("best", "last"), default="best",
                       help="which checkpoint to draw (default best; falls back to last)")
+    _add_override(plot)
     plot.set_defaults(func=cmd_plot)
 
     compare = command("compare", "validation curves of several runs in one figure", COMPARE_HELP,
@@ -217,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
     _add_analysis_commands(command)
     return parser
+
+
+def _add_override(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="change the run's config before loading its weights, e.g. "
+                             "model.addressing=argmax (repeatable)")
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
@@ -447,7 +459,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if _is_charlm_run(args.run_dir):
         return _eval_charlm(args)
-    config, task, model, meta = load_run(args.run_dir, args.checkpoint)
+    config, task, model, meta = load_run(args.run_dir, args.checkpoint, args.overrides)
     use_run_threads(config)
     lengths = args.lengths or [task.train_length * m for m in config.train.val_length_multiples]
     rows = evaluate((model, task), lengths, batches=args.batches, batch_size=args.batch_size,
@@ -494,7 +506,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
                             title=f"{config.model} on {config.task} (bits per character)")
         print(f"learning curve: {out / 'learning_curve.png'}")
         return 0
-    config, task, model, meta = load_run(run_dir, args.checkpoint)
+    config, task, model, meta = load_run(run_dir, args.checkpoint, args.overrides)
     use_run_threads(config)
     out = Path(args.out) if args.out else run_dir / "figures"
     length = args.length or task.train_length

@@ -26,15 +26,18 @@ def use_run_threads(config: RunConfig) -> None:
         torch.set_num_threads(config.train.threads)
 
 
-def load_run(run_dir: str | Path, checkpoint: str = "best") -> tuple[RunConfig, Any, torch.nn.Module, dict]:
+def load_run(run_dir: str | Path, checkpoint: str = "best",
+             overrides: Sequence[str] = ()) -> tuple[RunConfig, Any, torch.nn.Module, dict]:
     """(config, task, model with weights, checkpoint meta) of a run directory.
 
     ``checkpoint`` is "best" or "last"; "best" falls back to "last" if the run has none.
+    ``overrides`` ("model.addressing=argmax", ...) change the run's config before the
+    weights load into the model it builds.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory not found: {run_dir}")
-    config = load_config(run_dir / "config.toml")
+    config = load_config(run_dir / "config.toml", list(overrides))
     task, model = config.build()
     names = [checkpoint] + (["last"] if checkpoint == "best" else [])
     for name in names:

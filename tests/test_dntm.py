@@ -16,6 +16,7 @@ from mannlab.models import DNTMState, DNTMTrace, build_model
 from mannlab.models import dntm as dntm_module
 from mannlab.models.dntm import lru_address, read_write_consistency, similarity
 from mannlab.training import schedules
+from mannlab.errors import ConfigError
 from tiny_copy import tiny_copy_losses
 
 SMALL = SMALL_CONFIGS["dntm"]
@@ -292,6 +293,17 @@ def test_curriculum_probability_schedule():
     assert abs(sum(soft) / 2000 - 0.5) < 0.04
     schedules.start_minibatch(model, 0)                   # p_0 = 1: always soft
     assert model.soft_minibatch
+    blocks = small_dntm(addressing="reinforce", curriculum_p0=1.0, curriculum_every=1000)
+    for _ in range(50):
+        schedules.start_minibatch(blocks, 999)            # t = 999 // 1000 = 0: p = 1
+        assert blocks.soft_minibatch
+    soft = []
+    for _ in range(2000):
+        schedules.start_minibatch(blocks, 3999)           # t = 3: p = 0.5
+        soft.append(blocks.soft_minibatch)
+    assert abs(sum(soft) / 2000 - 0.5) < 0.04
+    with pytest.raises(ConfigError, match="curriculum_every"):
+        small_dntm(addressing="reinforce", curriculum_p0=1.0, curriculum_every=0)
     plain = small_dntm(addressing="reinforce")
     state = torch.get_rng_state()
     schedules.start_minibatch(plain, 0)                   # no curriculum: untouched, no draw

@@ -585,6 +585,8 @@ class DNTM(SequenceModel):
     entropy_weight λ_H,
     input_baseline, reward_momentum (running reward moments),
     curriculum_p0 (p_0 of the soft-to-discrete curriculum, 0 = off; "reinforce" only),
+    curriculum_every (the curriculum's t counts blocks of this many minibatches, e.g. an
+    epoch; the paper does not say what t counts; 1 = every minibatch),
     read_write_consistency λ of eq. 15, next_input_prediction weight with
     next_input_distribution "bernoulli" (binary inputs) or "gaussian".
     """
@@ -594,7 +596,7 @@ class DNTM(SequenceModel):
                  content_size: int = 8, read_heads: int = 1, write_heads: int = 1,
                  addressing_steps: int = 1, lru: bool = True, nop: bool = False,
                  addressing: str = "soft", write_keys: str = "content",
-                 curriculum_p0: float = 0.0, reinforce_weight: float = 1.0,
+                 curriculum_p0: float = 0.0, curriculum_every: int = 1, reinforce_weight: float = 1.0,
                  entropy_weight: float = 0.0,
                  input_baseline: bool = False, reward_momentum: float = 0.9,
                  read_write_consistency: float = 0.0, next_input_prediction: float = 0.0,
@@ -608,6 +610,8 @@ class DNTM(SequenceModel):
                              addressing, write_keys)
         reinforce = addressing == "reinforce"
         self.curriculum_p0 = _check_weight("curriculum_p0", curriculum_p0, upper=1.0)
+        check_positive(curriculum_every=curriculum_every)
+        self.curriculum_every = int(curriculum_every)
         self.reinforce_weight = _check_weight("reinforce_weight", reinforce_weight)
         self.entropy_weight = _check_weight("entropy_weight", entropy_weight)
         self.rw_weight = _check_weight("read_write_consistency", read_write_consistency)

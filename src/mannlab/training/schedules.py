@@ -4,7 +4,8 @@ Models never count steps and never import this module (training sits above
 models): the training loop calls ``start_minibatch(model, step)`` before each
 training minibatch, which sets the model's per-minibatch switches from the step.
 
-    inverse_sqrt(p0, t)          p_t = p0 / sqrt(1 + t)      (D-NTM curriculum, section 4)
+    inverse_sqrt(p0, t)          p_t = p0 / sqrt(1 + t)      (D-NTM curriculum, section 4;
+                                 t = step // model.curriculum_every, default every minibatch)
     bernoulli(p, generator)      pi ~ Bernoulli(p), a Python bool
     start_minibatch(model, t)    soft-to-discrete curriculum: for a model with
                                  ``curriculum_p0 > 0``, sets ``model.soft_minibatch = pi``,
@@ -47,7 +48,8 @@ def start_minibatch(model: torch.nn.Module, step: int) -> None:
     """
     p0 = getattr(model, "curriculum_p0", 0.0)
     if p0:
-        model.soft_minibatch = bernoulli(inverse_sqrt(p0, step))
+        every = getattr(model, "curriculum_every", 1)
+        model.soft_minibatch = bernoulli(inverse_sqrt(p0, step // every))
     schedule = getattr(model, "temperature_schedule", None)
     if schedule is not None:
         model.inverse_temperature = inverse_temperature(step, *schedule)

@@ -187,7 +187,10 @@ def test_babi_runs_get_a_test_error_table_per_task(tmp_path):
     fake_babi_eval(tmp_path, "joint", 0, {1: 0.10, 10: 0.50})
     fake_babi_eval(tmp_path, "joint", 1, {1: 0.20, 10: 0.70})
     fake_babi_eval(tmp_path, "joint", 2, {}, evaluated=False)
+    (tmp_path / "lost").mkdir()
+    (tmp_path / "lost" / "summary.json").write_text("{}")
     text = build_report(tmp_path)
+    assert "summary.json without config.toml" in text
     assert "Bit error rates" not in text  # no toy-task runs: no Table 2 layout
     assert table_cells(text, "qa1 name1") == {"group": "qa1 name1", "`dntm`": "0.0", "`joint`": "15.0"}
     assert table_cells(text, "qa2 name2")["`joint`"] == "-"

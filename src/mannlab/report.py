@@ -328,14 +328,21 @@ def build_report(runs_dir: str | Path, paper: bool = False) -> str:
         raise DataError(f"no runs in {runs_dir}: expected run directories with config.toml and "
                         f"summary.json, e.g. <group>/seed<k>/ as `mannlab run` writes them")
     data_runs = [r for r in runs if r.task in _data_task_names()]
-    runs = [r for r in runs if r not in data_runs]
+    toy_runs = [r for r in runs if r not in data_runs]
     lines = _data_section(runs_dir, root, data_runs)
-    if not runs:
-        return "\n".join(lines) + "\n"
-    lines += ["", ""] if lines else []
-    warnings += _pooling_warnings(runs, root)
+    if toy_runs:
+        lines += ["", ""] if lines else []
+        lines += _toy_section(runs_dir, root, toy_runs, paper)
+        warnings += _pooling_warnings(toy_runs, root)
+    if warnings:
+        lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _toy_section(runs_dir: str | Path, root: Path, runs: list[Run], paper: bool) -> list[str]:
+    """Bit error rates of the algorithmic-task runs in the layout of the paper's Table 2."""
     unfinished = sum(not r.finished for r in runs)
-    lines += [
+    lines = [
         f"# Bit error rates of the runs in `{runs_dir}`",
         "",
         "Mean over seeds of the bit error rate (%) at the training length (validation set, "
@@ -352,9 +359,7 @@ def build_report(runs_dir: str | Path, paper: bool = False) -> str:
               "length dropped below train.solve_bce; wall and CPU time are training time as "
               "recorded (CPU: of the training process; '-' for runs recorded before it was).",
               "", runs_table(runs, root)]
-    if warnings:
-        lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _data_task_names() -> set[str]:

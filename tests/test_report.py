@@ -175,8 +175,10 @@ def fake_babi_eval(root, group, seed, errors, evaluated=True):
     run = fake_run(root, group, seed, model="dntm", controller="gru", task="babi")
     if evaluated:
         per_group = {f"qa{n} name{n}": {"error": e, "examples": 1000} for n, e in errors.items()}
+        overall = sum(errors.values()) / len(errors) if errors else None
         (run / "eval-test.json").write_text(json.dumps(
-            {"split": "test", "per_group": per_group, "fail_threshold": 0.05}))
+            {"split": "test", "task": "babi", "per_group": per_group, "error": overall,
+             "fail_threshold": 0.05}))
     return run
 
 
@@ -200,6 +202,19 @@ def test_babi_runs_get_a_test_error_table_per_task(tmp_path):
     assert table_cells(text, "failed (> 5 %)") == {"group": "failed (> 5 %)", "`dntm`": "1 of 3",
                                                      "`joint`": "2 of 2"}
     assert "Not evaluated (1" in text and "joint/seed2" in text
+
+
+def test_each_task_gets_its_own_table_and_mnist_has_no_failed_row(tmp_path):
+    fake_babi_eval(tmp_path, "babi", 0, {1: 0.5, 2: 0.1})
+    run = fake_run(tmp_path, "pmnist", 0, model="lstm", controller=None, task="mnist")
+    (run / "eval-test.json").write_text(json.dumps(
+        {"task": "mnist", "error": 0.25, "per_group": {str(d): {"error": 0.2 + d / 100} for d in range(10)}}))
+    text = build_report(tmp_path)
+    babi_part, mnist_part = text.split("## mnist")
+    assert "## babi" in babi_part and table_cells(babi_part, "all examples")["`babi`"] == "30.0"
+    assert table_cells(mnist_part, "9")["`pmnist`"] == "29.0"
+    assert table_cells(mnist_part, "all examples")["`pmnist`"] == "25.0"
+    assert "failed" not in mnist_part
 
 
 def test_toy_and_data_runs_get_both_tables(tmp_path):

@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from mannlab.config import read_toml
 from mannlab.errors import ConfigError, DataError
-from mannlab.report_groups import find_group_evals, group_error_table
+from mannlab.report_groups import by_task, find_group_evals, group_error_table
 
 __all__ = ["Run", "PAPER_COLUMNS", "PAPER_TABLE2", "PAPER_SEEDS", "find_runs", "bit_error_percent",
            "error_table", "runs_table", "build_report", "write_report"]
@@ -377,10 +377,15 @@ def _data_section(runs_dir: str | Path, root: Path, data_runs: list[Run]) -> lis
              "Error (%) on the test split of each run's best checkpoint, from its eval-test.json; "
              "a column per directory under the reported one (one jointly trained model, or one "
              "model per bAbI task); a cell is the mean over seeds.", ""]
-    lines.append(group_error_table(evals) if evals else "No run has an eval-test.json yet.")
+    for task, task_evals in by_task(evals).items():
+        lines += [f"## {task}", "", group_error_table(task_evals), ""]
+    if not evals:
+        lines += ["No run has an eval-test.json yet.", ""]
     if missing:
-        lines += ["", f"Not evaluated ({len(missing)}; `python -m mannlab.tasks.data_eval RUN --split test`):",
+        lines += [f"Not evaluated ({len(missing)}; `python -m mannlab.tasks.data_eval RUN --split test`):",
                   ""] + [f"- `{_relative(r.path, root)}`" for r in missing]
+    while not lines[-1]:
+        lines.pop()
     return lines
 
 

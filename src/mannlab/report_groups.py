@@ -6,8 +6,9 @@ Each run's numbers come from its ``eval-<split>.json``, written by
 the reported directory, so one column may gather one model per bAbI task (the D-NTM paper's
 set-up, e.g. ``runs/babi-dntm-soft-1step/qa<N>/seed0``) or one jointly trained model (the
 partially non-recurrent paper's). A cell is the error in percent, the mean over the seeds that
-evaluated that group. Below the groups: the mean over groups and the number of failed groups
-(error above the evaluation's threshold, 5 % for bAbI), as the papers report.
+evaluated that group. Below the groups: the mean over groups, the number of failed groups
+(error above the evaluation's threshold, 5 % for bAbI) as the papers report, and the error over
+all examples (what the MNIST papers report as test accuracy). One table per task.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from mannlab.errors import DataError
 
-__all__ = ["GroupEval", "find_group_evals", "group_error_table"]
+__all__ = ["GroupEval", "find_group_evals", "by_task", "group_error_table"]
 
 
 @dataclass
@@ -28,7 +29,9 @@ class GroupEval:
 
     path: Path
     column: str
+    task: str
     per_group: dict[str, float]
+    error: float | None              # over all examples
     fail_threshold: float | None
 
 
@@ -50,8 +53,9 @@ def find_group_evals(root: Path, run_paths: list[Path], split: str = "test") -> 
             per_group = {str(name): float(row["error"]) for name, row in groups.items()}
         except (TypeError, KeyError, ValueError):
             raise DataError(f"{file}: expected per_group entries with an 'error' number") from None
-        threshold = data.get("fail_threshold")
-        evals.append(GroupEval(path, _column(path, root), per_group,
+        threshold, error = data.get("fail_threshold"), data.get("error")
+        evals.append(GroupEval(path, _column(path, root), str(data.get("task", "?")), per_group,
+                               None if error is None else float(error),
                                None if threshold is None else float(threshold)))
     return evals
 
@@ -70,7 +74,8 @@ def _natural(name: str) -> tuple:
 
 
 def group_error_table(evals: list[GroupEval]) -> str:
-    """Markdown: a row per group, a column per directory; then the mean and the failed groups."""
+    """Markdown: a row per group, a column per directory; then the mean, the failed groups
+    and the error over all examples. ``evals`` should be of one task (see ``by_task``)."""
     columns = sorted({e.column for e in evals})
     groups = sorted({g for e in evals for g in e.per_group}, key=_natural)
     means: dict[str, dict[str, float]] = {}
@@ -86,10 +91,21 @@ def group_error_table(evals: list[GroupEval]) -> str:
         limit = thresholds.pop()
         rows.append([f"failed (> {100 * limit:g} %)"] + [
             f"{sum(v > limit for v in means[c].values())} of {len(means[c])}" for c in columns])
+    overall = {c: [e.error for e in evals if e.column == c and e.error is not None] for c in columns}
+    rows.append(["all examples"] + [_percent(statistics.fmean(overall[c]) if overall[c] else None)
+                                    for c in columns])
     lines = ["| group | " + " | ".join(f"`{c}`" for c in columns) + " |",
              "|---|" + "---:|" * len(columns)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def by_task(evals: list[GroupEval]) -> dict[str, list[GroupEval]]:
+    """The evaluations grouped by task name, in name order."""
+    tasks: dict[str, list[GroupEval]] = {}
+    for e in sorted(evals, key=lambda e: e.task):
+        tasks.setdefault(e.task, []).append(e)
+    return tasks
 
 
 def _percent(value: float | None) -> str:

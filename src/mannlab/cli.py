@@ -97,8 +97,8 @@ each run's config.toml. First table: a row per task, a column per (model, contro
 is the mean over seeds of the bit error rate (%) at the training length of the best-by-
 validation checkpoint and, in brackets, the number of seeds with 0 bit errors ("37.5 (0)");
 "-" where no run finished. Second table: seeds, steps and wall time per cell. Runs of data-set
-tasks (bAbI, MNIST, SNLI, strokes) get a table of test error per group instead (bAbI: per task,
-with the mean and the failed tasks, error > 5%), read from each run's eval-test.json (written by
+tasks (bAbI, MNIST, SNLI, strokes) get a table of test error per group instead, one per task
+(bAbI: per task, with the mean and the failed tasks, error > 5%), read from each run's eval-test.json (written by
 `python -m mannlab.tasks.data_eval RUN --split test`), a column per directory directly under
 RUNS_DIR (one jointly trained model, or one model per bAbI task under qa<N>/). The markdown is
 printed and written to RUNS_DIR/report.md (or --out).

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+import tomllib
 
 from mannlab.cli import main
 from mannlab.config import load_config
@@ -170,9 +171,13 @@ def test_summary_without_config_is_skipped_with_a_warning(tmp_path):
 
 # ------------------------------------------------------------- data-set runs
 
-def fake_babi_eval(root, group, seed, errors, evaluated=True):
-    """A finished bAbI run under <root>/<group>/seed<seed> with its eval-test.json (errors per task)."""
-    run = fake_run(root, group, seed, model="dntm", controller="gru", task="babi")
+def fake_babi_eval(root, group, seed, errors, evaluated=True, controller="gru"):
+    """A finished bAbI run under <root>/<group>/seed<seed> trained on the tasks of ``errors``,
+    with its eval-test.json (errors per task)."""
+    run = fake_run(root, group, seed, model="dntm", controller=controller, task="babi")
+    config = tomllib.loads((run / "config.toml").read_text())
+    config["task"]["tasks"] = sorted(errors)
+    (run / "config.toml").write_text(tomli_w.dumps(config))
     if evaluated:
         per_group = {f"qa{n} name{n}": {"error": e, "examples": 1000} for n, e in errors.items()}
         overall = sum(errors.values()) / len(errors) if errors else None
@@ -186,9 +191,9 @@ def test_babi_runs_get_a_test_error_table_per_task(tmp_path):
     # one model per task in one column (the D-NTM set-up), a joint model in another, 2 seeds
     for n, err in ((1, 0.0), (2, 0.30), (10, 0.04)):
         fake_babi_eval(tmp_path / "dntm", f"qa{n}", 0, {n: err})
-    fake_babi_eval(tmp_path, "joint", 0, {1: 0.10, 10: 0.50})
-    fake_babi_eval(tmp_path, "joint", 1, {1: 0.20, 10: 0.70})
-    fake_babi_eval(tmp_path, "joint", 2, {}, evaluated=False)
+    fake_babi_eval(tmp_path, "joint", 0, {1: 0.10, 10: 0.50}, controller="lstm")
+    fake_babi_eval(tmp_path, "joint", 1, {1: 0.20, 10: 0.70}, controller="lstm")
+    fake_babi_eval(tmp_path, "joint", 2, {1: 0.0, 10: 0.0}, evaluated=False, controller="lstm")
     (tmp_path / "lost").mkdir()
     (tmp_path / "lost" / "summary.json").write_text("{}")
     text = build_report(tmp_path)
@@ -202,6 +207,9 @@ def test_babi_runs_get_a_test_error_table_per_task(tmp_path):
     assert table_cells(text, "failed (> 5 %)") == {"group": "failed (> 5 %)", "`dntm`": "1 of 3",
                                                      "`joint`": "2 of 2"}
     assert "Not evaluated (1" in text and "joint/seed2" in text
+    # reported from inside the per-task directory, the column is named after it
+    inside = build_report(tmp_path / "dntm")
+    assert table_cells(inside, "**mean**") == {"group": "**mean**", "`dntm`": "11.3"}
 
 
 def test_each_task_gets_its_own_table_and_mnist_has_no_failed_row(tmp_path):

@@ -375,8 +375,8 @@ def _data_section(runs_dir: str | Path, root: Path, data_runs: list[Run]) -> lis
     missing = [r for r in data_runs if not any(e.path == r.path for e in evals)]
     lines = [f"# Test error per group of the data-set runs in `{runs_dir}`", "",
              "Error (%) on the test split of each run's best checkpoint, from its eval-test.json; "
-             "a column per directory under the reported one (one jointly trained model, or one "
-             "model per bAbI task); a cell is the mean over seeds.", ""]
+             "a column per configuration (the seeds of one jointly trained model, or one model "
+             "per bAbI task), named by the runs' common directory; a cell is the mean over seeds.", ""]
     for task, task_evals in by_task(evals).items():
         lines += [f"## {task}", "", group_error_table(task_evals), ""]
     if not evals:

@@ -2,10 +2,11 @@
 `mannlab report`: the layout of the bAbI tables of the D-NTM and partially non-recurrent papers.
 
 Each run's numbers come from its ``eval-<split>.json``, written by
-``python -m mannlab.tasks.data_eval RUN --split test``. A column is a directory directly under
-the reported directory, so one column may gather one model per bAbI task (the D-NTM paper's
-set-up, e.g. ``runs/babi-dntm-soft-1step/qa<N>/seed0``) or one jointly trained model (the
-partially non-recurrent paper's). A cell is the error in percent, the mean over the seeds that
+``python -m mannlab.tasks.data_eval RUN --split test``. A column gathers the runs whose
+config.toml agree on everything but the seed, the run directory, the data directory and the
+bAbI task selection (task.tasks, task.language): the seeds of one jointly trained model (the
+partially non-recurrent paper's set-up), or one model per bAbI task (the D-NTM paper's, e.g.
+``runs/babi-dntm-soft-1step/qa<N>/seed0``). Its label is the runs' common directory. A cell is the error in percent, the mean over the seeds that
 evaluated that group. Below the groups: the mean over groups, the number of failed groups
 (error above the evaluation's threshold, 5 % for bAbI) as the papers report, and the error over
 all examples (what the MNIST papers report as test accuracy). One table per task.
@@ -13,12 +14,17 @@ all examples (what the MNIST papers report as test accuracy). One table per task
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from mannlab.config import read_toml
 from mannlab.errors import DataError
+
+# config keys that do not separate columns: which seed, where, and which bAbI tasks
+_NOT_A_COLUMN = {(), ("seed",), ("run_dir",), ("task", "tasks"), ("task", "language"), ("task", "data_dir")}
 
 __all__ = ["GroupEval", "find_group_evals", "by_task", "group_error_table"]
 
@@ -54,18 +60,35 @@ def find_group_evals(root: Path, run_paths: list[Path], split: str = "test") -> 
         except (TypeError, KeyError, ValueError):
             raise DataError(f"{file}: expected per_group entries with an 'error' number") from None
         threshold, error = data.get("fail_threshold"), data.get("error")
-        evals.append(GroupEval(path, _column(path, root), str(data.get("task", "?")), per_group,
+        evals.append(GroupEval(path, "", str(data.get("task", "?")), per_group,
                                None if error is None else float(error),
                                None if threshold is None else float(threshold)))
+    _label_columns(root, evals)
     return evals
 
 
-def _column(path: Path, root: Path) -> str:
-    try:
-        parts = path.relative_to(root).parts
-    except ValueError:
-        return str(path)
-    return parts[0] if parts and parts[0] and not re.fullmatch(r"seed\d+", parts[0]) else "."
+def _label_columns(root: Path, evals: list[GroupEval]) -> None:
+    """Set each evaluation's column: runs alike but for seed, place and bAbI tasks share one,
+    labelled by their common directory (relative to ``root``, without a seed<k> part)."""
+    columns: dict[str, list[GroupEval]] = {}
+    for e in evals:
+        config = read_toml(e.path / "config.toml") if (e.path / "config.toml").is_file() else {}
+        columns.setdefault(json.dumps(_column_key(config), sort_keys=True, default=str), []).append(e)
+    for members in columns.values():
+        common = Path(os.path.commonpath([str(e.path) for e in members]))
+        if re.fullmatch(r"seed\d+", common.name):
+            common = common.parent
+        try:
+            label = str(common.relative_to(root))
+        except ValueError:
+            label = str(common)
+        for e in members:
+            e.column = root.resolve().name if label == "." else label
+
+
+def _column_key(table: dict, prefix: tuple = ()) -> dict:
+    return {k: _column_key(v, prefix + (k,)) if isinstance(v, dict) else v
+            for k, v in table.items() if prefix + (k,) not in _NOT_A_COLUMN}
 
 
 def _natural(name: str) -> tuple:

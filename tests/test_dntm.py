@@ -12,11 +12,11 @@ from torch.func import functional_call
 import mannlab
 from conftest import SMALL as SMALL_CONFIGS, float64_seq, leaves, small_model
 from mannlab import sampling
+from mannlab.errors import ConfigError
 from mannlab.models import DNTMState, DNTMTrace, build_model
 from mannlab.models import dntm as dntm_module
 from mannlab.models.dntm import lru_address, read_write_consistency, similarity
 from mannlab.training import schedules
-from mannlab.errors import ConfigError
 from tiny_copy import tiny_copy_losses
 
 SMALL = SMALL_CONFIGS["dntm"]

@@ -227,15 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_override(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="change the run's config before loading its weights, e.g. "
-                             "model.addressing=argmax (repeatable)")
+def _add_override(parser: argparse.ArgumentParser,
+                  help_text: str = "change the run's config before loading its weights, e.g. "
+                              "model.addressing=argmax (repeatable)") -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text)
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value, e.g. train.lr=3e-4 or model.controller=fnn (repeatable)")
+    _add_override(parser, "override a config value, e.g. train.lr=3e-4 or model.controller=fnn (repeatable)")
     parser.add_argument("--data-dir", dest="overrides", action=_DataDir, metavar="DIR",
                         help="where data-set tasks (babi, mnist, strokes, ...) find their files: "
                              "same as --set task.data_dir=DIR (default $MANNLAB_DATA, else ~/.cache/mannlab)")

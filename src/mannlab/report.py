@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from mannlab.config import read_toml
 from mannlab.errors import ConfigError, DataError
-from mannlab.report_groups import by_task, find_group_evals, group_error_table
+from mannlab.report_groups import by_task, column_key, find_group_evals, group_error_rows
 
 __all__ = ["Run", "PAPER_COLUMNS", "PAPER_TABLE2", "PAPER_SEEDS", "find_runs", "bit_error_percent",
            "error_table", "runs_table", "build_report", "write_report"]
@@ -96,6 +96,7 @@ class Run:
     task: str
     seed: int | None
     summary: dict[str, Any] | None   # None: not finished (no summary.json yet)
+    config: dict[str, Any]           # config.toml as read
 
     @property
     def column(self) -> tuple[str, str | None]:
@@ -172,7 +173,7 @@ def _read_run(path: Path) -> Run:
             raise DataError(f"{path / 'summary.json'}: expected a JSON object")
     seed = (summary or {}).get("seed", config.get("seed"))
     group = path.parent if SEED_DIR.fullmatch(path.name) else path
-    return Run(path, group, model, controller, task, seed, summary)
+    return Run(path, group, model, controller, task, seed, summary, config)
 
 
 def _default_controller(model: str) -> str | None:
@@ -371,14 +372,18 @@ def _data_section(runs_dir: str | Path, root: Path, data_runs: list[Run]) -> lis
     """Per-group test errors of the data-set runs (bAbI tasks, digits, labels), if any."""
     if not data_runs:
         return []
-    evals = find_group_evals(root, [r.path for r in data_runs])
+    evals = find_group_evals([r.path for r in data_runs])
+    columns = _config_columns(root, data_runs)
+    for e in evals:
+        e.column = columns[e.path]
     missing = [r for r in data_runs if not any(e.path == r.path for e in evals)]
     lines = [f"# Test error per group of the data-set runs in `{runs_dir}`", "",
              "Error (%) on the test split of each run's best checkpoint, from its eval-test.json; "
              "a column per configuration (the seeds of one jointly trained model, or one model "
              "per bAbI task), named by the runs' common directory; a cell is the mean over seeds.", ""]
     for task, task_evals in by_task(evals).items():
-        lines += [f"## {task}", "", group_error_table(task_evals), ""]
+        header, rows = group_error_rows(task_evals)
+        lines += [f"## {task}", "", _markdown(header, rows, ["---"] + ["---:"] * (len(header) - 1)), ""]
     if not evals:
         lines += ["No run has an eval-test.json yet.", ""]
     if missing:
@@ -387,6 +392,19 @@ def _data_section(runs_dir: str | Path, root: Path, data_runs: list[Run]) -> lis
     while not lines[-1]:
         lines.pop()
     return lines
+
+
+def _config_columns(root: Path, runs: list[Run]) -> dict[Path, str]:
+    """Column label per run path: runs alike but for seed, place and bAbI tasks share one,
+    named by their groups' common directory relative to ``root`` (``root``'s own name for ".")."""
+    alike: dict[str, list[Run]] = {}
+    for r in runs:
+        alike.setdefault(column_key(r.config), []).append(r)
+    labels = {}
+    for members in alike.values():
+        label = _relative(Path(os.path.commonpath([str(r.group) for r in members])), root)
+        labels.update({r.path: root.resolve().name if label == "." else label for r in members})
+    return labels
 
 
 def write_report(runs_dir: str | Path, out: str | Path | None = None,

@@ -14,19 +14,17 @@ all examples (what the MNIST papers report as test accuracy). One table per task
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from mannlab.config import read_toml
 from mannlab.errors import DataError
 
 # config keys that do not separate columns: which seed, where, and which bAbI tasks
 _NOT_A_COLUMN = {(), ("seed",), ("run_dir",), ("task", "tasks"), ("task", "language"), ("task", "data_dir")}
 
-__all__ = ["GroupEval", "find_group_evals", "by_task", "group_error_table"]
+__all__ = ["GroupEval", "find_group_evals", "by_task", "group_error_rows", "column_key"]
 
 
 @dataclass
@@ -41,8 +39,9 @@ class GroupEval:
     fail_threshold: float | None
 
 
-def find_group_evals(root: Path, run_paths: list[Path], split: str = "test") -> list[GroupEval]:
-    """The ``eval-<split>.json`` of each run that has one and reports errors per group."""
+def find_group_evals(run_paths: list[Path], split: str = "test") -> list[GroupEval]:
+    """The ``eval-<split>.json`` of each run that has one and reports errors per group
+    (``column`` left empty: the caller names the columns)."""
     evals = []
     for path in run_paths:
         file = path / f"eval-{split}.json"
@@ -63,31 +62,17 @@ def find_group_evals(root: Path, run_paths: list[Path], split: str = "test") -> 
         evals.append(GroupEval(path, "", str(data.get("task", "?")), per_group,
                                None if error is None else float(error),
                                None if threshold is None else float(threshold)))
-    _label_columns(root, evals)
     return evals
 
 
-def _label_columns(root: Path, evals: list[GroupEval]) -> None:
-    """Set each evaluation's column: runs alike but for seed, place and bAbI tasks share one,
-    labelled by their common directory (relative to ``root``, without a seed<k> part)."""
-    columns: dict[str, list[GroupEval]] = {}
-    for e in evals:
-        config = read_toml(e.path / "config.toml") if (e.path / "config.toml").is_file() else {}
-        columns.setdefault(json.dumps(_column_key(config), sort_keys=True, default=str), []).append(e)
-    for members in columns.values():
-        common = Path(os.path.commonpath([str(e.path) for e in members]))
-        if re.fullmatch(r"seed\d+", common.name):
-            common = common.parent
-        try:
-            label = str(common.relative_to(root))
-        except ValueError:
-            label = str(common)
-        for e in members:
-            e.column = root.resolve().name if label == "." else label
+def column_key(config: dict) -> str:
+    """The run's config without seed, place and bAbI task selection, as a comparable string:
+    runs with equal keys share a column."""
+    return json.dumps(_without(config), sort_keys=True, default=str)
 
 
-def _column_key(table: dict, prefix: tuple = ()) -> dict:
-    return {k: _column_key(v, prefix + (k,)) if isinstance(v, dict) else v
+def _without(table: dict, prefix: tuple = ()) -> dict:
+    return {k: _without(v, prefix + (k,)) if isinstance(v, dict) else v
             for k, v in table.items() if prefix + (k,) not in _NOT_A_COLUMN}
 
 
@@ -96,9 +81,9 @@ def _natural(name: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
-def group_error_table(evals: list[GroupEval]) -> str:
-    """Markdown: a row per group, a column per directory; then the mean, the failed groups
-    and the error over all examples. ``evals`` should be of one task (see ``by_task``)."""
+def group_error_rows(evals: list[GroupEval]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: a row per group, a column per ``column``; then the mean, the failed
+    groups and the error over all examples. ``evals`` should be of one task (see ``by_task``)."""
     columns = sorted({e.column for e in evals})
     groups = sorted({g for e in evals for g in e.per_group}, key=_natural)
     means: dict[str, dict[str, float]] = {}
@@ -117,10 +102,7 @@ def group_error_table(evals: list[GroupEval]) -> str:
     overall = {c: [e.error for e in evals if e.column == c and e.error is not None] for c in columns}
     rows.append(["all examples"] + [_percent(statistics.fmean(overall[c]) if overall[c] else None)
                                     for c in columns])
-    lines = ["| group | " + " | ".join(f"`{c}`" for c in columns) + " |",
-             "|---|" + "---:|" * len(columns)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    return ["group"] + [f"`{c}`" for c in columns], rows
 
 
 def by_task(evals: list[GroupEval]) -> dict[str, list[GroupEval]]:

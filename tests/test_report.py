@@ -11,7 +11,7 @@ from mannlab.cli import main
 from mannlab.config import load_config
 from mannlab.errors import DataError
 from mannlab.report import (PAPER_COLUMNS, PAPER_TABLE2, bit_error_percent, build_report,
-                            error_table, find_runs, runs_table)
+                            error_table, find_runs, last_val_bce, runs_table)
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "table2"
 PAPER_CONTROLLERS = ("fnn", "elman", "pnr-elman", "lstm", "pnr-lstm")
@@ -113,13 +113,50 @@ def test_runs_table_counts_seeds_steps_and_wall_time(runs):
     lines = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): line
              for line in table.splitlines()[2:]}
     ntm_lstm = [c.strip() for c in lines[("copy", "ntm", "lstm")].strip("|").split("|")]
-    # seeds, seed ids, unfinished, steps, best step, solved, wall per seed, wall total,
-    # CPU per seed, directory
-    assert ntm_lstm[3:] == ["3", "0, 1, 2", "0", "1000", "500", "0/3", "2.0 min", "6.0 min",
-                            "60.0 s", "`ntm-lstm-copy`"]
+    # seeds, seed ids, unfinished, steps, best step, solved, solved at, wall to solve,
+    # unsolved last-10 bce, wall per seed, wall total, CPU per seed, directory
+    assert ntm_lstm[3:] == ["3", "0, 1, 2", "0", "1000", "500", "0/3", "-", "-", "-", "2.0 min",
+                            "6.0 min", "60.0 s", "`ntm-lstm-copy`"]
     dnc = [c.strip() for c in lines[("copy", "dnc", "lstm")].strip("|").split("|")]
     assert dnc[3:6] == ["1", "1", "1"]  # one finished (seed 1), one unfinished
     assert lines[("copy", "ntm", "pnr-lstm")].count("3/3") == 1
+
+
+def write_validations(run, bces):
+    """metrics.jsonl as the loop writes it: training rows, validation rows at two lengths."""
+    lines = []
+    for step, bce in enumerate(bces, 1):
+        lines.append({"step": step, "split": "train", "loss": 9.0, "bce": 9.0, "wall": 1.0})
+        lines.append({"step": step, "split": "val", "length": 20, "multiple": 1, "bce": bce, "wall": 1.0})
+        lines.append({"step": step, "split": "val", "length": 40, "multiple": 2, "bce": 5.0, "wall": 1.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_runs_table_gives_the_armin_table1_figures(tmp_path):
+    # solved runs: mean step and wall time of the solve; unsolved: mean of the last 10
+    # validations at the training length (ARMIN paper, Table 1)
+    for seed, at in ((0, 1000), (1, 3000)):
+        run = fake_run(tmp_path, "armin-copy", seed, model="armin", controller=None, solved=True)
+        summary = json.loads((run / "summary.json").read_text())
+        summary.update(solved_at_step=at, solved_at_seconds=at / 10)
+        (run / "summary.json").write_text(json.dumps(summary))
+    for seed, bces in ((0, [0.9, 0.9] + [0.3] * 10), (1, [0.5] * 12)):
+        write_validations(fake_run(tmp_path, "lstm-copy", seed, model="lstm", controller=None), bces)
+    assert last_val_bce(tmp_path / "lstm-copy" / "seed0") == pytest.approx(0.3)
+    assert last_val_bce(tmp_path / "armin-copy" / "seed0") is None   # no validations
+    lines = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line
+             for line in runs_table(find_runs(tmp_path)[0], tmp_path).splitlines()[2:]}
+    armin = [c.strip() for c in lines[("copy", "armin")].strip("|").split("|")]
+    lstm = [c.strip() for c in lines[("copy", "lstm")].strip("|").split("|")]
+    assert armin[8:11] == ["2/2", "2000", "3.3 min"] and armin[11] == "-"
+    assert lstm[8:12] == ["0/2", "-", "-", "0.400"]
+
+
+def test_last_val_bce_names_a_malformed_line(tmp_path):
+    run = fake_run(tmp_path, "g", 0)
+    (run / "metrics.jsonl").write_text('{"split": "val", "bce": 0.1}\n{"split": "val", oops\n')
+    with pytest.raises(DataError, match="line 2"):
+        last_val_bce(run)
 
 
 def test_paper_rows(runs):

@@ -81,6 +81,7 @@ CONTROLLER_ORDER = ("fnn", "elman", "pnr-elman", "lstm", "pnr-lstm")
 MODEL_LABELS = {"elman": "EN", "lstm": "LSTM", "ntm": "NTM", "dnc": "DNC"}
 
 SEED_DIR = re.compile(r"seed\d+")
+LAST_VALIDATIONS = 10  # ARMIN Table 1: an unsolved run is scored by its last 10 validations
 
 
 # --------------------------------------------------------------------- runs
@@ -247,7 +248,7 @@ def error_table(runs: list[Run], paper: bool = False) -> str:
 
 
 def runs_table(runs: list[Run], root: Path | None = None) -> str:
-    """Markdown: a row per (task, model, controller) with seeds, steps and wall time."""
+    """Markdown: a row per (task, model, controller) with seeds, steps, solves and wall time."""
     rows = []
     for task in _order((r.task for r in runs), TASK_ORDER):
         for column in _columns(runs):
@@ -262,20 +263,49 @@ def runs_table(runs: list[Run], root: Path | None = None) -> str:
             walls = [r.summary["wall_seconds"] for r in done if r.summary.get("wall_seconds") is not None]
             cpus = [r.summary["cpu_seconds"] for r in done if r.summary.get("cpu_seconds") is not None]
             solved = sum(bool(r.summary.get("solved")) for r in done)
+            solved_steps = [r.summary["solved_at_step"] for r in done
+                            if r.summary.get("solved_at_step") is not None]
+            solved_walls = [r.summary["solved_at_seconds"] for r in done
+                            if r.summary.get("solved_at_seconds") is not None]
+            unsolved_bces = [b for b in (last_val_bce(r.path) for r in done if not r.summary.get("solved"))
+                             if b is not None]
             groups = sorted({_relative(r.group, root) for r in cell})
             model, controller = column
             rows.append([
                 task, model, controller or "-", str(len(done)),
                 ", ".join(map(str, seeds)) or "-", str(len(cell) - len(done)),
-                _mean(steps), _mean(best), f"{solved}/{len(done)}",
+                _mean(steps), _mean(best), f"{solved}/{len(done)}", _mean(solved_steps),
+                _duration(statistics.fmean(solved_walls)) if solved_walls else "-",
+                f"{statistics.fmean(unsolved_bces):.3f}" if unsolved_bces else "-",
                 _duration(statistics.fmean(walls)) if walls else "-",
                 _duration(sum(walls)) if walls else "-",
                 _duration(statistics.fmean(cpus)) if cpus else "-",
                 ", ".join(f"`{g}`" for g in groups),
             ])
     header = ["task", "model", "controller", "seeds", "seed ids", "unfinished", "steps (mean)",
-              "best step (mean)", "val bce solved", "wall per seed", "wall total", "CPU per seed", "directory"]
-    return _markdown(header, rows, ["---"] * 3 + ["---:"] * 2 + ["---:"] * 7 + ["---"])
+              "best step (mean)", "val bce solved", "solved at step (mean)", "wall to solve (mean)",
+              f"unsolved: last {LAST_VALIDATIONS} val bce (mean)", "wall per seed", "wall total",
+              "CPU per seed", "directory"]
+    return _markdown(header, rows, ["---"] * 3 + ["---:"] * 12 + ["---"])
+
+
+def last_val_bce(run_path: Path, n: int = LAST_VALIDATIONS) -> float | None:
+    """Mean validation BCE at the training length over a run's last n validations (the ARMIN
+    paper's Table 1 figure for an unsolved run), from metrics.jsonl; None without any."""
+    path = run_path / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    values = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if '"val"' not in line:        # skip parsing the many training rows
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}, line {number} is not valid JSON: {exc}") from None
+        if row.get("split") == "val" and row.get("multiple") == 1 and row.get("bce") is not None:
+            values.append(float(row["bce"]))
+    return statistics.fmean(values[-n:]) if values else None
 
 
 def _relative(path: Path, root: Path | None) -> str:
@@ -357,7 +387,10 @@ def _toy_section(runs_dir: str | Path, root: Path, runs: list[Run], paper: bool)
     lines += ["", error_table(runs, paper=paper), "", "## Runs", "",
               "Seeds with a summary.json (finished); steps and the step of the best checkpoint "
               "(means over seeds); \"val bce solved\": seeds whose validation bce at the training "
-              "length dropped below train.solve_bce; wall and CPU time are training time as "
+              "length dropped below train.solve_bce, the mean step and wall time at which they "
+              "did, and the unsolved seeds' mean validation bce over their last "
+              f"{LAST_VALIDATIONS} validations (the figures of the ARMIN paper's Table 1); "
+              "wall and CPU time are training time as "
               "recorded (CPU: of the training process; '-' for runs recorded before it was).",
               "", runs_table(runs, root)]
     return lines

@@ -255,6 +255,28 @@ def test_reinforce_term_by_hand():
     assert torch.allclose(model.aux_terms(tr, nll)["reinforce"], 0.5 * terms["reinforce"])
 
 
+def test_reward_to_go_term_by_hand():
+    model = small_dntm(addressing="reinforce", reward="to_go")
+    torch.manual_seed(1)
+    _, _, tr = model(seq(), return_trace=True)
+    nll = torch.rand(3, 5, dtype=torch.float64)
+    nll[:, 0] = 0                                         # step 0 not scored: no reward there
+    rewards = -nll
+    others = (rewards.sum(0, keepdim=True) - rewards) / 2   # b_j: mean of the other 2 sequences
+    centred = (rewards - others) * (nll > 0)
+    returns = centred.flip(1).cumsum(1).flip(1)            # G_t = sum_{j >= t}
+    advantage = (returns - returns.mean()) / torch.sqrt(returns.var(unbiased=False) + 1e-4)
+    log_p = (torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum(2)
+             + torch.log((tr.write_weights * tr.write_probs).sum(-1)).sum(2))      # (B, T)
+    scored = 4 * 3                                        # 4 scored steps, 3 outputs
+    expected = -(advantage * log_p).sum(1).mean() / scored
+    assert torch.allclose(model.aux_terms(tr, nll)["reinforce"], expected, rtol=1e-12, atol=0)
+    with pytest.raises(ConfigError, match="reward must be one of"):
+        small_dntm(addressing="reinforce", reward="per_step")
+    with pytest.raises(ConfigError, match="input_baseline"):
+        small_dntm(addressing="reinforce", reward="to_go", input_baseline=True)
+
+
 def test_input_baseline_is_trained_with_huber_and_only_by_it():
     model = small_dntm(addressing="reinforce", input_baseline=True)
     _, _, tr = model(seq(), return_trace=True)

@@ -95,6 +95,7 @@ from mannlab.models.base import MemoryCell, SequenceModel, check_positive
 ADDRESSING_MODES = ("soft", "reinforce", "argmax")
 WRITE_KEYS = ("content", "memory")
 NEXT_INPUT_DISTRIBUTIONS = ("bernoulli", "gaussian")
+REWARDS = ("sequence", "to_go")
 #: ε of the similarity S(x, y) = x . y / (|x| |y| + ε) (eqs. 10-11).
 SIMILARITY_EPS = 1e-6
 #: LRU moving average, v_t = LRU_DECAY v_{t-1} + (1 - LRU_DECAY) z_t (section 3.3).
@@ -583,7 +584,10 @@ class DNTM(SequenceModel):
     Training terms (``aux_loss``; zero when all are off): reinforce_weight (1 = the
     paper's cost; smaller values damp the estimator's noise in the shared controller),
     entropy_weight λ_H,
-    input_baseline, reward_momentum (running reward moments),
+    input_baseline, reward_momentum (running reward moments), reward "sequence" (section
+    4: every sample scored by R = log p(y|x)) or "to_go" (each step's samples by the
+    log-likelihood of the outputs from that step on, less a per-step leave-one-out
+    baseline: same expected gradient, lower variance; not in the paper),
     curriculum_p0 (p_0 of the soft-to-discrete curriculum, 0 = off; "reinforce" only),
     curriculum_every (the curriculum's t counts blocks of this many minibatches, e.g. an
     epoch; the paper does not say what t counts; 1 = every minibatch),
@@ -598,7 +602,7 @@ class DNTM(SequenceModel):
                  addressing: str = "soft", write_keys: str = "content",
                  curriculum_p0: float = 0.0, curriculum_every: int = 1, reinforce_weight: float = 1.0,
                  entropy_weight: float = 0.0,
-                 input_baseline: bool = False, reward_momentum: float = 0.9,
+                 input_baseline: bool = False, reward_momentum: float = 0.9, reward: str = "sequence",
                  read_write_consistency: float = 0.0, next_input_prediction: float = 0.0,
                  next_input_distribution: str = "bernoulli", batch_first: bool = True):
         check_positive(controller_size=controller_size, read_heads=read_heads,
@@ -621,6 +625,10 @@ class DNTM(SequenceModel):
         if not reinforce and (self.curriculum_p0 or _check_bool("input_baseline", input_baseline)):
             raise ConfigError(f"curriculum_p0 and input_baseline need addressing='reinforce', "
                               f"got addressing={addressing!r}")
+        self.reward = _check_choice("reward", reward, REWARDS)
+        if self.reward == "to_go" and input_baseline:
+            raise ConfigError("input_baseline predicts one reward per sequence; it works with "
+                              "reward='sequence', not 'to_go'")
         if not (isinstance(reward_momentum, numbers.Real) and 0 <= reward_momentum < 1):
             raise ConfigError(f"reward_momentum must be in [0, 1), got {reward_momentum!r}")
         self.reward_stats = sampling.RunningMoments(momentum=float(reward_momentum))
@@ -689,17 +697,10 @@ class DNTM(SequenceModel):
         return terms
 
     def _reinforce(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
+        if self.reward == "to_go":
+            return self._reinforce_to_go(trace, step_nll, sampled, scored)
         reward = -step_nll.sum(1)                                               # R = log p(y|x)
-        stats = self.reward_stats
-        if int(stats.count) == 0:
-            # no history yet: the first minibatch is centred and scaled by its own moments
-            first = sampling.RunningMoments(eps=stats.eps).to(reward.device, reward.dtype)
-            first.update(reward[sampled > 0])
-            advantage = first.normalise(reward)
-        else:   # the moments of earlier minibatches (the current one is folded in below)
-            advantage = stats.normalise(reward)
-        if self.training:   # evaluation never moves the running moments
-            stats.update(reward[sampled > 0])
+        advantage = self._normalised(reward, sampled)
         terms = {}
         if self.baseline is not None:
             predicted = self.baseline(trace.inputs)
@@ -710,6 +711,37 @@ class DNTM(SequenceModel):
         terms["reinforce"] = self.reinforce_weight * \
             (sampling.reinforce_surrogate(log_p, advantage) * sampled).mean() / scored
         return terms
+
+    def _normalised(self, reward: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+        """reward (B, ...) centred and scaled by the running moments of earlier minibatches,
+        which then take in this one's sampled rows (in training mode only)."""
+        stats = self.reward_stats
+        if int(stats.count) == 0:
+            # no history yet: the first minibatch is centred and scaled by its own moments
+            first = sampling.RunningMoments(eps=stats.eps).to(reward.device, reward.dtype)
+            first.update(reward[sampled > 0])
+            advantage = first.normalise(reward)
+        else:   # the moments of earlier minibatches (the current one is folded in below)
+            advantage = stats.normalise(reward)
+        if self.training:   # evaluation never moves the running moments
+            stats.update(reward[sampled > 0])
+        return advantage
+
+    def _reinforce_to_go(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
+        """REINFORCE with each step's samples scored by the log-likelihood still to come:
+        G_t = sum_{j >= t} (r_j - b_j), r_j = log p(y_j | ...), b_j the mean of r_j over the
+        other sequences of the minibatch (leave-one-out), normalised by running moments.
+        A step's samples cannot change the outputs before it, so dropping those rewards (and
+        subtracting b_j, which does not depend on the sequence's own samples) leaves the
+        gradient's expectation that of section 4's R = log p(y|x); its variance is lower."""
+        rewards, scored_steps = -step_nll, (step_nll > 0)                        # r_j (B, T)
+        baseline = sampling.leave_one_out_mean(rewards, scored_steps)            # b_j
+        returns = sampling.discounted_returns((rewards - baseline) * scored_steps, 1.0)
+        advantage = self._normalised(returns, sampled)
+        log_p = (sampling.log_prob(trace.read_weights, trace.read_probs).sum(2)
+                 + sampling.log_prob(trace.write_weights, trace.write_probs).sum(2))   # (B, T)
+        surrogate = sampling.reinforce_surrogate(log_p, advantage).sum(1) * sampled
+        return {"reinforce": self.reinforce_weight * surrogate.mean() / scored}
 
     def _next_input(self, trace: DNTMTrace) -> torch.Tensor:
         features = torch.cat([trace.hidden, trace.read_vectors.flatten(2)], dim=-1)

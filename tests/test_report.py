@@ -154,7 +154,7 @@ def test_runs_table_gives_the_armin_table1_figures(tmp_path):
 
 def test_last_val_bce_names_a_malformed_line(tmp_path):
     run = fake_run(tmp_path, "g", 0)
-    (run / "metrics.jsonl").write_text('{"split": "val", "bce": 0.1}\n{"split": "val", oops\n')
+    (run / "metrics.jsonl").write_text('{"split": "val", "bce": 0.1}\n{"split": "val", oops\n{}\n')
     with pytest.raises(DataError, match="line 2"):
         last_val_bce(run)
 

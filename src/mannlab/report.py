@@ -31,6 +31,7 @@ from typing import Any, Iterable
 from mannlab.config import read_toml
 from mannlab.errors import ConfigError, DataError
 from mannlab.report_groups import by_task, column_key, find_group_evals, group_error_rows
+from mannlab.training.metrics_log import read_metrics
 
 __all__ = ["Run", "PAPER_COLUMNS", "PAPER_TABLE2", "PAPER_SEEDS", "find_runs", "bit_error_percent",
            "error_table", "runs_table", "build_report", "write_report"]
@@ -295,16 +296,8 @@ def last_val_bce(run_path: Path, n: int = LAST_VALIDATIONS) -> float | None:
     path = run_path / "metrics.jsonl"
     if not path.is_file():
         return None
-    values = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if '"val"' not in line:        # skip parsing the many training rows
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}, line {number} is not valid JSON: {exc}") from None
-        if row.get("split") == "val" and row.get("multiple") == 1 and row.get("bce") is not None:
-            values.append(float(row["bce"]))
+    values = [float(row["bce"]) for row in read_metrics(path)
+              if row.get("split") == "val" and row.get("multiple") == 1 and row.get("bce") is not None]
     return statistics.fmean(values[-n:]) if values else None
 
 

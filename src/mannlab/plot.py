@@ -11,7 +11,6 @@ matplotlib falls back to Agg by itself, and scripts may call
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -22,6 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from mannlab.errors import DataError
+from mannlab.training.metrics_log import read_metrics
 
 __all__ = ["memory_access", "learning_curve", "compare_curves"]
 
@@ -420,19 +420,10 @@ def _read_rows(source: str | os.PathLike | Iterable[Mapping[str, Any]]) -> list[
     file = os.fspath(source)
     if os.path.isdir(file):
         file = os.path.join(file, "metrics.jsonl")
-    with open(file, encoding="utf-8") as handle:
-        lines = [(n, line.strip()) for n, line in enumerate(handle, start=1) if line.strip()]
-    rows = []
-    for position, (number, line) in enumerate(lines):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if position == len(lines) - 1:
-                break  # the writer was interrupted mid-line: drop the partial row
-            raise DataError(f"{file}, line {number}: not valid JSON ({err.msg})") from err
+    rows = read_metrics(file)
+    for row in rows:
         if not isinstance(row, dict):
-            raise DataError(f"{file}, line {number}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
+            raise DataError(f"{file}: expected JSON objects, got a {type(row).__name__} row")
     return rows
 
 

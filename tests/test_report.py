@@ -108,6 +108,25 @@ def test_controller_defaults_to_the_models_default(tmp_path):
     assert error_table(found).splitlines()[0] == "| task | LSTM | NTM lstm |"
 
 
+def test_a_method_switch_is_its_own_column(tmp_path):
+    # D-NTM soft and REINFORCE, ARMIN and ARMIN with TARDIS reads: not pooled in one column
+    fake_run(tmp_path, "soft", 0, model="dntm", controller=None, ber=0.1)
+    reinforce = fake_run(tmp_path, "reinforce", 0, model="dntm", controller=None, ber=0.3)
+    armin = fake_run(tmp_path, "armin", 0, model="armin", controller=None, ber=0.2)
+    tardis_read = fake_run(tmp_path, "armin-tardis", 0, model="armin", controller=None, ber=0.4)
+    for run, table in ((reinforce, {"addressing": "reinforce"}), (armin, {"read": "auto"}),
+                       (tardis_read, {"read": "tardis"})):
+        config = tomllib.loads((run / "config.toml").read_text())
+        config["model"].update(table)                     # "auto" is ARMIN's default read
+        (run / "config.toml").write_text(tomli_w.dumps(config))
+    found, warnings = find_runs(tmp_path)
+    assert sorted((r.column for r in found), key=str) == [
+        ("armin", "read=tardis"), ("armin", None), ("dntm", "gru"), ("dntm", "gru, addressing=reinforce")]
+    assert table_cells(error_table(found), "copy") == {
+        "task": "copy", "armin": "20.0 (0)", "armin read=tardis": "40.0 (0)", "dntm gru": "10.0 (0)",
+        "dntm gru, addressing=reinforce": "30.0 (0)"}
+
+
 def test_runs_table_counts_seeds_steps_and_wall_time(runs):
     table = runs_table(find_runs(runs)[0], runs)
     lines = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): line

@@ -82,6 +82,9 @@ CONTROLLER_ORDER = ("fnn", "elman", "pnr-elman", "lstm", "pnr-lstm")
 MODEL_LABELS = {"elman": "EN", "lstm": "LSTM", "ntm": "NTM", "dnc": "DNC"}
 
 SEED_DIR = re.compile(r"seed\d+")
+# model arguments that make a different method, not a different size: a run whose value is
+# not the model's default gets its own column (D-NTM soft / REINFORCE, ARMIN's TARDIS read)
+VARIANT_KEYS = ("addressing", "read")
 LAST_VALIDATIONS = 10  # ARMIN Table 1: an unsolved run is scored by its last 10 validations
 
 
@@ -95,6 +98,7 @@ class Run:
     group: Path                      # the parent for the <group>/seed<k> layout, else the run itself
     model: str
     controller: str | None           # None for models without a controller (the plain LSTM)
+    variant: str | None              # non-default VARIANT_KEYS, e.g. "addressing=reinforce"
     task: str
     seed: int | None
     summary: dict[str, Any] | None   # None: not finished (no summary.json yet)
@@ -102,7 +106,8 @@ class Run:
 
     @property
     def column(self) -> tuple[str, str | None]:
-        return (self.model, self.controller)
+        """(model, controller and variant): runs that differ in these are different columns."""
+        return (self.model, ", ".join(p for p in (self.controller, self.variant) if p) or None)
 
     @property
     def finished(self) -> bool:
@@ -161,9 +166,11 @@ def _read_run(path: Path) -> Run:
             or "name" not in model_table or "name" not in task_table:
         raise DataError(f"{path / 'config.toml'}: expected [model] and [task] tables with a name")
     model = str(model_table["name"]).strip().lower().replace("_", "-")
-    controller = model_table.get("controller", _default_controller(model))
+    controller = model_table.get("controller", _model_default(model, "controller"))
     if controller is not None:
         controller = str(controller).strip().lower().replace("_", "-")
+    variant = ", ".join(f"{key}={model_table[key]}" for key in VARIANT_KEYS
+                        if key in model_table and model_table[key] != _model_default(model, key)) or None
     task = str(task_table["name"]).strip().lower().replace("-", "_")
     summary = None
     if (path / "summary.json").is_file():
@@ -175,14 +182,15 @@ def _read_run(path: Path) -> Run:
             raise DataError(f"{path / 'summary.json'}: expected a JSON object")
     seed = (summary or {}).get("seed", config.get("seed"))
     group = path.parent if SEED_DIR.fullmatch(path.name) else path
-    return Run(path, group, model, controller, task, seed, summary, config)
+    return Run(path, group, model, controller, variant, task, seed, summary, config)
 
 
-def _default_controller(model: str) -> str | None:
-    """The model's default controller (config.toml holds only the keys a recipe set)."""
+def _model_default(model: str, key: str) -> Any:
+    """The model's default for a constructor argument (config.toml holds only the keys a
+    recipe set); None for an unknown model or argument."""
     try:
         from mannlab.models import MODELS
-        param = inspect.signature(MODELS[model]).parameters.get("controller")
+        param = inspect.signature(MODELS[model]).parameters.get(key)
     except (ImportError, KeyError):
         return None
     return None if param is None else param.default
@@ -202,7 +210,7 @@ def _columns(runs: list[Run]) -> list[tuple[str, str | None]]:
     models = _order((r.model for r in runs), MODEL_ORDER)
     columns = []
     for model in models:
-        controllers = _order((r.controller for r in runs if r.model == model), CONTROLLER_ORDER)
+        controllers = _order((r.column[1] for r in runs if r.model == model), CONTROLLER_ORDER)
         columns += [(model, c) for c in controllers]
     return columns
 

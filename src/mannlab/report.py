@@ -291,7 +291,7 @@ def runs_table(runs: list[Run], root: Path | None = None) -> str:
                 _duration(statistics.fmean(cpus)) if cpus else "-",
                 ", ".join(f"`{g}`" for g in groups),
             ])
-    header = ["task", "model", "controller", "seeds", "seed ids", "unfinished", "steps (mean)",
+    header = ["task", "model", "controller, variant", "seeds", "seed ids", "unfinished", "steps (mean)",
               "best step (mean)", "val bce solved", "solved at step (mean)", "wall to solve (mean)",
               f"unsolved: last {LAST_VALIDATIONS} val bce (mean)", "wall per seed", "wall total",
               "CPU per seed", "directory"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from mannlab.errors import DataError
 
 # config keys that do not separate columns: which seed, where, and which bAbI tasks
-_NOT_A_COLUMN = {(), ("seed",), ("run_dir",), ("task", "tasks"), ("task", "language"), ("task", "data_dir")}
+_NOT_A_COLUMN = {("seed",), ("run_dir",), ("task", "tasks"), ("task", "language"), ("task", "data_dir")}
 
 __all__ = ["GroupEval", "find_group_evals", "by_task", "group_error_rows", "column_key"]
 

@@ -706,8 +706,7 @@ class DNTM(SequenceModel):
             predicted = self.baseline(trace.inputs)
             terms["baseline"] = (sampling.huber(predicted - advantage) * sampled).mean()
             advantage = advantage - predicted.detach()
-        log_p = (sampling.log_prob(trace.read_weights, trace.read_probs).sum((1, 2))
-                 + sampling.log_prob(trace.write_weights, trace.write_probs).sum((1, 2)))
+        log_p = self._step_log_p(trace).sum(1)                                  # (B,)
         terms["reinforce"] = self.reinforce_weight * \
             (sampling.reinforce_surrogate(log_p, advantage) * sampled).mean() / scored
         return terms
@@ -738,10 +737,14 @@ class DNTM(SequenceModel):
         baseline = sampling.leave_one_out_mean(rewards, scored_steps)            # b_j
         returns = sampling.discounted_returns((rewards - baseline) * scored_steps, 1.0)
         advantage = self._normalised(returns, sampled)
-        log_p = (sampling.log_prob(trace.read_weights, trace.read_probs).sum(2)
-                 + sampling.log_prob(trace.write_weights, trace.write_probs).sum(2))   # (B, T)
-        surrogate = sampling.reinforce_surrogate(log_p, advantage).sum(1) * sampled
+        surrogate = sampling.reinforce_surrogate(self._step_log_p(trace), advantage).sum(1) * sampled
         return {"reinforce": self.reinforce_weight * surrogate.mean() / scored}
+
+    @staticmethod
+    def _step_log_p(trace: DNTMTrace) -> torch.Tensor:
+        """log p of each step's samples, all heads and addressing steps: (B, T)."""
+        return (sampling.log_prob(trace.read_weights, trace.read_probs).sum(2)
+                + sampling.log_prob(trace.write_weights, trace.write_probs).sum(2))
 
     def _next_input(self, trace: DNTMTrace) -> torch.Tensor:
         features = torch.cat([trace.hidden, trace.read_vectors.flatten(2)], dim=-1)

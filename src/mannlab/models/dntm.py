@@ -13,7 +13,7 @@ Glossary
     C_t    content part (N' x d_c), C_0 = 0 at the start of every episode
     M_t    = [A; C_t], the memory (N' x (d_a + d_c)), row i is m_i = [a_i; c_i]
     R, H   read and write heads            J   addressing steps per time step
-    k      key: over [a; c] (d_a + d_c) for reads, over c (d_c) for writes
+    k      key over [a; c] (d_a + d_c), for read and write heads alike (eq. 10)
     β      sharpening, softplus(.) + 1 >= 1        z  logits β S(k, m_i)
     γ      LRU gate, sigmoid(.) in (0, 1)          v  moving average of z (no gradient)
     w, u   read and write weightings (soft, or one-hot samples w~, u~)
@@ -31,7 +31,7 @@ hops of a memory network; only the last step's h and φ reach the output):
     read:  z_i = β S(k, m_i) on M_{t-1}; w_t = softmax(z - γ v_{t-1});
            v_t = 0.1 v_{t-1} + 0.9 z                        eqs. 8-13
            φ_t = w_t^T M_{t-1}                              eq. 5
-    write: u_t the same way over the content part C_{t-1}, with its own v
+    write: u_t the same way over M_{t-1} = [A; C_{t-1}], with its own v   eqs. 8-13
            α_t = sigmoid(u_α^T h_t + v_α^T x_t + b_α)       eq. 3
            c̄_t = ReLU(W_m h_t + α_t W_x x_t + b_m)          eq. 4
            C_t[j] = (1 - e_t u_j) ∘ C_{t-1}[j] + u_j c̄_t    eq. 6
@@ -218,7 +218,7 @@ class DNTMCell(MemoryCell):
                  memory_slots: int = 128, address_size: int = 8, content_size: int = 8,
                  read_heads: int = 1, write_heads: int = 1, addressing_steps: int = 1,
                  lru: bool = True, nop: bool = False, addressing: str = "soft",
-                 write_keys: str = "content"):
+                 write_keys: str = "memory"):
         super().__init__()
         check_positive(input_size=input_size, controller_size=controller_size,
                        memory_slots=memory_slots, address_size=address_size,
@@ -579,7 +579,9 @@ class DNTM(SequenceModel):
     of mannlab.controllers works), memory_slots N, address_size d_a,
     content_size d_c, read_heads, write_heads, addressing_steps J, lru (section 3.3),
     nop (one extra NOP cell), addressing "soft" | "reinforce" | "argmax", write_keys
-    "content" (the paper: write keys over C) or "memory" (over [A; C]).
+    "memory" (eq. 10: write keys over m_i = [a_i; c_i], like read keys) or "content" (keys
+    over C alone, as the text before eq. 10 sizes them: while C is zero every write
+    weighting is then uniform and carries no gradient, so writes cannot learn where to go).
 
     Training terms (``aux_loss``; zero when all are off): reinforce_weight (1 = the
     paper's cost; smaller values damp the estimator's noise in the shared controller),
@@ -599,7 +601,7 @@ class DNTM(SequenceModel):
                  controller_size: int = 100, memory_slots: int = 128, address_size: int = 8,
                  content_size: int = 8, read_heads: int = 1, write_heads: int = 1,
                  addressing_steps: int = 1, lru: bool = True, nop: bool = False,
-                 addressing: str = "soft", write_keys: str = "content",
+                 addressing: str = "soft", write_keys: str = "memory",
                  curriculum_p0: float = 0.0, curriculum_every: int = 1, reinforce_weight: float = 1.0,
                  entropy_weight: float = 0.0,
                  input_baseline: bool = False, reward_momentum: float = 0.9, reward: str = "sequence",

@@ -12,7 +12,7 @@ from mannlab.errors import ConfigError
 from mannlab.tasks import make, names
 
 ALL = ["copy", "repeat_copy", "associative_recall", "ngrams", "priority_sort",
-       "reverse", "bigram_flip", "odd_first"]
+       "reverse", "bigram_flip", "odd_first", "priority_sort_columns"]
 SEEDS = range(25)
 
 
@@ -60,6 +60,8 @@ def test_unknown_param_names_key_and_valid_keys():
     ("associative_recall", {"item_bits": 1, "item_length": 1, "max_items": 3}),
     ("ngrams", {"n": 0}), ("ngrams", {"length": 1}),
     ("priority_sort", {"num_outputs": 21}), ("priority_sort", {"num_inputs": 0}),
+    ("priority_sort_columns", {"num_outputs": 41, "num_inputs": 40}),
+    ("priority_sort_columns", {"width": 0}), ("priority_sort_columns", {"num_inputs": 2.5}),
 ])
 def test_invalid_values_raise(name, params):
     with pytest.raises(ConfigError, match="must|expected"):
@@ -82,7 +84,7 @@ def test_sizes_and_train_lengths():
     assert sizes == {
         "copy": (9, 8, 20), "reverse": (9, 8, 20), "bigram_flip": (9, 8, 20), "odd_first": (9, 8, 20),
         "repeat_copy": (10, 9, 10), "associative_recall": (8, 6, 6), "ngrams": (1, 1, 200),
-        "priority_sort": (10, 8, 20)}
+        "priority_sort": (10, 8, 20), "priority_sort_columns": (9, 8, 20)}
     assert make("copy", end_marker=True).output_size == 9
 
 
@@ -410,3 +412,47 @@ def test_render_continuous_channels():
     y, m = torch.zeros(1, 4, 1), torch.tensor([[0, 0, 0, 1.0]])
     row = [r for r in task.render(x, y, m).splitlines() if r.strip().startswith("in prio")][0]
     assert row.endswith("|09..|")
+
+
+# ---------------------------------------- priority sort, each column sorted (ARMIN's code)
+
+def test_priority_sort_columns_target_by_hand():
+    # Column 0 holds three ones, column 1 one, column 2 none; the priorities do not matter.
+    vectors = np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0], [1, 0, 0]], np.float32)
+    priority = np.array([0.5, -0.2, 0.9, -0.7], np.float32)
+    columns = make("priority_sort_columns", width=3, num_inputs=4, num_outputs=3)
+    assert np.array_equal(columns.target(vectors, priority, 3), [[1, 1, 0], [1, 0, 0], [1, 0, 0]])
+    assert np.array_equal(columns.target(vectors, -priority, 3), [[1, 1, 0], [1, 0, 0], [1, 0, 0]])
+    # The NTM paper's task writes whole vectors by priority: rows 2, 0, 1 of the input.
+    ntm = make("priority_sort", width=3, num_inputs=4, num_outputs=3)
+    assert np.array_equal(ntm.target(vectors, priority, 3), [[1, 1, 0], [1, 0, 0], [0, 0, 0]])
+
+
+@pytest.mark.parametrize("length, outputs", [(None, 30), (80, 60), (1, 1)])
+def test_priority_sort_columns_layout_and_counts(length, outputs):
+    task = make("priority_sort_columns", width=8, num_inputs=40, num_outputs=30)
+    n = length or 40
+    x, y, m = np3(task.sample(4, 0, length=length))
+    assert x.shape == (4, n + outputs, 9) and task.input_names[-1] == "prio"  # no delimiter
+    for b in range(4):
+        ones = x[b, :n, :8].sum(0)
+        thermometer = np.arange(outputs)[:, None] < ones[None, :]  # row j: more than j ones
+        assert np.array_equal(y[b, n:], thermometer)
+        assert not y[b, :n].any() and not x[b, n:].any() and (np.abs(x[b, :n, 8]) <= 1).all()
+        assert np.array_equal(m[b], [0] * n + [1] * outputs)
+
+
+def test_priority_sort_columns_same_inputs_as_priority_sort_other_targets():
+    params = {"width": 8, "num_inputs": 40, "num_outputs": 30}
+    cx, cy, _ = np3(make("priority_sort_columns", **params).sample(8, 3))
+    px, py, _ = np3(make("priority_sort", **params).sample(8, 3))
+    assert np.array_equal(cx[:, :40], px[:, :40, :9])  # same seed, same vectors and priorities
+    assert all(not np.array_equal(cy[b, 40:], py[b, 41:]) for b in range(8))
+
+
+def test_priority_sort_columns_seeds_and_params():
+    task = make("priority-sort-columns", num_inputs=40, num_outputs=30)
+    a, b, c = task.sample(2, 5), task.sample(2, 5), task.sample(2, 6)
+    assert all(torch.equal(u, v) for u, v in zip(a, b)) and not torch.equal(a[1], c[1])
+    with pytest.raises(ConfigError, match="delimiter"):
+        make("priority_sort_columns", delimiter=True)  # a class property, not a parameter

@@ -11,7 +11,8 @@ from typing import Any
 
 from mannlab.errors import ConfigError
 from mannlab.tasks.algorithmic import (AssociativeRecallTask, BigramFlipTask, CopyTask, NGramsTask,
-                                       OddFirstTask, PrioritySortTask, RepeatCopyTask, ReverseTask)
+                                       OddFirstTask, PrioritySortColumnsTask, PrioritySortTask,
+                                       RepeatCopyTask, ReverseTask)
 from mannlab.tasks.babi import BabiTask
 from mannlab.tasks.base import Task
 from mannlab.tasks.enwik8 import Enwik8Task
@@ -21,7 +22,7 @@ from mannlab.tasks.strokes import StrokesTask
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (
     CopyTask, RepeatCopyTask, AssociativeRecallTask, NGramsTask, PrioritySortTask,
-    ReverseTask, BigramFlipTask, OddFirstTask)}
+    ReverseTask, BigramFlipTask, OddFirstTask, PrioritySortColumnsTask)}
 # Tasks over real data sets (tasks/dataset.py): they read files from their data_dir parameter.
 DATA_TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (
     BabiTask, MnistTask, StrokesTask, SnliTask, Enwik8Task)}
@@ -52,4 +53,5 @@ def make(name: str, **params: Any) -> Task:
 
 
 __all__ = ["Task", "make", "names", "data_names", "TASKS", "DATA_TASKS", "CopyTask", "RepeatCopyTask", "AssociativeRecallTask",
-           "NGramsTask", "PrioritySortTask", "ReverseTask", "BigramFlipTask", "OddFirstTask"]
+           "NGramsTask", "PrioritySortTask", "PrioritySortColumnsTask", "ReverseTask", "BigramFlipTask",
+           "OddFirstTask"]

@@ -1,5 +1,6 @@
 """Algorithmic tasks of the memory-network papers: copy and its permutations,
-repeat copy, associative recall and priority sort (N-grams live in ngrams.py).
+repeat copy, associative recall and priority sort, with the ARMIN authors' column-sorting
+variant of it (N-grams live in ngrams.py).
 
 Every class documents its time layout; "step t" is a row of the (T, channels)
 arrays of one sequence, before batch padding (see base.py). Bits are drawn with
@@ -8,7 +9,7 @@ p = 1/2 and every random draw comes from the numpy generator given to ``sample``
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from mannlab.tasks.base import Example, Task, check_bool, check_int, check_order
 from mannlab.tasks.ngrams import NGramsTask
 
 __all__ = ["CopyTask", "ReverseTask", "BigramFlipTask", "OddFirstTask", "RepeatCopyTask",
-           "AssociativeRecallTask", "PrioritySortTask", "NGramsTask"]
+           "AssociativeRecallTask", "PrioritySortTask", "PrioritySortColumnsTask", "NGramsTask"]
 
 
 def _bits(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -312,14 +313,17 @@ class PrioritySortTask(Task):
     name = "priority_sort"
     length_name = "number of inputs"
     defaults = {"width": 8, "num_inputs": 20, "num_outputs": 16}
+    #: whether a delimiter channel and step separate the inputs from the outputs
+    #: (PrioritySortColumnsTask follows code that has none)
+    delimiter: ClassVar[bool] = True
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         width = self.params["width"]
-        self.input_size = width + 2
+        self.input_size = width + 1 + int(self.delimiter)
         self.output_size = width
         self.train_length = self.params["num_inputs"]
-        self.input_names = [str(c) for c in range(width)] + ["prio", "delim"]
+        self.input_names = [str(c) for c in range(width)] + ["prio"] + (["delim"] if self.delimiter else [])
         self.output_names = [str(c) for c in range(width)]
 
     def _validate(self, p: dict[str, Any]) -> None:
@@ -338,20 +342,58 @@ class PrioritySortTask(Task):
             return signed_unit_char(x_t[channel])
         return super()._input_char(x_t, channel)
 
+    @staticmethod
+    def target(vectors: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray:
+        """The (k, width) output rows: the k vectors of highest priority, highest first."""
+        return vectors[np.argsort(-priority, kind="stable")[:k]]
+
     def _sequence(self, rng: np.random.Generator, length: int | None) -> Example:
         width = self.params["width"]
         n = self.params["num_inputs"] if length is None else length
         k = self.num_outputs_for(n)
         vectors = _bits(rng, n, width)
         priority = rng.uniform(-1.0, 1.0, size=n).astype(np.float32)
-        steps = n + 1 + k
-        x = np.zeros((steps, self.input_size), np.float32)
-        y = np.zeros((steps, self.output_size), np.float32)
-        m = np.zeros(steps, np.float32)
+        start = n + int(self.delimiter)  # the first output step
+        x = np.zeros((start + k, self.input_size), np.float32)
+        y = np.zeros((start + k, self.output_size), np.float32)
+        m = np.zeros(start + k, np.float32)
         x[:n, :width] = vectors
         x[:n, width] = priority
-        x[n, width + 1] = 1.0
-        order = np.argsort(-priority, kind="stable")[:k]
-        y[n + 1:] = vectors[order]
-        m[n + 1:] = 1.0
+        if self.delimiter:
+            x[n, width + 1] = 1.0
+        y[start:] = self.target(vectors, priority, k)
+        m[start:] = 1.0
         return x, y, m
+
+
+class PrioritySortColumnsTask(PrioritySortTask):
+    """Priority sort as the ARMIN authors' public code builds it: every bit column is
+    sorted on its own, so the output counts ones and the priorities are never used.
+
+    This is the task the ARMIN authors' public code trains on for its priority sort (the
+    one their Table 1 reports as solved): its generator sorts the whole (N, width + 1)
+    input matrix along time, descending, and keeps the first K rows of the bit columns. Sorting a matrix along time sorts each
+    column independently, so output row j has bit c set iff column c holds more than j
+    ones among the N inputs: a per-column count written in thermometer code. In the NTM
+    paper's priority sort (PrioritySortTask) the output rows are whole input vectors
+    reordered by their priorities; here a row is in general none of the inputs.
+
+    Params, channels and the meaning of ``length`` as PrioritySortTask (ARMIN trains
+    ``num_inputs=40, num_outputs=30``), but, as in the authors' code, there is no
+    delimiter: inputs ``width + 1`` (``width`` = priority, uniform in [-1, 1]).
+
+    Time layout (T = N + K):
+
+    - steps 0..N-1: input = vector v_i and its priority p_i; mask 0
+    - steps N..N+K-1: zero input; mask 1; target = the first K rows of the vectors
+      with each column sorted in descending order (its ones first)
+    """
+
+    name = "priority_sort_columns"
+    delimiter = False
+
+    @staticmethod
+    def target(vectors: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray:
+        """The first k rows of ``vectors`` with each column sorted, ones first; ``priority``
+        is unused (the authors' sort moves it in its own column, then drops it)."""
+        return np.sort(vectors, axis=0)[::-1][:k]

@@ -220,7 +220,7 @@ def test_tardis_addressing_never_rereads_the_last_slot():
     _, _, trace = model(seq(b=6, t=12), return_trace=True)
     read = slots(trace.read_weights)
     assert (read[:, 1:] != read[:, :-1]).all()
-    assert model.cell.address.shape == (3, 1)                     # key ~ d_r / 5
+    assert model.cell.address.shape == (3, 2)     # d_r / 5 = 1 feature has 2 rows, fewer than 3 slots
 
 
 def test_zoneout_keeps_units_in_training_and_averages_at_evaluation():

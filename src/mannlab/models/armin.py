@@ -64,8 +64,9 @@ from mannlab import kernels, sampling
 from mannlab.errors import ConfigError
 from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel,
                                   check_positive, run_steps, size_or_default)
-from mannlab.models.tardis import (TardisAddressing, check_choice, check_number,
-                                   sequential_slots, sparse_addresses, write_rows)
+from mannlab.models.tardis import (TardisAddressing, check_choice, check_number, default_nonzeros,
+                                   sequential_slots, smallest_address_size, sparse_addresses,
+                                   write_rows)
 
 ADDRESSING_MODES = ("gumbel", "gumbel-relaxed", "soft", "argmax")
 #: The compiled whole-sequence path (mannlab.armin_kernels) for CPU float32/float64 runs of the
@@ -180,11 +181,14 @@ class ARMINCell(MemoryCell):
         self.initial_memory = nn.Parameter(torch.zeros(n, dr))
         self.tardis = None
         if read == "tardis":
-            address_size = size_or_default(address_size, max(1, round(dr / 5)))  # ~1/5 of content
+            # ~1/5 of the content, but never too few features to give every slot its own address
+            address_size = size_or_default(address_size,
+                                           max(1, round(dr / 5), smallest_address_size(n)))
             read_mlp_size = size_or_default(read_mlp_size, max(1, dh // 4))
             check_positive(address_size=address_size, read_mlp_size=read_mlp_size)
             self.register_buffer("address", sparse_addresses(n, address_size,
-                                                             max(1, address_size // 2), address_seed))
+                                                             default_nonzeros(address_size),
+                                                             address_seed))
             self.tardis = TardisAddressing(input_size, dh, address_size + dr, n,
                                            read_mlp_size)
         self._initialise()
@@ -502,7 +506,8 @@ class ARMIN(CellTemperature, SequenceModel):
     ``write`` "tied" | "queue" | "independent"; ``control_gates``, ``layer_norm``, ``zoneout`` p.
     Temperature (appendix C): 1/τ = 1 at the start, +1 every ``temperature_every``
     training steps up to n_mem - 1, set by mannlab.training.schedules (0: fixed at 1).
-    ``address_size``, ``read_mlp_size``: TARDIS addressing only (read="tardis").
+    ``address_size``, ``read_mlp_size``: TARDIS addressing only (read="tardis"); address_size
+    defaults to d_r / 5, or more when that has too few different sparse rows for n_mem slots.
     """
 
     def __init__(self, input_size: int, output_size: Optional[int] = None, hidden_size: int = 100,

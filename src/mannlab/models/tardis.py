@@ -111,16 +111,75 @@ _KERNEL_MODES = {"gumbel": 0, "reinforce": 1, "argmax": 2}     # tardis_kernels.
 
 # ---------------------------------------------------------------- primitives
 
+def default_nonzeros(size: int) -> int:
+    """Nonzero entries per address row when none is given: half the address features."""
+    return max(1, size // 2)
+
+
+def distinct_address_rows(size: int, nonzeros: int) -> int:
+    """How many different rows ``sparse_addresses`` can draw: a choice of ``nonzeros``
+    positions out of ``size``, each entry with its own sign."""
+    return math.comb(size, nonzeros) * 2 ** nonzeros
+
+
+def smallest_address_size(slots: int, nonzeros: Optional[int] = None) -> int:
+    """The smallest address size with at least ``slots`` different rows, at ``nonzeros``
+    nonzero entries (None: ``default_nonzeros`` of each size)."""
+    size = nonzeros or 1
+    while distinct_address_rows(size, nonzeros or default_nonzeros(size)) < slots:
+        size += 1
+    return size
+
+
+def _signed_rows(rows: int, size: int, nonzeros: int, gen: torch.Generator) -> torch.Tensor:
+    """(rows, size) of ``nonzeros`` entries ±1 at random positions, the rest 0."""
+    rank = torch.rand(rows, size, generator=gen).argsort(-1).argsort(-1)   # random positions
+    signs = torch.randint(0, 2, (rows, size), generator=gen) * 2.0 - 1.0
+    return torch.where(rank < nonzeros, signs, torch.zeros(()))
+
+
 def sparse_addresses(slots: int, size: int, nonzeros: int, seed: int = 0) -> torch.Tensor:
     """Fixed random sparse address vectors A (slots, size): ``nonzeros`` entries of each
     row are ±1/sqrt(nonzeros) at random positions, the rest 0 (section 2.2). Drawn from
-    a generator seeded with ``seed``, so a model rebuilt from its config has the same A."""
+    a generator seeded with ``seed``, so a model rebuilt from its config has the same A.
+
+    The addresses are what tells the cells apart, so the rows are all different: a row
+    that repeats an earlier one is redrawn (in row order, from the same generator) until
+    it is new. Every other row keeps its first draw, so where the first draw has no
+    repeats A is exactly that draw and models built on it keep their addresses.
+    ConfigError when ``slots`` exceeds the number of different rows
+    (``distinct_address_rows``)."""
     if not 1 <= nonzeros <= size:
         raise ConfigError(f"address nonzeros must be in [1, address_size={size}], got {nonzeros}")
+    possible = distinct_address_rows(size, nonzeros)
+    if slots > possible:
+        at_nonzeros = smallest_address_size(slots, nonzeros)
+        at_default = smallest_address_size(slots)
+        fits = [k for k in range(1, size + 1) if distinct_address_rows(size, k) >= slots]
+        ways = [f"address_size >= {at_nonzeros} at nonzeros={nonzeros}"]
+        if at_default != at_nonzeros:
+            ways.append(f"address_size >= {at_default} at the default nonzeros (address_size // 2)")
+        if fits:
+            ways.append(f"nonzeros in {fits} at address_size={size}")
+        raise ConfigError(
+            f"{slots} memory slots need {slots} different address rows, but address_size={size} "
+            f"at nonzeros={nonzeros} has only {possible} (C({size}, {nonzeros}) positions x "
+            f"2^{nonzeros} signs); enough rows: " + "; ".join(ways))
     gen = torch.Generator().manual_seed(seed)
-    rank = torch.rand(slots, size, generator=gen).argsort(-1).argsort(-1)   # random positions
-    signs = torch.randint(0, 2, (slots, size), generator=gen) * 2.0 - 1.0
-    return torch.where(rank < nonzeros, signs, torch.zeros(())) / nonzeros ** 0.5
+    rows = _signed_rows(slots, size, nonzeros, gen)
+    seen, repeats = set(), []
+    for i, row in enumerate(rows.tolist()):
+        if tuple(row) in seen:
+            repeats.append(i)
+        seen.add(tuple(row))
+    while repeats:      # a block of candidates per round: few rounds even when slots == possible
+        for row in _signed_rows(slots, size, nonzeros, gen).tolist():
+            if tuple(row) not in seen:
+                seen.add(tuple(row))
+                rows[repeats.pop(0)] = torch.tensor(row)
+                if not repeats:
+                    break
+    return rows / nonzeros ** 0.5
 
 
 def normalise_usage(counts: torch.Tensor, eps: float = USAGE_EPS) -> torch.Tensor:
@@ -266,7 +325,7 @@ class TARDISCell(MemoryCell):
         self.inverse_temperature = 1.0      # used with temperature="scheduled"
         self.use_kernels = True             # the compiled whole-sequence path, where it applies
         d, q = hidden_size, self.width
-        nonzeros = address_nonzeros or max(1, address_size // 2)
+        nonzeros = address_nonzeros or default_nonzeros(address_size)
         self.register_buffer("address", sparse_addresses(memory_slots, address_size, nonzeros,
                                                          address_seed))            # A
         self.initial_content = nn.Parameter(torch.zeros(memory_slots, content_size))  # C_0

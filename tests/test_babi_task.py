@@ -93,7 +93,7 @@ def test_every_model_trains_jointly_with_the_encoder(archive, name, kwargs):
     loss = task.loss(logits, y, m)
     if net.uses_aux_loss:
         loss = loss + model_aux_loss(net, trace, task.step_nll(logits, y, m).detach(),
-                                     lambda out: task.step_nll(out, y, m))
+                                     lambda out: task.step_nll(out, y, m), task.outputs_per_step)
     loss.backward()
     assert net.encoder.gru.weight_ih_l0.grad.abs().sum() > 0
     assert any(k.startswith("encoder.") for k in net.state_dict())

@@ -290,9 +290,9 @@ def test_training_loop_passes_the_score_and_drives_the_schedule(tmp_path, monkey
     seen = []
     original = mannlab.TARDIS.aux_terms
 
-    def spy(self, trace, nll, score=None):
-        seen.append((score is not None, self.inverse_temperature))
-        return original(self, trace, nll, score)
+    def spy(self, trace, nll, score=None, outputs_per_step=None):
+        seen.append((score is not None, self.inverse_temperature, outputs_per_step))
+        return original(self, trace, nll, score, outputs_per_step)
     monkeypatch.setattr(mannlab.TARDIS, "aux_terms", spy)
     config = RunConfig(model="tardis", task="copy", seed=0, run_dir=str(tmp_path / "run"),
                        model_args={**SMALL, "addressing": "reinforce", "temperature": "scheduled",
@@ -303,8 +303,9 @@ def test_training_loop_passes_the_score_and_drives_the_schedule(tmp_path, monkey
                                          checkpoint_every=5, progress=False, optimizer="adam"))
     summary = train(config)
     assert summary["steps"] == 5
-    assert [s for s, _ in seen] == [True] * 5
-    assert [t for _, t in seen] == [1.0, 1.0, 2.0, 2.0, 3.0]
+    assert [s for s, _, _ in seen] == [True] * 5
+    assert [t for _, t, _ in seen] == [1.0, 1.0, 2.0, 2.0, 3.0]
+    assert [n for _, _, n in seen] == [3] * 5           # copy's BCE averages over the 3 bits
 
 
 # ------------------------------------------------------------ equivalences

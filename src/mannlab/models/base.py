@@ -105,22 +105,33 @@ class SequenceModel(nn.Module):
         """The state a sequence starts from (learned initial values, expanded to the batch)."""
         return self.cell.initial_state(batch_size, device=device, dtype=dtype)
 
-    def aux_loss(self, trace: Any, step_nll: torch.Tensor) -> torch.Tensor:
+    def aux_loss(self, trace: Any, step_nll: torch.Tensor,
+                 outputs_per_step: Optional[int] = None) -> torch.Tensor:
         """Extra training terms (estimators, regularisers); zero for fully differentiable models."""
         return step_nll.new_zeros(())
 
-    def _scored_outputs(self, trace: Any, trace_type: type, step_nll: torch.Tensor) -> torch.Tensor:
-        """Checks aux_loss's inputs; returns S, the mean number of scored outputs per
-        sequence (scored steps, where step_nll > 0, times the output size, at least 1):
-        the task loss is a mean per scored output, so estimator terms divided by S keep
-        the papers' ratio to the NLL."""
+    def _scored_outputs(self, trace: Any, trace_type: type, step_nll: torch.Tensor,
+                        outputs_per_step: Optional[int] = None) -> torch.Tensor:
+        """Checks aux_loss's inputs; returns S, the mean number of terms the task loss averages
+        over per sequence: scored steps (where step_nll > 0) times ``outputs_per_step``, at
+        least 1. ``outputs_per_step`` is what the task loss averages over at each scored
+        step: every output bit of a BCE task (the default, the output size), 1 for the
+        cross-entropy of a categorical task (one class per step). The papers' costs add the
+        estimator terms to the sequence's summed NLL; the task loss is that sum divided by
+        S, so terms divided by S keep the papers' ratio to the NLL."""
         if not isinstance(trace, trace_type):
             raise TypeError(f"aux_loss expects the {trace_type.__name__} of return_trace=True, "
                             f"got {type(trace).__name__}")
         if step_nll.shape != trace.sampled.shape:
             raise ValueError(f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, "
                              f"got {tuple(step_nll.shape)}")
-        return ((step_nll > 0).sum(1).to(step_nll.dtype).mean() * self.output_features).clamp_min(1.0)
+        if outputs_per_step is None:
+            outputs_per_step = self.output_features
+        if isinstance(outputs_per_step, bool) or not isinstance(outputs_per_step, int) \
+                or outputs_per_step < 1:
+            raise ValueError(f"outputs_per_step must be a positive integer, got {outputs_per_step!r}")
+        steps = (step_nll > 0).sum(1).to(step_nll.dtype).mean()
+        return (steps * outputs_per_step).clamp_min(1.0)
 
     def forward(self, x: torch.Tensor, state: Any = None, return_trace: bool = False):
         """x (B, T, input_size) (or (T, B, .) if batch_first=False) -> y, state[, trace]."""

@@ -657,11 +657,14 @@ class DNTM(SequenceModel):
             features, state, steps = super().run(x, state, with_trace)
         return features, state, (DNTMTrace(*steps, inputs=x) if with_trace else None)
 
-    def aux_loss(self, trace: DNTMTrace, step_nll: torch.Tensor) -> torch.Tensor:
+    def aux_loss(self, trace: DNTMTrace, step_nll: torch.Tensor,
+                 outputs_per_step: Optional[int] = None) -> torch.Tensor:
         """Training terms besides the task loss, a 0-dim tensor (see :meth:`aux_terms`)."""
-        return sum(self.aux_terms(trace, step_nll).values(), step_nll.new_zeros(()))
+        return sum(self.aux_terms(trace, step_nll, outputs_per_step).values(),
+                   step_nll.new_zeros(()))
 
-    def aux_terms(self, trace: DNTMTrace, step_nll: torch.Tensor) -> dict[str, torch.Tensor]:
+    def aux_terms(self, trace: DNTMTrace, step_nll: torch.Tensor,
+                  outputs_per_step: Optional[int] = None) -> dict[str, torch.Tensor]:
         """Each training term by name, means over the batch.
 
         step_nll (B, T): -log p(y_t | x_{1:t}) of each step summed over its outputs (0
@@ -676,12 +679,13 @@ class DNTM(SequenceModel):
         - ``read_write``: λ R_rw (eq. 15), per step
         - ``next_input``: weight * -log p(x_{t+1} | [h_t; φ_t]) per step and input feature sum
 
-        S is the mean number of scored outputs per sequence (scored steps, where
-        step_nll > 0, times the output size): the task loss is a mean per scored output,
-        so dividing by S keeps the paper's ratio between the NLL and these terms (the
-        cost of section 4 sums all three over the sequence).
+        S is the mean number of terms the task loss averages over per sequence: scored steps
+        (step_nll > 0) times ``outputs_per_step`` (the output bits of a BCE task, the
+        default; 1 for a categorical task). The cost of section 4 sums the NLL and these
+        terms over the sequence; the task loss is that NLL divided by S, so dividing the
+        terms by S keeps the paper's ratio.
         """
-        scored = self._scored_outputs(trace, DNTMTrace, step_nll)                # S
+        scored = self._scored_outputs(trace, DNTMTrace, step_nll, outputs_per_step)  # S
         terms: dict[str, torch.Tensor] = {}
         sampled = trace.sampled.amax(1)                                          # (B,)
         if self.cell.addressing == "reinforce" and bool(sampled.any()):

@@ -693,13 +693,15 @@ class TARDIS(CellTemperature, SequenceModel):
         return self.aux_read(trace.read_vectors.detach()) + self.aux_input(trace.inputs.detach())
 
     def aux_loss(self, trace: TARDISTrace, step_nll: torch.Tensor,
-                 score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+                 score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+                 outputs_per_step: Optional[int] = None) -> torch.Tensor:
         """The estimator's terms (0 for "gumbel" and "argmax"); see :meth:`aux_terms`."""
-        return sum(self.aux_terms(trace, step_nll, score).values(), step_nll.new_zeros(()))
+        return sum(self.aux_terms(trace, step_nll, score, outputs_per_step).values(),
+                   step_nll.new_zeros(()))
 
     def aux_terms(self, trace: TARDISTrace, step_nll: torch.Tensor,
-                  score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-                  ) -> dict[str, torch.Tensor]:
+                  score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+                  outputs_per_step: Optional[int] = None) -> dict[str, torch.Tensor]:
         """REINFORCE with the auxiliary cost (section 3.1), means over the batch.
 
         step_nll (B, T): the task's per-step NLL (only its shape and scored steps are
@@ -714,9 +716,11 @@ class TARDIS(CellTemperature, SequenceModel):
           the mean of R'_j over the other sequences of the minibatch that score step j
           (leave-one-out, so unbiased; 0 at batch 1, where m alone centres G)
 
-        S is the mean number of scored outputs per sequence (the task loss's normaliser).
+        S is the mean number of terms the task loss averages over per sequence: scored
+        steps times ``outputs_per_step`` (output bits for a BCE task, the default; 1 for a
+        categorical task), so the terms keep the paper's ratio to the NLL.
         """
-        scored = self._scored_outputs(trace, TARDISTrace, step_nll)                  # S
+        scored = self._scored_outputs(trace, TARDISTrace, step_nll, outputs_per_step)  # S
         sampled = trace.sampled.amax(1)                                              # (B,)
         if not self.uses_aux_loss or not bool(sampled.any()):
             return {}

@@ -262,6 +262,12 @@ class Task(ABC):
         """(B, T) BCE summed over output bits at each step, times ``mask``."""
         return step_nll(logits, targets, mask)
 
+    @property
+    def outputs_per_step(self) -> int:
+        """What ``loss`` averages over at each scored step: every output bit. A model's
+        estimator terms are scaled by it (``aux_loss``) to keep their ratio to the NLL."""
+        return self.output_size
+
     def metrics(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
                 inputs: torch.Tensor | None = None) -> dict[str, float]:
         """``bce`` (nats/bit), ``bit_error_rate`` and ``seq_bit_errors``; ``inputs`` is unused here
@@ -321,6 +327,11 @@ class CategoricalTask(Task):
     def step_nll(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, T) cross-entropy at each step, times ``mask``."""
         return step_ce(logits, targets, mask)
+
+    @property
+    def outputs_per_step(self) -> int:
+        """``loss`` is a mean per scored step: one class each."""
+        return 1
 
     def metrics(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
                 inputs: torch.Tensor | None = None) -> dict[str, float]:

@@ -96,12 +96,14 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
 
 
 def model_aux_loss(model: torch.nn.Module, trace: Any, step_nll: torch.Tensor,
-                   score: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """``model.aux_loss(trace, step_nll)``; models with their own auxiliary predictions
-    (``aux_loss_scores``: TARDIS eq. 17) also get ``score``, logits -> per-step NLL on the
-    targets."""
+                   score: Callable[[torch.Tensor], torch.Tensor],
+                   outputs_per_step: int) -> torch.Tensor:
+    """``model.aux_loss(trace, step_nll, outputs_per_step)``, ``outputs_per_step`` being what
+    the task loss averages over per scored step (output bits for BCE, 1 for cross-entropy);
+    models with their own auxiliary predictions (``aux_loss_scores``: TARDIS eq. 17) also
+    get ``score``, logits -> per-step NLL on the targets."""
     extra = {"score": score} if getattr(model, "aux_loss_scores", False) else {}
-    return model.aux_loss(trace, step_nll, **extra)
+    return model.aux_loss(trace, step_nll, outputs_per_step=outputs_per_step, **extra)
 
 
 def make_optimizer(model: torch.nn.Module, train: TrainConfig) -> torch.optim.Optimizer:
@@ -177,7 +179,8 @@ class _Trainer:
             # the per-step NLL is a reward signal for the model's estimator, not a path for gradients
             step_nll = task.step_nll(logits, targets, mask).detach()
             loss = task_loss + model_aux_loss(model, trace, step_nll,
-                                              lambda out: task.step_nll(out, targets, mask))
+                                              lambda out: task.step_nll(out, targets, mask),
+                                              task.outputs_per_step)
         else:
             logits, _ = model(inputs)
             loss = task_loss = task.loss(logits, targets, mask)

@@ -111,7 +111,8 @@ def tbptt_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, state: 
         task_loss = nll.mean()
         loss = task_loss + model_aux_loss(
             model.core, trace, nll.detach(),
-            lambda out: F.cross_entropy(out.transpose(1, 2), targets, reduction="none"))
+            lambda out: F.cross_entropy(out.transpose(1, 2), targets, reduction="none"),
+            outputs_per_step=1)   # the loss is a mean per symbol
     else:
         logits, state = model(x, state)
         loss = task_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -144,6 +144,21 @@ class RunningMoments(nn.Module):
         mean, var = self.mean.to(values.dtype), self.var.to(values.dtype)
         return (values - mean) / torch.sqrt(var + self.eps)
 
+    def advantage(self, values: torch.Tensor, rows: torch.Tensor, update: bool) -> torch.Tensor:
+        """``values`` centred and scaled by the moments of *earlier* batches, which then take in
+        ``values[rows]`` when ``update`` (training). A batch's own values never enter its own
+        baseline, which keeps REINFORCE unbiased; the very first batch, with no history, is
+        normalised by its own moments."""
+        if int(self.count) == 0:
+            first = RunningMoments(eps=self.eps).to(values.device, values.dtype)
+            first.update(values[rows])
+            advantage = first.normalise(values)
+        else:
+            advantage = self.normalise(values)
+        if update:
+            self.update(values[rows])
+        return advantage
+
     def extra_repr(self) -> str:
         return f"momentum={self.momentum}, eps={self.eps}"
 

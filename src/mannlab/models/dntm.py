@@ -720,17 +720,7 @@ class DNTM(SequenceModel):
     def _normalised(self, reward: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
         """reward (B, ...) centred and scaled by the running moments of earlier minibatches,
         which then take in this one's sampled rows (in training mode only)."""
-        stats = self.reward_stats
-        if int(stats.count) == 0:
-            # no history yet: the first minibatch is centred and scaled by its own moments
-            first = sampling.RunningMoments(eps=stats.eps).to(reward.device, reward.dtype)
-            first.update(reward[sampled > 0])
-            advantage = first.normalise(reward)
-        else:   # the moments of earlier minibatches (the current one is folded in below)
-            advantage = stats.normalise(reward)
-        if self.training:   # evaluation never moves the running moments
-            stats.update(reward[sampled > 0])
-        return advantage
+        return self.reward_stats.advantage(reward, sampled > 0, update=self.training)
 
     def _reinforce_to_go(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
         """REINFORCE with each step's samples scored by the log-likelihood still to come:

@@ -711,8 +711,9 @@ class TARDIS(CellTemperature, SequenceModel):
         - ``auxiliary``: aux_weight sum_t NLL_aux(t) / S, trains W^o_r, W^o_x only
         - ``reinforce``: -reinforce_weight sum_t A_t log w̄^r_t[j_t] / S with
           R'_j = -NLL_aux(j) (eq. 17), G_t = sum_{j>=t} γ^{j-t} (R'_j - b_j) (eq. 16) and
-          A_t = (G_t - m) / σ from the running moments m, σ² of G (variance normalisation,
-          updated in training mode). The paper does not say how b_j is made: here it is
+          A_t = (G_t - m) / σ from the running moments m, σ² of G over earlier minibatches
+          (variance normalisation; this minibatch's returns enter them afterwards, in
+          training mode, so they never centre themselves). The paper does not say how b_j is made: here it is
           the mean of R'_j over the other sequences of the minibatch that score step j
           (leave-one-out, so unbiased; 0 at batch 1, where m alone centres G)
 
@@ -732,10 +733,8 @@ class TARDIS(CellTemperature, SequenceModel):
         baseline = sampling.leave_one_out_mean(rewards, scored_steps)                # b_j
         returns = sampling.discounted_returns((rewards - baseline) * scored_steps,
                                               self.discount)                          # eq. 16
-        stats = self.return_stats
-        if self.training:   # evaluation never moves the running moments
-            stats.update(returns[sampled > 0])
-        advantage = stats.normalise(returns)
+        # moments of earlier minibatches (evaluation never moves them)
+        advantage = self.return_stats.advantage(returns, sampled > 0, update=self.training)
         log_p = sampling.log_prob(trace.read_weights.detach(), trace.read_probs).sum(-1)  # (B, T)
         surrogate = sampling.reinforce_surrogate(log_p, advantage).sum(1) * sampled
         return {"auxiliary": self.aux_weight * aux_nll.sum(1).mean() / scored,

@@ -277,6 +277,28 @@ def test_reward_to_go_term_by_hand():
         small_dntm(addressing="reinforce", reward="to_go", input_baseline=True)
 
 
+def test_same_input_samples_reward_term_by_hand():
+    model = small_dntm(addressing="reinforce", reward="samples")
+    torch.manual_seed(1)
+    x = seq(2, 5).repeat_interleave(3, dim=0)             # 2 inputs, 3 samples each
+    _, _, tr = model(x, return_trace=True)
+    nll = torch.rand(6, 5, dtype=torch.float64)
+    reward = -nll.sum(1)
+    groups = reward.view(2, 3)
+    others = ((groups.sum(1, keepdim=True) - groups) / 2).flatten()   # the input's other 2
+    centred = reward - others
+    advantage = (centred - centred.mean()) / torch.sqrt(centred.var(unbiased=False) + 1e-4)
+    log_p = (torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum((1, 2))
+             + torch.log((tr.write_weights * tr.write_probs).sum(-1)).sum((1, 2)))
+    expected = -(advantage * log_p).mean() / (5 * 3)     # 5 scored steps, 3 outputs
+    assert torch.allclose(model.aux_terms(tr, nll)["reinforce"], expected, rtol=1e-12, atol=0)
+    _, _, single = model(seq(2, 5), return_trace=True)
+    with pytest.raises(ValueError, match="samples_per_input"):
+        model.aux_terms(single, torch.rand(2, 5, dtype=torch.float64))
+    with pytest.raises(ConfigError, match="input_baseline"):
+        small_dntm(addressing="reinforce", reward="samples", input_baseline=True)
+
+
 def test_input_baseline_is_trained_with_huber_and_only_by_it():
     model = small_dntm(addressing="reinforce", input_baseline=True)
     _, _, tr = model(seq(), return_trace=True)
@@ -696,3 +718,34 @@ def test_learns_tiny_copy_soft():
         "dntm", task.input_size, task.output_size, controller_size=24, memory_slots=8,
         address_size=4, content_size=6))
     assert after < 0.75 * before, f"validation BCE {before:.3f} -> {after:.3f}"
+
+
+def test_training_with_several_samples_per_input(tmp_path, monkeypatch):
+    """train.samples_per_input = K puts each drawn sequence K times in a row in the minibatch,
+    so reward = "samples" trains end to end; a batch size that K does not divide is refused."""
+    from mannlab.config import RunConfig, TrainConfig
+    from mannlab.training import loop, train
+    monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
+    seen = []
+    original = mannlab.DNTM.aux_terms
+
+    def spy(self, trace, nll, outputs_per_step=None):
+        seen.append(trace.inputs)
+        return original(self, trace, nll, outputs_per_step)
+    monkeypatch.setattr(mannlab.DNTM, "aux_terms", spy)
+    config = RunConfig(model="dntm", task="copy", seed=0, run_dir=str(tmp_path / "run"),
+                       model_args={"controller_size": 6, "memory_slots": 4, "address_size": 2,
+                                   "content_size": 2, "addressing": "reinforce",
+                                   "reward": "samples"},
+                       task_args={"width": 3, "max_length": 3},
+                       train=TrainConfig(steps=3, batch_size=6, samples_per_input=3, val_every=3,
+                                         val_batch_size=4, val_batches=1,
+                                         val_length_multiples=(1,), checkpoint_every=3,
+                                         progress=False, optimizer="adam"))
+    assert train(config)["steps"] == 3
+    for inputs in seen:
+        groups = inputs.view(2, 3, *inputs.shape[1:])
+        assert torch.equal(groups, groups[:, :1].expand_as(groups))
+        assert not torch.equal(groups[0], groups[1])
+    with pytest.raises(ConfigError, match="multiple of train.samples_per_input"):
+        TrainConfig(batch_size=6, samples_per_input=4)

@@ -77,6 +77,10 @@ class TrainConfig:
     weight_decay: float = 0.0
     clip_grad_norm: float | None = 10.0  # global norm; 0 (or None, stored as 0) turns clipping off
     batch_size: int = 1
+    # each drawn sequence appears this many times in a training minibatch (batch_size /
+    # samples_per_input different sequences): the draws of a stochastic model (REINFORCE)
+    # on the same input then baseline each other (the D-NTM's reward = "samples")
+    samples_per_input: int = 1
     steps: int = 2000                   # total optimizer steps of the run
     val_every: int = 200
     val_batch_size: int = 32
@@ -128,9 +132,13 @@ class TrainConfig:
         for name in ("steps", "threads", "max_minutes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("batch_size", "val_every", "val_batch_size", "val_batches", "checkpoint_every"):
+        for name in ("batch_size", "samples_per_input", "val_every", "val_batch_size",
+                     "val_batches", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.batch_size % self.samples_per_input:
+            raise ConfigError(f"train.batch_size ({self.batch_size}) must be a multiple of "
+                              f"train.samples_per_input ({self.samples_per_input})")
         if not self.lr > 0:
             raise ConfigError(f"train.lr must be > 0, got {self.lr}")
         if self.lr_after_solve < 0:

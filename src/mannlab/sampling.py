@@ -175,6 +175,22 @@ def leave_one_out_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
     return torch.where(count > 0, total / count.clamp_min(1), torch.zeros_like(values))
 
 
+def same_input_leave_one_out_mean(values: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """For each sequence, the mean of ``values`` over the *other* sequences of the batch with
+    exactly the same input: values (B,), inputs (B, ...) -> (B,), no gradient. A REINFORCE
+    baseline (several samples of one input baseline each other) that leaves the estimator
+    unbiased and removes every difference between inputs from the advantage. Raises
+    ValueError if some input appears only once."""
+    _, group = torch.unique(inputs.flatten(1), dim=0, return_inverse=True)
+    count = torch.zeros(int(group.max()) + 1, dtype=values.dtype, device=values.device)
+    count.index_add_(0, group, torch.ones_like(values))
+    if bool((count < 2).any()):
+        raise ValueError("a same-input baseline needs every input at least twice in the batch "
+                         "(train.samples_per_input >= 2)")
+    total = torch.zeros_like(count).index_add_(0, group, values.detach())
+    return (total[group] - values.detach()) / (count[group] - 1)
+
+
 def discounted_returns(rewards: torch.Tensor, discount: float) -> torch.Tensor:
     """G_t = sum_{j >= t} discount^(j - t) R_j over the last (time) axis (TARDIS eq. 16).
 

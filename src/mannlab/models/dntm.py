@@ -95,7 +95,7 @@ from mannlab.models.base import MemoryCell, SequenceModel, check_positive
 ADDRESSING_MODES = ("soft", "reinforce", "argmax")
 WRITE_KEYS = ("content", "memory")
 NEXT_INPUT_DISTRIBUTIONS = ("bernoulli", "gaussian")
-REWARDS = ("sequence", "to_go")
+REWARDS = ("sequence", "to_go", "samples")
 #: ε of the similarity S(x, y) = x . y / (|x| |y| + ε) (eqs. 10-11).
 SIMILARITY_EPS = 1e-6
 #: LRU moving average, v_t = LRU_DECAY v_{t-1} + (1 - LRU_DECAY) z_t (section 3.3).
@@ -589,7 +589,10 @@ class DNTM(SequenceModel):
     input_baseline, reward_momentum (running reward moments), reward "sequence" (section
     4: every sample scored by R = log p(y|x)) or "to_go" (each step's samples by the
     log-likelihood of the outputs from that step on, less a per-step leave-one-out
-    baseline: same expected gradient, lower variance; not in the paper),
+    baseline: same expected gradient, lower variance; not in the paper) or "samples" (R
+    less the mean R of the other samples of the same input in the minibatch, which
+    train.samples_per_input >= 2 provides: unbiased, and blind to differences between
+    inputs such as their length; not in the paper),
     curriculum_p0 (p_0 of the soft-to-discrete curriculum, 0 = off; "reinforce" only),
     curriculum_every (the curriculum's t counts blocks of this many minibatches, e.g. an
     epoch; the paper does not say what t counts; 1 = every minibatch),
@@ -628,9 +631,9 @@ class DNTM(SequenceModel):
             raise ConfigError(f"curriculum_p0 and input_baseline need addressing='reinforce', "
                               f"got addressing={addressing!r}")
         self.reward = _check_choice("reward", reward, REWARDS)
-        if self.reward == "to_go" and input_baseline:
-            raise ConfigError("input_baseline predicts one reward per sequence; it works with "
-                              "reward='sequence', not 'to_go'")
+        if self.reward != "sequence" and input_baseline:
+            raise ConfigError(f"input_baseline is the baseline of reward='sequence'; "
+                              f"reward={self.reward!r} has its own")
         if not (isinstance(reward_momentum, numbers.Real) and 0 <= reward_momentum < 1):
             raise ConfigError(f"reward_momentum must be in [0, 1), got {reward_momentum!r}")
         self.reward_stats = sampling.RunningMoments(momentum=float(reward_momentum))
@@ -706,6 +709,8 @@ class DNTM(SequenceModel):
         if self.reward == "to_go":
             return self._reinforce_to_go(trace, step_nll, sampled, scored)
         reward = -step_nll.sum(1)                                               # R = log p(y|x)
+        if self.reward == "samples":   # less the mean reward of the input's other samples
+            reward = reward - sampling.same_input_leave_one_out_mean(reward, trace.inputs)
         advantage = self._normalised(reward, sampled)
         terms = {}
         if self.baseline is not None:

@@ -170,7 +170,12 @@ class _Trainer:
         self._save("last")
 
     def _train_step(self, step: int) -> tuple[float, float]:
-        inputs, targets, mask = self.task.sample(self.train_cfg.batch_size, [self.config.seed, step])
+        cfg = self.train_cfg
+        inputs, targets, mask = self.task.sample(cfg.batch_size // cfg.samples_per_input,
+                                                 [self.config.seed, step])
+        if cfg.samples_per_input > 1:   # each sequence K times in a row
+            inputs, targets, mask = (t.repeat_interleave(cfg.samples_per_input, dim=0)
+                                     for t in (inputs, targets, mask))
         model, task = self.model, self.task
         start_minibatch(model, step)  # per-minibatch switches, e.g. the D-NTM curriculum
         if getattr(model, "uses_aux_loss", False):

@@ -11,6 +11,7 @@ import torch
 from mannlab import tasks
 from mannlab.config import RunConfig
 from mannlab.data import download
+from mannlab.errors import ConfigError
 from mannlab.tasks.babi import FactEncoded, GRUFactEncoder
 from mannlab.tasks.dataset import evaluate_split, format_group_errors, format_results
 from mannlab.training.loop import mean_metrics, model_aux_loss, validation_sets
@@ -66,6 +67,25 @@ def test_gru_encoder_is_the_final_state_and_order_sensitive():
     assert not torch.allclose(facts[0], facts[1])         # a bag of words could not tell these apart
     facts.sum().backward()
     assert enc.embedding.weight.grad[0].abs().sum() == 0 and enc.gru.weight_hh_l0.grad.abs().sum() > 0
+
+
+def test_bidirectional_encoder_keeps_the_first_word_and_last_word_states(archive):
+    torch.manual_seed(0)
+    enc = GRUFactEncoder(vocabulary_size=9, word_size=5, fact_size=6, bidirectional=True)
+    ids = torch.tensor([[3, 1, 4, 0, 0], [2, 7, 1, 8, 2], [0, 0, 0, 0, 0]])
+    facts = enc(ids)
+    assert facts.shape == (3, 6) and torch.equal(facts[2], torch.zeros(6))
+    for n, length in enumerate([3, 5]):
+        words = enc.embedding(ids[n:n + 1, :length])
+        _, last = enc.gru(words)                 # forward: after the last word; backward: after the first
+        assert torch.allclose(facts[n], torch.cat([last[0, 0], last[1, 0]]), atol=1e-6)
+    task = tasks.make("babi", tasks=[1, 19], data_dir=archive, fact_encoder="bigru", fact_size=8)
+    net = task.build_model("lstm", hidden_size=4)
+    assert net.encoder.gru.bidirectional and net.model.input_size == 8 + 2
+    x, _, _ = task.sample(2, 0)
+    assert net(x)[0].shape == (*x.shape[:2], task.output_size)
+    with pytest.raises(ConfigError, match="fact_size.*even"):
+        tasks.make("babi", tasks=[1], data_dir=archive, fact_encoder="bigru", fact_size=7)
 
 
 @pytest.mark.parametrize("name,kwargs", [

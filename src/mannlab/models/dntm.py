@@ -714,7 +714,7 @@ class DNTM(SequenceModel):
         advantage = self._normalised(reward, sampled)
         terms = {}
         if self.baseline is not None:
-            predicted = self.baseline(trace.inputs)
+            predicted = self.baseline(trace.inputs.detach())   # never trains an input encoder
             terms["baseline"] = (sampling.huber(predicted - advantage) * sampled).mean()
             advantage = advantage - predicted.detach()
         log_p = self._step_log_p(trace).sum(1)                                  # (B,)
@@ -749,7 +749,9 @@ class DNTM(SequenceModel):
 
     def _next_input(self, trace: DNTMTrace) -> torch.Tensor:
         features = torch.cat([trace.hidden, trace.read_vectors.flatten(2)], dim=-1)
-        predicted, target = self.predictor(features[:, :-1]), trace.inputs[:, 1:]
+        # the target carries no gradient: a trained input encoder in front of the model (bAbI's
+        # fact encoder) could otherwise make its facts easy to predict by collapsing them
+        predicted, target = self.predictor(features[:, :-1]), trace.inputs[:, 1:].detach()
         if self.next_input_distribution == "bernoulli":
             if target.min() < 0 or target.max() > 1:
                 raise ValueError("next_input_distribution='bernoulli' needs inputs in [0, 1]; "

@@ -27,6 +27,10 @@ Fact encoders (V = word vocabulary size; two flag channels mark question and ans
   ``FactEncoded`` module, the registered model behind a ``GRUFactEncoder``. The task's
   inputs are then the word ids of each step's sentence (``[ids 1..V, 0 = padding; flags]``,
   ``input_size`` = longest sentence + 2), which only that module reads.
+- ``bigru``: as ``gru`` with a bidirectional GRU (fact_size / 2 per direction): the forward
+  state after the last word and the backward state after the first. A one-direction state
+  forgets a sentence's first words (bAbI's subject: "mary moved to the bathroom"), so on
+  task 1 the model cannot tell whose fact it reads; the D-NTM recipes use this one.
 - ``words``: one step per word, input ``[e(w); end-of-sentence; flags]``, for models that
   encode sentences themselves (a recurrent controller reading word by word).
 
@@ -51,7 +55,9 @@ from mannlab.errors import ConfigError
 from mannlab.tasks.base import Example, check_int
 from mannlab.tasks.dataset import DatasetTask
 
-FACT_ENCODERS = ("bow", "gru", "words")
+FACT_ENCODERS = ("bow", "gru", "bigru", "words")
+#: the encoders that run a GRU over each sentence
+GRU_ENCODERS = ("gru", "bigru")
 ENCODINGS = FACT_ENCODERS   # the older name
 
 
@@ -85,7 +91,7 @@ class BabiTask(DatasetTask):
         if p["fact_encoder"] == "bow":
             self.input_size = 2 * v + 2
             self.input_names = [f"u:{w}" for w in self.words] + [f"v:{w}" for w in self.words]
-        elif p["fact_encoder"] == "gru":
+        elif p["fact_encoder"] in GRU_ENCODERS:
             self.input_size = self.sentence_length + 2
             self.input_names = [f"word{j + 1}" for j in range(self.sentence_length)]
         else:
@@ -118,6 +124,9 @@ class BabiTask(DatasetTask):
         params["fact_encoder"], params["encoding"] = encoder, None
         check_int(params, "word_size")
         check_int(params, "fact_size")
+        if encoder == "bigru" and params["fact_size"] % 2:
+            raise ConfigError(f"fact_encoder 'bigru' splits fact_size between its two directions: "
+                              f"it must be even, got {params['fact_size']}")
         check_int(params, "max_facts", minimum=0)
         check_int(params, "answer_steps", minimum=0)
         check_int(params, "split_seed", minimum=0)
@@ -129,11 +138,13 @@ class BabiTask(DatasetTask):
         with the ``gru`` fact encoder it reads fact vectors and comes behind the encoder
         (``FactEncoded``), so the two train jointly. ``RunConfig.build`` calls this."""
         from mannlab.models import build_model
-        if self.params["fact_encoder"] != "gru":
+        encoder = self.params["fact_encoder"]
+        if encoder not in GRU_ENCODERS:
             return build_model(name, self.input_size, self.output_size, **kwargs)
         flags = self.input_size - self.sentence_length
         model = build_model(name, self.params["fact_size"] + flags, self.output_size, **kwargs)
-        encoder = GRUFactEncoder(len(self.words), self.params["word_size"], self.params["fact_size"])
+        encoder = GRUFactEncoder(len(self.words), self.params["word_size"], self.params["fact_size"],
+                                 bidirectional=encoder == "bigru")
         return FactEncoded(encoder, model, self.sentence_length)
 
     # ----------------------------------------------------------- the data
@@ -159,7 +170,7 @@ class BabiTask(DatasetTask):
         encoder = self.params["fact_encoder"]
         if encoder == "bow":
             rows = [self._bow(s) for s in sentences]
-        elif encoder == "gru":
+        elif encoder in GRU_ENCODERS:
             rows = [self._ids(s) for s in sentences]
         else:
             rows = [row for s in sentences for row in self._words(s)]
@@ -215,7 +226,7 @@ class BabiTask(DatasetTask):
                 present = np.flatnonzero((x[t, :v] != 0) | (x[t, v:2 * v] != 0))
                 order = sorted(present, key=lambda k: -x[t, k])   # 1 - j/J falls with position
                 text = " ".join(self.words[k] for k in order)
-            elif self.params["fact_encoder"] == "gru":
+            elif self.params["fact_encoder"] in GRU_ENCODERS:
                 ids = x[t, :self.sentence_length].round().astype(int)
                 text = " ".join(self.words[k - 1] for k in ids if k > 0)
             else:
@@ -232,12 +243,22 @@ class BabiTask(DatasetTask):
 class GRUFactEncoder(nn.Module):
     """A sentence of word ids -> one fact vector: embedding, GRU, the GRU's state after the
     last word (the D-NTM paper, appendix A.1.1). Id 0 is padding; a sentence without words
-    (an answer step, padding steps) gives the zero vector."""
+    (an answer step, padding steps) gives the zero vector.
 
-    def __init__(self, vocabulary_size: int, word_size: int, fact_size: int):
+    ``bidirectional``: two GRUs of fact_size / 2, the fact vector the forward state after the
+    last word and the backward state after the first. A one-direction state keeps the last
+    words of a bAbI sentence (the location) and loses the first (the person), so no memory
+    read can find "where is Mary"'s fact; the backward state keeps the person."""
+
+    def __init__(self, vocabulary_size: int, word_size: int, fact_size: int,
+                 bidirectional: bool = False):
         super().__init__()
         self.embedding = nn.Embedding(vocabulary_size + 1, word_size, padding_idx=0)
-        self.gru = nn.GRU(word_size, fact_size, batch_first=True)
+        directions = 2 if bidirectional else 1
+        if fact_size % directions:
+            raise ValueError(f"a bidirectional encoder needs an even fact_size, got {fact_size}")
+        self.gru = nn.GRU(word_size, fact_size // directions, batch_first=True,
+                          bidirectional=bidirectional)
         self.fact_size = fact_size
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -249,8 +270,8 @@ class GRUFactEncoder(nn.Module):
         if rows.numel():
             packed = pack_padded_sequence(self.embedding(ids[rows]), lengths[rows].cpu(),
                                           batch_first=True, enforce_sorted=False)
-            _, last = self.gru(packed)            # (1, n, fact_size): the state after each last word
-            facts = facts.index_copy(0, rows, last[0])
+            _, last = self.gru(packed)   # (directions, n, .): the state after each end word
+            facts = facts.index_copy(0, rows, torch.cat(tuple(last), dim=-1))
         return facts
 
 

@@ -1,4 +1,5 @@
 """Test-wide settings and the small helpers several model test files share."""
+import pytest
 import torch
 
 from mannlab.models import build_model
@@ -36,3 +37,13 @@ def leaves(value):
     if isinstance(value, torch.Tensor):
         return [value]
     return [t for item in value for t in leaves(item)]
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Data loaders may not touch the network: a download attempt fails at once."""
+    from mannlab.data import download
+
+    def refuse(url, path):
+        raise ConnectionError(f"tests are offline ({url})")
+    monkeypatch.setattr(download, "urlretrieve", refuse)

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from mannlab import sampling, tasks
-from mannlab.data import download
 from mannlab.models import build_model
 from mannlab.tasks.charlm import CharLM
 from mannlab.training import tbptt
@@ -17,11 +16,7 @@ from mannlab.training.loop import model_aux_loss
 from test_data_mnist import write_mnist
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    def refuse(url, path):
-        raise ConnectionError(f"tests are offline ({url})")
-    monkeypatch.setattr(download, "urlretrieve", refuse)
+pytestmark = pytest.mark.usefixtures("offline")
 
 
 def bit_task(tmp_path):
@@ -33,8 +28,11 @@ def categorical_task(tmp_path):
     return tasks.make("mnist", data_dir=str(tmp_path), valid_size=5, pixels_per_step=112)
 
 
-def losses(task, model, **score):
-    """(task loss, per-sequence summed NLL (B,), aux terms, trace, scorer) on one batch."""
+def losses(task, name, **sizes):
+    """Model ``name`` for ``task`` and, on one batch: (task loss, per-sequence summed NLL (B,),
+    aux terms, trace, model, scorer)."""
+    torch.manual_seed(0)
+    model = build_model(name, task.input_size, task.output_size, **sizes).double()
     x, y, m = task.sample(4, 0)
     model.train()
     logits, _, trace = model(x.double(), return_trace=True)
@@ -44,31 +42,28 @@ def losses(task, model, **score):
         return task.step_nll(out, y, m)
     extra = {"score": scorer} if getattr(model, "aux_loss_scores", False) else {}
     terms = model.aux_terms(trace, nll.detach(), outputs_per_step=task.outputs_per_step, **extra)
-    return task.loss(logits, y, m), nll.sum(1), terms, trace, scorer
+    return task.loss(logits, y, m), nll.sum(1), terms, trace, model, scorer
 
 
-@pytest.mark.parametrize("make_task", [bit_task, categorical_task], ids=["bce", "categorical"])
+KINDS = pytest.mark.parametrize("make_task", [bit_task, categorical_task], ids=["bce", "categorical"])
+
+
+@KINDS
 def test_entropy_term_has_the_papers_ratio_to_the_nll(make_task, tmp_path):
-    task = make_task(tmp_path)
-    torch.manual_seed(0)
-    model = build_model("dntm", task.input_size, task.output_size, controller_size=6,
-                        memory_slots=4, address_size=2, content_size=3,
-                        entropy_weight=0.3).double()
-    task_loss, nll, terms, trace, _ = losses(task, model)
+    task_loss, nll, terms, trace, _, _ = losses(
+        make_task(tmp_path), "dntm", controller_size=6, memory_slots=4, address_size=2,
+        content_size=3, entropy_weight=0.3)
     entropy = (sampling.entropy(trace.read_probs).sum((1, 2))
                + sampling.entropy(trace.write_probs).sum((1, 2)))
     paper_ratio = (-0.3 * entropy.mean()) / nll.mean()        # section 4's cost, summed terms
     assert torch.allclose(terms["entropy"] / task_loss, paper_ratio, rtol=1e-10)
 
 
-@pytest.mark.parametrize("make_task", [bit_task, categorical_task], ids=["bce", "categorical"])
+@KINDS
 def test_tardis_auxiliary_cost_has_the_papers_ratio_to_the_nll(make_task, tmp_path):
-    task = make_task(tmp_path)
-    torch.manual_seed(0)
-    model = build_model("tardis", task.input_size, task.output_size, hidden_size=6,
-                        memory_slots=3, address_size=2, content_size=3,
-                        addressing="reinforce").double()
-    task_loss, nll, terms, trace, scorer = losses(task, model)
+    task_loss, nll, terms, trace, model, scorer = losses(
+        make_task(tmp_path), "tardis", hidden_size=6, memory_slots=3, address_size=2,
+        content_size=3, addressing="reinforce")
     aux_nll = scorer(model.aux_logits(trace)).sum(1)
     paper_ratio = model.aux_weight * aux_nll.mean() / nll.mean()   # eq. 17's cost beside the NLL
     assert torch.allclose(terms["auxiliary"] / task_loss, paper_ratio, rtol=1e-10)

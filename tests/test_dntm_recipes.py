@@ -10,7 +10,6 @@ import torch
 
 from mannlab import tasks
 from mannlab.config import load_config
-from mannlab.data import download
 from mannlab.models.dntm import DNTM
 
 from test_data_babi import write_archive
@@ -20,11 +19,7 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 DNTM_RECIPES = sorted(p for p in RECIPES.rglob("*.toml") if load_config(p).model == "dntm")
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    def refuse(url, path):
-        raise ConnectionError(f"tests are offline ({url})")
-    monkeypatch.setattr(download, "urlretrieve", refuse)
+pytestmark = pytest.mark.usefixtures("offline")
 
 
 def fixture_overrides(task: str, tmp_path: Path) -> list[str]:

@@ -132,9 +132,9 @@ def test_task_words_encoding(archive):
 def test_bad_parameters(archive):
     with pytest.raises(ConfigError, match="tasks must be"):
         tasks.make("babi", tasks=[21], data_dir=archive)
-    with pytest.raises(ConfigError, match="fact_encoder must be one of bow, gru, words, got 'glove'"):
+    with pytest.raises(ConfigError, match="fact_encoder must be one of bow, gru, bigru, words, got 'glove'"):
         tasks.make("babi", tasks=[1], data_dir=archive, encoding="glove")
-    with pytest.raises(ConfigError, match="fact_encoder must be one of bow, gru, words"):
+    with pytest.raises(ConfigError, match="fact_encoder must be one of bow, gru, bigru, words"):
         tasks.make("babi", tasks=[1], data_dir=archive, fact_encoder="lstm")
     with pytest.raises(ConfigError, match="disagree"):
         tasks.make("babi", tasks=[1], data_dir=archive, fact_encoder="gru", encoding="bow")

@@ -152,7 +152,7 @@ def test_lr_drops_after_solve_and_after_solve_record(tmp_path, no_figures):
 def test_aux_loss_gets_detached_step_nll(tmp_path, monkeypatch, no_figures):
     seen = []
 
-    def aux_loss(self, trace, step_nll):
+    def aux_loss(self, trace, step_nll, outputs_per_step=None):
         seen.append((tuple(step_nll.shape), step_nll.requires_grad, type(trace).__name__))
         return step_nll.new_zeros(())
 

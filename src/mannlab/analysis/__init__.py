@@ -1,4 +1,4 @@
-"""The papers' analyses as tools (issue 7).
+"""The papers' analyses as tools.
 
     wormhole   section 6 of the TARDIS paper: wormhole path lengths of untrained
                MANNs with uniformly random heads (eq. 40, figures 3-5); numpy only

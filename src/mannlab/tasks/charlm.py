@@ -12,7 +12,7 @@ section 8.1. Corpora by name (``CORPORA``):
     text8      http://mattmahoney.net/dc/text8.zip, split 90M / 5M / 5M characters
     enwik8     http://mattmahoney.net/dc/enwik8.zip, split 90M / 5M / 5M bytes
                (text8 and enwik8: no checksum is published, none is pinned)
-Files are found and downloaded by mannlab.data.download (shared with issue 6's data sets).
+Files are found and downloaded by mannlab.data.download (shared with the data-set loaders).
 
     corpus = load_corpus("ptb-char", source="/data/ptb.tar.gz")   # or source=None: download
     streams = batchify(corpus.train, 128)                          # (B, L) contiguous streams
@@ -23,7 +23,7 @@ As a run (``mannlab train --task ptb-char --model armin``): ``CharLMTask`` holds
 and the protocol parameters (task section of the run config), ``CharLMTask.build_model``
 the CharLM, and mannlab.training.tbptt trains it (truncated BPTT, state carried and
 detached, exact resume, valid and test BPC). Task names (``CHARLM_TASKS``): ``ptb-char``,
-``text8``, ``enwik8-char`` (plain ``enwik8`` is issue 6's windowed task, mannlab.tasks.enwik8,
+``text8``, ``enwik8-char`` (plain ``enwik8`` is the windowed data-set task, mannlab.tasks.enwik8,
 which starts every window from a fresh state). ``python -m mannlab.tasks.charlm`` is a
 short alias of ``mannlab train`` for these tasks with a wall-clock budget.
 """

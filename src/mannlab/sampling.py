@@ -182,13 +182,13 @@ def same_input_leave_one_out_mean(values: torch.Tensor, inputs: torch.Tensor) ->
     unbiased and removes every difference between inputs from the advantage. Raises
     ValueError if some input appears only once."""
     _, group = torch.unique(inputs.flatten(1), dim=0, return_inverse=True)
-    count = torch.zeros(int(group.max()) + 1, dtype=values.dtype, device=values.device)
-    count.index_add_(0, group, torch.ones_like(values))
+    count = torch.bincount(group)
     if bool((count < 2).any()):
         raise ValueError("a same-input baseline needs every input at least twice in the batch "
                          "(train.samples_per_input >= 2)")
-    total = torch.zeros_like(count).index_add_(0, group, values.detach())
-    return (total[group] - values.detach()) / (count[group] - 1)
+    values = values.detach()
+    total = torch.bincount(group, weights=values).to(values.dtype)
+    return (total[group] - values) / (count[group] - 1).to(values.dtype)
 
 
 def discounted_returns(rewards: torch.Tensor, discount: float) -> torch.Tensor:

@@ -277,6 +277,31 @@ def test_reward_to_go_term_by_hand():
         small_dntm(addressing="reinforce", reward="to_go", input_baseline=True)
 
 
+def test_read_discount_scores_reads_by_nearer_rewards():
+    model = small_dntm(addressing="reinforce", reward="to_go", read_discount=0.0)
+    torch.manual_seed(1)
+    _, _, tr = model(seq(), return_trace=True)
+    nll = torch.rand(3, 5, dtype=torch.float64)
+    nll[:, 0] = 0
+    rewards = -nll
+    centred = (rewards - (rewards.sum(0, keepdim=True) - rewards) / 2) * (nll > 0)
+
+    def normalised(v):
+        return (v - v.mean()) / torch.sqrt(v.var(unbiased=False) + 1e-4)
+
+    returns = centred.flip(1).cumsum(1).flip(1)
+    read_log_p = torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum(2)
+    write_log_p = torch.log((tr.write_weights * tr.write_probs).sum(-1)).sum(2)
+    # discount 0: a read is scored by its own step's centred reward, a write by the return
+    expected = -(normalised(centred) * read_log_p + normalised(returns) * write_log_p).sum(1).mean() / 12
+    assert torch.allclose(model.aux_terms(tr, nll)["reinforce"], expected, rtol=1e-12, atol=0)
+    assert {"read_reward_stats.mean", "reward_stats.mean"} <= set(model.state_dict())
+    with pytest.raises(ConfigError, match="read_discount applies to reward='to_go'"):
+        small_dntm(addressing="reinforce", read_discount=0.5)
+    with pytest.raises(ConfigError, match="read_discount must be"):
+        small_dntm(addressing="reinforce", reward="to_go", read_discount=1.5)
+
+
 def test_same_input_samples_reward_term_by_hand():
     model = small_dntm(addressing="reinforce", reward="samples")
     torch.manual_seed(1)

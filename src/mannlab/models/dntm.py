@@ -593,6 +593,10 @@ class DNTM(SequenceModel):
     less the mean R of the other samples of the same input in the minibatch, which
     train.samples_per_input >= 2 provides: unbiased, and blind to differences between
     inputs such as their length; not in the paper),
+    read_discount (with "to_go": the read samples' returns discounted by this factor per step,
+    while the write samples keep the undiscounted return; 0 scores a read by its own step's
+    output alone, as the authors' input-based baseline code scores each step by that step's
+    cost. Below 1 it is biased, since a read also feeds the controller, and far less noisy),
     curriculum_p0 (p_0 of the soft-to-discrete curriculum, 0 = off; "reinforce" only),
     curriculum_every (the curriculum's t counts blocks of this many minibatches, e.g. an
     epoch; the paper does not say what t counts; 1 = every minibatch),
@@ -608,7 +612,7 @@ class DNTM(SequenceModel):
                  curriculum_p0: float = 0.0, curriculum_every: int = 1, reinforce_weight: float = 1.0,
                  entropy_weight: float = 0.0,
                  input_baseline: bool = False, reward_momentum: float = 0.9, reward: str = "sequence",
-                 read_write_consistency: float = 0.0, next_input_prediction: float = 0.0,
+                 read_discount: float = 1.0, read_write_consistency: float = 0.0, next_input_prediction: float = 0.0,
                  next_input_distribution: str = "bernoulli", batch_first: bool = True):
         check_positive(controller_size=controller_size, read_heads=read_heads,
                        address_size=address_size, content_size=content_size)
@@ -637,6 +641,11 @@ class DNTM(SequenceModel):
         if not (isinstance(reward_momentum, numbers.Real) and 0 <= reward_momentum < 1):
             raise ConfigError(f"reward_momentum must be in [0, 1), got {reward_momentum!r}")
         self.reward_stats = sampling.RunningMoments(momentum=float(reward_momentum))
+        self.read_discount = _check_weight("read_discount", read_discount, upper=1.0)
+        if self.read_discount < 1.0 and self.reward != "to_go":
+            raise ConfigError(f"read_discount applies to reward='to_go', got reward={self.reward!r}")
+        if self.read_discount < 1.0:
+            self.read_reward_stats = sampling.RunningMoments(momentum=float(reward_momentum))
         self.baseline = InputBaseline(input_size, controller_size) if input_baseline else None
         self.predictor = (nn.Linear(self.cell.features, input_size)
                           if self.prediction_weight else None)
@@ -736,16 +745,27 @@ class DNTM(SequenceModel):
         gradient's expectation that of section 4's R = log p(y|x); its variance is lower."""
         rewards, scored_steps = -step_nll, (step_nll > 0)                        # r_j (B, T)
         baseline = sampling.leave_one_out_mean(rewards, scored_steps)            # b_j
-        returns = sampling.discounted_returns((rewards - baseline) * scored_steps, 1.0)
+        centred = (rewards - baseline) * scored_steps
+        returns = sampling.discounted_returns(centred, 1.0)
         advantage = self._normalised(returns, sampled)
-        surrogate = sampling.reinforce_surrogate(self._step_log_p(trace), advantage).sum(1) * sampled
+        read_log_p, write_log_p = self._step_log_p(trace, split=True)
+        if self.read_discount < 1.0:   # reads scored by the nearer rewards, with their own moments
+            read_returns = sampling.discounted_returns(centred, self.read_discount)
+            read_advantage = self.read_reward_stats.advantage(read_returns, sampled > 0,
+                                                              update=self.training)
+        else:
+            read_advantage = advantage
+        surrogate = (sampling.reinforce_surrogate(read_log_p, read_advantage)
+                     + sampling.reinforce_surrogate(write_log_p, advantage)).sum(1) * sampled
         return {"reinforce": self.reinforce_weight * surrogate.mean() / scored}
 
     @staticmethod
-    def _step_log_p(trace: DNTMTrace) -> torch.Tensor:
-        """log p of each step's samples, all heads and addressing steps: (B, T)."""
-        return (sampling.log_prob(trace.read_weights, trace.read_probs).sum(2)
-                + sampling.log_prob(trace.write_weights, trace.write_probs).sum(2))
+    def _step_log_p(trace: DNTMTrace, split: bool = False):
+        """log p of each step's samples, all heads and addressing steps: (B, T), or the
+        read and write parts apart with ``split``."""
+        read = sampling.log_prob(trace.read_weights, trace.read_probs).sum(2)
+        write = sampling.log_prob(trace.write_weights, trace.write_probs).sum(2)
+        return (read, write) if split else read + write
 
     def _next_input(self, trace: DNTMTrace) -> torch.Tensor:
         features = torch.cat([trace.hidden, trace.read_vectors.flatten(2)], dim=-1)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,8 +111,9 @@ def parse_npy(data: bytes, where: str) -> np.ndarray:
         if version not in _NPY_HEADERS:
             raise ValueError(f"unsupported version {version}")
         shape, _, dtype = _NPY_HEADERS[version](stream)
-    except (ValueError, SyntaxError, RecursionError) as exc:
-        raise DataError(f"{where}: not a valid .npy file ({exc})") from None
+    # a garbled header fails in numpy's literal parser or in its Python 2 fallback (tokenize)
+    except (ValueError, SyntaxError, RecursionError, tokenize.TokenError) as exc:
+        raise DataError(f"{where}: not a valid .npy file ({type(exc).__name__}: {exc})") from None
     if dtype.kind not in "iuf":
         raise DataError(f"{where}: expected an integer or float array, got dtype {dtype}")
     size = len(data) - stream.tell()

@@ -102,11 +102,11 @@ def files_under(root: Path) -> set:
 def base(tmp_path_factory):
     """The directory holding every case's directory; the counts are printed at the end."""
     root = tmp_path_factory.mktemp("fuzz")
-    cwd, cache = files_under(Path.cwd()), Path.home() / ".cache" / "mannlab"
-    cache_before = cache.exists() and files_under(cache)
+    cache = Path.home() / ".cache" / "mannlab"   # where loaders would go without a data_dir
+    cwd, cache_before = set(Path.cwd().iterdir()), cache.exists() and files_under(cache)
     yield root
     assert files_under(root) == set(), "a case left files behind"
-    assert files_under(Path.cwd()) == cwd and (cache.exists() and files_under(cache)) == cache_before
+    assert set(Path.cwd().iterdir()) == cwd and (cache.exists() and files_under(cache)) == cache_before
     total = collections.Counter()
     for target, counts in sorted(COUNTS.items()):
         total.update(counts)

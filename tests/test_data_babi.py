@@ -66,7 +66,9 @@ def test_parse_multi_story_with_supporting_facts():
     ("1 Mary moved.\n2 Where is Mary?\tbathroom\n", "line 2: a question must be"),
     ("1 Mary moved.\n2 Where is Mary?\tbathroom\t7\n", "line 2: supporting ids"),
     ("1 Mary moved.\n2 Where is Mary?\tbathroom\tone\n", "line 2: supporting ids"),
-])
+    ("1 Mary moved.\n2 Where is Mary? bathroom 1\n", "line 2: a question must be .*tab-separated"),
+    ("1 Mary moved.\n" + "9" * 5000 + " John went.\n", "line 2: expected '<number> <sentence>'"),
+], ids=["gap", "no-number", "no-ids", "unknown-id", "word-id", "no-tabs", "huge-number"])
 def test_malformed_lines_name_file_and_line(text, what):
     with pytest.raises(DataError, match=f"qa9_x_train.txt, {what}"):
         babi.parse(text, "qa9_x_train.txt", task=9)
@@ -173,3 +175,39 @@ def test_cli_train_with_data_dir_then_per_task_eval(archive, tmp_path, capsys):
     result = data_eval([str(run), "--split", "test"])
     assert result["examples"] == 4 and set(result["per_group"]) == {"qa1 single-supporting-fact", "qa19 path-finding"}
     assert "qa19 path-finding" in capsys.readouterr().out and (run / "eval-test.json").is_file()
+
+
+def test_non_utf8_file_names_file_and_line(tmp_path):
+    archive = write_archive(tmp_path / "a.tar.gz", tasks_text={1: ("single-supporting-fact", QA1 + "1 Caf\xe9\n")})
+    with tarfile.open(archive) as tf:
+        members = [(m, tf.extractfile(m).read()) for m in tf]
+    with tarfile.open(archive, "w:gz") as tf:
+        for member, data in members:
+            data = data.replace("\xe9".encode(), b"\xe9")     # Latin-1, not UTF-8
+            member.size = len(data)
+            tf.addfile(member, io.BytesIO(data))
+    with pytest.raises(DataError, match=r"qa1_single-supporting-fact_test.txt, line 9: expected UTF-8 text"):
+        babi.load_babi([1], "en-10k", str(archive), splits=["test"])
+
+
+def test_symlinks_out_of_the_data_directory_are_refused(tmp_path):
+    archive = write_archive(tmp_path / "a.tar.gz")
+    with tarfile.open(archive) as tf:
+        tf.extractall(tmp_path / "x", filter="data")
+    en = tmp_path / "x" / "tasks_1-20_v1-2" / "en-10k"
+    outside = tmp_path / "secret.txt"
+    outside.write_text(QA1)
+    test_file = en / "qa1_single-supporting-fact_test.txt"
+    test_file.unlink()
+    test_file.symlink_to(outside)
+    with pytest.raises(DataError, match="qa1_single-supporting-fact_test.txt resolves to .*outside the data directory"):
+        babi.load_babi([1], "en-10k", str(tmp_path / "x"))
+    test_file.unlink()
+    test_file.symlink_to(en / "qa1_single-supporting-fact_train.txt")    # inside: fine
+    assert len(babi.load_babi([1], "en-10k", str(tmp_path / "x"))["test"]) == 10 * 3
+    # the data directory itself may be a symlink, at any level the loader accepts
+    (tmp_path / "linked").symlink_to(tmp_path / "x")
+    (tmp_path / "alias").mkdir()
+    (tmp_path / "alias" / "en-10k").symlink_to(en)
+    for source in ("linked", "alias/en-10k"):
+        assert len(babi.load_babi([1], "en-10k", str(tmp_path / source))["test"]) == 10 * 3

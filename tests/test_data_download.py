@@ -80,3 +80,44 @@ def test_corrupt_archive_names_file(tmp_path):
     broken.write_bytes(b"\x1f\x8b\x08 not really gzip")
     with pytest.raises(DataError, match="broken.tar.gz.*corrupt"):
         read_members(broken, lambda n: True)
+
+
+def test_symlinks_out_of_the_data_directory_are_refused(tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "secret.txt").write_bytes(PAYLOAD)
+    (outside / "sub" / "a.txt").write_bytes(PAYLOAD)
+    root = tmp_path / "root"
+    (root / "unpacked").mkdir(parents=True)
+    (root / "unpacked" / "a.txt").symlink_to(outside / "secret.txt")
+    (root / "unpacked" / "sub").symlink_to(outside / "sub")          # not descended into
+    (root / "unpacked" / "b.txt").write_bytes(b"inside")
+    (root / "unpacked" / "c.txt").symlink_to(root / "unpacked" / "b.txt")
+    with pytest.raises(DataError, match="a.txt resolves to .*secret.txt, outside the data directory"):
+        read_members(root / "unpacked", lambda n: True)
+    assert read_members(root / "unpacked", lambda n: n != "a.txt") == {"b.txt": b"inside", "c.txt": b"inside"}
+    (root / "data.bin").symlink_to(outside / "secret.txt")
+    with pytest.raises(DataError, match="data.bin resolves to .*outside the data directory"):
+        locate("demo", GOOD, str(root))
+    (root / "data.bin").unlink()
+    (root / "demo").symlink_to(outside)                   # a download would land outside
+    with pytest.raises(DataError, match="demo resolves to .*outside the data directory"):
+        locate("demo", GOOD, str(root), fetch=serve(PAYLOAD, []))
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt", "sub"]
+    # the data directory itself may be a symlink
+    (root / "demo").unlink()
+    (tmp_path / "link").symlink_to(root)
+    assert locate("demo", GOOD, str(tmp_path / "link"), fetch=serve(PAYLOAD, [])).read_bytes() == PAYLOAD
+    assert read_members(tmp_path / "link" / "unpacked", lambda n: n == "b.txt") == {"b.txt": b"inside"}
+
+
+def test_unsupported_zip_members_are_data_errors(tmp_path):
+    path = tmp_path / "pack.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a.txt", PAYLOAD)
+    data = bytearray(path.read_bytes())
+    for offset in (8, data.rindex(b"PK\x01\x02") + 10):        # compression method: local and central
+        data[offset] = 99
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="pack.zip cannot be read .*NotImplementedError"):
+        read_members(path, lambda n: True)

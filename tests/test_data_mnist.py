@@ -88,3 +88,37 @@ def test_sequential_and_permuted_tasks(tmp_path):
     rows = tasks.make("mnist", data_dir=str(tmp_path), valid_size=5, pixels_per_step=28)
     assert rows.sample(2, 0)[0].shape == (2, 28, 28)
     assert "label" in perm.render(xp, y, m)
+
+
+def idx_header(code, shape):
+    return bytes([0, 0, code, len(shape)]) + b"".join(struct.pack(">I", n) for n in shape)
+
+
+def test_dimensions_whose_product_overflows_int64_are_refused():
+    # 2^16 * 2^16 * 2^32 wraps to 0 in int64: the header alone looked complete
+    with pytest.raises(DataError, match=r"IDX shape \(65536, 65536, 4294967295\) needs"):
+        mnist.parse_idx(idx_header(0x08, (65536, 65536, 4294967295)), "f.idx")
+    with pytest.raises(DataError, match="needs"):
+        mnist.parse_idx(idx_header(0x08, (65536, 65536, 65536, 65536)), "f.idx")
+
+
+@pytest.mark.parametrize("labels, what", [
+    (idx_header(0x09, (30,)) + np.full(30, -3, np.int8).tobytes(), "label 0 is -3"),
+    (idx_header(0x08, (30,)) + bytes([1] * 29 + [200]), "label 29 is 200"),
+    (idx_header(0x0D, (30,)) + np.ones(30, ">f4").tobytes(), "expected \\(N,\\) integer labels"),
+], ids=["negative-int8", "200", "float"])
+def test_labels_must_be_digits(tmp_path, labels, what):
+    write_mnist(tmp_path)
+    (tmp_path / "mnist" / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(labels))
+    with pytest.raises(DataError, match=f"train-labels-idx1-ubyte.gz: .*{what}"):
+        mnist.load_mnist("train", str(tmp_path))
+    with pytest.raises(DataError, match=what):       # no IndexError from the task's one-hot targets
+        tasks.make("mnist", data_dir=str(tmp_path), valid_size=5)
+
+
+def test_images_must_be_28_by_28_bytes(tmp_path):
+    write_mnist(tmp_path)
+    (tmp_path / "mnist" / "train-images-idx3-ubyte.gz").write_bytes(
+        gzip.compress(idx_bytes(np.zeros((30, 5, 5), np.uint8))))
+    with pytest.raises(DataError, match=r"train-images-idx3-ubyte.gz: expected \(N, 28, 28\) unsigned bytes"):
+        mnist.load_mnist("train", str(tmp_path))

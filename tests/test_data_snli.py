@@ -66,3 +66,21 @@ def test_task_layout(archive):
     assert int(y[0, -1].argmax()) == 2 and (x[0].sum(-1) == 1).all()
     assert x[0, 2, -2] == 1            # "runs" is not among the 5 most frequent words: <unk>
     assert task.sample(2, 0, split="valid")[0].shape[0] == 2
+
+
+@pytest.mark.parametrize("line, what", [
+    ("[" * 100_000 + "]" * 100_000, "RecursionError"),
+    ('{"gold_label": "neutral", "sentence1": 1' + "0" * 5000 + ', "sentence2": "b"}', "ValueError"),
+    ('["entailment", "a", "b"]', "TypeError"),
+    ('{"gold_label": "neutral", "sentence1": null, "sentence2": "b"}', "must be strings, got NoneType and str"),
+], ids=["deep", "huge-int", "list", "null"])
+def test_malformed_json_is_a_data_error(line, what):
+    with pytest.raises(DataError, match=f"dev.jsonl, line 2: .*{what}"):
+        snli.parse_jsonl(jsonl(ROWS[:1]) + line + "\n", "dev.jsonl")
+
+
+def test_non_utf8_file_named(tmp_path):
+    (tmp_path / "snli_1.0").mkdir()
+    (tmp_path / "snli_1.0" / "snli_1.0_test.jsonl").write_bytes(jsonl(ROWS).encode() + b'{"x": "\xff"}\n')
+    with pytest.raises(DataError, match=r"snli_1.0_test.jsonl, line 5: expected UTF-8 text"):
+        snli.load_snli(["test"], data_dir=str(tmp_path))

@@ -162,3 +162,48 @@ def test_feedback_decoding_matches_a_full_run_on_its_own_predictions(data):
     batched = evaluate_feedback(model, single, "test")
     assert evaluate_feedback(model, single, "test", batch_size=1) == batched
     assert batched["sequences"] == 12
+
+
+def npy_header(shape, descr="<f8"):
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": descr, "fortran_order": False, "shape": shape})
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("data, what", [
+    (npy_header((1 << 40, 117, 4)), r"shape \(1099511627776, 117, 4\) of float64 does not fit the file's 0"),
+    (npy_header((3, 12, 4))[:-5], "not a valid .npy file"),
+    (npy_bytes(np.array(["a", "b"])), "expected an integer or float array, got dtype <U1"),
+    (npy_header((2,), "|O") + b"\x80\x04N.", "expected an integer or float array, got dtype object"),
+    (b"\x93NUMPY\x03\x00" + bytes(8), "not a valid .npy file"),
+], ids=["absurd-shape", "truncated-header", "strings", "objects", "version-3"])
+def test_malformed_npy_is_a_data_error(tmp_path, data, what):
+    path = tmp_path / "train-padded-leading.npy"
+    path.write_bytes(data)
+    with pytest.raises(DataError, match=f"train-padded-leading.npy: {what}"):
+        strokes._load_npy(path, "train-padded-leading")
+
+
+def test_numpy_labels_must_be_digits(data):
+    root, generated = data
+    seqs, labels = generated["test"]
+    write_numpy(root / "bad" / "strokes", "test", seqs, np.where(np.arange(len(labels)) == 4, 12, labels))
+    with pytest.raises(DataError, match="test-labels.npy: labels must be digits 0-9, label 4 is 12"):
+        strokes.load_numpy("test", str(root / "bad"))
+
+
+@pytest.mark.parametrize("inputs, targets, what", [
+    (b"3 4 0 0\n1 inf 0 0\n", None, "inputdata.txt, line 2: expected 4 integers"),
+    (b"3 4 0 0\n1 1e999 0 0\n", None, "inputdata.txt, line 2: expected 4 integers"),
+    (b"3 4 0 0\n1 300 0 1\n", None, "inputdata.txt, line 2: stroke values must be small integers"),
+    (b"3 4 0 0\n1 0 0 1\xff\n", None, "inputdata.txt, line 2: expected ASCII text"),
+    (b"3 4 0 0\n1 0 0 1\n", b"0 1 0 0 0 0 0 0 0 0 1 0 0 0\n0 1 0 0 0 0 0 0 0 0 1 0 0 0 5\n", None),
+], ids=["inf", "overflow", "large", "non-ascii", "ragged-targets"])
+def test_text_values(inputs, targets, what):
+    files = {"s/trainimg-0-inputdata.txt": inputs,
+             "s/trainimg-0-targetdata.txt": targets or b"0 1 0 0 0 0 0 0 0 0 1 0 0 0\n"}
+    if what is None:
+        assert strokes.decode_text_files(files, "train", "src").labels.tolist() == [1]
+    else:
+        with pytest.raises(DataError, match=f"src/s/trainimg-0-{what}"):
+            strokes.decode_text_files(files, "train", "src")

@@ -26,7 +26,7 @@ from typing import Iterable
 
 import numpy as np
 
-from mannlab.data.download import RemoteFile, locate, read_members
+from mannlab.data.download import RemoteFile, decode_text, locate, read_members
 from mannlab.errors import DataError
 
 # No checksum of the archive is published by its authors; none is pinned.
@@ -40,7 +40,7 @@ TASK_NAMES = {
     16: "basic-induction", 17: "positional-reasoning", 18: "size-reasoning", 19: "path-finding",
     20: "agents-motivations",
 }
-_LINE = re.compile(r"(\d+) (.*)")
+_LINE = re.compile(r"(\d{1,9}) (.*)")     # bounded: int() refuses numbers of 4,300+ digits
 _WORD = re.compile(r"[a-z0-9']+")
 
 
@@ -64,7 +64,7 @@ def parse(text: str, source: str, task: int) -> list[Question]:
     """The questions of one bAbI file's ``text``; ``source`` names the file in errors.
 
     Raises DataError naming the file and line for a line without a number, a number that
-    does not continue the story, a question without answer or with bad supporting ids.
+    does not continue the story, a question without tabs, answer or valid supporting ids.
     """
     questions: list[Question] = []
     facts: list[tuple[str, ...]] = []
@@ -85,6 +85,9 @@ def parse(text: str, source: str, task: int) -> list[Question]:
                             f"(numbers restart at 1 for each story)")
         previous = number
         if "\t" not in body:
+            if "?" in body:   # bAbI statements never ask: a question that lost its tabs
+                raise DataError(f"{where}: a question must be '<question>\\t<answer>\\t<supporting ids>' "
+                                f"(tab-separated), got {body!r}")
             fact_at_line[number] = len(facts)
             facts.append(tokenize(body))
             continue
@@ -118,7 +121,8 @@ def load_babi(tasks: Iterable[int], language: str = "en-10k", data_dir: str | No
     tasks, splits = sorted(set(tasks)), list(splits)
     check_tasks(tasks, language)
     if data_dir is not None and Path(data_dir).is_dir() and Path(data_dir).name in LANGUAGES:
-        data_dir = str(Path(data_dir).parent)     # the en or en-10k directory itself was given
+        # the en or en-10k directory itself was given (resolved: it may be a symlink)
+        data_dir = str(Path(data_dir).resolve().parent)
     source = locate("babi", ARCHIVE, data_dir, extracted=("tasks_1-20_v1-2", *LANGUAGES), fetch=fetch)
     if source.is_dir() and source.name in LANGUAGES:
         source = source.parent
@@ -132,8 +136,8 @@ def load_babi(tasks: Iterable[int], language: str = "en-10k", data_dir: str | No
                             f"({TASK_NAMES[task]}), split {split}; leave the task out or use "
                             f"a complete copy of {ARCHIVE.name}")
         name = sorted(names)[0]
-        text = files[name].decode("utf-8")
-        out[split].extend(parse(text, f"{Path(source) / name}", task))
+        where = f"{Path(source) / name}"
+        out[split].extend(parse(decode_text(files[name], where), where, task))
     return out
 
 

@@ -22,16 +22,22 @@ that are found are used as they are, not re-hashed: re-compressed or partial cop
 of the public archives are common (the bAbI copy on this project's machines lacks one
 file), and the parsers check the formats and name the file and line that is wrong.
 
+Everything found is kept inside the data directory: a file, or a member of an unpacked
+directory, that resolves (through symlinks) outside it is refused, so a crafted directory
+cannot make a loader read, say, a key file. The data directory itself may be a symlink.
+
 Errors are ``DataError`` and say what to do (offline: where to put a copy).
 """
 from __future__ import annotations
 
 import hashlib
+import lzma
 import os
 import tarfile
 import tempfile
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -78,8 +84,29 @@ def locate(dataset: str, remote: RemoteFile, data_dir: str | os.PathLike | None 
         for name in (remote.name, *extracted):
             candidate = base / name
             if candidate.exists():
-                return candidate
-    return download(remote, root / dataset / remote.name, fetch)
+                return check_inside(candidate, root)
+    target = root / dataset / remote.name
+    check_inside(target.parent, root)   # a symlinked dataset folder would take the download elsewhere
+    return download(remote, target, fetch)
+
+
+def check_inside(path: Path, root: Path) -> Path:
+    """``path`` unchanged if it resolves inside ``root``; DataError naming both otherwise."""
+    real, real_root = Path(path).resolve(), Path(root).resolve()
+    if not real.is_relative_to(real_root):
+        raise DataError(f"{path} resolves to {real}, outside the data directory {root}; data is "
+                        f"read only from inside it (copy it there, or use its own directory)")
+    return path
+
+
+def decode_text(data: bytes, source: str, encoding: str = "utf-8") -> str:
+    """``data`` as ``encoding`` text; DataError naming ``source`` and the first bad byte."""
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{source}, line {line}: expected {encoding.upper()} text, got byte "
+                        f"{data[exc.start:exc.start + 1]!r} at offset {exc.start}") from None
 
 
 def download(remote: RemoteFile, target: Path, fetch: Callable[[str, Path], None] | None = None) -> Path:
@@ -149,28 +176,37 @@ def is_archive(path: Path) -> bool:
 
 def read_members(source: Path, wanted: Callable[[str], bool]) -> dict[str, bytes]:
     """The bytes of every file in ``source`` (archive or directory) whose relative path
-    (with "/" separators) ``wanted`` accepts, read in one pass without extracting."""
+    (with "/" separators) ``wanted`` accepts, read in one pass without extracting.
+
+    In a directory, a wanted file that resolves outside it (a symlink) is refused with a
+    DataError; symlinked subdirectories are not descended into.
+    """
     source = Path(source)
+    if not (source.is_dir() or is_archive(source)):
+        raise DataError(f"{source} is neither a directory nor an archive ({', '.join(ARCHIVE_SUFFIXES)})")
     out: dict[str, bytes] = {}
     try:
         if source.is_dir():
             for path in sorted(source.rglob("*")):
                 rel = path.relative_to(source).as_posix()
                 if path.is_file() and wanted(rel):
-                    out[rel] = path.read_bytes()
+                    out[rel] = check_inside(path, source).read_bytes()
         elif source.name.endswith(".zip"):
             with zipfile.ZipFile(source) as archive:
                 for info in archive.infolist():
                     if not info.is_dir() and wanted(info.filename):
                         out[info.filename] = archive.read(info)
-        elif is_archive(source):
+        else:
             with tarfile.open(source) as archive:
                 for member in archive:
                     if member.isfile() and wanted(member.name):
                         out[member.name] = archive.extractfile(member).read()
-        else:
-            raise DataError(f"{source} is neither a directory nor an archive ({', '.join(ARCHIVE_SUFFIXES)})")
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
+    except DataError:
+        raise
+    # what corrupt archives raise: zipfile alone gives ValueError, NotImplementedError (an
+    # unknown compression method) and RuntimeError (an encrypted member) besides BadZipFile
+    except (tarfile.TarError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError,
+            ValueError, NotImplementedError, RuntimeError) as exc:
         reason = " ".join(str(exc).split())
         raise DataError(f"{source} cannot be read ({type(exc).__name__}: {reason}); it looks corrupt or "
                         f"truncated: delete it to download it again, or replace it") from None

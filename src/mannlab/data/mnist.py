@@ -10,6 +10,7 @@ then one 4-byte size per dimension) followed by the data; MNIST uses unsigned by
 from __future__ import annotations
 
 import gzip
+import math
 import zlib
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
     if len(data) < header:
         raise DataError(f"{source}: IDX header truncated ({len(data)} bytes, {ndim} dimensions)")
     shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
-    expected = header + int(np.prod(shape)) * dtype.itemsize
+    expected = header + math.prod(shape) * dtype.itemsize     # Python ints: no overflow
     if len(data) != expected:
         raise DataError(f"{source}: IDX shape {shape} needs {expected} bytes, the file has {len(data)} "
                         f"(truncated or corrupt: delete it to download again, or replace it)")
@@ -60,10 +61,20 @@ def load_mnist(split: str, data_dir: str | None = None, fetch=None) -> tuple[np.
     """(images (N, 28, 28) uint8, labels (N,) int64) of "train" (60k) or "test" (10k)."""
     if split not in ("train", "test"):
         raise DataError(f"MNIST split must be 'train' or 'test', got {split!r}")
-    images = read_idx(locate("mnist", FILES[split, "images"], data_dir, fetch=fetch))
-    labels = read_idx(locate("mnist", FILES[split, "labels"], data_dir, fetch=fetch))
-    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise DataError(f"MNIST {split}: images {images.shape} and labels {labels.shape} do not match")
+    image_path = locate("mnist", FILES[split, "images"], data_dir, fetch=fetch)
+    label_path = locate("mnist", FILES[split, "labels"], data_dir, fetch=fetch)
+    images, labels = read_idx(image_path), read_idx(label_path)
+    if images.ndim != 3 or images.shape[1:] != (28, 28) or images.dtype != np.uint8:
+        raise DataError(f"{image_path}: expected (N, 28, 28) unsigned bytes, got shape {images.shape} "
+                        f"of {images.dtype}")
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise DataError(f"{label_path}: expected (N,) integer labels, got shape {labels.shape} of {labels.dtype}")
+    bad = np.flatnonzero((labels < 0) | (labels > 9))
+    if bad.size:
+        raise DataError(f"{label_path}: labels must be digits 0-9, label {bad[0]} is {labels[bad[0]]}")
+    if len(images) != len(labels):
+        raise DataError(f"MNIST {split}: {len(images)} images in {image_path} but {len(labels)} labels "
+                        f"in {label_path}")
     return images, labels.astype(np.int64)
 
 

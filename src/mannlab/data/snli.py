@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from mannlab.data.download import RemoteFile, locate, read_members
+from mannlab.data.download import RemoteFile, decode_text, locate, read_members
 from mannlab.errors import DataError
 
 # No checksum is published with the archive; none is pinned.
@@ -48,7 +48,8 @@ def parse_jsonl(text: str, source: str) -> list[Pair]:
         try:
             row = json.loads(line)
             label, premise, hypothesis = row["gold_label"], row["sentence1"], row["sentence2"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        # ValueError: bad JSON or an integer of 4,300+ digits; RecursionError: deep nesting
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise DataError(f"{source}, line {lineno}: expected a JSON object with gold_label, "
                             f"sentence1 and sentence2 ({type(exc).__name__}: {exc})") from None
         if label == "-":
@@ -56,6 +57,9 @@ def parse_jsonl(text: str, source: str) -> list[Pair]:
         if label not in LABELS:
             raise DataError(f"{source}, line {lineno}: gold_label must be one of {', '.join(LABELS)} or '-', "
                             f"got {label!r}")
+        if not isinstance(premise, str) or not isinstance(hypothesis, str):
+            raise DataError(f"{source}, line {lineno}: sentence1 and sentence2 must be strings, got "
+                            f"{type(premise).__name__} and {type(hypothesis).__name__}")
         pairs.append(Pair(tokenize(premise), tokenize(hypothesis), LABELS.index(label)))
     return pairs
 
@@ -75,7 +79,8 @@ def load_snli(splits: Iterable[str] = ("train", "valid", "test"), data_dir: str 
         found = sorted(n for n in files if n.rsplit("/", 1)[-1] == name)
         if not found:
             raise DataError(f"{source} has no {name}")
-        out[split] = parse_jsonl(files[found[0]].decode("utf-8"), f"{source}/{found[0]}")
+        where = f"{source}/{found[0]}"
+        out[split] = parse_jsonl(decode_text(files[found[0]], where), where)
     return out
 
 

@@ -21,13 +21,15 @@ eos = eod = 0 cannot be told from padding; MNIST's skeletons never start in the 
 from __future__ import annotations
 
 import io
+import math
 import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from mannlab.data.download import RemoteFile, locate, read_members
+from mannlab.data.download import RemoteFile, decode_text, locate, read_members
 from mannlab.errors import DataError
 
 REPO = "https://github.com/edwin-de-jong/mnist-digits-stroke-sequence-data/raw/master/"
@@ -35,7 +37,8 @@ REPO = "https://github.com/edwin-de-jong/mnist-digits-stroke-sequence-data/raw/m
 NUMPY_FILES = {(split, kind): RemoteFile(f"{REPO}numpy-encoded/{split}-{kind}.tar.gz")
                for split in ("train", "test") for kind in ("padded-leading", "labels")}
 SEQUENCES = RemoteFile(REPO + "sequences.tar.gz")
-_TEXT_NAME = re.compile(r"(^|.*/)(train|test)img-(\d+)-(inputdata|targetdata)\.txt$")
+_TEXT_NAME = re.compile(r"(^|.*/)(train|test)img-(\d{1,9})-(inputdata|targetdata)\.txt$")
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ def decode_padded(array: np.ndarray, leading: bool, where: str = "<array>") -> l
     out = []
     for n, seq in enumerate(array):
         if leading:
-            nonzero = np.flatnonzero(np.abs(seq).sum(1) > 0)
+            nonzero = np.flatnonzero((seq != 0).any(1))
             if nonzero.size == 0:
                 raise DataError(f"{where}: sequence {n} is all padding")
             seq = seq[nonzero[0]:]
@@ -99,31 +102,55 @@ def decode_padded(array: np.ndarray, leading: bool, where: str = "<array>") -> l
     return out
 
 
-def _load_npy(source: Path, stem: str) -> np.ndarray:
-    """The .npy named ``stem`` from a .tar.gz holding it, a bare .npy, or a directory."""
+def parse_npy(data: bytes, where: str) -> np.ndarray:
+    """The numeric array in .npy bytes. The header is checked before anything is allocated:
+    DataError for a bad header, a non-numeric dtype or a shape the bytes do not hold."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version not in _NPY_HEADERS:
+            raise ValueError(f"unsupported version {version}")
+        shape, _, dtype = _NPY_HEADERS[version](stream)
+    # a garbled header fails in numpy's literal parser or in its Python 2 fallback (tokenize)
+    except (ValueError, SyntaxError, RecursionError, tokenize.TokenError) as exc:
+        raise DataError(f"{where}: not a valid .npy file ({type(exc).__name__}: {exc})") from None
+    if dtype.kind not in "iuf":
+        raise DataError(f"{where}: expected an integer or float array, got dtype {dtype}")
+    size = len(data) - stream.tell()
+    if min(shape, default=0) < 0 or math.prod(shape) * dtype.itemsize != size:
+        raise DataError(f"{where}: shape {shape} of {dtype} does not fit the file's {size} data bytes "
+                        f"(truncated or corrupt)")
+    return np.load(io.BytesIO(data))
+
+
+def _load_npy(source: Path, stem: str) -> tuple[np.ndarray, str]:
+    """The .npy named ``stem`` from a .tar.gz holding it, a bare .npy, or a directory, and
+    its name for errors."""
     if source.is_file() and source.name.endswith(".npy"):
-        return np.load(source)
+        return parse_npy(source.read_bytes(), str(source)), str(source)
     members = read_members(source, lambda name: Path(name).name == f"{stem}.npy")
     if not members:
         raise DataError(f"{source} holds no {stem}.npy")
-    try:
-        return np.load(io.BytesIO(next(iter(members.values()))))
-    except ValueError as exc:
-        raise DataError(f"{source}: {stem}.npy is not a valid .npy file ({exc})") from None
+    name, data = next(iter(members.items()))
+    return parse_npy(data, f"{source}/{name}"), f"{source}/{name}"
 
 
 def load_numpy(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet:
     """The numpy encoding of ``split`` ("train" or "test"; leading padding)."""
-    arrays = {}
+    arrays, names = {}, {}
     for kind in ("padded-leading", "labels"):
         stem = f"{split}-{kind}"
         path = locate("strokes", NUMPY_FILES[split, kind], data_dir, extracted=(f"{stem}.npy",),
                       fetch=fetch)
-        arrays[kind] = _load_npy(path, stem)
+        arrays[kind], names[kind] = _load_npy(path, stem)
     labels = arrays["labels"].reshape(-1)
     if len(labels) != len(arrays["padded-leading"]):
-        raise DataError(f"strokes {split}: {len(arrays['padded-leading'])} sequences but {len(labels)} labels")
-    return from_sequences(decode_padded(arrays["padded-leading"], True, f"{split}-padded-leading.npy"), labels)
+        raise DataError(f"strokes {split}: {len(arrays['padded-leading'])} sequences in "
+                        f"{names['padded-leading']} but {len(labels)} labels in {names['labels']}")
+    bad = np.flatnonzero(~np.isin(labels, np.arange(10)))
+    if bad.size:
+        raise DataError(f"{names['labels']}: labels must be digits 0-9, label {bad[0]} is {labels[bad[0]]}")
+    return from_sequences(decode_padded(arrays["padded-leading"], True, names["padded-leading"]), labels)
 
 
 # ---------------------------------------------------------- official text files
@@ -136,13 +163,16 @@ def parse_rows(text: str, where: str, columns: int = 4) -> np.ndarray:
             continue
         parts = line.split()
         try:
-            values = [int(float(v)) for v in parts]
-        except ValueError:
+            values = [int(float(v)) for v in parts][:columns]
+        except (ValueError, OverflowError):   # not a number, NaN, infinity
             values = []
         if len(values) < columns:
             raise DataError(f"{where}, line {lineno}: expected {columns} integers "
                             f"(dx dy eos eod), got {line!r}")
-        rows.append(values[:columns] if columns == 4 else values)
+        if max(abs(v) for v in values) > 127:
+            raise DataError(f"{where}, line {lineno}: stroke values must be small integers "
+                            f"(-127 to 127), got {line!r}")
+        rows.append(values)
     if not rows:
         raise DataError(f"{where}: no rows")
     return np.array(rows)
@@ -158,7 +188,7 @@ def decode_text_files(files: dict[str, bytes], split: str, where: str) -> Stroke
         if not match or match.group(2) != split:
             continue
         index, kind = int(match.group(3)), match.group(4)
-        text = data.decode("ascii", errors="replace")
+        text = decode_text(data, f"{where}/{name}", "ascii")
         if kind == "inputdata":
             inputs[index] = _as_int8(parse_rows(text, f"{where}/{name}"), f"{where}/{name}")
         else:

@@ -1,0 +1,41 @@
+"""Griffe extension for the API reference: keep the docstrings' aligned blocks aligned.
+
+mannlab's docstrings are plain text: a heading line followed by an indented
+block (a glossary, the equations of a time step, a usage example). Markdown
+needs a blank line before an indented block to read it as preformatted text,
+otherwise the block is folded into the paragraph above and loses its layout.
+This inserts that blank line; the docstrings themselves stay as they are.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import griffe
+
+
+def separate_indented_blocks(text: str) -> str:
+    """A blank line before every indented block that directly follows a text line."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        previous = out[-1] if out else ""
+        if line.startswith("    ") and previous.strip() and not previous.startswith("    "):
+            out.append("")
+        out.append(line)
+    return "\n".join(out)
+
+
+class IndentedBlocks(griffe.Extension):
+    """Apply :func:`separate_indented_blocks` to every docstring of the loaded package."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        self._visit(pkg, set())
+
+    def _visit(self, obj: griffe.Object, seen: set[str]) -> None:
+        if obj.path in seen:
+            return
+        seen.add(obj.path)
+        if obj.docstring is not None:
+            obj.docstring.value = separate_indented_blocks(obj.docstring.value)
+        for member in obj.members.values():
+            if not member.is_alias:
+                self._visit(member, seen)

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from mannlab.cli import main
-from mannlab.training import loop, read_metrics
+from mannlab.rundir import read_metrics
+from mannlab.training import loop
 
 TINY = ["--model", "ntm", "--task", "copy", "--set", "model.controller_size=8",
         "--set", "model.memory_slots=8", "--set", "model.memory_width=4",

@@ -28,7 +28,6 @@ state).
 """
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence

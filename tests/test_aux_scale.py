@@ -9,9 +9,9 @@ import torch
 
 from mannlab import sampling, tasks
 from mannlab.models import build_model
-from mannlab.tasks.charlm import CharLM
+from mannlab.wrappers import CharLM
 from mannlab.training import tbptt
-from mannlab.training.loop import model_aux_loss
+from mannlab.training.update import model_aux_loss
 
 from test_data_mnist import write_mnist
 

@@ -12,9 +12,13 @@ from mannlab import tasks
 from mannlab.config import RunConfig
 from mannlab.data import download
 from mannlab.errors import ConfigError
-from mannlab.tasks.babi import FactEncoded, GRUFactEncoder
-from mannlab.tasks.dataset import evaluate_split, format_group_errors, format_results
-from mannlab.training.loop import mean_metrics, model_aux_loss, validation_sets
+from mannlab.wrappers import FactEncoded, GRUFactEncoder, model_for_task
+from mannlab.building import build_run
+from mannlab.evaluation import mean_metrics
+from mannlab.reporting.text_tables import format_group_errors, format_results
+from mannlab.tasks.dataset import evaluate_split
+from mannlab.training.sampled import validation_sets
+from mannlab.training.update import model_aux_loss
 from mannlab.training.schedules import start_minibatch
 
 from test_data_babi import write_archive
@@ -80,7 +84,7 @@ def test_bidirectional_encoder_keeps_the_first_word_and_last_word_states(archive
         _, last = enc.gru(words)                 # forward: after the last word; backward: after the first
         assert torch.allclose(facts[n], torch.cat([last[0, 0], last[1, 0]]), atol=1e-6)
     task = tasks.make("babi", tasks=[1, 19], data_dir=archive, fact_encoder="bigru", fact_size=8)
-    net = task.build_model("lstm", hidden_size=4)
+    net = model_for_task(task, "lstm", hidden_size=4)
     assert net.encoder.gru.bidirectional and net.model.input_size == 8 + 2
     x, _, _ = task.sample(2, 0)
     assert net(x)[0].shape == (*x.shape[:2], task.output_size)
@@ -100,8 +104,8 @@ def test_bidirectional_encoder_keeps_the_first_word_and_last_word_states(archive
 ])
 def test_every_model_trains_jointly_with_the_encoder(archive, name, kwargs):
     task = gru_task(archive)
-    net = RunConfig.from_dict({"model": {"name": name, **kwargs},
-                               "task": {"name": "babi", **task.params}}).build()[1]
+    net = build_run(RunConfig.from_dict({"model": {"name": name, **kwargs},
+                                         "task": {"name": "babi", **task.params}}))[1]
     assert isinstance(net, FactEncoded) and net.model.input_size == 64 + 2
     start_minibatch(net, 0)                  # the D-NTM curriculum switch reaches the model
     if name == "dntm":
@@ -122,7 +126,7 @@ def test_every_model_trains_jointly_with_the_encoder(archive, name, kwargs):
 
 def test_bow_builds_the_plain_model(archive):
     task = tasks.make("babi", tasks=[1], data_dir=archive)
-    net = task.build_model("lstm", hidden_size=4)
+    net = model_for_task(task, "lstm", hidden_size=4)
     assert not isinstance(net, FactEncoded) and task.params["fact_encoder"] == "bow"
     assert tasks.make("babi", tasks=[1], data_dir=archive, encoding="words").params["fact_encoder"] == "words"
 
@@ -134,7 +138,7 @@ def test_validation_errors_per_task_are_pooled_over_batches(archive):
     sets = validation_sets(task, config)
     (multiple, _, batches), = sets
     assert multiple == 1 and all(len(b) == 4 for b in batches)
-    net = task.build_model("lstm", hidden_size=4)
+    net = model_for_task(task, "lstm", hidden_size=4)
     with torch.no_grad():
         row = mean_metrics(net, task, batches)
         wrong = {1: [0, 0], 19: [0, 0]}
@@ -153,7 +157,7 @@ def test_validation_errors_per_task_are_pooled_over_batches(archive):
 
 def test_result_table_reports_mean_error_and_failed_tasks(archive):
     task = gru_task(archive)
-    net = task.build_model("lstm", hidden_size=4)
+    net = model_for_task(task, "lstm", hidden_size=4)
     result = evaluate_split(net, task, "test", batch_size=3)
     errors = [r["error"] for r in result["per_group"].values()]
     assert result["mean_group_error"] == pytest.approx(np.mean(errors))
@@ -166,7 +170,6 @@ def test_result_table_reports_mean_error_and_failed_tasks(archive):
 
 def test_training_run_logs_per_task_errors_and_ce(archive, tmp_path, capsys):
     from mannlab.cli import main
-    from mannlab.tasks.data_eval import main as data_eval
     run = tmp_path / "run"
     status = main(["train", "--model", "ntm", "--task", "babi", "--data-dir", archive, "--run-dir", str(run),
                    "--steps", "4", "--no-progress", "--set", "task.fact_encoder=gru",
@@ -186,6 +189,7 @@ def test_training_run_logs_per_task_errors_and_ce(archive, tmp_path, capsys):
     assert summary["best_val"]["metric"] == "ce" and summary["best_val"]["ce"] == min(r["ce"] for r in val)
     assert (run / "figures" / "learning_curve.png").is_file()
     assert 'fact_encoder = "gru"' in (run / "config.toml").read_text()
-    result = data_eval([str(run), "--split", "test"])
+    assert main(["eval", str(run), "--split", "test"]) == 0
+    result = json.loads((run / "eval-test.json").read_text())
     assert result["examples"] == 4 and "failed_groups" in result
     assert "failed (error > 5%)" in capsys.readouterr().out

@@ -17,10 +17,13 @@ from mannlab.errors import ConfigError, DataError
 from mannlab.models import build_model
 from mannlab.state import detach_state
 from mannlab.tasks import charlm
-from mannlab.tasks.charlm import (CharLM, batchify, evaluate_bpc, load_corpus, ptb_char_tokens,
+from mannlab.building import build_run
+from mannlab.evaluation import evaluate_bpc
+from mannlab.rundir import read_metrics
+from mannlab.rundir.checkpoint import load_checkpoint
+from mannlab.wrappers import CharLM
+from mannlab.tasks.charlm import (batchify, load_corpus, ptb_char_tokens,
                                   ptb_words_to_chars, segment_at, segments)
-from mannlab.training import read_metrics
-from mannlab.training.checkpoint import load_checkpoint
 from mannlab.training.tbptt import tbptt_step
 
 WORDS = {"train": " the cat sat \n on the mat \n", "valid": " a cat \n", "test": " the mat sat \n"}
@@ -330,21 +333,6 @@ def test_lstm_chunked_tbptt_with_carried_state_equals_one_run(kw):
         assert torch.allclose(state.cell, final.cell, atol=1e-12)
 
 
-def test_command_line_alias_on_a_local_copy(tmp_path, monkeypatch):
-    """The first version's options (as docs/RESULTS.md uses them) still work."""
-    monkeypatch.chdir(tmp_path)
-    words = write_ptb_words(tmp_path / "ptb")
-    status = charlm.main(["--data", str(words), "--model", "lstm", "--set", "hidden_size=4",
-                          "--embedding-size", "3", "--batch-size", "2", "--bptt", "4",
-                          "--minutes", "0.001", "--set", "task.valid_batch_size=2",
-                          "--set", "train.progress=false", "--out", str(tmp_path / "r.json")])
-    assert status == 0
-    summary = json.loads((tmp_path / "r.json").read_text())
-    assert summary["stopped_by"] == "time" and summary["test"]["bpc"] > 0
-    config = (tmp_path / "runs" / "lstm-ptb-char-seed0" / "config.toml").read_text()
-    assert "hidden_size = 4" in config and "bptt = 4" in config
-
-
 # ------------------------------------------------ mannlab train --task ptb-char
 
 TINY = ["--task", "ptb-char", "--set", "model.embedding_size=4", "--set", "model.hidden_size=6",
@@ -475,7 +463,7 @@ def test_recipes_build_with_about_equal_parameter_counts(name, ptb):
     from mannlab.config import load_config
     recipe = Path(__file__).resolve().parents[1] / "recipes" / f"ptb-char-{name}.toml"
     config = load_config(recipe, [f"task.data_dir={json.dumps(str(ptb))}", "task.valid_batch_size=2"])
-    task, model = config.build()
+    task, model = build_run(config)
     assert task.params["bptt"] == 150 and config.train.max_minutes == 30
     # with PTB's 50 symbols (the tiny corpus has fewer): within 1% of ARMIN's 313,562
     full = CharLM(50, config.model, **config.model_args)

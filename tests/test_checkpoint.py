@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-import mannlab.training.checkpoint as checkpoint
+import mannlab.rundir.checkpoint as checkpoint
 from mannlab.errors import CheckpointError
-from mannlab.training.checkpoint import load_checkpoint, save_checkpoint
+from mannlab.rundir.checkpoint import load_checkpoint, save_checkpoint
 
 
 class Tiny(nn.Module):

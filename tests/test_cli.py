@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from mannlab.cli import main
-from mannlab.training import loop, read_metrics
+from mannlab.rundir import read_metrics
+from mannlab.training import loop
 
 TINY = ["--model", "ntm", "--task", "copy", "--set", "model.controller_size=8",
         "--set", "model.memory_slots=8", "--set", "model.memory_width=4",
@@ -149,3 +150,11 @@ def test_user_errors_exit_2_without_traceback(argv, message, capsys):
 def test_bad_list_argument_is_an_argparse_error(capsys):
     err = fails(["eval", "run", "--lengths", "a,b"], capsys)
     assert "comma-separated integers" in err
+
+
+def test_python_dash_m_mannlab_is_the_command():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "mannlab", "--version"], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.startswith("mannlab ")

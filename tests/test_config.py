@@ -1,6 +1,7 @@
 """RunConfig / TrainConfig: TOML round trip, overrides, and errors that name the valid keys."""
 import pytest
 
+from mannlab.building import build_run
 from mannlab.config import (
     DEFAULTS, RunConfig, TrainConfig, apply_overrides, default_config_dict, default_run_dir,
     load_config, parse_override, save_config,
@@ -127,13 +128,13 @@ def test_missing_name_and_bad_toml(tmp_path):
 
 def test_build_validates_model_and_task_arguments():
     with pytest.raises(ConfigError, match="controler.*valid options"):
-        RunConfig(model="ntm", task="copy", model_args={"controler": "fnn"}).build()
+        build_run(RunConfig(model="ntm", task="copy", model_args={"controler": "fnn"}))
     with pytest.raises(ConfigError, match="max_lenght.*valid parameters"):
-        RunConfig(model="ntm", task="copy", task_args={"max_lenght": 3}).build()
+        build_run(RunConfig(model="ntm", task="copy", task_args={"max_lenght": 3}))
     with pytest.raises(ConfigError, match="valid models: .*lstm, ntm"):
-        RunConfig(model="nmt", task="copy").build()
-    task, model = RunConfig(model="lstm", task="copy", model_args={"hidden_size": 4},
-                            task_args={"width": 3}).build()
+        build_run(RunConfig(model="nmt", task="copy"))
+    task, model = build_run(RunConfig(model="lstm", task="copy", model_args={"hidden_size": 4},
+                                      task_args={"width": 3}))
     assert model.input_size == task.input_size == 4
 
 

@@ -2,6 +2,7 @@
 archive and directory sources, validation split, vocabulary, the task's batches (fixtures
 generated here in the v1.2 format; never the network or ../shared)."""
 import io
+import json
 import tarfile
 
 import numpy as np
@@ -12,7 +13,8 @@ from mannlab import tasks
 from mannlab.data import babi, download
 from mannlab.errors import ConfigError, DataError
 from mannlab.models import build_model
-from mannlab.tasks.dataset import evaluate_split, format_results
+from mannlab.reporting.text_tables import format_results
+from mannlab.tasks.dataset import evaluate_split
 
 QA1 = """1 Mary moved to the bathroom.
 2 John went to the hallway.
@@ -164,7 +166,6 @@ def test_models_train_and_report_per_task(archive, model):
 
 def test_cli_train_with_data_dir_then_per_task_eval(archive, tmp_path, capsys):
     from mannlab.cli import main
-    from mannlab.tasks.data_eval import main as data_eval
     run = tmp_path / "run"
     status = main(["train", "--model", "lstm", "--task", "babi", "--data-dir", archive, "--run-dir", str(run),
                    "--steps", "3", "--no-progress", "--set", "model.hidden_size=8", "--set", "task.tasks=[1, 19]",
@@ -172,9 +173,13 @@ def test_cli_train_with_data_dir_then_per_task_eval(archive, tmp_path, capsys):
     assert status == 0
     rows = [line for line in (run / "metrics.jsonl").read_text().splitlines() if '"val"' in line]
     assert len(rows) == 1 and '"error"' in rows[0] and '"multiple": 1' in rows[0]
-    result = data_eval([str(run), "--split", "test"])
+    capsys.readouterr()
+    assert main(["eval", str(run), "--split", "test"]) == 0
+    result = json.loads((run / "eval-test.json").read_text())
     assert result["examples"] == 4 and set(result["per_group"]) == {"qa1 single-supporting-fact", "qa19 path-finding"}
-    assert "qa19 path-finding" in capsys.readouterr().out and (run / "eval-test.json").is_file()
+    out = capsys.readouterr().out
+    assert "qa19 path-finding" in out and (run / "eval-test.json").is_file()
+    assert "length" not in out            # a data set has no lengths: no length rows
 
 
 def test_non_utf8_file_names_file_and_line(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mannlab import tasks
+from mannlab.building import build_run
 from mannlab.config import load_config
 from mannlab.models.dntm import DNTM
 
@@ -48,7 +49,7 @@ def test_addressing_is_not_uniform_and_has_a_gradient(recipe, tmp_path):
     config = load_config(recipe)
     config = load_config(recipe, fixture_overrides(config.task, tmp_path))
     torch.manual_seed(0)
-    task, model = config.build()
+    task, model = build_run(config)
     model.train()
     x, _, _ = task.sample(4, 0)
     _, _, trace = model(x, return_trace=True)

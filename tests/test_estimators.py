@@ -54,7 +54,7 @@ from mannlab.models import build_model
 from mannlab.models import dntm as dntm_module
 from mannlab.models.tardis import TARDISCell
 from mannlab.tasks.base import masked_bce, step_nll
-from mannlab.training.loop import model_aux_loss
+from mannlab.training.update import model_aux_loss
 
 BATCH, INPUTS, OUTPUTS = 2, 2, 2
 #: Noise that makes a choice certain: D-NTM samples argmax p / E, E ~ Exp(1), so E = 1e-300

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from mannlab import plot  # noqa: E402
+from mannlab.reporting import figures as plot  # noqa: E402
 from mannlab.errors import DataError  # noqa: E402
 
 B, T, C_IN, C_OUT, R, H = 2, 7, 5, 4, 1, 2

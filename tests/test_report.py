@@ -8,9 +8,10 @@ import tomli_w
 import tomllib
 
 from mannlab.cli import main
+from mannlab.building import build_run
 from mannlab.config import load_config
 from mannlab.errors import DataError
-from mannlab.report import (PAPER_COLUMNS, PAPER_TABLE2, bit_error_percent, build_report,
+from mannlab.reporting.run_tables import (PAPER_COLUMNS, PAPER_TABLE2, bit_error_percent, build_report,
                             error_table, find_runs, last_val_bce, runs_table)
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "table2"
@@ -365,5 +366,5 @@ def test_table2_recipe_parses_and_builds_with_every_controller(recipe):
         assert (base.train.batch_size, base.train.lr, base.train.val_every) == (1, 1e-4, 1000)
     for controller in PAPER_CONTROLLERS:
         config = load_config(recipe, [f"model.controller={controller}"])
-        task, model = config.build()
+        task, model = build_run(config)
         assert model.cell.controller.hidden_size == 128

@@ -9,11 +9,12 @@ from mannlab.config import RunConfig, TrainConfig
 from mannlab.errors import CheckpointError, ConfigError, DataError
 from mannlab.models.lstm import LSTM
 from mannlab.tasks.base import Task
-from mannlab.training import (
-    NonFiniteLossError, evaluate, format_table, load_checkpoint, load_run, read_metrics, train,
-    truncate_metrics,
-)
-from mannlab.training import loop
+from mannlab.building import build_run
+from mannlab.evaluation import evaluate_lengths, evaluate_run
+from mannlab.reporting.text_tables import format_table
+from mannlab.rundir import load_checkpoint, load_run, read_metrics, truncate_metrics
+from mannlab.training import NonFiniteLossError, loop, train
+from mannlab.training.sampled import validation_sets
 
 TINY_NTM = {"controller_size": 8, "memory_slots": 8, "memory_width": 4}
 TINY_TASK = {"width": 3, "max_length": 3}
@@ -41,7 +42,7 @@ def train_rows(run_dir):
 
 
 def last_weights(run_dir, config):
-    _, model = config.build()
+    _, model = build_run(config)
     load_checkpoint(run_dir / "checkpoints" / "last", model)
     return model.state_dict()
 
@@ -172,19 +173,20 @@ def test_tensorboard_missing_is_a_config_error(tmp_path):
 def test_evaluate_and_table(tmp_path, no_figures):
     config = tiny_config(tmp_path, steps=2)
     train(config)
-    rows = evaluate(tmp_path / "run", [3, 6], batches=2, batch_size=4)
+    rows = evaluate_run(tmp_path / "run", lengths=[3, 6], batches=2, batch_size=4)["rows"]
     assert [r["length"] for r in rows] == [3, 6]
     assert set(rows[0]) == {"length", "bce", "bit_error_rate", "seq_bit_errors"}
-    assert evaluate(tmp_path / "run", [3, 6], batches=2, batch_size=4) == rows  # fixed data
+    again = evaluate_run(tmp_path / "run", lengths=[3, 6], batches=2, batch_size=4)["rows"]
+    assert again == rows  # fixed data
     _, task, model, _ = load_run(tmp_path / "run")
-    assert evaluate((model, task), [3], batches=2, batch_size=4, seed=1) == rows[:1]
+    assert evaluate_lengths(model, task, [3], batches=2, batch_size=4, seed=1) == rows[:1]
     table = format_table(rows, train_length=3)
     assert "bit error rate" in table and "3 (train)" in table and len(table.splitlines()) == 4
 
 
 def test_evaluation_uses_the_runs_thread_count(tmp_path, monkeypatch):
     """Evaluations run on train.threads, as training did (0: leave torch's setting alone)."""
-    from mannlab.training.evaluate import use_run_threads
+    from mannlab.rundir import use_run_threads
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     use_run_threads(tiny_config(tmp_path, threads=1))
@@ -206,9 +208,9 @@ def test_metrics_reader_tolerates_a_cut_last_line(tmp_path):
 
 def test_val_lengths_max_length_validates_on_the_longest_training_sequences(tmp_path):
     config = tiny_config(tmp_path)  # copy, lengths 1-3
-    task, _ = config.build()
-    mixed = loop.validation_sets(task, config)
-    at_max = loop.validation_sets(task, with_train(config, val_lengths="max_length"))
+    task, _ = build_run(config)
+    mixed = validation_sets(task, config)
+    at_max = validation_sets(task, with_train(config, val_lengths="max_length"))
     assert [(m, n) for m, n, _ in mixed] == [(m, n) for m, n, _ in at_max] == [(1, 3), (2, 6)]
     assert at_max[1][2][0][0].equal(mixed[1][2][0][0])  # longer multiples are unchanged
     assert {x.shape[1] for x, _, _ in at_max[0][2]} == {task.sample(1, 0, length=3)[0].shape[1]}
@@ -222,4 +224,4 @@ def test_val_lengths_is_checked():
     for task in ("babi", "ptb-char"):
         config = RunConfig(model="lstm", task=task, train=TrainConfig(val_lengths="max_length"))
         with pytest.raises(ConfigError, match="held-out split"):
-            config.build()
+            build_run(config)

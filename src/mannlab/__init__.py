@@ -22,5 +22,5 @@ __all__ = ["addressing", "tasks", "plot", "build_model", "detach_state", "map_st
 def __getattr__(name):
     # matplotlib is slow to import: load mannlab.plot (and the analyses) on first use only.
     if name in ("plot", "analysis"):
-        return importlib.import_module(f"mannlab.{name}")
+        return importlib.import_module({"plot": "mannlab.reporting.figures"}.get(name, f"mannlab.{name}"))
     raise AttributeError(f"module 'mannlab' has no attribute {name!r}")

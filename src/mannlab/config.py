@@ -20,7 +20,7 @@ A run is described by a plain nested dict, the same shape as its TOML file::
 Layers are merged in this order: TrainConfig's defaults, then (only for
 `mannlab train` without --config) the tuned ``DEFAULTS`` below, then the TOML
 file, then ``--set key=value`` overrides. Unknown keys fail naming the valid
-ones; model and task arguments are checked by building them (``RunConfig.build``).
+ones; model and task arguments are checked by building them (mannlab.building).
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     },
     # The Quick start job: stop 200 steps after solving (val BCE < 0.02 at length 20).
     ("ntm", "copy"): {"train": {"val_every": 50, "stop_after_solve": 200, "lr_after_solve": 3e-5}},
-    # Char-level LM (TBPTT, training/tbptt.py): Adam 2e-3 and clip 1.0 as in ARMIN C.2, 32
+    # Char-level LM (trained with truncated BPTT): Adam 2e-3 and clip 1.0 as in ARMIN C.2, 32
     # streams of 150 symbols per step; recipes/ptb-char-*.toml hold the compared setups.
     **{("*", name): {"train": {"optimizer": "adam", "lr": 2e-3, "clip_grad_norm": 1.0,
                                "batch_size": 32, "steps": 2000, "val_every": 200,
@@ -213,25 +213,6 @@ class RunConfig:
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
 
-    def build(self):
-        """Build (task, model); the builders raise ConfigError on bad names or arguments."""
-        from mannlab import tasks
-        from mannlab.models import build_model
-        from mannlab.tasks.charlm import CharLMTask, is_charlm_task
-
-        if self.train.val_lengths == "max_length" and self.task not in tasks.TASKS:
-            raise ConfigError(f"train.val_lengths = 'max_length' needs a generated task with a "
-                              f"length range ({', '.join(tasks.names())}); {self.task!r} "
-                              f"validates on its held-out split")
-        if is_charlm_task(self.task):   # char-LM: embedding + model, trained by training/tbptt.py
-            task = CharLMTask(self.task, **self.task_args)
-        else:
-            task = tasks.make(self.task, **self.task_args)
-        if hasattr(task, "build_model"):  # a task with its own input module (bAbI's GRU fact encoder)
-            return task, task.build_model(self.model, **self.model_args)
-        model = build_model(self.model, task.input_size, task.output_size, **self.model_args)
-        return task, model
-
 
 def default_run_dir(config: RunConfig) -> str:
     """runs/<model>-<task>-seed<seed>, relative to the working directory."""
@@ -322,10 +303,9 @@ def _valid_names(section: str) -> str:
             from mannlab.models import MODELS
             names = list(MODELS)
         else:
-            from mannlab.tasks import data_names
+            from mannlab.tasks import data_names, text_names
             from mannlab.tasks import names as task_names
-            from mannlab.tasks.charlm import CHARLM_TASKS
-            names = list(task_names()) + list(data_names()) + list(CHARLM_TASKS)
+            names = list(task_names()) + list(data_names()) + list(text_names())
     except ImportError:
         return ""
     return f" (one of: {', '.join(sorted(names))})"

@@ -14,6 +14,7 @@ from mannlab.tasks.algorithmic import (AssociativeRecallTask, BigramFlipTask, Co
                                        OddFirstTask, PrioritySortColumnsTask, PrioritySortTask,
                                        RepeatCopyTask, ReverseTask)
 from mannlab.tasks.babi import BabiTask
+from mannlab.tasks.charlm import CHARLM_TASKS, CharLMTask
 from mannlab.tasks.base import Task
 from mannlab.tasks.enwik8 import Enwik8Task
 from mannlab.tasks.mnist import MnistTask
@@ -26,6 +27,9 @@ TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (
 # Tasks over real data sets (tasks/dataset.py): they read files from their data_dir parameter.
 DATA_TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (
     BabiTask, MnistTask, StrokesTask, SnliTask, Enwik8Task)}
+# Character-level language modelling over a corpus (tasks/charlm.py), one task per corpus;
+# trained on contiguous streams with truncated BPTT (``batching = "streams"``).
+TEXT_TASKS: dict[str, str] = {name.replace("-", "_"): name for name in CHARLM_TASKS}
 
 
 def names() -> list[str]:
@@ -39,19 +43,38 @@ def data_names() -> list[str]:
     return list(DATA_TASKS)
 
 
+def text_names() -> list[str]:
+    """The character-level language modelling tasks (ptb-char, text8, enwik8-char)."""
+    return list(TEXT_TASKS.values())
+
+
+def batching(name: str) -> str:
+    """How task ``name`` is trained, known without building it (a corpus may be large):
+    "streams" (contiguous streams, truncated BPTT) or "samples" (independent batches)."""
+    return "streams" if _key(name) in TEXT_TASKS else "samples"
+
+
+def _key(name: Any) -> str | None:
+    return name.strip().lower().replace("-", "_") if isinstance(name, str) else None
+
+
 def make(name: str, **params: Any) -> Task:
     """Build task ``name`` with ``params`` overriding its defaults.
 
     Raises ConfigError for an unknown name (listing the valid ones), an unknown
     parameter (listing the task's parameters) or an invalid value.
     """
-    key = name.strip().lower().replace("-", "_") if isinstance(name, str) else None
+    key = _key(name)
+    if key in TEXT_TASKS:
+        return CharLMTask(TEXT_TASKS[key], **params)
     registry = {**TASKS, **DATA_TASKS}
     if key not in registry:
-        raise ConfigError(f"unknown task {name!r}; valid names: {', '.join(registry)}")
+        valid = [*registry, *TEXT_TASKS.values()]
+        raise ConfigError(f"unknown task {name!r}; valid names: {', '.join(valid)}")
     return registry[key](**params)
 
 
-__all__ = ["Task", "make", "names", "data_names", "TASKS", "DATA_TASKS", "CopyTask", "RepeatCopyTask", "AssociativeRecallTask",
+__all__ = ["Task", "make", "names", "data_names", "text_names", "batching", "TASKS", "DATA_TASKS",
+           "TEXT_TASKS", "CharLMTask", "CopyTask", "RepeatCopyTask", "AssociativeRecallTask",
            "NGramsTask", "PrioritySortTask", "PrioritySortColumnsTask", "ReverseTask", "BigramFlipTask",
            "OddFirstTask"]

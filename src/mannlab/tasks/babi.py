@@ -23,8 +23,8 @@ Fact encoders (V = word vocabulary size; two flag channels mark question and ans
   the sentence's words go through a word embedding and a GRU, and the GRU's final state is
   the fact vector the memory model reads, ``[GRU(words); flags]``; the question is encoded
   by the same GRU, answer steps (no words) by zeros. The encoder is trained jointly with the
-  model: ``task.build_model(name, **kwargs)`` (what ``RunConfig.build`` calls) returns a
-  ``FactEncoded`` module, the registered model behind a ``GRUFactEncoder``. The task's
+  model: the task's ``input_kind`` is "sentences", and mannlab.wrappers puts the
+  registered model behind a ``GRUFactEncoder`` (``FactEncoded``). The task's
   inputs are then the word ids of each step's sentence (``[ids 1..V, 0 = padding; flags]``,
   ``input_size`` = longest sentence + 2), which only that module reads.
 - ``bigru``: as ``gru`` with a bidirectional GRU (fact_size / 2 per direction): the forward
@@ -38,7 +38,7 @@ Targets are one-hot over the answer classes at the scored step: softmax cross-en
 (metric ``ce``), ``error`` = fraction of questions answered wrong (``CategoricalTask``). The
 training loop's validation also logs ``error/qaN`` per bAbI task, their mean
 (``mean_group_error``) and ``failed_groups`` (tasks above 5% error). Per-task errors of a
-whole split: ``mannlab.tasks.dataset.evaluate_split`` (``python -m mannlab.tasks.data_eval``).
+whole split: ``mannlab.tasks.dataset.evaluate_split`` (``mannlab eval RUN --split test``).
 """
 from __future__ import annotations
 
@@ -47,8 +47,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence
 
 from mannlab.data import babi as babi_data
 from mannlab.errors import ConfigError
@@ -131,21 +129,23 @@ class BabiTask(DatasetTask):
         check_int(params, "answer_steps", minimum=0)
         check_int(params, "split_seed", minimum=0)
 
-    # ---------------------------------------------------------- the model
+    # ------------------------------------------------ what the task feeds
 
-    def build_model(self, name: str, **kwargs: Any) -> nn.Module:
-        """The registered model ``name`` (``mannlab.models.build_model``) sized for this task;
-        with the ``gru`` fact encoder it reads fact vectors and comes behind the encoder
-        (``FactEncoded``), so the two train jointly. ``RunConfig.build`` calls this."""
-        from mannlab.models import build_model
-        encoder = self.params["fact_encoder"]
-        if encoder not in GRU_ENCODERS:
-            return build_model(name, self.input_size, self.output_size, **kwargs)
-        flags = self.input_size - self.sentence_length
-        model = build_model(name, self.params["fact_size"] + flags, self.output_size, **kwargs)
-        encoder = GRUFactEncoder(len(self.words), self.params["word_size"], self.params["fact_size"],
-                                 bidirectional=encoder == "bigru")
-        return FactEncoded(encoder, model, self.sentence_length)
+    @property
+    def input_kind(self) -> str:
+        """"sentences" (word ids per step, for mannlab.wrappers' GRU fact encoder) with the
+        ``gru`` and ``bigru`` encoders, else "features" (vectors any model reads)."""
+        return "sentences" if self.params["fact_encoder"] in GRU_ENCODERS else "features"
+
+    @property
+    def sentence_encoding(self) -> dict[str, Any]:
+        """What the fact encoder needs: vocabulary, sizes, direction and the input layout
+        (``sentence_length`` id channels, then ``flags`` flag channels)."""
+        return {"vocabulary_size": len(self.words), "word_size": self.params["word_size"],
+                "fact_size": self.params["fact_size"],
+                "bidirectional": self.params["fact_encoder"] == "bigru",
+                "sentence_length": self.sentence_length,
+                "flags": self.input_size - self.sentence_length}
 
     # ----------------------------------------------------------- the data
 
@@ -238,79 +238,3 @@ class BabiTask(DatasetTask):
         if logits is not None:
             lines.append(f"predicted: {self.answers[int(logits[index, last].argmax())]}")
         return "\n".join(lines)
-
-
-class GRUFactEncoder(nn.Module):
-    """A sentence of word ids -> one fact vector: embedding, GRU, the GRU's state after the
-    last word (the D-NTM paper, appendix A.1.1). Id 0 is padding; a sentence without words
-    (an answer step, padding steps) gives the zero vector.
-
-    ``bidirectional``: two GRUs of fact_size / 2, the fact vector the forward state after the
-    last word and the backward state after the first. A one-direction state keeps the last
-    words of a bAbI sentence (the location) and loses the first (the person), so no memory
-    read can find "where is Mary"'s fact; the backward state keeps the person."""
-
-    def __init__(self, vocabulary_size: int, word_size: int, fact_size: int,
-                 bidirectional: bool = False):
-        super().__init__()
-        self.embedding = nn.Embedding(vocabulary_size + 1, word_size, padding_idx=0)
-        directions = 2 if bidirectional else 1
-        if fact_size % directions:
-            raise ValueError(f"a bidirectional encoder needs an even fact_size, got {fact_size}")
-        self.gru = nn.GRU(word_size, fact_size // directions, batch_first=True,
-                          bidirectional=bidirectional)
-        self.fact_size = fact_size
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids (N, L) int64, words first then zeros -> (N, fact_size)."""
-        lengths = (ids > 0).sum(1)
-        facts = torch.zeros(ids.shape[0], self.fact_size, dtype=self.embedding.weight.dtype,
-                            device=ids.device)
-        rows = torch.nonzero(lengths).squeeze(1)
-        if rows.numel():
-            packed = pack_padded_sequence(self.embedding(ids[rows]), lengths[rows].cpu(),
-                                          batch_first=True, enforce_sorted=False)
-            _, last = self.gru(packed)   # (directions, n, .): the state after each end word
-            facts = facts.index_copy(0, rows, torch.cat(tuple(last), dim=-1))
-        return facts
-
-
-class FactEncoded(nn.Module):
-    """``model`` reading facts encoded by ``encoder``: inputs ``(B, T, L + F)`` hold the word
-    ids of one sentence per step (L channels) and F flag channels; the model sees
-    ``[encoder(ids); flags]``. Called like the model (``y, state[, trace] = m(x, state,
-    return_trace)``); other attributes (``aux_loss``, ``uses_aux_loss``, ``initial_state``,
-    the curriculum and temperature switches the training loop sets, ...) are the model's."""
-
-    def __init__(self, encoder: nn.Module, model: nn.Module, sentence_length: int):
-        super().__init__()
-        self.encoder = encoder
-        self.model = model
-        self.sentence_length = sentence_length
-
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., L + F) word ids and flags -> (..., fact_size + F) fact vectors and flags."""
-        length = self.sentence_length
-        ids = x[..., :length].round().long()
-        facts = self.encoder(ids.reshape(-1, length)).reshape(*x.shape[:-1], -1)
-        return torch.cat([facts.to(x.dtype), x[..., length:]], dim=-1)
-
-    def forward(self, x: torch.Tensor, state: Any = None, return_trace: bool = False):
-        return self.model(self.encode(x), state, return_trace=return_trace)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)      # parameters, buffers, submodules
-        except AttributeError:
-            if name in ("model", "encoder") or "_modules" not in self.__dict__:
-                raise
-            return getattr(self._modules["model"], name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # switches the loop sets on "the model" (soft_minibatch, inverse_temperature) reach it
-        model = self.__dict__.get("_modules", {}).get("model")
-        if (model is not None and name not in self.__dict__ and not hasattr(type(self), name)
-                and not isinstance(value, (nn.Module, torch.Tensor)) and hasattr(model, name)):
-            setattr(model, name, value)
-        else:
-            super().__setattr__(name, value)

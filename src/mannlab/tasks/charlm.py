@@ -14,31 +14,26 @@ section 8.1. Corpora by name (``CORPORA``):
                (text8 and enwik8: no checksum is published, none is pinned)
 Files are found and downloaded by mannlab.data.download (shared with the data-set loaders).
 
-    corpus = load_corpus("ptb-char", source="/data/ptb.tar.gz")   # or source=None: download
-    streams = batchify(corpus.train, 128)                          # (B, L) contiguous streams
-    model = CharLM(len(corpus.symbols), "armin", embedding_size=128, hidden_size=500)
-    bpc = evaluate_bpc(model, batchify(corpus.test, 1), 150)       # state carried, batch 1
+    corpus = load_corpus("ptb-char", source="DIR/ptb.tar.gz")   # or source=None: download
+    streams = batchify(corpus.train, 128)                        # (B, L) contiguous streams
 
 As a run (``mannlab train --task ptb-char --model armin``): ``CharLMTask`` holds the corpus
-and the protocol parameters (task section of the run config), ``CharLMTask.build_model``
-the CharLM, and mannlab.training.tbptt trains it (truncated BPTT, state carried and
-detached, exact resume, valid and test BPC). Task names (``CHARLM_TASKS``): ``ptb-char``,
-``text8``, ``enwik8-char`` (plain ``enwik8`` is the windowed data-set task, mannlab.tasks.enwik8,
-which starts every window from a fresh state). ``python -m mannlab.tasks.charlm`` is a
-short alias of ``mannlab train`` for these tasks with a wall-clock budget.
+and the protocol parameters (task section of the run config). It feeds symbols
+(``input_kind``), so mannlab.wrappers puts an embedding in front of the model (``CharLM``),
+and it is trained on contiguous streams (``batching``): mannlab.training's TBPTT batch
+source (state carried and detached, exact resume); mannlab.evaluation.bpc scores it.
+Task names (``CHARLM_TASKS``): ``ptb-char``, ``text8``, ``enwik8-char`` (plain ``enwik8`` is
+the windowed data-set task, mannlab.tasks.enwik8, which starts every window from a fresh
+state).
 """
 from __future__ import annotations
 
-import argparse
-import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from mannlab.data import enwik8
 from mannlab.data.download import RemoteFile, is_archive, locate, read_members
@@ -199,70 +194,6 @@ def segments(streams: torch.Tensor, length: int) -> Iterator[tuple[torch.Tensor,
         yield segment_at(streams, index, length)
 
 
-# -------------------------------------------------------------------- model
-
-class CharLM(nn.Module):
-    """Embedding -> a registered sequence model (``mannlab.models.build_model``) whose
-    output head gives logits over the symbols. ``logits, state = lm(tokens (B, T), state)``.
-
-    ``input_dropout`` drops embedding units, ``output_dropout`` the model's output features
-    before its head (both off in eval mode): the "dropout to the input and output layers"
-    of ARMIN appendix C, for any model (the head is the model's own, so TARDIS's fusion
-    layer and auxiliary predictor stay where they are)."""
-
-    OPTIONS = ("embedding_size", "input_dropout", "output_dropout")
-
-    def __init__(self, vocab_size: int, model: str = "armin", embedding_size: int = 128,
-                 input_dropout: float = 0.0, output_dropout: float = 0.0, **model_kwargs: Any):
-        super().__init__()
-        from mannlab.models import build_model
-        for name, p in (("input_dropout", input_dropout), ("output_dropout", output_dropout)):
-            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-                raise ConfigError(f"model.{name} must be a probability in [0, 1), got {p!r}")
-        if isinstance(embedding_size, bool) or not isinstance(embedding_size, int) or embedding_size < 1:
-            raise ConfigError(f"model.embedding_size must be a positive integer, got {embedding_size!r}")
-        self.embedding = nn.Embedding(vocab_size, embedding_size)
-        self.dropout = nn.Dropout(input_dropout)
-        try:
-            self.core = build_model(model, embedding_size, vocab_size, **model_kwargs)
-        except ConfigError as exc:
-            raise ConfigError(f"{exc} (and the char-LM's own: {', '.join(self.OPTIONS)})") from None
-        self.output_dropout = nn.Dropout(output_dropout)
-        if output_dropout:
-            self.core.head.register_forward_pre_hook(lambda _, args: (self.output_dropout(args[0]),))
-        self.vocab_size = vocab_size
-
-    @property
-    def uses_aux_loss(self) -> bool:
-        return getattr(self.core, "uses_aux_loss", False)
-
-    def forward(self, tokens: torch.Tensor, state: Any = None, return_trace: bool = False):
-        if tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex() \
-                or tokens.dtype == torch.bool:
-            raise ValueError(f"CharLM expects (batch, time) symbol indices (integers), got "
-                             f"{tuple(tokens.shape)} {tokens.dtype}")
-        return self.core(self.dropout(self.embedding(tokens.long())), state,
-                         return_trace=return_trace)
-
-
-@torch.no_grad()
-def evaluate_bpc(model: CharLM, streams: torch.Tensor, length: int) -> float:
-    """Bits per character over ``streams`` (B, L) with the state carried across segments
-    (batch 1 evaluates the whole split as one sequence), in eval mode."""
-    was_training = model.training
-    model.eval()
-    total, count, state = 0.0, 0, None
-    try:
-        for x, y in segments(streams, length):
-            logits, state = model(x, state)
-            total += F.cross_entropy(logits.reshape(-1, model.vocab_size), y.reshape(-1).long(),
-                                     reduction="sum").item()
-            count += y.numel()
-    finally:
-        model.train(was_training)
-    return total / count / math.log(2)
-
-
 # ---------------------------------------------------------------- the task
 
 #: task name -> corpus name (plain "enwik8" is the windowed task of mannlab.tasks.enwik8)
@@ -295,6 +226,8 @@ class CharLMTask:
     test_symbols      the same for the test split
     """
 
+    input_kind = "symbols"      # integer symbols: mannlab.wrappers embeds them
+    batching = "streams"        # contiguous streams, trained with truncated BPTT
     defaults = {"data_dir": None, "bptt": 150, "valid_batch_size": 64, "test_batch_size": 1,
                 "valid_symbols": 0, "test_symbols": 0}
 
@@ -337,63 +270,3 @@ class CharLMTask:
             raise ConfigError(f"the {name} split of {self.name} has {data.numel()} symbols, too few "
                               f"for {key} = {batch_size} streams of at least 2")
         return batchify(data, batch_size)
-
-    def build_model(self, model: str, **kwargs: Any) -> CharLM:
-        return CharLM(self.input_size, model, **kwargs)
-
-
-# ---------------------------------------------------------------------- CLI
-
-def main(argv: Optional[list[str]] = None) -> int:
-    """``mannlab train`` for the char-LM tasks with the options (and defaults) of the first
-    version of this command: a wall-clock budget in minutes, shortcuts for the protocol.
-    A --set key without a section is a model option (hidden_size=128 = model.hidden_size=128).
-    The run goes to --run-dir (default runs/<model>-<corpus>-seed<seed>); --out also copies
-    its summary.json."""
-    p = argparse.ArgumentParser(prog="python -m mannlab.tasks.charlm", description=main.__doc__)
-    p.add_argument("--corpus", default="ptb-char", choices=sorted(CHARLM_TASKS))
-    p.add_argument("--data", help="local directory or archive (default: download and cache)")
-    p.add_argument("--model", default="armin")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="run-config override (task.bptt=50, train.lr=1e-3) or model option")
-    p.add_argument("--embedding-size", type=int, default=128)
-    p.add_argument("--dropout", type=float, default=0.0, help="input (embedding) dropout")
-    p.add_argument("--batch-size", type=int, default=128, help="training streams")
-    p.add_argument("--bptt", type=int, default=150)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--clip", type=float, default=1.0)
-    p.add_argument("--minutes", type=float, default=10.0, help="training wall-clock budget")
-    p.add_argument("--eval-batch-size", type=int, default=1, help="test streams (1: one stream)")
-    p.add_argument("--valid-symbols", type=int, default=0, help="first N valid symbols only (0: all)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--run-dir", help="run directory (default runs/<model>-<corpus>-seed<seed>)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing run")
-    p.add_argument("--out", help="copy the run's summary.json here too")
-    args = p.parse_args(argv)
-    from mannlab.cli import main as mannlab_main
-    settings = {"model.embedding_size": args.embedding_size, "model.input_dropout": args.dropout,
-                "train.optimizer": '"adam"', "train.batch_size": args.batch_size,
-                "train.lr": args.lr, "train.clip_grad_norm": args.clip,
-                "train.max_minutes": args.minutes, "train.steps": 10**9,
-                "train.threads": args.threads, "task.bptt": args.bptt,
-                "task.test_batch_size": args.eval_batch_size,
-                "task.valid_symbols": args.valid_symbols}
-    run_dir = args.run_dir or f"runs/{args.model}-{args.corpus}-seed{args.seed}"
-    command = ["train", "--task", args.corpus, "--model", args.model, "--seed", str(args.seed),
-               "--run-dir", run_dir]
-    command += [item for key, value in settings.items() for item in ("--set", f"{key}={value}")]
-    command += [item for text in args.set
-                for item in ("--set", text if "." in text.partition("=")[0] else f"model.{text}")]
-    if args.data:
-        command += ["--data-dir", args.data]
-    if args.force:
-        command.append("--force")
-    status = mannlab_main(command)
-    if args.out:
-        Path(args.out).write_text((Path(run_dir) / "summary.json").read_text())
-    return status
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

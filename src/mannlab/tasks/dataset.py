@@ -165,36 +165,3 @@ def evaluate_split(model: torch.nn.Module, task: DatasetTask, split: str = "test
         out["fail_threshold"] = task.fail_threshold
         out["failed_groups"] = sum(e > task.fail_threshold for e in errors)
     return out
-
-
-def format_group_errors(row: dict[str, Any]) -> str:
-    """One line from a validation row's group metrics: "qa1 12.0%, qa4 3.0%; mean 7.5%, failed
-    1/2"; empty if the row has none."""
-    groups = [(k[len("error/"):], v) for k, v in row.items() if k.startswith("error/")]
-    if not groups:
-        return ""
-    text = ", ".join(f"{name} {100 * v:.1f}%" for name, v in groups)
-    if "mean_group_error" in row:
-        text += f"; mean {100 * row['mean_group_error']:.1f}%"
-    if "failed_groups" in row:
-        text += f", failed {int(row['failed_groups'])}/{len(groups)}"
-    return text
-
-
-def format_results(result: dict[str, Any]) -> str:
-    """A plain-text table: one row per group, then the mean over groups, the number of failed
-    groups (tasks with a ``fail_threshold``, e.g. bAbI tasks above 5% error) and the overall
-    error."""
-    rows = [(name, f"{100 * r['error']:.1f}", str(r["examples"])) for name, r in result["per_group"].items()]
-    errors = [r["error"] for r in result["per_group"].values()]
-    if len(rows) > 1:
-        rows.append(("mean over groups", f"{100 * float(np.mean(errors)):.1f}", ""))
-    threshold = result.get("fail_threshold")
-    if threshold is not None:
-        failed = sum(e > threshold for e in errors)
-        rows.append((f"failed (error > {100 * threshold:g}%)", f"{failed}/{len(errors)}", ""))
-    rows.append(("all scored steps", f"{100 * result['error']:.1f}", str(result["examples"])))
-    width = max(len(r[0]) for r in rows + [("group", "", "")])
-    lines = [f"{'group':<{width}}  error %  examples", "-" * (width + 19)]
-    lines += [f"{a:<{width}}  {b:>7}  {c:>8}" for a, b, c in rows]
-    return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Figures of the analyses: TARDIS paper figures 3 and 5, and gradient flow against distance.
 
 Each function draws one figure, saves it as PNG when ``path`` is given (and
-closes it), and returns it, like mannlab.plot.
+closes it), and returns it, like mannlab.reporting.figures.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from mannlab.plot import _finish
+from mannlab.reporting.figures import finish_figure
 
 SCHEME_LABELS = {"tardis": "TARDIS", "umann": "uMANN", "urmann": "urMANN"}
 POLICY_STYLES = {"written": "-", "empty": "--"}
@@ -42,7 +42,7 @@ def wormhole_lengths(curves: Mapping[str, "LengthCurves"], cells: int, simulatio
     axes[0, 0].legend(fontsize=8, loc="upper left")
     fig.suptitle(f"eq. 40, k = {cells} cells, {simulations} simulations (grey: each cell)",
                  fontsize=10)
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def wormhole_paths(rows: Sequence[Mapping], t0: int, t1: int, simulations: int,
@@ -73,7 +73,7 @@ def wormhole_paths(rows: Sequence[Mapping], t0: int, t1: int, simulations: int,
     axes[0].legend(fontsize=7)
     fig.suptitle(f"dependency {t1} -> {t0}, {simulations} simulations per point "
                  f"(dotted line: k = t1)", fontsize=10)
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def gradient_flow(results: Mapping[str, "GradientFlow"], ylabel: str = "Jacobian norm",
@@ -97,4 +97,4 @@ def gradient_flow(results: Mapping[str, "GradientFlow"], ylabel: str = "Jacobian
     ax.legend(fontsize=8, title="solid: mean, dotted: median", title_fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
-    return _finish(fig, path)
+    return finish_figure(fig, path)

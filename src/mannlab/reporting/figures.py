@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from mannlab.errors import DataError
-from mannlab.training.metrics_log import read_metrics
+from mannlab.rundir.metrics_log import read_metrics
 
 __all__ = ["memory_access", "learning_curve", "compare_curves"]
 
@@ -142,7 +142,7 @@ def memory_access(
     axes[-1].set_xlabel("time")
     if title:
         fig.suptitle(title)
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def _trace_field(trace: Any, name: str) -> np.ndarray:
@@ -261,7 +261,7 @@ def _draw_image(fig: Figure, ax, image: np.ndarray, row_offset: int, cmap: str,
     bar.ax.tick_params(labelsize=7)
 
 
-def _finish(fig: Figure, path: str | os.PathLike | None) -> Figure:
+def finish_figure(fig: Figure, path: str | os.PathLike | None) -> Figure:
     """Save as PNG and close when ``path`` is given; return the figure either way."""
     if path is not None:
         parent = os.path.dirname(os.fspath(path))
@@ -349,7 +349,7 @@ def learning_curve(
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 X_AXES = {"step": ("step", 1.0), "wall": ("wall", 60.0), "cpu": ("cpu", 60.0)}
@@ -410,7 +410,7 @@ def compare_curves(
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def _read_rows(source: str | os.PathLike | Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -2,7 +2,7 @@
 `mannlab report`: the layout of the bAbI tables of the D-NTM and partially non-recurrent papers.
 
 Each run's numbers come from its ``eval-<split>.json``, written by
-``python -m mannlab.tasks.data_eval RUN --split test``. A column gathers the runs whose
+``mannlab eval RUN --split test``. A column gathers the runs whose
 config.toml agree on everything but the seed, the run directory, the data directory and the
 bAbI task selection (task.tasks, task.language): the seeds of one jointly trained model (the
 partially non-recurrent paper's set-up), or one model per bAbI task (the D-NTM paper's, e.g.

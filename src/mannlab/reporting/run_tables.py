@@ -13,7 +13,7 @@ length (``summary["best_val"]["rows"]``, the row with multiple 1; ``final_val``
 when the best checkpoint has no validation row), and in brackets the number of
 seeds whose bit error rate is exactly 0 (no wrong bit in the validation set):
 "37.5 (0)", as in the paper. A second table gives seeds, steps and wall time.
-Runs of data-set tasks get the per-group test error table of ``report_groups`` instead.
+Runs of data-set tasks get the per-group test error table of ``group_tables`` instead.
 
     text = build_report("runs/table2", paper=True)
 """
@@ -30,8 +30,8 @@ from typing import Any, Iterable
 
 from mannlab.config import read_toml
 from mannlab.errors import ConfigError, DataError
-from mannlab.report_groups import by_task, column_key, find_group_evals, group_error_rows
-from mannlab.training.metrics_log import read_metrics
+from mannlab.reporting.group_tables import by_task, column_key, find_group_evals, group_error_rows
+from mannlab.rundir.metrics_log import read_metrics
 
 __all__ = ["Run", "PAPER_COLUMNS", "PAPER_TABLE2", "PAPER_SEEDS", "find_runs", "bit_error_percent",
            "error_table", "runs_table", "build_report", "write_report"]
@@ -421,7 +421,7 @@ def _data_section(runs_dir: str | Path, root: Path, data_runs: list[Run]) -> lis
     if not evals:
         lines += ["No run has an eval-test.json yet.", ""]
     if missing:
-        lines += [f"Not evaluated ({len(missing)}; `python -m mannlab.tasks.data_eval RUN --split test`):",
+        lines += [f"Not evaluated ({len(missing)}; `mannlab eval RUN --split test`):",
                   ""] + [f"- `{_relative(r.path, root)}`" for r in missing]
     while not lines[-1]:
         lines.pop()

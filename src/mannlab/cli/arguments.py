@@ -1,0 +1,43 @@
+"""Argument types and options shared by several commands."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_override(parser: argparse.ArgumentParser,
+                  help_text: str = "change the run's config before loading its weights, e.g. "
+                              "model.addressing=argmax (repeatable)") -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text)
+
+
+def add_set(parser: argparse.ArgumentParser) -> None:
+    add_override(parser, "override a config value, e.g. train.lr=3e-4 or model.controller=fnn (repeatable)")
+    parser.add_argument("--data-dir", dest="overrides", action=DataDir, metavar="DIR",
+                        help="where data-set tasks (babi, mnist, strokes, ...) find their files: "
+                             "same as --set task.data_dir=DIR (default $MANNLAB_DATA, else ~/.cache/mannlab)")
+
+
+class DataDir(argparse.Action):
+    """--data-dir DIR appends the override task.data_dir="DIR"."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        overrides = list(getattr(namespace, self.dest) or [])  # never mutate the shared default
+        setattr(namespace, self.dest, overrides + [f"task.data_dir={json.dumps(value)}"])
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def name_list(text: str) -> list[str]:
+    names = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected comma-separated names")
+    return names

@@ -1,0 +1,166 @@
+"""`mannlab train` and `mannlab run`: a run config from the command line, trained."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from mannlab.cli.arguments import add_set, int_list
+from mannlab.config import RunConfig, default_config_dict, default_run_dir, load_config, read_toml
+from mannlab.errors import ConfigError
+from mannlab.reporting.summaries import describe, seeds_table
+
+TRAIN_HELP = """\
+Train one model on one task. The run directory (default runs/<model>-<task>-seed<seed>)
+receives config.toml (the resolved configuration), metrics.jsonl, checkpoints/best and
+checkpoints/last, summary.json and figures/. At the end a table shows the validation
+metrics at the training length and at the longer lengths of train.val_length_multiples.
+
+Configuration is layered: built-in defaults for the model and task (or --config FILE),
+then --set overrides, then the shortcut flags (--seed, --steps, ...).
+--set takes dotted keys with TOML values, e.g.
+  --set model.controller=fnn --set task.max_length=10 --set train.lr=3e-4
+Sections: model (its keyword arguments), task (its parameters), train (see TrainConfig
+in mannlab/config.py: optimizer, lr, batch_size, steps, val_every, clip_grad_norm, ...).
+"""
+
+TRAIN_EXAMPLES = """\
+examples:
+  mannlab train --model ntm --task copy
+  mannlab train --model lstm --task copy --steps 5000 --set model.hidden_size=256
+  mannlab train --config my.toml --seed 3
+  mannlab train --run-dir runs/ntm-copy-seed0 --resume --steps 4000   # continue a run
+  mannlab train --model dntm --task copy --set train.max_minutes=20 --set train.budget_clock=cpu
+      (stop at 20 CPU minutes or train.steps, whichever comes first)
+  mannlab train --model armin --task ptb-char --data-dir DIR --set train.max_minutes=30
+      (char-level LM with truncated BPTT; tasks ptb-char, text8, enwik8-char; the task
+      section takes data_dir, bptt, valid_batch_size, test_batch_size, valid_symbols,
+      test_symbols; the model section also embedding_size, input_dropout, output_dropout)
+"""
+
+RUN_HELP = """\
+Run a recipe (a TOML run config) once per seed, into <run_dir>/seed<k>, then print a table
+over seeds (solved or not, steps and wall time to solve, validation bce and bit errors per
+sequence at each length) and write it to <run_dir>/summary.md. The seeds come from --seeds,
+else the recipe's `seeds = [...]`, else its `seed`. run_dir defaults to runs/<recipe name>.
+"""
+
+
+def add_commands(command) -> None:
+    train = command("train", "train one model on one task", TRAIN_HELP, TRAIN_EXAMPLES)
+    train.add_argument("--model", help="model name (e.g. ntm, lstm)")
+    train.add_argument("--task", help="task name (e.g. copy, repeat_copy, associative_recall, ptb-char)")
+    train.add_argument("--config", metavar="FILE.toml", help="start from this run config instead of the defaults")
+    add_set(train)
+    train.add_argument("--seed", type=int, help="random seed of initialisation and data (default 0)")
+    train.add_argument("--steps", type=int, help="total training steps (train.steps)")
+    train.add_argument("--batch-size", type=int, help="sequences per step (train.batch_size)")
+    train.add_argument("--lr", type=float, help="learning rate (train.lr)")
+    train.add_argument("--run-dir", metavar="DIR", help="where to write the run (default runs/<model>-<task>-seed<seed>)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in the run directory from checkpoints/last (its config.toml is the base)")
+    train.add_argument("--force", action="store_true", help="overwrite an existing run in the run directory")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar (train.progress=false)")
+    train.set_defaults(func=cmd_train)
+
+    run = command("run", "run a recipe over several seeds", RUN_HELP,
+                  "examples:\n  mannlab run recipes/ntm-copy-lstm.toml\n"
+                  "  mannlab run recipes/ntm-copy-lstm.toml --seeds 0,1,2 --set train.steps=500\n")
+    run.add_argument("recipe", metavar="RECIPE.toml", help="the run config to train")
+    add_set(run)
+    run.add_argument("--seeds", type=int_list, metavar="S1,S2,...", help="seeds to train (overrides the recipe)")
+    run.add_argument("--run-dir", metavar="DIR", help="parent directory of the seed runs (default: the recipe's run_dir)")
+    run.add_argument("--resume", action="store_true", help="continue seeds that have a checkpoint, start the others")
+    run.add_argument("--force", action="store_true", help="overwrite existing seed runs")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from mannlab.building import build_run
+    from mannlab.training import train
+
+    config = train_config(args)
+    build_run(config)  # a typo in a model or task argument fails now, before any file is written
+    print(f"training {config.model} on {config.task} (seed {config.seed}) into {config.run_dir}"
+          + (" (resuming)" if args.resume else ""))
+    summary = train(config, resume=args.resume, force=args.force)
+    print(describe(summary))
+    return 0
+
+
+def train_config(args: argparse.Namespace) -> RunConfig:
+    """The RunConfig of `mannlab train` from its arguments (see TRAIN_HELP for the layers)."""
+    if args.config:
+        base = read_toml(args.config)
+    else:
+        run_dir = args.run_dir
+        if run_dir is None and args.model and args.task:
+            run_dir = str(Path("runs") / f"{args.model}-{args.task}-seed{args.seed or 0}")
+        saved = Path(run_dir) / "config.toml" if run_dir else None
+        if args.resume and saved is not None and saved.is_file():
+            base = read_toml(saved)
+        elif args.model and args.task:
+            base = default_config_dict(args.model, args.task)
+        else:
+            raise ConfigError("give --model and --task (or --config FILE, or --run-dir DIR --resume)"
+                              + _valid_names_hint())
+    for section in ("model", "task"):
+        name = getattr(args, section)
+        if name and base.get(section, {}).get("name") != name:
+            base[section] = {"name": name}  # the other model's (task's) arguments would not fit
+    config = RunConfig.from_dict(base).with_overrides(args.overrides)
+    changes: dict[str, Any] = {}
+    if args.seed is not None:
+        changes["seed"] = args.seed
+    if args.run_dir is not None:
+        changes["run_dir"] = args.run_dir
+    train_changes = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr}
+    train_changes = {k: v for k, v in train_changes.items() if v is not None}
+    if args.no_progress:
+        train_changes["progress"] = False
+    if train_changes:
+        changes["train"] = type(config.train).from_dict({**config.train.to_dict(), **train_changes})
+    config = config.replace(**changes)
+    if config.run_dir is None:
+        config = config.replace(run_dir=default_run_dir(config))
+    return config
+
+
+def _valid_names_hint() -> str:
+    try:
+        from mannlab.models import MODELS
+        from mannlab.tasks import names
+        return f"; models: {', '.join(sorted(MODELS))}; tasks: {', '.join(sorted(names()))}"
+    except ImportError:
+        return ""
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mannlab.building import build_run
+    from mannlab.training import train
+
+    recipe = Path(args.recipe)
+    config = load_config(recipe, args.overrides)
+    build_run(config)  # fail on a typo before the first seed starts
+    seeds = args.seeds or list(config.seeds or [config.seed])
+    parent = Path(args.run_dir or config.run_dir or Path("runs") / recipe.stem)
+    if args.no_progress:
+        config = config.replace(train=type(config.train).from_dict(
+            {**config.train.to_dict(), "progress": False}))
+    summaries = []
+    for seed in seeds:
+        seed_dir = parent / f"seed{seed}"
+        resume = args.resume and (seed_dir / "checkpoints" / "last").is_dir()
+        # with --resume, a seed that never reached a checkpoint simply starts over
+        force = args.force or (args.resume and not resume)
+        print(f"[{recipe.name}] seed {seed}: {'resuming' if resume else 'training'} into {seed_dir}")
+        seed_config = config.replace(seed=seed, seeds=None, run_dir=str(seed_dir))
+        summaries.append(train(seed_config, resume=resume, force=force))
+    table = seeds_table(summaries)
+    header = (f"# {recipe.name}: {config.model} on {config.task}\n\n"
+              f"Recipe `{recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n")
+    (parent / "summary.md").write_text(header + table + "\n")
+    print(table)
+    print(f"summary: {parent / 'summary.md'}")
+    return 0

@@ -1,0 +1,12 @@
+"""Reporting: text and figures from results, summaries and run directories.
+
+    summaries         what `mannlab train` / `mannlab run` print (end of a run, seeds table)
+    text_tables       evaluation tables: metrics per length, errors per group
+    run_tables        tables over many runs in the papers' layouts (`mannlab report`)
+    group_tables      per-group test errors of data-set runs (bAbI per task)
+    figures           memory access, learning curves, curves of several runs (matplotlib)
+    analysis_figures  figures of the analyses (wormhole paths, gradient flow)
+    csv_files         CSV files of the analyses
+
+Nothing here builds a model or trains: inputs are rows, summaries and run files.
+"""

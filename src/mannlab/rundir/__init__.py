@@ -1,0 +1,10 @@
+"""The files of a run directory: checkpoints, the metrics log, and opening a saved run.
+
+    config.toml  metrics.jsonl  summary.json  checkpoints/{best,last}/  figures/
+"""
+from mannlab.rundir.checkpoint import load_checkpoint, save_checkpoint
+from mannlab.rundir.load import load_run, use_run_threads
+from mannlab.rundir.metrics_log import MetricsLog, read_metrics, truncate_metrics
+
+__all__ = ["load_checkpoint", "save_checkpoint", "load_run", "use_run_threads", "MetricsLog",
+           "read_metrics", "truncate_metrics"]

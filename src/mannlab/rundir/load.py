@@ -1,0 +1,42 @@
+"""Open a run directory: its config, task and model with the weights of a checkpoint."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from mannlab.building import build_run
+from mannlab.config import RunConfig, load_config
+from mannlab.errors import CheckpointError
+from mannlab.rundir.checkpoint import load_checkpoint
+
+
+def use_run_threads(config: RunConfig) -> None:
+    """Use the run's torch thread count (train.threads) for its evaluation, as training did:
+    these small models run fastest on one thread, and several threads fighting over a busy
+    CPU (the compiled kernels' BLAS calls included) are many times slower."""
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+
+
+def load_run(run_dir: str | Path, checkpoint: str = "best",
+             overrides: Sequence[str] = ()) -> tuple[RunConfig, Any, torch.nn.Module, dict]:
+    """(config, task, model with weights, checkpoint meta) of a run directory.
+
+    ``checkpoint`` is "best" or "last"; "best" falls back to "last" if the run has none.
+    ``overrides`` ("model.addressing=argmax", ...) change the run's config before the
+    weights load into the model it builds.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory not found: {run_dir}")
+    config = load_config(run_dir / "config.toml", list(overrides))
+    task, model = build_run(config)
+    names = [checkpoint] + (["last"] if checkpoint == "best" else [])
+    for name in names:
+        if (run_dir / "checkpoints" / name).is_dir():
+            meta, _ = load_checkpoint(run_dir / "checkpoints" / name, model)
+            return config, task, model, meta
+    raise CheckpointError(f"no {' or '.join(names)} checkpoint in {run_dir / 'checkpoints'}; "
+                          "has this run saved one yet?")

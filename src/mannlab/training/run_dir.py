@@ -1,0 +1,65 @@
+"""The run directory of a training: refuse to overwrite a run, and resume one exactly."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mannlab.config import RunConfig
+from mannlab.errors import ConfigError
+from mannlab.rundir import load_checkpoint
+from mannlab.training.optimizer import hyperparameters
+
+RUN_ARTIFACTS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoints", "figures", "tensorboard")
+# What must not change when a run is resumed (the rest, like steps or lr, may).
+RESUME_INVARIANTS = ("model", "model_args", "task", "task_args", "seed")
+
+
+def prepare_run_dir(run_dir: Path, force: bool) -> None:
+    """Refuse a directory that holds a run, unless ``force``: then delete only its artifacts."""
+    existing = [name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
+    if not existing:
+        return
+    if not force:
+        raise ConfigError(
+            f"run directory {run_dir} already holds a run ({', '.join(existing)}); "
+            "pass --resume to continue it, --force to overwrite it, or choose another --run-dir")
+    for name in existing:  # only what a run writes: never delete a user's other files
+        target = run_dir / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+
+
+def restore_last(run_dir: Path, config: RunConfig, model, optimizer,
+                 train_invariants: tuple[str, ...] = ("optimizer",)) -> dict[str, Any]:
+    """Load checkpoints/last into model and optimizer after checking that the config may
+    resume it (RESUME_INVARIANTS and ``train_invariants`` unchanged) and restore torch's
+    RNG. Returns the saved training state (progress, and what a batch source keeps)."""
+    last = run_dir / "checkpoints" / "last"
+    meta, state = load_checkpoint(last)  # weights only after the config check, for a clearer error
+    saved = meta.get("config", {})
+    current = json.loads(json.dumps(config.to_dict()))  # compare as stored: tuples become lists
+    differ = [key for key in RESUME_INVARIANTS if _section(saved, key) != _section(current, key)]
+    differ += [f"train.{key}" for key in train_invariants
+               if saved.get("train", {}).get(key) != current["train"][key]]
+    if differ:
+        raise ConfigError(
+            f"cannot resume {run_dir}: {', '.join(differ)} differ from the saved run "
+            f"(see {run_dir / 'config.toml'}); start a new run with another --run-dir instead")
+    load_checkpoint(last, model)
+    optimizer.load_state_dict(state["optimizer"])
+    for group in optimizer.param_groups:  # a changed lr etc. in the config takes effect
+        group.update(hyperparameters(config.train))
+    torch.set_rng_state(state["torch_rng_state"])
+    return state
+
+
+def _section(config_dict: dict[str, Any], key: str) -> Any:
+    """RunConfig field ``key`` read from its TOML-shaped dict."""
+    if key in ("model", "task"):
+        return config_dict.get(key, {}).get("name")
+    if key in ("model_args", "task_args"):
+        return {k: v for k, v in config_dict.get(key[:-5], {}).items() if k != "name"}
+    return config_dict.get(key)

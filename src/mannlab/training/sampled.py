@@ -1,0 +1,144 @@
+"""Batch source of independent sampled batches (generated and data-set tasks).
+
+- the training batch of step ``i`` is ``task.sample(batch_size, [seed, i])``, so the data
+  position is just the step number;
+- validation sets are fixed (seeds ``[seed, 10**9 + k, multiple]``) and validation runs
+  under ``torch.random.fork_rng``, so it never moves the training RNG.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mannlab.config import RunConfig
+from mannlab.evaluation import loss_key, validate
+from mannlab.rundir import read_metrics
+from mannlab.training.schedules import start_minibatch
+from mannlab.training.source import Validation
+from mannlab.training.update import model_aux_loss
+
+VAL_SEED_OFFSET = 10**9   # keeps validation seeds apart from training steps [seed, i]
+
+
+class SampledBatches:
+    """Independent batches ``task.sample(batch_size, [seed, step])``; validation over lengths
+    (multiples of the training length) or the held-out split of a data-set task."""
+
+    unit = "step"
+    best_field = "best_bce"             # the name of the best value in train_state.pt
+    train_invariants = ("optimizer",)   # train.* keys a resume must keep
+    solves = True
+
+    def __init__(self, config: RunConfig, task: Any, model: torch.nn.Module):
+        self.config, self.cfg, self.task = config, config.train, task
+        self.loss_key = loss_key(task)  # "bce", or "ce" for categorical (data-set) tasks
+        self.val_sets = validation_sets(task, config)  # a length the task cannot make fails here
+
+    def restore(self, state: dict[str, Any], model: torch.nn.Module) -> None:
+        """Nothing to restore: the batch of a step is a function of the step."""
+
+    def batch_name(self, step: int) -> str:
+        return f" (batch seed [{self.config.seed}, {step}])"
+
+    def losses(self, model: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss to minimise, task loss) of training step ``step``."""
+        cfg, task = self.cfg, self.task
+        inputs, targets, mask = task.sample(cfg.batch_size // cfg.samples_per_input,
+                                            [self.config.seed, step])
+        if cfg.samples_per_input > 1:   # each sequence K times in a row
+            inputs, targets, mask = (t.repeat_interleave(cfg.samples_per_input, dim=0)
+                                     for t in (inputs, targets, mask))
+        start_minibatch(model, step)  # per-minibatch switches, e.g. the D-NTM curriculum
+        if getattr(model, "uses_aux_loss", False):
+            logits, _, trace = model(inputs, return_trace=True)
+            task_loss = task.loss(logits, targets, mask)
+            # the per-step NLL is a reward signal for the model's estimator, not a path for gradients
+            step_nll = task.step_nll(logits, targets, mask).detach()
+            loss = task_loss + model_aux_loss(model, trace, step_nll,
+                                              lambda out: task.step_nll(out, targets, mask),
+                                              task.outputs_per_step)
+        else:
+            logits, _ = model(inputs)
+            loss = task_loss = task.loss(logits, targets, mask)
+        return loss, task_loss
+
+    def train_row(self, losses: list[tuple[float, float]], step: int
+                  ) -> tuple[dict[str, float], dict[str, Any]]:
+        n = len(losses)
+        return {"loss": sum(l for l, _ in losses) / n,
+                self.loss_key: sum(t for _, t in losses) / n}, {}
+
+    def validate(self, model: torch.nn.Module) -> Validation:
+        rows = validate(model, self.task, self.val_sets)
+        logged = [({k: v for k, v in row.items() if k not in ("multiple", "length")},
+                   {"length": row["length"], "multiple": row["multiple"]}) for row in rows]
+        value = rows[0][self.loss_key]  # multiple 1 comes first
+        # tasks with an irreducible loss (ngrams) report optimal_bce: solved means close to it
+        return Validation(logged, value, value - rows[0].get("optimal_bce", 0.0), rows)
+
+    def postfix(self, step: int, train: dict[str, float] | None, val: Any) -> dict[str, str]:
+        out = {}
+        if train is not None:
+            out["loss"] = f"{train[self.loss_key]:.4f}"
+        if val is not None:
+            row = val[0]
+            out[f"val_{self.loss_key}"] = f"{row[self.loss_key]:.4f}"
+            if "mean_group_error" in row:  # data-set tasks with groups (bAbI tasks)
+                out["val_err"] = f"{100 * row['mean_group_error']:.1f}%"
+            if "failed_groups" in row:
+                groups = sum(k.startswith("error/") for k in row)
+                out["failed"] = f"{int(row['failed_groups'])}/{groups}"
+        return out
+
+    def checkpoint_meta(self, step: int, val: Any) -> dict[str, Any]:
+        return {"val": val}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def summary(self, trainer: Any, best_meta: dict[str, Any]) -> dict[str, Any]:
+        """The summary.json fields of a sampled-batch run after the common ones."""
+        progress, cfg = trainer.progress, self.cfg
+        return {
+            "solve_bce": cfg.solve_bce, "solved": progress.solved_at_step is not None,
+            "solved_at_step": progress.solved_at_step,
+            "solved_at_seconds": (None if progress.solved_at_seconds is None
+                                  else round(progress.solved_at_seconds, 3)),
+            "after_solve": self._after_solve(trainer),
+            "best_val": {"step": progress.best_step, "metric": self.loss_key,
+                         self.loss_key: progress.best, "rows": best_meta.get("val")},
+            "final_val": trainer.last_val,
+        }
+
+    def _after_solve(self, trainer: Any) -> dict[str, Any] | None:
+        """Did a solved run stay solved? Validations at the training length after the solve."""
+        solved_at = trainer.progress.solved_at_step
+        if solved_at is None:
+            return None
+        bces = [row[self.loss_key] - row.get("optimal_bce", 0.0)
+                for row in read_metrics(trainer.run_dir / "metrics.jsonl")
+                if row.get("split") == "val" and row.get("multiple") == 1 and row["step"] > solved_at
+                and self.loss_key in row]
+        return {"validations": len(bces), "solved": sum(b < self.cfg.solve_bce for b in bces),
+                "max_bce": max(bces, default=None)}
+
+
+def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]:
+    """Fixed (multiple, length, batches) sets; multiple 1 follows the training distribution."""
+    cfg, seed = config.train, config.seed
+    # data-set tasks (tasks/dataset.py) validate on their held-out split and have no lengths
+    held_out = {"split": "valid"} if getattr(task, "splits", None) else None
+    sets = []
+    for multiple in [1] if held_out else sorted(cfg.val_length_multiples):
+        at_max = multiple > 1 or cfg.val_lengths == "max_length"
+        length = task.train_length * multiple if at_max else None
+        batches = [task.sample(cfg.val_batch_size, [seed, VAL_SEED_OFFSET + k, multiple],
+                               **(held_out or {"length": length}))
+                   for k in range(cfg.val_batches)]
+        if held_out and hasattr(task, "sample_groups"):  # per-group errors (bAbI: per task)
+            batches = [(*batch, task.sample_groups(cfg.val_batch_size,
+                                                    [seed, VAL_SEED_OFFSET + k, multiple], "valid"))
+                       for k, batch in enumerate(batches)]
+        sets.append((multiple, task.train_length * multiple, batches))
+    return sets

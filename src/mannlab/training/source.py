@@ -1,0 +1,38 @@
+"""What the trainer (loop.py) asks of a batch source; sampled.py and tbptt.py are the two.
+
+The trainer owns everything a run has whatever its data: the run directory, resume,
+checkpoints, the NaN guard, the metrics log, the time budget, the progress bar and the
+figures. A batch source owns what depends on how the data arrive: the loss of a step, the
+validation, and its own fields of the log, the checkpoint meta and the summary.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import torch
+
+
+class Validation(NamedTuple):
+    """What a batch source's validation gives the trainer."""
+    rows: list[tuple[dict[str, Any], dict[str, Any]]]  # (metrics, extra fields) per log row
+    value: float                 # lower is better: picks the best checkpoint
+    excess: float | None         # value above the task's optimum, against train.solve_bce
+    record: Any                  # kept as the last validation (checkpoint meta, summary)
+
+
+class BatchSource(Protocol):
+    unit: str                            # progress bar unit ("step", "seg")
+    best_field: str                      # name of the best validation value in train_state.pt
+    train_invariants: tuple[str, ...]    # train.* keys a resume must keep
+    solves: bool                         # whether validation can mark the run solved
+
+    def restore(self, state: dict[str, Any], model: torch.nn.Module) -> None: ...
+    def batch_name(self, step: int) -> str: ...
+    def losses(self, model: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def train_row(self, losses: list[tuple[float, float]], step: int
+                  ) -> tuple[dict[str, float], dict[str, Any]]: ...
+    def validate(self, model: torch.nn.Module) -> Validation: ...
+    def postfix(self, step: int, train: dict[str, float] | None, val: Any) -> dict[str, str]: ...
+    def checkpoint_meta(self, step: int, val: Any) -> dict[str, Any]: ...
+    def extra_state(self) -> dict[str, Any]: ...
+    def summary(self, trainer: Any, best_meta: dict[str, Any]) -> dict[str, Any]: ...

@@ -1,0 +1,37 @@
+"""One optimizer update from a loss, shared by every batch source: the NaN guard, the
+gradient clipping and the auxiliary losses of models with their own estimators."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss or the gradient became NaN or infinite; the weights were not updated."""
+
+
+def model_aux_loss(model: torch.nn.Module, trace: Any, step_nll: torch.Tensor,
+                   score: Callable[[torch.Tensor], torch.Tensor],
+                   outputs_per_step: int) -> torch.Tensor:
+    """``model.aux_loss(trace, step_nll, outputs_per_step)``, ``outputs_per_step`` being what
+    the task loss averages over per scored step (output bits for BCE, 1 for cross-entropy);
+    models with their own auxiliary predictions (``aux_loss_scores``: TARDIS eq. 17) also
+    get ``score``, logits -> per-step NLL on the targets."""
+    extra = {"score": score} if getattr(model, "aux_loss_scores", False) else {}
+    return model.aux_loss(trace, step_nll, outputs_per_step=outputs_per_step, **extra)
+
+
+def apply_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                 clip: float | None) -> None:
+    """Backward, clip the global gradient norm to ``clip`` (0/None: measure only), step.
+    Raises NonFiniteLossError, before the weights change, on a non-finite loss or norm."""
+    if not torch.isfinite(loss):
+        raise NonFiniteLossError(f"the loss is {loss.item()}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip or math.inf)
+    if not torch.isfinite(norm):
+        raise NonFiniteLossError(f"the gradient norm is {norm.item()}")
+    optimizer.step()

@@ -1,0 +1,57 @@
+"""The character-LM embedding: symbol indices -> an embedding -> any registered model whose
+head gives logits over the symbols (ARMIN section 4.2, TARDIS section 8.1).
+
+The task (mannlab.tasks.charlm) feeds symbol indices; ``CharLM`` adapts a model to them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from mannlab.errors import ConfigError
+from mannlab.models import build_model
+
+
+class CharLM(nn.Module):
+    """Embedding -> a registered sequence model (``mannlab.models.build_model``) whose
+    output head gives logits over the symbols. ``logits, state = lm(tokens (B, T), state)``.
+
+    ``input_dropout`` drops embedding units, ``output_dropout`` the model's output features
+    before its head (both off in eval mode): the "dropout to the input and output layers"
+    of ARMIN appendix C, for any model (the head is the model's own, so TARDIS's fusion
+    layer and auxiliary predictor stay where they are)."""
+
+    OPTIONS = ("embedding_size", "input_dropout", "output_dropout")
+
+    def __init__(self, vocab_size: int, model: str = "armin", embedding_size: int = 128,
+                 input_dropout: float = 0.0, output_dropout: float = 0.0, **model_kwargs: Any):
+        super().__init__()
+        for name, p in (("input_dropout", input_dropout), ("output_dropout", output_dropout)):
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+                raise ConfigError(f"model.{name} must be a probability in [0, 1), got {p!r}")
+        if isinstance(embedding_size, bool) or not isinstance(embedding_size, int) or embedding_size < 1:
+            raise ConfigError(f"model.embedding_size must be a positive integer, got {embedding_size!r}")
+        self.embedding = nn.Embedding(vocab_size, embedding_size)
+        self.dropout = nn.Dropout(input_dropout)
+        try:
+            self.core = build_model(model, embedding_size, vocab_size, **model_kwargs)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (and the char-LM's own: {', '.join(self.OPTIONS)})") from None
+        self.output_dropout = nn.Dropout(output_dropout)
+        if output_dropout:
+            self.core.head.register_forward_pre_hook(lambda _, args: (self.output_dropout(args[0]),))
+        self.vocab_size = vocab_size
+
+    @property
+    def uses_aux_loss(self) -> bool:
+        return getattr(self.core, "uses_aux_loss", False)
+
+    def forward(self, tokens: torch.Tensor, state: Any = None, return_trace: bool = False):
+        if tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex() \
+                or tokens.dtype == torch.bool:
+            raise ValueError(f"CharLM expects (batch, time) symbol indices (integers), got "
+                             f"{tuple(tokens.shape)} {tokens.dtype}")
+        return self.core(self.dropout(self.embedding(tokens.long())), state,
+                         return_trace=return_trace)

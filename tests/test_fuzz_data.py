@@ -341,13 +341,7 @@ PTB = {f"ptb.{split}.txt": b" the cat sat \n on the <unk> mat N \n" for split in
 
 
 def load_ptb(folder):
-    """The PTB corpus; a non-UTF-8 file is still a raw UnicodeDecodeError there (its text is
-    decoded in mannlab.tasks.charlm, see test_ptb_non_utf8_is_a_data_error): counted apart."""
-    try:
-        return charlm.load_corpus("ptb-char", str(folder), fetch=refuse)
-    except UnicodeDecodeError:
-        COUNTS["ptb"]["known_gap_non_utf8"] += 1
-        raise DataError("known gap") from None
+    return charlm.load_corpus("ptb-char", str(folder), fetch=refuse)
 
 
 @FUZZ
@@ -356,8 +350,6 @@ def test_ptb(base, files):
     run_case("ptb", base, write_files(files), load_ptb)
 
 
-@pytest.mark.xfail(raises=UnicodeDecodeError, strict=True,
-                   reason="mannlab.tasks.charlm decodes PTB files with bytes.decode, not data.download.decode_text")
 def test_ptb_non_utf8_is_a_data_error(tmp_path):
     write_files({**PTB, "ptb.valid.txt": b" caf\xe9 \n"})(tmp_path)
     with pytest.raises(DataError, match=r"ptb.valid.txt, line 1: expected UTF-8 text"):

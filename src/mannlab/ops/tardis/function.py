@@ -84,7 +84,8 @@ class TARDISSequence(torch.autograd.Function):
         grads = dispatch.load("tardis").sequence_backward(
             tuple(a(v) for v in saved), a(h_all), a(r_all), a(probs), a(resets), a(tau), a(C),
             a(mask) if mask is not None else np.zeros((1, 1, 1), a(h_all).dtype), mask is not None,
-            a(address), a(aproj), a(steps0), a(w_h), a(w_rg), a(w_c), a(score), learned, use_ln, *(a(p) if use_ln else one for p in (lng_w, lnc_w, lnm_w)),
+            a(address), a(aproj), a(steps0), a(w_h), a(w_rg), a(w_c), a(score), learned, use_ln,
+            *(a(p) if use_ln else one for p in (lng_w, lnc_w, lnm_w)),
             reset_temperature, mode, read_grad, given(d_h_all, h_all), given(d_r_all, r_all),
             given(d_probs, probs), d_probs is not None, given(d_read_w, probs),
             given(d_write_w, probs), given(d_resets, resets), given(d_tau, tau),

@@ -8,7 +8,7 @@ output 8: the copy task's sizes):
   ARMIN                  mannlab.ARMIN(9, 8): hidden 100, memory 50 x 32 (linear write
                          map), layer norm, gumbel-softmax straight-through (one-hot) reads
                          in training; on CPU the compiled whole-sequence kernels
-                         (mannlab.armin_kernels)
+                         (mannlab.ops.armin)
   ARMIN relaxed          the same with the relaxed gumbel-softmax sample (eq. 1) as reads
   ARMIN (tensor path)    the same model with the kernels off: the per-step tensor path
                          (models/armin.py ARMINCell.step; at inference the section-5 fast
@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (INPUT, OUTPUT, FusedLSTM, Logits, LSTMCellLoop,  # noqa: E402
+from bench_ntm import (INPUT, OUTPUT, FusedLSTM, Logits, LSTMCellLoop, TensorPath,  # noqa: E402
                        eval_infer_step, parse_args, report)
 
 import mannlab  # noqa: E402
@@ -43,9 +43,8 @@ REFERENCE = "LSTMCell"
 def armin(addressing: str = "gumbel", kernels: bool = True) -> nn.Module:
     model = mannlab.ARMIN(INPUT, OUTPUT, hidden_size=HIDDEN, memory_slots=SLOTS,
                           memory_width=WIDTH, addressing=addressing)
-    model.cell.use_kernels = kernels
     model.inverse_temperature = 5.0
-    return Logits(model)
+    return Logits(model if kernels else TensorPath(model))
 
 
 def main(argv: list[str] | None = None) -> None:

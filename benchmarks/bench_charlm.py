@@ -10,7 +10,7 @@ reference:
     LSTM LN        mannlab.LSTM with layer norm (a Python cell loop: nn.LSTM cannot do it)
     LSTM LN+ZO     the same with zoneout 0.3 on h and c (the papers' baseline)
     ARMIN          20 slots of width d_h, layer norm, gumbel reads, no zoneout: the compiled
-                   whole-sequence path (mannlab.armin_kernels) in training; inference in
+                   whole-sequence path (mannlab.ops.armin) in training; inference in
                    eval mode takes it too (argmax reads)
     ARMIN ZO       the same with zoneout 0.3 (the paper's PTB setting), which the compiled
                    path does not cover: the per-step tensor path

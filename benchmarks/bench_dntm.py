@@ -11,9 +11,9 @@ same run on the same random binary inputs (input 9, output 8, the copy task's si
   D-NTM discrete J=1, J=3   the same with addressing="reinforce": one-hot samples in
                             training, plus the REINFORCE terms of aux_loss (entropy
                             bonus on; the trace is returned); argmax at inference
-  ... (tensor path)         the same models with cell.use_kernels = False: the per-step
+  ... (tensor path)         the same models with the kernels switched off: the per-step
                             tensor path (the only path before the compiled kernels of
-                            mannlab.dntm_kernels; --no-tensor-path leaves them out)
+                            mannlab.ops.dntm; --no-tensor-path leaves them out)
   GRUCell                   torch.nn.GRUCell(9, 100) stepped in a Python loop +
                             Linear(100, 8): the reference (the D-NTM's tensor path also
                             steps its GRU controller in Python)
@@ -52,8 +52,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (CLOCKS, INPUT, OUTPUT, LSTMCellLoop, cpu_round_robin,  # noqa: E402
-                       eval_infer_step, parse_args, report)
+from bench_ntm import (CLOCKS, INPUT, OUTPUT, LSTMCellLoop, TensorPath,  # noqa: E402
+                       cpu_round_robin, eval_infer_step, parse_args, report)
 
 import mannlab  # noqa: E402
 
@@ -101,11 +101,9 @@ def train_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
     loss.backward()
 
 
-def tensor_path(model: mannlab.DNTM) -> mannlab.DNTM:
+def tensor_path(model: mannlab.DNTM) -> nn.Module:
     """The same model on the per-step tensor path (its own copy of the weights)."""
-    copy = copy_module.deepcopy(model)
-    copy.cell.use_kernels = False
-    return copy
+    return TensorPath(copy_module.deepcopy(model))
 
 
 #: name: (batch, T, input, output, sizes, [(addressing, J, write_keys)]) of the recipes

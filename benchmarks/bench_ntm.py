@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import mannlab
+from mannlab.ops import use_kernels
 
 INPUT, OUTPUT, HIDDEN = 9, 8, 100  # copy task: 8 bits + delimiter channel in, 8 bits out
 
@@ -78,6 +79,25 @@ class Logits(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)[0]
+
+
+class TensorPath(nn.Module):
+    """``model`` with the compiled kernels switched off for its calls (its attributes are
+    the model's): the per-step tensor path of the same weights."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        with use_kernels(False):
+            return self.model(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.model, name)
 
 
 def ntm_copy() -> nn.Module:

@@ -12,7 +12,7 @@ features; input 9, output 8, random binary inputs), per time step (whole sequenc
          auxiliary reward and the estimator, what training/loop.py adds, reading the trace)
   infer  forward in eval mode under torch.no_grad() (argmax reads)
   models TARDIS gumbel (straight-through, learned 1/τ), TARDIS reinforce, each on the compiled
-         path (mannlab.tardis_kernels) and on the tensor path (model.cell.use_kernels = False);
+         path (mannlab.ops.tardis) and on the tensor path (mannlab.ops.use_kernels(False));
          LSTMCell(9, 120) stepped in Python + Linear (the reference, as in bench_armin.py) and
          nn.LSTM(9, 120) + Linear, for information
 char-LM (bench_charlm.py's protocol: CharLM with embedding 64 over 50 symbols, segments of
@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (INPUT, OUTPUT, FusedLSTM, LSTMCellLoop, cpu_round_robin,  # noqa: E402
-                       saved_for_backward_bytes)
+from bench_ntm import (INPUT, OUTPUT, FusedLSTM, LSTMCellLoop, TensorPath,  # noqa: E402
+                       cpu_round_robin, saved_for_backward_bytes)
 
 import mannlab  # noqa: E402
 from mannlab.tasks.base import step_nll  # noqa: E402
@@ -57,10 +57,9 @@ class TARDISLogits(nn.Module):
 
     def __init__(self, addressing: str, kernels: bool):
         super().__init__()
-        self.model = mannlab.TARDIS(INPUT, OUTPUT, hidden_size=HIDDEN, memory_slots=SLOTS,
-                                    address_size=ADDRESS, content_size=CONTENT,
-                                    addressing=addressing)
-        self.model.cell.use_kernels = kernels
+        model = mannlab.TARDIS(INPUT, OUTPUT, hidden_size=HIDDEN, memory_slots=SLOTS,
+                               address_size=ADDRESS, content_size=CONTENT, addressing=addressing)
+        self.model = model if kernels else TensorPath(model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)[0]
@@ -134,7 +133,8 @@ def run_charlm(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:
     for label, (name, kwargs) in specs.items():
         torch.manual_seed(0)
         built[label] = build(name, kwargs)
-    built["TARDIS (tensor path)"][0].core.cell.use_kernels = False
+    charlm = built["TARDIS (tensor path)"][0]
+    charlm.core = TensorPath(charlm.core)
     records = []
     for batch in batch_sizes:
         x = torch.randint(0, VOCAB, (batch, args.charlm_steps + 1))

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from mannlab import addressing as A
+from mannlab.nn import addressing as A
 
 
 def t(values):

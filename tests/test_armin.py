@@ -10,6 +10,8 @@ import torch.nn.functional as F
 import mannlab
 from conftest import float64_seq, small_model
 from mannlab.models import ARMINState, ARMINTrace, build_model
+from mannlab.ops import dispatch, use_kernels
+from mannlab.ops.armin.function import compiled_pays
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
 
@@ -253,26 +255,29 @@ def test_gradcheck_float64(kernels):
     instead). Both the compiled whole-sequence path and the per-step tensor path."""
     x = seq(b=2, t=6).requires_grad_()
     soft = small_armin(addressing="soft", memory_width=4)
-    soft.cell.use_kernels = kernels
-    assert torch.autograd.gradcheck(lambda inp: soft(inp)[0], (x,))
+
+    def run_soft(inp):
+        with use_kernels(kernels):
+            return soft(inp)[0]
+    assert torch.autograd.gradcheck(run_soft, (x,))
     for mode in ("gumbel-relaxed",):
         model = small_armin(addressing=mode, memory_width=4)
-        model.cell.use_kernels = kernels
         model.inverse_temperature = 2.0
 
         def run(inp, h0):
             torch.manual_seed(3)
             state = model.initial_state(2)
-            y, state = model(inp, state._replace(hidden=h0))
+            with use_kernels(kernels):
+                y, state = model(inp, state._replace(hidden=h0))
             return y, state.memory
         h0 = torch.rand(2, 6, dtype=torch.float64, requires_grad=True)
         assert torch.autograd.gradcheck(run, (x, h0))
     zoned = small_armin(addressing="soft", memory_width=4, zoneout=0.4)    # masks fixed by the seed
-    zoned.cell.use_kernels = kernels
 
     def run_zoned(inp):
         torch.manual_seed(4)
-        return zoned(inp)[0]
+        with use_kernels(kernels):
+            return zoned(inp)[0]
     assert torch.autograd.gradcheck(run_zoned, (x,))
     hard = small_armin(read="tardis").eval()
     assert torch.autograd.gradcheck(lambda inp: hard(inp)[0], (x,))
@@ -287,13 +292,13 @@ def test_compiled_sequence_equals_tensor_path(mode, width, zoneout):
     model = randomise(small_armin(addressing=mode, memory_width=width, zoneout=zoneout))
     model.inverse_temperature = 3.0
     x = seq(t=11)
-    assert model.cell.fused_applies(x)
+    assert dispatch.sequence_applies(model.cell, x)
     results = []
     for kernels in (False, True):
-        model.cell.use_kernels = kernels
         model.zero_grad()
         torch.manual_seed(2)
-        y, state = model(x)
+        with use_kernels(kernels):
+            y, state = model(x)
         (y.sin().sum() + state.hidden.sum() + state.memory.pow(2).sum()).backward()
         results.append((y, state, {n: p.grad.clone() for n, p in model.named_parameters()
                                    if p.grad is not None}))
@@ -318,9 +323,8 @@ def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train
     x = seq(t=11)
     results = []
     for kernels in (False, True):
-        model.cell.use_kernels = kernels
         torch.manual_seed(2)
-        with torch.no_grad():
+        with torch.no_grad(), use_kernels(kernels):
             results.append(model(x))
     (y0, s0), (y1, s1) = results
     assert torch.allclose(y0, y1, atol=1e-12)
@@ -329,14 +333,16 @@ def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train
 
 
 def test_compiled_path_only_where_it_pays(monkeypatch):
-    """Large batch x hidden runs the tensor path (the measured policy of models/armin.py)."""
+    """Large batch x hidden runs the tensor path (the measured policy of ops/armin/function.py)."""
     cell = mannlab.ARMIN(5, 3, hidden_size=100, memory_slots=4).cell
-    assert cell.fused_pays(1, True) and cell.fused_pays(40, True)
-    assert not cell.fused_pays(41, True)
-    assert cell.fused_pays(1, False) and cell.fused_pays(32, False) and not cell.fused_pays(33, False)
+    assert cell.compiled_pays(1, True) and cell.compiled_pays(40, True)
+    assert not cell.compiled_pays(41, True)
+    assert cell.compiled_pays(1, False) and cell.compiled_pays(32, False)
+    assert not cell.compiled_pays(33, False)
     wide = mannlab.ARMIN(5, 3, hidden_size=256, memory_slots=4).cell
-    assert wide.fused_pays(16, True) and not wide.fused_pays(17, True)
-    assert wide.fused_pays(1, False) and not wide.fused_pays(2, False)
+    assert wide.compiled_pays(16, True) and not wide.compiled_pays(17, True)
+    assert wide.compiled_pays(1, False) and not wide.compiled_pays(2, False)
+    assert compiled_pays(16, 256, True) and not compiled_pays(17, 256, True)
     model = small_armin(hidden_size=2048)           # 3 rows x 2048 > 4096: tensor path
 
     def fail(*args):
@@ -349,11 +355,12 @@ def test_compiled_path_only_where_it_pays(monkeypatch):
 
 def test_compiled_path_only_for_the_papers_configuration():
     x = seq()
-    assert small_armin().cell.fused_applies(x)
-    assert small_armin(zoneout=0.1).cell.fused_applies(x)
+    assert dispatch.sequence_applies(small_armin().cell, x)
+    assert dispatch.sequence_applies(small_armin(zoneout=0.1).cell, x)
+    assert not dispatch.sequence_applies(small_armin().cell, x, with_trace=True)
     for kw in (dict(read="tardis"), dict(read="random"), dict(write="queue"),
                dict(write="independent"), dict(control_gates=False), dict(layer_norm=False)):
-        assert not small_armin(**kw).cell.fused_applies(x), kw
+        assert not dispatch.sequence_applies(small_armin(**kw).cell, x), kw
 
 
 def test_shapes_state_and_trace():

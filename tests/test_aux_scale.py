@@ -7,8 +7,9 @@ term_sum / NLL_sum; dividing by bits on a categorical task would make it |V| tim
 import pytest
 import torch
 
-from mannlab import sampling, tasks
+from mannlab import tasks
 from mannlab.models import build_model
+from mannlab.nn import sampling
 from mannlab.wrappers import CharLM
 from mannlab.training import tbptt
 from mannlab.training.update import model_aux_loss

@@ -12,7 +12,7 @@ import torch
 
 import mannlab
 from mannlab import ConfigError
-from mannlab.controllers import CONTROLLERS, make_controller
+from mannlab.nn.controllers import CONTROLLERS, make_controller
 from tiny_copy import tiny_copy_losses
 
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from conftest import float64_seq, small_model
-from mannlab.controllers import CONTROLLERS
 from mannlab.models import DNCState, build_model
+from mannlab.nn.controllers import CONTROLLERS
 from tiny_copy import tiny_copy_losses
 
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mannlab import addressing as A
+from mannlab.nn import addressing as A
 
 
 def t(values):

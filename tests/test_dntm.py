@@ -11,11 +11,12 @@ from torch.func import functional_call
 
 import mannlab
 from conftest import SMALL as SMALL_CONFIGS, float64_seq, leaves, small_model
-from mannlab import sampling
 from mannlab.errors import ConfigError
 from mannlab.models import DNTMState, DNTMTrace, build_model
 from mannlab.models import dntm as dntm_module
 from mannlab.models.dntm import lru_address, read_write_consistency, similarity
+from mannlab.nn import sampling
+from mannlab.ops import dispatch, use_kernels
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
 
@@ -448,9 +449,10 @@ def test_regularisers_switch_on_from_the_config_and_get_gradients():
 # ---------------------------------------------------------- the compiled path
 
 @pytest.fixture
-def kernels_enabled(monkeypatch):
+def kernels_enabled():
     """The compiled path's tests run it even under MANNLAB_KERNELS=0 (numba is required)."""
-    monkeypatch.setattr(dntm_module, "USE_KERNELS", True)
+    with use_kernels(True):
+        yield
 
 
 def randomise(model):
@@ -482,7 +484,6 @@ def both_paths(model, x, state=None, soft_minibatch=False, nll_seed=0):
     buffers = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("reward")}
     nll = torch.rand(x.shape[:2], dtype=x.dtype, generator=torch.Generator().manual_seed(nll_seed))
     for kernels in (False, True):
-        model.cell.use_kernels = kernels
         model.soft_minibatch = soft_minibatch
         model.load_state_dict(buffers, strict=False)
         model.zero_grad()
@@ -490,7 +491,8 @@ def both_paths(model, x, state=None, soft_minibatch=False, nll_seed=0):
             tuple(t.detach().clone().requires_grad_() for t in s) if isinstance(s, tuple)
             else s.detach().clone().requires_grad_() for s in state))
         torch.manual_seed(5)
-        y, final, tr = model(x, start, return_trace=True)
+        with use_kernels(kernels):
+            y, final, tr = model(x, start, return_trace=True)
         loss = (y.sin().sum() + sum((t * (i + 1)).cos().sum() for i, t in enumerate(leaves(final)))
                 + tr.read_probs.pow(2).sum() + tr.write_probs.sin().sum() + tr.key_strengths.sum()
                 + tr.lru_gates.cos().sum() + tr.erase_vectors.pow(2).sum()
@@ -535,7 +537,7 @@ def test_compiled_path_equals_tensor_path(mode, steps, lru, nop, controller):
     model = randomise(small_dntm(controller=controller, addressing=mode, addressing_steps=steps,
                                  lru=lru, nop=nop, read_heads=2, **AUX))
     x = seq(t=7)
-    assert model.cell.fused_applies(x)
+    assert dispatch.sequence_applies(model.cell, x)
     results = both_paths(model, x, random_state(model, 3))
     assert_paths_equal(results)
     if mode == "reinforce":
@@ -565,10 +567,10 @@ def test_compiled_path_without_trace_equals_tensor_path(mode):
     x = seq(t=8)
     results = []
     for kernels in (False, True):
-        model.cell.use_kernels = kernels
         model.zero_grad()
         torch.manual_seed(4)
-        y, state = model(x)
+        with use_kernels(kernels):
+            y, state = model(x)
         (y.sin().sum() + sum(t.pow(2).sum() for t in leaves(state))).backward()
         results.append([y, *leaves(state), *(p.grad.clone() for p in model.parameters()
                                              if p.grad is not None)])
@@ -614,8 +616,7 @@ def test_compiled_path_without_backward_equals_tensor_path(mode, train):
     x = seq(t=7)
     results = []
     for kernels in (False, True):
-        model.cell.use_kernels = kernels
-        with torch.no_grad():
+        with torch.no_grad(), use_kernels(kernels):
             torch.manual_seed(2)
             plain = model(x)
             torch.manual_seed(2)
@@ -632,9 +633,9 @@ def test_compiled_path_float32_close_to_tensor_path():
     x = seq(t=7).float()
     results = []
     for kernels in (False, True):
-        model.cell.use_kernels = kernels
         model.zero_grad()
-        y, state, tr = model(x, return_trace=True)
+        with use_kernels(kernels):
+            y, state, tr = model(x, return_trace=True)
         (y.sin().sum() + model.aux_loss(tr, torch.rand(3, 7))).backward()
         results.append((y, state.content, model.cell.head_params.weight.grad.clone()))
     for a, b in zip(*results):
@@ -650,7 +651,7 @@ def test_gradcheck_compiled_path_float64(controller):
     trace's probabilities included."""
     model = randomise(small_dntm(controller=controller, read_heads=2, write_heads=2,
                                  addressing_steps=2, nop=True, lru=False))
-    assert model.cell.fused_applies(seq())
+    assert dispatch.sequence_applies(model.cell, seq())
     x = seq(b=2, t=3).requires_grad_()
     state = random_state(model, 2)
 
@@ -678,8 +679,8 @@ def test_gradcheck_compiled_path_float64(controller):
 
 @pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_only_where_it_applies(monkeypatch):
-    """Other controllers, use_kernels=False and USE_KERNELS=False (MANNLAB_KERNELS=0) run the
-    tensor path; GRU and FNN run the kernels."""
+    """Other controllers and the kernels switched off (use_kernels(False), as
+    MANNLAB_KERNELS=0) run the tensor path; GRU and FNN run the kernels."""
     calls = []
     original = dntm_module.DNTMCell.run_fused
 
@@ -690,18 +691,16 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
     x = seq()
     for controller in ("gru", "fnn", "lstm", "elman", "pnr-lstm"):
         model = small_dntm(controller=controller)
-        assert model.cell.fused_applies(x) == (controller in ("gru", "fnn"))
+        assert dispatch.sequence_applies(model.cell, x) == (controller in ("gru", "fnn"))
         model(x)
         with torch.no_grad():
             model(x, return_trace=True)
     assert calls == ["GRUController"] * 2 + ["FNNController"] * 2
     model = small_dntm()
-    model.cell.use_kernels = False
-    model(x)
-    model.cell.use_kernels = True
-    monkeypatch.setattr(dntm_module, "USE_KERNELS", False)
-    assert not model.cell.fused_applies(x)
-    model(x)
+    with use_kernels(False):
+        assert not dispatch.sequence_applies(model.cell, x)
+        model(x)
+        model(x, return_trace=True)
     assert len(calls) == 4
 
 

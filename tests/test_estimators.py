@@ -49,10 +49,10 @@ import itertools
 import torch
 import torch.nn.functional as F
 
-from mannlab import sampling
 from mannlab.models import build_model
-from mannlab.models import dntm as dntm_module
 from mannlab.models.tardis import TARDISCell
+from mannlab.nn import sampling
+from mannlab.ops.dntm.function import DNTMSequence
 from mannlab.tasks.base import masked_bce, step_nll
 from mannlab.training.update import model_aux_loss
 
@@ -205,8 +205,8 @@ def force_dntm(m, model, choices: torch.Tensor) -> None:
     exp = torch.full((steps, rows, choices.shape[2], N), EXP_OTHER, dtype=torch.float64)
     exp.scatter_(-1, choices.transpose(0, 1).unsqueeze(-1), EXP_CHOSEN)
     noise = torch.cat([exp[:, :, :R].flatten(1), exp[:, :, R:].flatten(1)], dim=1)
-    apply = dntm_module._FusedSequence.apply
-    m.setattr(dntm_module._FusedSequence, "apply",
+    apply = DNTMSequence.apply
+    m.setattr(DNTMSequence, "apply",
               lambda xp, _noise, *rest: apply(xp, noise.to(xp.dtype), *rest))
     draws = iter([part for t in range(steps) for part in (choices[:, t, :R], choices[:, t, R:])])
     m.setattr(sampling, "sample_one_hot",

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from mannlab import addressing as A
-from mannlab.fused_addressing import ntm_address
+from mannlab.nn import addressing as A
+from mannlab.ops.ntm.fused_addressing import ntm_address
 
 
 def reference(keys, memory, previous, beta, gate, shift, gamma):

@@ -7,20 +7,20 @@ import torch
 import torch.nn.functional as F
 
 import mannlab
-from mannlab import addressing as A
-from mannlab import fused_dnc_step
-from mannlab.fused_dnc_step import dnc_memory_step, interface_sizes
+from mannlab.nn import addressing as A
+from mannlab.ops import use_kernels
+from mannlab.ops.dnc.function import dnc_memory_step, interface_sizes
 
 
 @pytest.fixture(params=["kernels", "tensors"], autouse=True)
-def path(request, monkeypatch):
+def path(request):
     """Every test runs on both paths: the compiled CPU kernels and the composition."""
-    monkeypatch.setattr(fused_dnc_step, "USE_KERNELS", request.param == "kernels")
-    return request.param
+    with use_kernels(request.param == "kernels"):
+        yield request.param
 
 
 def reference(raw, memory, read_w, write_w, usage, precedence, links):
-    """Steps (ii)-(iii) written out with the primitives of mannlab.addressing."""
+    """Steps (ii)-(iii) written out with the primitives of mannlab.nn.addressing."""
     B, R, W = raw.shape[0], read_w.shape[1], memory.shape[2]
     read_keys, write_key = raw[:, :R * W].view(B, R, W), raw[:, R * W:R * W + W].unsqueeze(1)
     vector = raw[:, R * W + W:R * W + 2 * W].unsqueeze(1)
@@ -144,7 +144,7 @@ def test_kernel_path_records_one_node(path):
     assert fused == (path == "kernels")
 
 
-def test_dnc_module_is_the_same_on_both_paths(monkeypatch):
+def test_dnc_module_is_the_same_on_both_paths():
     torch.manual_seed(0)
     model = mannlab.DNC(5, 4, controller_size=6, memory_slots=7, memory_width=3,
                         read_heads=2).double()
@@ -154,8 +154,9 @@ def test_dnc_module_is_the_same_on_both_paths(monkeypatch):
         y, _ = model(x)
         return (y, *torch.autograd.grad(y.square().sum(), list(model.parameters())))
     fused = run()
-    monkeypatch.setattr(fused_dnc_step, "USE_KERNELS", False)
-    assert_close(fused, run(), 1e-10)
+    with use_kernels(False):
+        composed = run()
+    assert_close(fused, composed, 1e-10)
 
 
 @pytest.mark.parametrize("with_trace", [False, True])

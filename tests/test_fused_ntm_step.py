@@ -6,20 +6,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mannlab import addressing as A
-from mannlab import fused_ntm_step
-from mannlab.fused_ntm_step import ntm_memory_step
+from mannlab.nn import addressing as A
+from mannlab.ops import use_kernels
+from mannlab.ops.ntm.function import ntm_memory_step
 
 
 @pytest.fixture(params=["kernels", "tensors"], autouse=True)
-def path(request, monkeypatch):
+def path(request):
     """Every test runs on both paths: the compiled CPU kernels and the tensor operations."""
-    monkeypatch.setattr(fused_ntm_step, "USE_KERNELS", request.param == "kernels")
-    return request.param
+    with use_kernels(request.param == "kernels"):
+        yield request.param
 
 
 def reference(params, memory, read_prev, write_prev, width, num_shifts):
-    """Steps (ii)-(iii) written with the unfused primitives of mannlab.addressing."""
+    """Steps (ii)-(iii) written with the unfused primitives of mannlab.nn.addressing."""
     batch, heads_w, heads_r = params.shape[0], write_prev.shape[1], read_prev.shape[1]
     size = width + 3 + num_shifts
     address = params[:, :(heads_w + heads_r) * size].view(batch, heads_w + heads_r, size)

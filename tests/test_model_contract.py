@@ -3,16 +3,17 @@ builds it and rejects misspelled options and invalid sizes with a ConfigError na
 bad input gives a clear error, output_size=None gives the features, cell == sequence,
 chunked == whole, calls do not share memory, batch elements are independent,
 batch_first=False, gradcheck. The model files keep what only their model does."""
+import contextlib
 import re
-import sys
 
 import pytest
 import torch
 
 from conftest import SMALL, float64_seq, leaves, small_model
 from mannlab import ConfigError, detach_state
-from mannlab.controllers import CONTROLLERS
 from mannlab.models import MODELS, build_model, model_kwargs
+from mannlab.nn.controllers import CONTROLLERS
+from mannlab.ops import dispatch
 
 NAMES = sorted(MODELS)
 # Models that sample in training (gumbel noise): the checks that need one fixed function
@@ -227,13 +228,15 @@ def test_cell_loop_equals_sequence_module(name, kw):
     assert_states_close(state, final)
 
 
-def use_kernels(model, kernels, x, monkeypatch):
+def use_kernels(model, kernels, x):
     """kernels None: as configured; True / False: the compiled whole-sequence path (even under
     MANNLAB_KERNELS=0, numba is required) or the per-step tensor path."""
-    if kernels is not None:
-        monkeypatch.setattr(sys.modules[type(model).__module__], "USE_KERNELS", True)
-        model.cell.use_kernels = kernels
-        assert model.cell.fused_applies(x) == kernels
+    if kernels is None:
+        return contextlib.nullcontext()
+    switch = dispatch.use_kernels(kernels)
+    with dispatch.use_kernels(kernels):
+        assert dispatch.sequence_applies(model.cell, x) == kernels
+    return switch
 
 
 @pytest.mark.parametrize("name, kw, kernels, cuts", [
@@ -249,18 +252,18 @@ def use_kernels(model, kernels, x, monkeypatch):
     ("armin", dict(addressing="soft"), None, [3]),
     ("armin", dict(read="tardis", zoneout=0.2), None, [3]),
 ])
-def test_chunked_run_with_carried_state_equals_one_run(name, kw, kernels, cuts, monkeypatch):
+def test_chunked_run_with_carried_state_equals_one_run(name, kw, kernels, cuts):
     """The draws of each chunk continue where the previous chunk stopped."""
     model = small(name, **kw)
     x = seq(t=10)
-    use_kernels(model, kernels, x, monkeypatch)
-    torch.manual_seed(5)
-    y, final = model(x)
-    torch.manual_seed(5)
-    ys, state = [], None
-    for chunk in x.tensor_split(cuts, dim=1):
-        y_chunk, state = model(chunk, None if state is None else detach_state(state))
-        ys.append(y_chunk)
+    with use_kernels(model, kernels, x):
+        torch.manual_seed(5)
+        y, final = model(x)
+        torch.manual_seed(5)
+        ys, state = [], None
+        for chunk in x.tensor_split(cuts, dim=1):
+            y_chunk, state = model(chunk, None if state is None else detach_state(state))
+            ys.append(y_chunk)
     assert torch.allclose(torch.cat(ys, 1), y, atol=1e-12)
     assert_states_close(state, final)
 

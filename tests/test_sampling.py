@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mannlab import sampling
+from mannlab.nn import sampling
 
 
 def test_sample_one_hot_is_one_hot_and_follows_the_distribution():

@@ -8,7 +8,9 @@ import torch
 
 import mannlab
 from conftest import SMALL as SMALL_CONFIGS, float64_seq, small_model
-from mannlab import ConfigError, detach_state, sampling
+from mannlab import ConfigError, detach_state
+from mannlab.nn import sampling
+from mannlab.ops import dispatch, use_kernels
 from mannlab.models import TARDISState, TARDISTrace, build_model
 from mannlab.models.tardis import (LAST_READ_PENALTY, TardisAddressing, normalise_usage,
                                    sparse_addresses)
@@ -411,10 +413,10 @@ def test_learns_tiny_copy_gumbel():
 # ------------------------------------------------------------ compiled path
 
 @pytest.fixture
-def kernels_enabled(monkeypatch):
+def kernels_enabled():
     """The compiled path's tests run it even under MANNLAB_KERNELS=0 (numba is required)."""
-    from mannlab.models import tardis as tardis_module
-    monkeypatch.setattr(tardis_module, "USE_KERNELS", True)
+    with use_kernels(True):
+        yield
 
 
 def randomise(model, scale=0.3):
@@ -431,10 +433,10 @@ def both_paths(model, x, loss_of, seed=2, trace=False, state=None):
     compiled path, from the same seed (so the same Gumbel noise, gate noise and masks)."""
     results = []
     for use in (False, True):
-        model.cell.use_kernels = use
         model.zero_grad()
         torch.manual_seed(seed)
-        out = model(x, state, return_trace=trace)
+        with use_kernels(use):
+            out = model(x, state, return_trace=trace)
         loss_of(out).backward()
         results.append((out, {n: p.grad.clone() for n, p in model.named_parameters()
                               if p.grad is not None}))
@@ -473,7 +475,7 @@ def test_compiled_sequence_equals_tensor_path(mode, train, layer_norm, dropout):
     model.train(train)
     model.inverse_temperature = 2.5
     x = seq(t=11)
-    assert model.cell.fused_applies(x)
+    assert dispatch.sequence_applies(model.cell, x)
     assert_same(both_paths(model, x, state_loss))
 
 
@@ -522,9 +524,8 @@ def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train
     x = seq(t=11)
     results = []
     for use in (False, True):
-        model.cell.use_kernels = use
         torch.manual_seed(2)
-        with torch.no_grad():
+        with torch.no_grad(), use_kernels(use):
             results.append(model(x))
     (y0, s0), (y1, s1) = results
     assert torch.allclose(y0, y1, atol=1e-12)
@@ -538,10 +539,10 @@ def test_compiled_path_runs_float32():
     x = seq().float()
     results = []
     for use in (False, True):
-        model.cell.use_kernels = use
         model.zero_grad()
         torch.manual_seed(3)
-        y, state = model(x)
+        with use_kernels(use):
+            y, state = model(x)
         (y.sum() + state.content.sum()).backward()
         results.append((y, model.cell.hidden_gates.weight.grad.clone()))
     assert results[1][0].dtype == torch.float32
@@ -550,30 +551,30 @@ def test_compiled_path_runs_float32():
 
 
 @pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("use_kernels", [True, False])
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("kw", [dict(), dict(addressing="reinforce"),
                                 dict(layer_norm=True, recurrent_dropout=0.3)])
-def test_chunked_run_equals_one_run_on_both_paths(use_kernels, kw):
+def test_chunked_run_equals_one_run_on_both_paths(compiled, kw):
     """Chunks with the carried (detached) state give one run's outputs and final state, across
     the k-th step (the step counter keeps the write order) and with the draws of one run."""
     model = randomise(small_tardis(**kw))
-    model.cell.use_kernels = use_kernels
     x = seq(t=10)
-    assert model.cell.fused_applies(x) == use_kernels
-    torch.manual_seed(5)
-    y, final = model(x)
-    torch.manual_seed(5)
-    y1, s = model(x[:, :3])
-    y2, s = model(x[:, 3:6], detach_state(s))
-    y3, s = model(x[:, 6:], detach_state(s))
+    with use_kernels(compiled):
+        assert dispatch.sequence_applies(model.cell, x) == compiled
+        torch.manual_seed(5)
+        y, final = model(x)
+        torch.manual_seed(5)
+        y1, s = model(x[:, :3])
+        y2, s = model(x[:, 3:6], detach_state(s))
+        y3, s = model(x[:, 6:], detach_state(s))
     assert torch.allclose(torch.cat([y1, y2, y3], 1), y, atol=1e-12)
     for a, b in zip(s, final):
         assert torch.allclose(a.double(), b.double(), atol=1e-12)
 
 
 @pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("use_kernels", [True, False])
-def test_gradcheck_float64_both_paths(use_kernels):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_gradcheck_float64_both_paths(compiled):
     """gradcheck through the compiled path (and the tensor path) wherever the forward is
     differentiable: argmax reads with the gate noise and dropout masks fixed by the seed (inputs
     and the initial state), evaluation with layer norm, and the read probabilities of REINFORCE
@@ -582,68 +583,67 @@ def test_gradcheck_float64_both_paths(use_kernels):
     checks them against the tensor path instead."""
     x = seq(b=2, t=6).requires_grad_()
     noisy = randomise(small_tardis(addressing="argmax", layer_norm=True, recurrent_dropout=0.3))
-    noisy.cell.use_kernels = use_kernels
 
     def run(inp, h0, c0):
         torch.manual_seed(3)
         state = noisy.initial_state(2)
-        y, state = noisy(inp, state._replace(hidden=h0, cell=c0))
+        with use_kernels(compiled):
+            y, state = noisy(inp, state._replace(hidden=h0, cell=c0))
         return y, state.content, state.cell
     h0 = torch.rand(2, 8, dtype=torch.float64, requires_grad=True)
     c0 = torch.rand(2, 8, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(run, (x, h0, c0))
     plain = randomise(small_tardis(layer_norm=True)).eval()
-    plain.cell.use_kernels = use_kernels
-    assert torch.autograd.gradcheck(lambda inp: plain(inp)[0], (x,))
+
+    def run_plain(inp):
+        with use_kernels(compiled):
+            return plain(inp)[0]
+    assert torch.autograd.gradcheck(run_plain, (x,))
     rl = randomise(small_tardis(addressing="reinforce"))
-    rl.cell.use_kernels = use_kernels
 
     def run_rl(inp):
         torch.manual_seed(4)
-        y, state, trace = rl(inp, return_trace=True)
+        with use_kernels(compiled):
+            y, state, trace = rl(inp, return_trace=True)
         return y, trace.read_probs, trace.inverse_temperature
     assert torch.autograd.gradcheck(run_rl, (x,))
 
 
 @pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_only_where_it_applies(monkeypatch):
-    """The kernels run for CPU float32/float64 passes with use_kernels (and USE_KERNELS) on,
-    where they pay; else the tensor path."""
-    from mannlab.models import tardis as tardis_module
+    """The kernels run for CPU float32/float64 passes with the kernels switched on, where
+    they pay; else the tensor path."""
     model = small_tardis()
     x = seq()
-    assert model.cell.fused_applies(x) and model.cell.fused_applies(x.float())
-    assert not model.cell.fused_applies(x.to(torch.bfloat16))
+    assert dispatch.sequence_applies(model.cell, x)
+    assert dispatch.sequence_applies(model.cell, x.float())
+    assert not dispatch.sequence_applies(model.cell, x.to(torch.bfloat16))
     calls = []
     original = model.cell.run_fused
     monkeypatch.setattr(model.cell, "run_fused", lambda *a: calls.append(1) or original(*a))
     model(x)
     model(x, return_trace=True)
     assert len(calls) == 2
-    model.cell.use_kernels = False
-    assert not model.cell.fused_applies(x)
-    model(x)
-    model.cell.use_kernels = True
-    monkeypatch.setattr(tardis_module, "USE_KERNELS", False)
-    assert not model.cell.fused_applies(x)
-    model(x)
+    with use_kernels(False):
+        assert not dispatch.sequence_applies(model.cell, x)
+        model(x)
+        model(x, return_trace=True)
     assert len(calls) == 2
     bf16 = small_tardis().to(torch.bfloat16)
     monkeypatch.setattr(bf16.cell, "run_fused", lambda *a: calls.append(1))
-    monkeypatch.setattr(tardis_module, "USE_KERNELS", True)
     bf16(x.to(torch.bfloat16))
     assert len(calls) == 2
 
 
 @pytest.mark.usefixtures("kernels_enabled")
 def test_tensor_path_where_the_kernels_do_not_pay(monkeypatch):
-    """fused_pays (always True as measured so far) is consulted: where it says no, the tensor
+    """compiled_pays (always True as measured so far) is consulted: where it says no, the tensor
     path runs, with the same draws."""
     model = randomise(small_tardis())
     x = seq()
     torch.manual_seed(1)
     y_kernels, _ = model(x)
-    monkeypatch.setattr(model.cell, "fused_pays", lambda batch, backward: False)
+    monkeypatch.setattr(model.cell, "compiled_pays", lambda batch, backward: False)
     monkeypatch.setattr(model.cell, "run_fused", lambda *a: pytest.fail("compiled path ran"))
     torch.manual_seed(1)
     y_tensor, _ = model(x)

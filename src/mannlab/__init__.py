@@ -6,10 +6,11 @@
 """
 import importlib
 
-from mannlab import addressing, tasks
+from mannlab import tasks
 from mannlab.errors import CheckpointError, ConfigError, DataError
 from mannlab.models import (ARMIN, DNC, DNTM, LSTM, NTM, TARDIS, NTMCell, NTMState, NTMTrace,
                             build_model)
+from mannlab.nn import addressing
 from mannlab.state import detach_state, map_state
 
 __version__ = "0.1.0"

@@ -37,9 +37,9 @@ instead of the weighted sums (``fast_inference``; the same numbers).
 
 Speed: on CPU float32/float64 tensors, a trace-free pass of the paper's configuration (auto
 read, tied write, control gates, layer norm; zoneout or not) runs the whole sequence as one
-autograd node whose forward and backward are compiled loops (mannlab.armin_kernels; the
-per-step input projections are computed for all steps first); ``cell.use_kernels = False``,
-``USE_KERNELS = False`` or MANNLAB_KERNELS=0 select the per-step tensor path (same values and
+autograd node whose forward and backward are compiled loops (mannlab.ops.armin; the
+per-step input projections are computed for all steps first); ``mannlab.ops.use_kernels(False)``
+or MANNLAB_KERNELS=0 select the per-step tensor path (same values and
 gradients to rounding; the Gumbel noise and zoneout masks are drawn in the same order, so
 also the same samples).
 
@@ -55,33 +55,19 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
-import numpy as np
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
-from mannlab import kernels, sampling
 from mannlab.errors import ConfigError
-from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel,
-                                  check_positive, run_steps, size_or_default)
-from mannlab.models.tardis import (TardisAddressing, check_choice, check_number, default_nonzeros,
-                                   sequential_slots, smallest_address_size, sparse_addresses,
-                                   write_rows)
+from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_bool,
+                                  check_choice, check_number, check_positive, run_sequence,
+                                  size_or_default)
+from mannlab.models.tardis import (TardisAddressing, default_nonzeros, sequential_slots,
+                                   smallest_address_size, sparse_addresses, write_rows)
+from mannlab.nn import sampling
+from mannlab.ops.armin import function as compiled
 
 ADDRESSING_MODES = ("gumbel", "gumbel-relaxed", "soft", "argmax")
-#: The compiled whole-sequence path (mannlab.armin_kernels) for CPU float32/float64 runs of the
-#: paper's configuration; False (or MANNLAB_KERNELS=0) runs the per-step tensor path always.
-USE_KERNELS = kernels.ENABLED
-_KERNEL_MODES = {"soft": 0, "gumbel-relaxed": 1, "gumbel": 2, "argmax": 3}
-#: Where the compiled path pays (measured on the 2-core test machine, one thread, table-5
-#: and char-LM sizes): the kernels' per-row work is scalar (no vectorised exp/tanh) and their
-#: BLAS (SciPy's OpenBLAS) is up to 2x slower than torch's for few rows, so large batches
-#: times hidden sizes run faster on the tensor path. Training (a backward follows): kernels
-#: while batch * d_h <= 4096 (1.2-14x faster there; 0.92x at 32 x 256, 0.70x at 128 x 128).
-#: Inference: at batch 1 (1.3-8x faster), else while batch * d_h <= 3200 and d_h <= 128
-#: (1.0-1.3x; 0.7-0.8x at d_h = 256 with 4-32 rows).
-KERNEL_MAX_TRAIN_ROWS_X_HIDDEN = 4096
-KERNEL_MAX_INFER_ROWS_X_HIDDEN, KERNEL_MAX_INFER_HIDDEN = 3200, 128
 READ_MODES = ("auto", "random", "tardis")
 WRITE_MODES = ("tied", "queue", "independent")
 
@@ -131,12 +117,6 @@ def _orthogonal_blocks(weight: torch.Tensor, block: int) -> None:
         torch.set_num_threads(threads)
 
 
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false, got {value!r}")
-    return value
-
-
 class ARMINCell(MemoryCell):
     """One ARMIN step: ``features, state = cell(x_t, state)``; x_t (B, d_i) -> o_t
     (B, d_h + d_r)."""
@@ -156,14 +136,13 @@ class ARMINCell(MemoryCell):
             raise ConfigError("address_size and read_mlp_size are the sizes of the TARDIS read "
                               f"(read='tardis'); with read={read!r} leave them out")
         self.write_mode = check_choice("write", write, WRITE_MODES)
-        self.control_gates = _check_bool("control_gates", control_gates)
-        self.layer_norm = _check_bool("layer_norm", layer_norm)
+        self.control_gates = check_bool("control_gates", control_gates)
+        self.layer_norm = check_bool("layer_norm", layer_norm)
         self.zoneout = check_number("zoneout", zoneout, 0.0, 1.0)
         self.hidden_size, self.slots, self.width = hidden_size, memory_slots, memory_width
         self.features = hidden_size + memory_width
         self.inverse_temperature = 1.0        # set by the training schedule
         self.fast_inference = True
-        self.use_kernels = True               # the compiled whole-sequence path, where it applies
         dh, dr, n = hidden_size, memory_width, memory_slots
         self.sizes = [dh + dr, 4 * dh + dr, n, n]        # x parts: eq. 3 | eq. 6 | W_s | write head
         self.input_proj = nn.Linear(input_size, sum(self.sizes))        # W_{.,x} x_t + b
@@ -354,32 +333,20 @@ class ARMINCell(MemoryCell):
 
     # ------------------------------------------------------ the fused path
 
-    def fused_applies(self, x: torch.Tensor) -> bool:
-        """Whether a (trace-free) pass over x runs the compiled whole-sequence kernels: CPU
-        float32/float64, numba present, and the paper's configuration (auto read, tied write,
-        control gates, layer norm; zoneout or not)."""
-        return (USE_KERNELS and self.use_kernels and self.read_mode == "auto"
-                and self.write_mode == "tied" and self.control_gates and self.layer_norm
-                and kernels.usable(x, "armin_kernels"))
+    compiled_ops = "armin"
 
-    def fused_pays(self, batch: int, backward: bool) -> bool:
-        """Whether the compiled path is expected to be faster than the tensor path for this
-        batch size (see KERNEL_MAX_* above); ``backward``: a training pass."""
-        rows_x_hidden = batch * self.hidden_size
-        if backward:
-            return rows_x_hidden <= KERNEL_MAX_TRAIN_ROWS_X_HIDDEN
-        return batch == 1 or (rows_x_hidden <= KERNEL_MAX_INFER_ROWS_X_HIDDEN
-                              and self.hidden_size <= KERNEL_MAX_INFER_HIDDEN)
+    def compiled_covers(self, with_trace: bool) -> bool:
+        """The kernels run trace-free passes of the paper's configuration (auto read, tied
+        write, control gates, layer norm; zoneout or not)."""
+        return (not with_trace and self.read_mode == "auto" and self.write_mode == "tied"
+                and self.control_gates and self.layer_norm)
 
-    def needs_backward(self, x: torch.Tensor, state: ARMINState) -> bool:
-        """Whether a pass over x records a graph (then the kernels keep what the backward
-        reads; otherwise only one step's scratch)."""
-        return torch.is_grad_enabled() and (
-            x.requires_grad or any(p.requires_grad for p in self.parameters())
-            or any(t.requires_grad for t in state))
+    def compiled_pays(self, batch: int, backward: bool) -> bool:
+        return compiled.compiled_pays(batch, self.hidden_size, backward)
 
-    def run_fused(self, x: torch.Tensor, state: ARMINState):
-        """All steps of x (B, T, I) in the compiled kernels: (o (B, T, C), final state)."""
+    def run_fused(self, x: torch.Tensor, state: ARMINState, with_trace: bool, backward: bool):
+        """All steps of x (B, T, I) in the compiled kernels: (o (B, T, C), final state, None);
+        ``backward``: a graph is recorded (dispatch.route)."""
         h, memory, counts, last_read, steps = state
         if self.addressing == "soft":
             mode = "soft"
@@ -394,11 +361,10 @@ class ARMINCell(MemoryCell):
                   None if self.write_map is None else self.write_map.weight,
                   *(p for layer in ln for p in (layer.weight, layer.bias)))
         # without a backward to come (inference), the kernels keep no per-step intermediates
-        keep = self.needs_backward(x, state)
-        out, h, memory = _FusedSequence.apply(*inputs, self.ln_gates.eps,
-                                              float(self.inverse_temperature),
-                                              _KERNEL_MODES[mode], keep)
-        return out, ARMINState(h, memory, counts, last_read, steps + x.shape[1])
+        out, h, memory = compiled.ARMINSequence.apply(*inputs, self.ln_gates.eps,
+                                                      float(self.inverse_temperature),
+                                                      compiled.MODES[mode], backward)
+        return out, ARMINState(h, memory, counts, last_read, steps + x.shape[1]), None
 
     def _fused_draws(self, x: torch.Tensor, mode: str) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The Gumbel noise (T, B, n) and zoneout keep weights (T, B, d_h) of a fused pass, drawn
@@ -439,60 +405,6 @@ class ARMINCell(MemoryCell):
         else:
             chosen = read_index
         return torch.where(steps < self.slots, steps, chosen)
-
-
-class _FusedSequence(torch.autograd.Function):
-    """A whole sequence of ARMIN steps (eqs. 3-10, the write of section 3.3) as one autograd
-    node whose forward and backward are single calls of mannlab.armin_kernels. Inputs: the
-    precomputed input projection xp (B, T, P), Gumbel noise (T, B, n) (or a dummy), h_0,
-    M_0, the step counters, the weights and layer-norm parameters; outputs o (B, T, C),
-    h_T, M_T. The weight gradients are one matrix product each over all B * T steps."""
-
-    @staticmethod
-    def forward(ctx, xp, noise, zone, h0, m0, steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w,
-                lnc_b, lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode, keep):
-        a = kernels.as_array
-        C = w_cr.shape[0]
-        use_map, use_zone = w_map is not None, zone is not None
-        zone = zone if use_zone else xp.new_zeros(1, 1, 1)
-        map_t = a(w_map.t()) if use_map else np.zeros((1, 1), a(xp).dtype)
-        compiled = kernels.load("armin_kernels")
-        compiled.limit_blas_threads(torch.get_num_threads())
-        out, h, m, saved = compiled.sequence_forward(
-            a(xp), a(noise), a(zone), use_zone, a(h0), a(m0), a(steps0), a(w_ch[:C].t()),
-            a(w_ch[C:].t()), a(w_cr.t()), a(w_gh.t()), a(w_gr.t()), map_t, use_map, a(lnc_w), a(lnc_b), a(lng_w),
-            a(lng_b), a(lnh_w), a(lnh_b), eps, inv_tau, mode, keep)
-        # everything through save_for_backward (a tensor kept on ctx would make a cycle)
-        if keep:
-            ctx.save_for_backward(steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w,
-                                  *(torch.from_numpy(v) for v in saved))
-        ctx.options = (use_map, use_zone, float(inv_tau), int(mode), xp.shape[-1])
-        return torch.from_numpy(out), torch.from_numpy(h), torch.from_numpy(m)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, d_out, d_h, d_m):
-        use_map, use_zone, inv_tau, mode, width = ctx.options
-        steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w, *saved = ctx.saved_tensors
-        a = kernels.as_array
-        map_w = a(w_map) if use_map else np.zeros((1, 1), a(w_ch).dtype)
-        grads = kernels.load("armin_kernels").sequence_backward(
-            tuple(a(v) for v in saved), a(steps0), a(w_ch), a(w_cr), a(w_gh), a(w_gr), map_w,
-            use_map, use_zone, a(lnc_w), a(lng_w), a(lnh_w), inv_tau, mode, a(d_out), a(d_h), a(d_m))
-        d_xc, d_xg, d_xs, d_v, d_yc, d_yg, d_yh, d_h0, d_m0 = (torch.from_numpy(g) for g in grads)
-        (hprev, _, _, r_all, _, hg_all, rg_all, xc_all, xg_all, xh_all, _, _, hs_all,
-         *_) = saved
-
-        def outer(grad, value):        # sum over batch and time of grad ⊗ value
-            return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
-        g_ch = outer(torch.cat([d_xc, d_xs], -1), hprev)
-        g_map = outer(d_v, hs_all) if use_map else None
-        ln = [((d_y * x_hat).sum((0, 1)), d_y.sum((0, 1)))
-              for d_y, x_hat in ((d_yc, xc_all), (d_yg, xg_all), (d_yh, xh_all))]
-        rest = width - d_xc.shape[-1] - d_xg.shape[-1] - d_xs.shape[-1]
-        d_xp = torch.cat([d_xc, d_xg, d_xs, d_xs.new_zeros(*d_xs.shape[:2], rest)], -1)
-        return (d_xp, None, None, d_h0, d_m0, None, g_ch, outer(d_xc, r_all), outer(d_xg, hg_all),
-                outer(d_xg, rg_all), g_map, *ln[0], *ln[1], *ln[2], None, None, None, None)
 
 
 class ARMIN(CellTemperature, SequenceModel):
@@ -536,9 +448,5 @@ class ARMIN(CellTemperature, SequenceModel):
         return self.temperature_every, max(1, self.cell.slots - 1)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        cell = self.cell
-        if (not with_trace and cell.fused_applies(x)
-                and cell.fused_pays(x.shape[0], cell.needs_backward(x, state))):
-            return (*cell.run_fused(x, state), None)
-        features, state, steps = run_steps(self.cell, x, state, with_trace)
+        features, state, steps = run_sequence(self.cell, x, state, with_trace)
         return features, state, (ARMINTrace(*steps) if with_trace else None)

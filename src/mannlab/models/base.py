@@ -15,12 +15,14 @@ recurrence, so it runs once on the whole sequence after the loop.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any, NamedTuple, Optional
 
 import torch
 from torch import nn
 
 from mannlab.errors import ConfigError
+from mannlab.ops import dispatch
 
 
 def check_positive(**sizes: int) -> None:
@@ -28,6 +30,32 @@ def check_positive(**sizes: int) -> None:
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_choice(name: str, value: Any, valid: tuple[str, ...]) -> str:
+    """Constructor guard: one of the ``valid`` names."""
+    if value not in valid:
+        raise ConfigError(f"{name} must be one of {', '.join(map(repr, valid))}, got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Constructor guard: a real bool (not 0/1, not a string)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def check_number(name: str, value: Any, low: float, high: float = float("inf"),
+                 low_open: bool = False) -> float:
+    """Constructor guard: a real number (not a bool) in [low, high] (``low_open``: > low)."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bound = f"> {low}" if low_open else f">= {low}"
+        raise ConfigError(f"{name} must be a number {bound}" +
+                          (f" and <= {high}" if high != float("inf") else "") + f", got {value!r}")
+    return float(value)
 
 
 def size_or_default(value: Optional[int], default: int) -> int:
@@ -48,8 +76,28 @@ class MemoryCell(nn.Module):
     """Base of the one-step cells: ``features, state = cell(x_t, state)`` on raw input.
 
     Subclasses provide ``precompute``, ``step`` and ``initial_state`` (see the top
-    of this module); the sequence module calls those directly.
+    of this module); the sequence module calls those directly. A cell with a compiled
+    whole-sequence path names its ops package in ``compiled_ops``, implements
+    ``run_fused`` and narrows ``compiled_covers`` / ``compiled_pays`` where needed
+    (ops/dispatch.py's ``route`` reads them; :func:`run_sequence` follows it).
     """
+
+    #: the ops package of this cell's compiled whole-sequence path ("tardis"), or None
+    compiled_ops: Optional[str] = None
+
+    def compiled_covers(self, with_trace: bool) -> bool:
+        """Whether the compiled path implements this configuration (and the trace, if asked)."""
+        return True
+
+    def compiled_pays(self, batch: int, backward: bool) -> bool:
+        """Whether the compiled path beats the step loop at this batch size; ``backward``: a
+        graph is recorded (training)."""
+        return True
+
+    def run_fused(self, x: torch.Tensor, state: Any, with_trace: bool, backward: bool):
+        """All steps of x (B, T, I) on the compiled path: (features (B, T, F), final state,
+        the per-step trace fields stacked over time or None)."""
+        raise NotImplementedError(f"{type(self).__name__} has no compiled path")
 
     def forward(self, x_t: torch.Tensor, state: Any = None, return_trace: bool = False):
         """One step on x_t (B, input_size); state None starts a new sequence."""
@@ -83,6 +131,15 @@ def run_steps(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool):
         if with_trace:
             traces.append(trace)
     return torch.stack(outputs, dim=1), state, stack_traces(traces)
+
+
+def run_sequence(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool):
+    """A pass over x on the path ops.dispatch.route picks: the cell's compiled whole-sequence
+    path, or the step loop (the reference)."""
+    route = dispatch.route(cell, x, state, with_trace)
+    if route.compiled:
+        return cell.run_fused(x, state, with_trace, route.backward)
+    return run_steps(cell, x, state, with_trace)
 
 
 class SequenceModel(nn.Module):

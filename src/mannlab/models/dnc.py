@@ -21,8 +21,8 @@ Glossary
     H^o_t = [h_t; r_t], the output features; y_t = W_o H^o_t + b_o
 
 Per time step (read heads together; steps (ii)-(iii) are one fused autograd function,
-mannlab.fused_dnc_step: compiled kernels on CPU, else the composition of the
-mannlab.addressing functions):
+mannlab.ops.dnc: compiled kernels on CPU, else the composition of the
+mannlab.nn.addressing functions):
     (i)   h_t = controller([x_t; r_{t-1}], h_{t-1}); interface vector = W_xi h_t + b_i
     (ii)  psi_t = prod_i (1 - f^i w^{r,i}_{t-1})                        retention
           u_t = (u_{t-1} + w^w_{t-1} - u_{t-1} o w^w_{t-1}) o psi_t     usage
@@ -45,9 +45,9 @@ from typing import Any, NamedTuple, Optional
 import torch
 from torch import nn
 
-from mannlab.controllers import make_controller
-from mannlab.fused_dnc_step import dnc_memory_step, interface_sizes
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+from mannlab.nn.controllers import make_controller
+from mannlab.ops.dnc.function import dnc_memory_step, interface_sizes
 
 
 class DNCState(NamedTuple):
@@ -126,7 +126,7 @@ class DNCCell(MemoryCell):
         h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)           # (i)
         # (ii) retention, usage, allocation, write weighting, write, links, precedence;
         # (iii) forward/backward/content read weightings and reads: one fused step
-        # (mannlab.fused_dnc_step) from the raw interface vector W_xi h_t + b_i
+        # (mannlab.ops.dnc) from the raw interface vector W_xi h_t + b_i
         out = dnc_memory_step(self.interface(h), memory, read_w, write_w, usage, precedence,
                               links, with_trace)
         reads, memory, read_w, write_w, usage, precedence, links = out[:7]
@@ -153,7 +153,7 @@ class DNC(SequenceModel):
     (B, T, 1, N), usage, allocation, links (B, T, N, N), read modes, gates and
     the memory after each write.
 
-    controller: any name in mannlab.controllers.CONTROLLERS ("lstm", "fnn", ...).
+    controller: any name in mannlab.nn.controllers.CONTROLLERS ("lstm", "fnn", ...).
     """
 
     def __init__(self, input_size: int, output_size: Optional[int] = None, controller: str = "lstm",

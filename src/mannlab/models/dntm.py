@@ -56,14 +56,14 @@ training loop sets through mannlab.training.schedules.start_minibatch.
 Speed: on CPU float32/float64 tensors with the GRU or the feed-forward controller (every
 head count, J, LRU, NOP, write-key and addressing mode, with or without the trace), a
 sequence runs as one autograd node whose forward and backward are compiled loops over time
-(mannlab.dntm_kernels: ``sequence_forward``, ``sequence_backward``; the input projections
+(mannlab.ops.dntm: ``sequence_forward``, ``sequence_backward``; the input projections
 are computed for all steps first, the weight gradients are one matrix product each after
 the backward). Its outputs include the trace's probabilities, head activations and memory,
 so the terms of ``aux_loss`` (REINFORCE, entropy, read-write consistency, next-input
 prediction) backpropagate through it. The REINFORCE samples are drawn as torch.multinomial
 draws them (one Exp(1) per probability, argmax p / E), all at once in the step loop's
-order, so both paths give the same samples for a seed. ``cell.use_kernels = False``,
-``USE_KERNELS = False`` or MANNLAB_KERNELS=0 select the per-step tensor path (the reference:
+order, so both paths give the same samples for a seed. ``mannlab.ops.use_kernels(False)``
+or MANNLAB_KERNELS=0 select the per-step tensor path (the reference:
 same values and gradients to rounding); other controllers, devices and dtypes use it
 anyway. The compiled path measured at least as fast as the tensor path at every size tried
 (CPU time, one thread: training 1.3-50x, inference 1.0-44x, batch 1-250, controllers of
@@ -80,17 +80,17 @@ import math
 import numbers
 from typing import Any, NamedTuple, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 
-from mannlab import addressing as ntm_addressing
-from mannlab import kernels, sampling
-from mannlab.controllers import FNNController, GRUController, make_controller
 from mannlab.errors import ConfigError
-from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+from mannlab.models.base import (MemoryCell, SequenceModel, check_bool, check_choice,
+                                  check_number, check_positive, run_sequence)
+from mannlab.nn import addressing as ntm_addressing
+from mannlab.nn import sampling
+from mannlab.nn.controllers import FNNController, GRUController, make_controller
+from mannlab.ops.dntm import function as compiled
 
 ADDRESSING_MODES = ("soft", "reinforce", "argmax")
 WRITE_KEYS = ("content", "memory")
@@ -100,11 +100,6 @@ REWARDS = ("sequence", "to_go", "samples")
 SIMILARITY_EPS = 1e-6
 #: LRU moving average, v_t = LRU_DECAY v_{t-1} + (1 - LRU_DECAY) z_t (section 3.3).
 LRU_DECAY = 0.1
-#: The compiled whole-sequence path (mannlab.dntm_kernels) for CPU float32/float64 runs with
-#: the GRU or feed-forward (tanh) controller; False (or MANNLAB_KERNELS=0) runs the per-step
-#: tensor path always.
-USE_KERNELS = kernels.ENABLED
-_SOFT, _SAMPLE, _ARGMAX = 0, 1, 2          # mannlab.dntm_kernels' addressing modes
 
 
 # ---------------------------------------------------------------- primitives
@@ -194,18 +189,6 @@ class _Heads(NamedTuple):
 
 # ---------------------------------------------------------------------- cell
 
-def _check_choice(name: str, value: Any, valid: tuple[str, ...]) -> str:
-    if value not in valid:
-        raise ConfigError(f"{name} must be one of {', '.join(map(repr, valid))}, got {value!r}")
-    return value
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false, got {value!r}")
-    return value
-
-
 class DNTMCell(MemoryCell):
     """One D-NTM time step: ``features, state = cell(x_t, state)``.
 
@@ -224,9 +207,9 @@ class DNTMCell(MemoryCell):
                        memory_slots=memory_slots, address_size=address_size,
                        content_size=content_size, read_heads=read_heads,
                        write_heads=write_heads, addressing_steps=addressing_steps)
-        self.lru, self.nop = _check_bool("lru", lru), _check_bool("nop", nop)
-        self.addressing = _check_choice("addressing", addressing, ADDRESSING_MODES)
-        self.write_keys = _check_choice("write_keys", write_keys, WRITE_KEYS)
+        self.lru, self.nop = check_bool("lru", lru), check_bool("nop", nop)
+        self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
+        self.write_keys = check_choice("write_keys", write_keys, WRITE_KEYS)
         self.slots = memory_slots + int(nop)                                 # N'
         self.address_size, self.content_size = address_size, content_size
         self.width = address_size + content_size                             # d_a + d_c
@@ -250,7 +233,6 @@ class DNTMCell(MemoryCell):
         if nop:
             access[-1] = 0.0            # the NOP cell: reads and writes there are ignored
         self.register_buffer("access", access, persistent=False)
-        self.use_kernels = True               # the compiled whole-sequence path, where it applies
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> DNTMState:
         """C_0 = 0, φ_0 = 0, v_0 = 0 (and the controller's learned initial state)."""
@@ -352,39 +334,28 @@ class DNTMCell(MemoryCell):
 
     # ------------------------------------------------------ the fused path
 
-    def fused_applies(self, x: torch.Tensor) -> bool:
-        """Whether a pass over x runs the compiled whole-sequence kernels: CPU float32/float64,
-        numba present, and the GRU or the feed-forward (tanh) controller (any heads, J, LRU,
-        NOP, write keys and addressing mode)."""
+    # The compiled path always pays where it applies: it measured at least as fast as the
+    # tensor path at every size tried (module docstring).
+    compiled_ops = "dntm"
+
+    def compiled_covers(self, with_trace: bool) -> bool:
+        """The kernels implement the GRU and the feed-forward (tanh) controller (any heads, J,
+        LRU, NOP, write keys and addressing mode, with or without the trace)."""
         controller = self.controller
-        covered = type(controller) is GRUController or (
+        return type(controller) is GRUController or (
             type(controller) is FNNController and controller.activation is torch.tanh)
-        return (USE_KERNELS and self.use_kernels and covered
-                and kernels.usable(x, "dntm_kernels"))
 
-    def needs_backward(self, x: torch.Tensor, state: DNTMState) -> bool:
-        """Whether a pass over x records a graph (then the kernels keep what the backward
-        reads; otherwise only one step's scratch)."""
-        def tensors(value):
-            if isinstance(value, torch.Tensor):
-                yield value
-            elif isinstance(value, tuple):
-                for item in value:
-                    yield from tensors(item)
-        return torch.is_grad_enabled() and (
-            x.requires_grad or any(p.requires_grad for p in self.parameters())
-            or any(t.requires_grad for t in tensors(state)))
-
-    def run_fused(self, x: torch.Tensor, state: DNTMState, with_trace: bool):
+    def run_fused(self, x: torch.Tensor, state: DNTMState, with_trace: bool, backward: bool):
         """All steps of x (B, T, I) in the compiled kernels: (features (B, T, F), final state,
-        the fields of :class:`DNTMStepTrace` stacked over time or None)."""
+        the fields of :class:`DNTMStepTrace` stacked over time or None); ``backward``: a graph
+        is recorded (dispatch.route)."""
         B, T = x.shape[:2]
         ctrl, content, reads, read_v, write_v = state
         R, H, J, N = self.read_heads, self.write_heads, self.addressing_steps, self.slots
         gru = type(self.controller) is GRUController
         discrete = self.discrete()
         sample = discrete and self.addressing == "reinforce" and self.training
-        mode = (_SAMPLE if sample else _ARGMAX) if discrete else _SOFT
+        mode = (compiled.SAMPLE if sample else compiled.ARGMAX) if discrete else compiled.SOFT
         if sample:
             # The step loop's draws, in its order: per time and addressing step one
             # torch.multinomial(p, 1) over the read heads' (B R, N) probabilities, then one over
@@ -398,8 +369,9 @@ class DNTMCell(MemoryCell):
         # the memory is checkpointed every ceil(sqrt(T J)) steps for the backward
         every = math.isqrt(T * J - 1) + 1
         options = (R, H, J, gru, self.lru, self.nop, self.write_keys == "memory", mode,
-                   self.needs_backward(x, state), with_trace, every)
-        out, h, reads, content, read_v, write_v, probs, act, memory, index = _FusedSequence.apply(
+                   backward, with_trace, every, (SIMILARITY_EPS, LRU_DECAY))
+        sequence = compiled.DNTMSequence.apply
+        out, h, reads, content, read_v, write_v, probs, act, memory, index = sequence(
             self.precompute(x), noise,
             ctrl[0] if gru else x.new_zeros(B, controller.hidden_size), reads.flatten(1),
             content, read_v, write_v, controller.read_weight,
@@ -443,83 +415,6 @@ class DNTMCell(MemoryCell):
                              cat(4, "gates"), h_out, flag, self.memory(content))
 
 
-class _FusedSequence(torch.autograd.Function):
-    """A whole D-NTM sequence (eqs. 1-13, section 4's discrete weightings) as one autograd node
-    whose forward and backward are single calls of mannlab.dntm_kernels. Inputs: the
-    precomputed inputs xp (B, T, P), the Exp(1) draws of the samples (or a dummy), the initial
-    state (h_0, φ_0 (B, R W), C_0, v^r_0, v^w_0), the controller's read and recurrent weights,
-    the head layer and the address part A. Outputs: the features (B, T, d_h + R W), the final
-    h, φ, C, v^r, v^w, and the records the trace is built from: probabilities (B, T J, K, N),
-    head activations (B, T J, P_heads), the memory [A; C_t] after each time step (B, T, N, W;
-    with the trace only) and the chosen cells (B, T J, K; no gradient). The weight gradients
-    are one matrix product each over all B T J steps."""
-
-    @staticmethod
-    def forward(ctx, xp, noise, h0, phi0, c0, vr0, vw0, w_r, w_h, b_hh, w_p, b_p, address,
-                options):
-        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every = options
-        a = kernels.as_array
-        dummy = np.zeros((1, 1), a(xp).dtype)
-        compiled = kernels.load("dntm_kernels")
-        compiled.limit_blas_threads(torch.get_num_threads())
-        out, h, phi, c, vr, vw, records, saved = compiled.sequence_forward(
-            a(xp), a(noise), a(h0), a(phi0), a(c0), a(vr0), a(vw0), a(w_r.t()),
-            a(w_h.t()) if gru else dummy, a(b_hh) if gru else dummy[0], a(w_p.t()), a(b_p),
-            a(address), R, H, J, gru, lru, nop, memory_keys, mode, SIMILARITY_EPS, LRU_DECAY,
-            keep, trace, every)
-        records = tuple(torch.from_numpy(r) for r in records)
-        # everything through save_for_backward (a tensor kept on ctx would make a cycle)
-        if keep:
-            ctx.save_for_backward(xp, h0, w_r, w_h, w_p, address, *records,
-                                  *(torch.from_numpy(v) for v in saved))
-        ctx.options = options
-        hnew, act, beta_pre, probs, index, memory = records
-        ctx.mark_non_differentiable(index)
-        ctx.set_materialize_grads(False)
-        return (*(torch.from_numpy(v) for v in (out, h, phi, c, vr, vw)), probs, act, memory,
-                index)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, d_out, d_h, d_phi, d_c, d_vr, d_vw, d_probs, d_act, d_memory, _):
-        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every = ctx.options
-        xp, h0, w_r, w_h, w_p, address, *rest = ctx.saved_tensors
-        records, saved = rest[:6], rest[6:]
-        hnew = records[0]
-        a = kernels.as_array
-        B, T = xp.shape[:2]
-        N, dc = address.shape[0], saved[3].shape[2]    # checkpoints of C: (B, ., d_c, N)
-        dtype = a(xp).dtype
-
-        def given(grad, *shape):       # a gradient autograd did not materialise: zeros
-            return a(grad) if grad is not None else np.zeros(shape, dtype)
-        dummy = np.zeros((1, 1), dtype)
-        grads = kernels.load("dntm_kernels").sequence_backward(
-            a(xp), a(h0), tuple(a(v) for v in records), tuple(a(v) for v in saved), a(w_r),
-            a(w_h) if gru else dummy, a(w_p), a(address), R, H, J, gru, lru, nop, memory_keys,
-            mode, SIMILARITY_EPS, LRU_DECAY, every,
-            given(d_out, B, T, w_p.shape[1] + w_r.shape[1]),
-            given(d_h, B, w_p.shape[1]), given(d_phi, B, w_r.shape[1]), given(d_c, B, N, dc),
-            given(d_vr, B, R, N), given(d_vw, B, H, N),
-            given(d_probs, 1, 1, 1, 1), d_probs is not None, given(d_act, 1, 1, 1),
-            d_act is not None, given(d_memory, 1, 1, 1, 1), d_memory is not None)
-        d_xp, d_a, d_g, d_p, d_address, d_h0, d_phi0, d_c0, d_vr0, d_vw0 = \
-            (torch.from_numpy(g) for g in grads)
-        phiprev = saved[0]
-        hprev = (torch.cat([h0.unsqueeze(1), hnew[:, :-1]], 1)           # h_{s-1}
-                 if gru and ctx.needs_input_grad[8] else None)
-
-        def outer(grad, value):        # sum over batch and steps of grad ⊗ value
-            return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
-        need = ctx.needs_input_grad
-        return (d_xp, None, d_h0 if gru else None, d_phi0, d_c0, d_vr0, d_vw0,
-                outer(d_a, phiprev) if need[7] else None,
-                outer(d_g, hprev) if gru and need[8] else None,
-                d_g.sum((0, 1)) if gru and need[9] else None,
-                outer(d_p, hnew) if need[10] else None,
-                d_p.sum((0, 1)) if need[11] else None, d_address, None)
-
-
 # ------------------------------------------------------------- training terms
 
 class InputBaseline(nn.Module):
@@ -558,14 +453,6 @@ def read_write_consistency(read_probs: torch.Tensor, write_probs: torch.Tensor,
 
 # -------------------------------------------------------------------- module
 
-def _check_weight(name: str, value: Any, upper: Optional[float] = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0 \
-            or (upper is not None and value > upper):
-        bound = f" and <= {upper}" if upper is not None else ""
-        raise ConfigError(f"{name} must be a number >= 0{bound}, got {value!r}")
-    return float(value)
-
-
 class DNTM(SequenceModel):
     """Dynamic Neural Turing Machine shaped like torch.nn.LSTM.
 
@@ -576,7 +463,7 @@ class DNTM(SequenceModel):
     (to carry memory over segments). ``return_trace=True`` adds a :class:`DNTMTrace`.
 
     Architecture (``DNTMCell``): controller "gru" (eq. 1) or "fnn" (eq. 2; any name
-    of mannlab.controllers works), memory_slots N, address_size d_a,
+    of mannlab.nn.controllers works), memory_slots N, address_size d_a,
     content_size d_c, read_heads, write_heads, addressing_steps J, lru (section 3.3),
     nop (one extra NOP cell), addressing "soft" | "reinforce" | "argmax", write_keys
     "memory" (eq. 10: write keys over m_i = [a_i; c_i], like read keys) or "content" (keys
@@ -622,26 +509,26 @@ class DNTM(SequenceModel):
                              content_size, read_heads, write_heads, addressing_steps, lru, nop,
                              addressing, write_keys)
         reinforce = addressing == "reinforce"
-        self.curriculum_p0 = _check_weight("curriculum_p0", curriculum_p0, upper=1.0)
+        self.curriculum_p0 = check_number("curriculum_p0", curriculum_p0, 0, 1.0)
         check_positive(curriculum_every=curriculum_every)
         self.curriculum_every = int(curriculum_every)
-        self.reinforce_weight = _check_weight("reinforce_weight", reinforce_weight)
-        self.entropy_weight = _check_weight("entropy_weight", entropy_weight)
-        self.rw_weight = _check_weight("read_write_consistency", read_write_consistency)
-        self.prediction_weight = _check_weight("next_input_prediction", next_input_prediction)
-        self.next_input_distribution = _check_choice(
+        self.reinforce_weight = check_number("reinforce_weight", reinforce_weight, 0)
+        self.entropy_weight = check_number("entropy_weight", entropy_weight, 0)
+        self.rw_weight = check_number("read_write_consistency", read_write_consistency, 0)
+        self.prediction_weight = check_number("next_input_prediction", next_input_prediction, 0)
+        self.next_input_distribution = check_choice(
             "next_input_distribution", next_input_distribution, NEXT_INPUT_DISTRIBUTIONS)
-        if not reinforce and (self.curriculum_p0 or _check_bool("input_baseline", input_baseline)):
+        if not reinforce and (self.curriculum_p0 or check_bool("input_baseline", input_baseline)):
             raise ConfigError(f"curriculum_p0 and input_baseline need addressing='reinforce', "
                               f"got addressing={addressing!r}")
-        self.reward = _check_choice("reward", reward, REWARDS)
+        self.reward = check_choice("reward", reward, REWARDS)
         if self.reward != "sequence" and input_baseline:
             raise ConfigError(f"input_baseline is the baseline of reward='sequence'; "
                               f"reward={self.reward!r} has its own")
         if not (isinstance(reward_momentum, numbers.Real) and 0 <= reward_momentum < 1):
             raise ConfigError(f"reward_momentum must be in [0, 1), got {reward_momentum!r}")
         self.reward_stats = sampling.RunningMoments(momentum=float(reward_momentum))
-        self.read_discount = _check_weight("read_discount", read_discount, upper=1.0)
+        self.read_discount = check_number("read_discount", read_discount, 0, 1.0)
         if self.read_discount < 1.0 and self.reward != "to_go":
             raise ConfigError(f"read_discount applies to reward='to_go', got reward={self.reward!r}")
         if self.read_discount < 1.0:
@@ -662,11 +549,7 @@ class DNTM(SequenceModel):
         self.cell.soft_minibatch = bool(value)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        cell = self.cell
-        if cell.fused_applies(x):
-            features, state, steps = cell.run_fused(x, state, with_trace)
-        else:
-            features, state, steps = super().run(x, state, with_trace)
+        features, state, steps = run_sequence(self.cell, x, state, with_trace)
         return features, state, (DNTMTrace(*steps, inputs=x) if with_trace else None)
 
     def aux_loss(self, trace: DNTMTrace, step_nll: torch.Tensor,

@@ -22,8 +22,8 @@ Per time step (heads of one kind are addressed together, never in a loop):
     (iii) w^r_t = address(M_t, w^r_{t-1});      r_t = M_t^T w^r_t
     (iv)  H^o_t = [h_t; r_t]
 with address = content (eq. 8, cosine K) -> interpolation -> circular shift ->
-sharpening: the functions of mannlab.addressing. Steps (ii) and (iii), with the
-head activations, run as one fused autograd function (mannlab.fused_ntm_step)
+sharpening: the functions of mannlab.nn.addressing. Steps (ii) and (iii), with the
+head activations, run as one fused autograd function (mannlab.ops.ntm)
 with the same values and gradients.
 """
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Any, NamedTuple, Optional
 import torch
 from torch import nn
 
-from mannlab.controllers import make_controller
-from mannlab.fused_ntm_step import ntm_memory_step
 from mannlab.errors import ConfigError
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+from mannlab.nn.controllers import make_controller
+from mannlab.ops.ntm.function import ntm_memory_step
 
 
 class NTMState(NamedTuple):
@@ -126,7 +126,7 @@ class NTMCell(MemoryCell):
         # s = softmax, gamma = 1 + softplus, e = sigmoid), (ii) the write addressing (eq. 8
         # content weights on M_{t-1}, interpolation, shift, sharpening) and the erase/add
         # write, and (iii) the same addressing on M_t and r^i_t = M_t^T w^{r,i}_t run as one
-        # fused function (mannlab.fused_ntm_step), equal to the mannlab.addressing chain.
+        # fused function (mannlab.ops.ntm), equal to the mannlab.nn.addressing chain.
         out = ntm_memory_step(self.head_params(h), memory, read_w, write_w, self.width,
                               self.num_shifts, with_trace)
         reads, memory, read_w, write_w = out[:4]
@@ -147,7 +147,7 @@ class NTM(SequenceModel):
     over time: read/write weightings (B, T, heads, N), read vectors, erase/add
     vectors, head parameters and the memory after each write.
 
-    controller: any name of mannlab.controllers.CONTROLLERS ("lstm", "fnn", "elman",
+    controller: any name of mannlab.nn.controllers.CONTROLLERS ("lstm", "fnn", "elman",
     "gru", "pnr-elman", "pnr-lstm"); shift_range r allows shifts -r..r.
     """
 

@@ -55,7 +55,7 @@ noise log E' - log E'' (two per gate: the difference of two Gumbels is logistic)
 recurrent-dropout keep mask E < -log p (probability 1 - p).
 
 Speed: on CPU float32/float64 tensors a pass over a sequence runs as one autograd node whose
-forward and backward are compiled loops over time (mannlab.tardis_kernels), for every
+forward and backward are compiled loops over time (mannlab.ops.tardis), for every
 configuration above (gumbel, reinforce, argmax and evaluation; learned or scheduled 1/τ; layer
 norm and recurrent dropout on or off) and with or without the trace that REINFORCE's
 ``aux_loss`` reads (its fields carry the tensor path's gradients). The input projections run
@@ -68,9 +68,9 @@ batch-1 training step of the copy configuration 15-17x faster than the tensor pa
 an nn.LSTMCell loop), batch 16 3.6-3.8x (1.3x LSTMCell); the PTB recipe trains at 0.75-0.79x
 (batch 1) and 0.47-0.53x (batch 32) nn.LSTM's characters per second, from 0.04-0.05x and
 0.25-0.28x. The first use on a machine compiles the kernels
-(about 25 s of CPU per dtype here); numba caches them on disk. ``cell.use_kernels = False``,
-``USE_KERNELS = False`` or MANNLAB_KERNELS=0 select the per-step tensor path, which other
-devices and dtypes use anyway.
+(about 25 s of CPU per dtype here); numba caches them on disk.
+``mannlab.ops.use_kernels(False)`` or MANNLAB_KERNELS=0 select the per-step tensor path,
+which other devices and dtypes use anyway.
 
 ``TARDIS.aux_loss`` (REINFORCE, section 3.1): reward R'_j = log p(y_j | r̄_j, x_j) of
 the auxiliary predictor softmax/sigmoid(W^o_r r̄_j + W^o_x x_j) (eq. 17; r̄ is r
@@ -81,19 +81,17 @@ j), discounted into returns (eq. 16), centred and divided by their running stand
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Callable, NamedTuple, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 
-from mannlab import kernels, sampling
 from mannlab.errors import ConfigError
-from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_positive,
-                                  run_steps, size_or_default)
+from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_choice,
+                                  check_number, check_positive, run_sequence, size_or_default)
+from mannlab.nn import sampling
+from mannlab.ops.tardis import function as compiled
 
 ADDRESSING_MODES = ("gumbel", "reinforce", "argmax")
 TEMPERATURES = ("learned", "scheduled")
@@ -103,10 +101,6 @@ LAST_READ_PENALTY = 100.0
 RESET_TEMPERATURE = 0.3
 #: ε of the usage normalisation (u - mean) / sqrt(var + ε)
 USAGE_EPS = 1e-5
-#: The compiled whole-sequence path (mannlab.tardis_kernels) for CPU float32/float64 runs;
-#: False (or MANNLAB_KERNELS=0) runs the per-step tensor path always.
-USE_KERNELS = kernels.ENABLED
-_KERNEL_MODES = {"gumbel": 0, "reinforce": 1, "argmax": 2}     # tardis_kernels.GUMBEL, ...
 
 
 # ---------------------------------------------------------------- primitives
@@ -219,23 +213,6 @@ class TardisAddressing(nn.Module):
         return pi - LAST_READ_PENALTY * last_read
 
 
-def check_choice(name: str, value: Any, valid: tuple[str, ...]) -> str:
-    if value not in valid:
-        raise ConfigError(f"{name} must be one of {', '.join(map(repr, valid))}, got {value!r}")
-    return value
-
-
-def check_number(name: str, value: Any, low: float, high: float = float("inf"),
-                 low_open: bool = False) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
-        (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        bound = f"> {low}" if low_open else f">= {low}"
-        raise ConfigError(f"{name} must be a number {bound}" +
-                          (f" and <= {high}" if high != float("inf") else "") + f", got {value!r}")
-    return float(value)
-
-
 def sequential_slots(step: torch.Tensor, slots: int, dtype: torch.dtype) -> torch.Tensor:
     """One-hot of slot n for the steps n < k of the filling phase (rows past it are 0):
     step (B,) long -> (B, k), and the (B, 1) mask of rows still filling."""
@@ -323,7 +300,6 @@ class TARDISCell(MemoryCell):
         self.width = address_size + content_size                                  # q
         self.features = fusion_size
         self.inverse_temperature = 1.0      # used with temperature="scheduled"
-        self.use_kernels = True             # the compiled whole-sequence path, where it applies
         d, q = hidden_size, self.width
         nonzeros = address_nonzeros or default_nonzeros(address_size)
         self.register_buffer("address", sparse_addresses(memory_slots, address_size, nonzeros,
@@ -464,32 +440,17 @@ class TARDISCell(MemoryCell):
 
     # ------------------------------------------------------ the fused path
 
-    def fused_applies(self, x: torch.Tensor) -> bool:
-        """Whether a pass over x can run the compiled whole-sequence kernels: CPU float32/float64
-        and numba present (every TARDIS configuration is covered, with or without a trace)."""
-        return USE_KERNELS and self.use_kernels and kernels.usable(x, "tardis_kernels")
+    # Every TARDIS configuration is covered, with or without a trace (compiled_covers), and
+    # the compiled path always pays (compiled_pays), as measured on the 2-core machine (one
+    # thread, CPU time): 1.02-17x faster from batch 1 to 512 and d_h 120 to 512, in training
+    # and inference (the gain shrinks with the batch, where both paths spend their time in the
+    # same matrix products; benchmarks/README.md).
+    compiled_ops = "tardis"
 
-    def fused_pays(self, batch: int, backward: bool) -> bool:
-        """Whether the compiled path is expected to be faster than the tensor path for this
-        batch size; ``backward``: a training pass. Always, as measured on the 2-core machine
-        (one thread, CPU time): 1.02-17x faster from batch 1 to 512 and d_h 120 to 512, in
-        training and inference (the gain shrinks with the batch, where both paths spend their
-        time in the same matrix products; benchmarks/README.md). A hook for a policy like
-        ARMIN's should a configuration turn out slower."""
-        return True
-
-    def needs_backward(self, x: torch.Tensor, state: TARDISState) -> bool:
-        """Whether a pass over x records a graph (then the kernels keep what the backward
-        reads; otherwise only one step's scratch)."""
-        return torch.is_grad_enabled() and (
-            x.requires_grad or any(p.requires_grad for p in self.parameters())
-            or any(t.requires_grad for t in state))
-
-    def run_fused(self, x: torch.Tensor, state: TARDISState, with_trace: bool = False,
-                  backward: Optional[bool] = None):
+    def run_fused(self, x: torch.Tensor, state: TARDISState, with_trace: bool, backward: bool):
         """All steps of x (B, T, I) in the compiled kernels: (features g (B, T, F), final state,
         the per-step trace fields as :class:`TARDISStepTrace` stacked over time, or None).
-        ``backward``: :meth:`needs_backward`, if the caller knows it already."""
+        ``backward``: a graph is recorded (dispatch.route)."""
         h, c, content, counts, last_read, steps = state
         B, T = x.shape[:2]
         mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
@@ -502,13 +463,13 @@ class TARDISCell(MemoryCell):
         lns = (self.ln_gates, self.ln_candidate, self.ln_cell)
         ln = [p for layer in lns for p in (layer.weight, layer.bias)] if self.ln_gates is not None \
             else [None] * 6
-        options = (_KERNEL_MODES[mode], self.training, self.temperature == "learned",
+        options = (compiled.MODES[mode], self.training, self.temperature == "learned",
                    float(self.inverse_temperature), self.ln_gates is not None,
-                   self.ln_gates.eps if self.ln_gates is not None else 1e-5,
-                   self.needs_backward(x, state) if backward is None else backward)
+                   self.ln_gates.eps if self.ln_gates is not None else 1e-5, backward,
+                   (LAST_READ_PENALTY, RESET_TEMPERATURE, USAGE_EPS))
         tau = self.temperature_layer
         (h_all, r_all, probs, read_w, write_w, resets, inv_tau, usage, c, content, counts,
-         last_read) = _FusedSequence.apply(
+         last_read) = compiled.TARDISSequence.apply(
             self.input_gates(x), head.precompute(x), gumbel, logistic, mask, h, c, content, mp0,
             aproj, counts, last_read, steps, self.address.to(x.dtype), self.hidden_gates.weight,
             self.read_gates.weight, self.micro_state.weight, w_mem[:, a:], head.hidden_part.weight,
@@ -522,99 +483,6 @@ class TARDISCell(MemoryCell):
                                     r_all, h_all, resets, inv_tau, usage,
                                     x.new_full((B, T), float(mode == "reinforce")))
         return features, state, trace
-
-
-class _FusedSequence(torch.autograd.Function):
-    """A whole sequence of TARDIS steps (eqs. 1-10, 18-19, the writes of algorithm 1) as one
-    autograd node whose forward and backward are single calls of mannlab.tardis_kernels.
-    Outputs: h_t, r_t, p_t = softmax(π_t), the read and write one-hots, [α_t, β_t], 1/τ_t, u_t
-    (B, T, .) and the final c, C, read counts, last read. Gradients not asked for are None
-    (``set_materialize_grads(False)``), so parameters no gradient reaches stay None as on the
-    tensor path (the read MLP under argmax reads, the temperature layer when 1/τ is unused).
-    The weight gradients are one matrix product each over all B * T steps."""
-
-    @staticmethod
-    def forward(ctx, xg, xr, gumbel, logistic, mask, h0, c0, C0, mp0, aproj, counts0, last0,
-                steps0, address, w_hg, w_rg, w_m, w_c, w_qh, w_qu, score, w_tau, b_tau, lng_w,
-                lng_b, lnc_w, lnc_b, lnm_w, lnm_b, options):
-        mode, train, learned, inv_tau, use_ln, eps, keep = options
-        a = kernels.as_array
-        dtype = a(xg).dtype
-        none = np.zeros((1, 1, 1), dtype)
-        one = np.ones(1, dtype)
-        lnv = [a(p) if use_ln else one for p in (lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b)]
-        # everything h_t multiplies, [W_m; W_h; W_h^γ; w^τ] (c + 4d + 2 + m + 1, d): one product
-        w_h = torch.cat([w_m, w_hg, w_qh, w_tau.view(1, -1)]).detach()
-        compiled = kernels.load("tardis_kernels")
-        compiled.limit_blas_threads(torch.get_num_threads())
-        (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last,
-         saved) = compiled.sequence_forward(
-            a(xg), a(xr), none if gumbel is None else a(gumbel),
-            none if logistic is None else a(logistic), none if mask is None else a(mask),
-            mask is not None, a(h0), a(c0), a(C0), a(mp0), a(aproj), a(address), a(counts0),
-            a(last0), a(steps0), a(w_h.t()), a(w_rg.t()), a(w_c.t()), a(w_qu.t()), a(score),
-            a(b_tau), learned, inv_tau, use_ln, *lnv, eps,
-            LAST_READ_PENALTY, RESET_TEMPERATURE, USAGE_EPS, mode, train, keep)
-        outputs = tuple(torch.from_numpy(v) for v in (h_all, r_all, probs, read_w, write_w, resets,
-                                                      tau, usage, c, C, counts, last))
-        h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last = outputs
-        ctx.set_materialize_grads(False)
-        ctx.mark_non_differentiable(usage, counts, last)
-        if mode != _KERNEL_MODES["gumbel"]:
-            ctx.mark_non_differentiable(read_w, write_w)
-        if not learned:
-            ctx.mark_non_differentiable(tau)
-        # everything through save_for_backward (a tensor kept on ctx would make a cycle)
-        if keep:
-            ctx.save_for_backward(h_all, r_all, probs, resets, tau, usage, C, mask, address, aproj,
-                                  steps0, w_h, w_rg, w_c, score, lng_w, lnc_w, lnm_w,
-                                  *(torch.from_numpy(v) for v in saved))
-        ctx.options = options
-        return outputs
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, d_h_all, d_r_all, d_probs, d_read_w, d_write_w, d_resets, d_tau, d_usage,
-                 d_c, d_C, d_counts, d_last):
-        mode, train, learned, inv_tau, use_ln, eps, keep = ctx.options
-        (h_all, r_all, probs, resets, tau, usage, C, mask, address, aproj, steps0, w_h, w_rg,
-         w_c, score, lng_w, lnc_w, lnm_w, *saved) = ctx.saved_tensors
-        a = kernels.as_array
-        gumbel = mode == _KERNEL_MODES["gumbel"]
-        read_grad = gumbel or d_probs is not None          # does any gradient reach π?
-        tau_grad = learned and (gumbel or d_tau is not None)
-
-        def given(grad, like):
-            return a(grad) if grad is not None else np.zeros(like.shape, a(like).dtype)
-        one = np.ones(1, a(h_all).dtype)
-        grads = kernels.load("tardis_kernels").sequence_backward(
-            tuple(a(v) for v in saved), a(h_all), a(r_all), a(probs), a(resets), a(tau), a(C),
-            a(mask) if mask is not None else np.zeros((1, 1, 1), a(h_all).dtype), mask is not None,
-            a(address), a(aproj), a(steps0), a(w_h), a(w_rg), a(w_c), a(score), learned, use_ln, *(a(p) if use_ln else one for p in (lng_w, lnc_w, lnm_w)),
-            RESET_TEMPERATURE, mode, read_grad, given(d_h_all, h_all), given(d_r_all, r_all),
-            given(d_probs, probs), d_probs is not None, given(d_read_w, probs),
-            given(d_write_w, probs), given(d_resets, resets), given(d_tau, tau),
-            given(d_c, saved[1][:, 0]), given(d_C, C))
-        (d_xg, d_xr, d_h0, d_c0, d_C0, d_mp0, d_aproj, dv, dvm, d_taupre, d_score,
-         *d_ln) = (torch.from_numpy(g) for g in grads)
-        hprev, v_all = saved[0], saved[17]
-        d = hprev.shape[-1]
-
-        def outer(grad, value):        # sum over batch and time of grad ⊗ value
-            return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
-        cand = slice(3 * d, 4 * d)     # the c̃ block: β W^g_h h, α W^g_r r (eq. 9)
-        d_hp, d_rp = d_xg.clone(), d_xg.clone()
-        d_hp[..., cand] *= resets[..., 1:]
-        d_rp[..., cand] *= resets[..., :1]
-        g_hg, g_rg = outer(d_hp, hprev), outer(d_rp, r_all)
-        # x_r gets zeros without read gradients, as the tensor path's cat in precompute gives
-        read = (d_xr, d_mp0, d_aproj, outer(dvm, v_all), outer(d_xr, hprev), outer(d_xr, usage),
-                d_score) if read_grad else (d_xr,) + (None,) * 6
-        temp = (d_taupre.reshape(1, -1) @ hprev.reshape(-1, d)).view(-1), d_taupre.sum().view(1)
-        ln = tuple(d_ln) if use_ln else (None,) * 6
-        return (d_xg, read[0], None, None, None, d_h0, d_c0, d_C0, read[1], read[2], None, None,
-                None, None, g_hg, g_rg, outer(dv, h_all), read[3], read[4], read[5], read[6],
-                *(temp if tau_grad else (None, None)), *ln, None)
 
 
 # -------------------------------------------------------------------- module
@@ -677,13 +545,7 @@ class TARDIS(CellTemperature, SequenceModel):
         return self.temperature_every, max(1, self.cell.slots - 1)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        cell = self.cell
-        applies = cell.fused_applies(x)
-        backward = applies and cell.needs_backward(x, state)
-        if applies and cell.fused_pays(x.shape[0], backward):
-            features, state, steps = cell.run_fused(x, state, with_trace, backward)
-        else:
-            features, state, steps = run_steps(cell, x, state, with_trace)
+        features, state, steps = run_sequence(self.cell, x, state, with_trace)
         return features, state, (TARDISTrace(*steps, inputs=x) if with_trace else None)
 
     def aux_logits(self, trace: TARDISTrace) -> torch.Tensor:

@@ -30,114 +30,17 @@ weight gradients with one matrix product each over all steps.
 """
 from __future__ import annotations
 
-import ctypes
-import glob
 import math
-import os
 
 import numpy as np
-from numba import njit
 
-from mannlab.ntm_kernels import _sigmoid
-
-#: Reassociated sums and fused multiply-adds, so LLVM can vectorise the reductions and the
-#: (n_mem, d_r) memory loops (results differ from the tensor path by rounding only; no
-#: assumptions about NaN or infinity, which the sigmoid relies on for large inputs).
-FAST = {"reassoc", "contract"}
+from mannlab.ops.numba_cache import njit
+from mannlab.ops.numba_math import FAST, argmax, layer_norm, layer_norm_backward, sigmoid, softmax
 
 SOFT, GUMBEL_RELAXED, GUMBEL_ST, ARGMAX = 0, 1, 2, 3
 
-_blas_threads = [None, None]        # [setter, the count last set]
 
-
-def limit_blas_threads(count: int) -> None:
-    """Run the kernels' matrix products (numba calls SciPy's OpenBLAS) on ``count`` threads,
-    as torch runs on torch.get_num_threads(): by default OpenBLAS starts one thread per core,
-    and on a loaded 2-core machine its threads made a batch-32 step 6x slower. No-op when
-    that library or its setter is not found."""
-    setter, current = _blas_threads
-    if current == count:
-        return
-    if setter is None:
-        try:
-            import scipy
-            libs = os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs")
-            setter = False
-            for path in glob.glob(os.path.join(libs, "libscipy_openblas*.so*")):
-                setter = getattr(ctypes.CDLL(path), "scipy_openblas_set_num_threads", False)
-                if setter:
-                    break
-        except (ImportError, OSError):
-            setter = False
-        _blas_threads[0] = setter
-    if setter:
-        setter(ctypes.c_int(count))
-    _blas_threads[1] = count
-
-
-@njit(cache=True, fastmath=FAST)
-def _layer_norm(a, weight, bias, eps, xhat, out):
-    """out = LN(a) with biased variance (torch.nn.LayerNorm); writes x̂, returns 1/σ."""
-    n = a.shape[0]
-    mean = 0.0
-    for k in range(n):
-        mean += a[k]
-    mean /= n
-    var = 0.0
-    for k in range(n):
-        d = a[k] - mean
-        var += d * d
-    var /= n
-    rstd = 1.0 / math.sqrt(var + eps)
-    for k in range(n):
-        xh = (a[k] - mean) * rstd
-        xhat[k] = xh
-        out[k] = xh * weight[k] + bias[k]
-    return rstd
-
-
-@njit(cache=True, fastmath=FAST)
-def _layer_norm_backward(dy, weight, xhat, rstd, dx):
-    """dx of LN from dy (the gradient of its output)."""
-    n = dy.shape[0]
-    m1 = 0.0
-    m2 = 0.0
-    for k in range(n):
-        g = dy[k] * weight[k]
-        m1 += g
-        m2 += g * xhat[k]
-    m1 /= n
-    m2 /= n
-    for k in range(n):
-        dx[k] = rstd * (dy[k] * weight[k] - m1 - xhat[k] * m2)
-
-
-@njit(cache=True)
-def _softmax(z, out):
-    top = z[0]
-    for j in range(1, z.shape[0]):
-        if z[j] > top:
-            top = z[j]
-    total = 0.0
-    for j in range(z.shape[0]):
-        e = math.exp(z[j] - top)
-        out[j] = e
-        total += e
-    for j in range(z.shape[0]):
-        out[j] /= total
-
-
-@njit(cache=True)
-def _argmax(z):
-    """Index of the first maximum (as torch.argmax)."""
-    best = 0
-    for j in range(1, z.shape[0]):
-        if z[j] > z[best]:
-            best = j
-    return best
-
-
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT,
                      wg_rT, wm_T, use_map, lnc_w, lnc_b, lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau,
                      mode, keep):
@@ -197,18 +100,18 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
             for j in range(N):
                 logits[j] = xp[b, t, o_s + j] + hs_s[b, j]
             if mode == ARGMAX:
-                s_all[b, ts, _argmax(logits)] = 1.0
+                s_all[b, ts, argmax(logits)] = 1.0
             elif mode == SOFT:
-                _softmax(logits, y_all[b, ts])
+                softmax(logits, y_all[b, ts])
                 s_all[b, ts] = y_all[b, ts]
             else:
                 for j in range(N):
                     logits[j] = (logits[j] + noise[t, b, j]) * inv_tau
-                _softmax(logits, y_all[b, ts])
+                softmax(logits, y_all[b, ts])
                 if mode == GUMBEL_RELAXED:
                     s_all[b, ts] = y_all[b, ts]
                 else:
-                    s_all[b, ts, _argmax(y_all[b, ts])] = 1.0
+                    s_all[b, ts, argmax(y_all[b, ts])] = 1.0
             for k in range(R):
                 r_t[b, k] = 0.0
             for j in range(N):
@@ -221,9 +124,9 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
         for b in range(B):                                        # eqs. 3-5
             for k in range(C):
                 pre_c[k] = xp[b, t, k] + hs_c[b, k] + rc[b, k]
-            rstd[b, ts, 0] = _layer_norm(pre_c, lnc_w, lnc_b, eps, xc_all[b, ts], y_c)
+            rstd[b, ts, 0] = layer_norm(pre_c, lnc_w, lnc_b, eps, xc_all[b, ts], y_c)
             for k in range(C):
-                c_all[b, ts, k] = _sigmoid(y_c[k])
+                c_all[b, ts, k] = sigmoid(y_c[k])
             for k in range(H):
                 hg[b, k] = c_all[b, ts, k] * h[b, k]
             for k in range(R):
@@ -234,15 +137,15 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
         for b in range(B):                                        # eqs. 6-8
             for k in range(G):
                 pre_g[k] = xp[b, t, o_g + k] + gates[b, k]
-            rstd[b, ts, 1] = _layer_norm(pre_g, lng_w, lng_b, eps, xg_all[b, ts], z)
+            rstd[b, ts, 1] = layer_norm(pre_g, lng_w, lng_b, eps, xg_all[b, ts], z)
             for k in range(G):
                 if 2 * H <= k < 3 * H:
                     act[b, ts, k] = math.tanh(z[k])
                 else:
-                    act[b, ts, k] = _sigmoid(z[k])
+                    act[b, ts, k] = sigmoid(z[k])
             for k in range(H):
                 u[k] = act[b, ts, H + k] * h[b, k] + act[b, ts, k] * act[b, ts, 2 * H + k]
-            rstd[b, ts, 2] = _layer_norm(u, lnh_w, lnh_b, eps, xh_all[b, ts], hn[b])
+            rstd[b, ts, 2] = layer_norm(u, lnh_w, lnh_b, eps, xh_all[b, ts], hn[b])
             for k in range(H):
                 th = math.tanh(hn[b, k])
                 th_all[b, ts, k] = th
@@ -279,7 +182,7 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
     return out, h, memory, saved
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, use_zone, lnc_w,
                       lng_w, lnh_w, inv_tau, mode, d_out, d_hT, d_mT):
     """Backpropagation through time of sequence_forward. Weights as stored (out, in);
@@ -346,14 +249,14 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, use_zo
                 dr[b, k] = go * orr * (1.0 - tr * tr)
                 d_yg[b, t, 4 * H + k] = go * tr * orr * (1.0 - orr)
             d_yh[b, t] = dhn
-            _layer_norm_backward(dhn, lnh_w, xh_all[b, t], rstd[b, t, 2], du)
+            layer_norm_backward(dhn, lnh_w, xh_all[b, t], rstd[b, t, 2], du)
             for k in range(H):
                 i, f, g = act[b, t, k], act[b, t, H + k], act[b, t, 2 * H + k]
                 dhp[b, k] = du[k] * f + d_kept[k]
                 d_yg[b, t, k] = du[k] * g * i * (1.0 - i)
                 d_yg[b, t, H + k] = du[k] * hprev[b, t, k] * f * (1.0 - f)
                 d_yg[b, t, 2 * H + k] = du[k] * i * (1.0 - g * g)
-            _layer_norm_backward(d_yg[b, t], lng_w, xg_all[b, t], rstd[b, t, 1], da_g[b])
+            layer_norm_backward(d_yg[b, t], lng_w, xg_all[b, t], rstd[b, t, 1], da_g[b])
             d_xg[b, t] = da_g[b]
         dhg = np.dot(da_g, wg_h)                                  # (B, H)
         drg = np.dot(da_g, wg_r)                                  # (B, R)
@@ -367,7 +270,7 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, use_zo
                 dr[b, k] += drg[b, k] * c
                 dzc[H + k] = drg[b, k] * r_all[b, t, k] * c * (1.0 - c)
             d_yc[b, t] = dzc
-            _layer_norm_backward(dzc, lnc_w, xc_all[b, t], rstd[b, t, 0], d_xc[b, t])
+            layer_norm_backward(dzc, lnc_w, xc_all[b, t], rstd[b, t, 0], d_xc[b, t])
             for k in range(C):
                 dhs[b, k] = d_xc[b, t, k]
         dr += np.dot(d_xc[:, t].copy(), wc_r)                     # (B, R)

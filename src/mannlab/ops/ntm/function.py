@@ -7,16 +7,16 @@ steps (ii) and (iii) of the NTM step (models/ntm.py):
     (ii)  w^w_t = address(M_{t-1}, w^w_{t-1});  M_t = M_{t-1} o prod_h (E - w^w_h e_h^T) + sum_h w^w_h a_h^T
     (iii) w^r_t = address(M_t, w^r_{t-1});      r_t = w^r_t M_t
 
-where ``address`` is the chain of mannlab.fused_addressing (content -> interpolation ->
-shift -> sharpening). The values are those of the composition of mannlab.addressing
+where ``address`` is the chain of ops/ntm/fused_addressing.py (content -> interpolation ->
+shift -> sharpening). The values are those of the composition of mannlab.nn.addressing
 primitives, and the tests compare values and gradients with it and run gradcheck.
 
 Why: on a CPU the NTM step is bound by per-operation overhead (a few microseconds a
 call). Autograd over the composition records about 60 nodes per step, each with
 its own dispatch in forward and backward; this function records one node. On CPU
-tensors it runs the compiled kernels of mannlab.ntm_kernels (one call each way);
-elsewhere (or with MANNLAB_KERNELS=0) the batched tensor algebra below, without
-graph bookkeeping in the forward.
+tensors it runs the compiled kernels of ops/ntm/kernels.py (one call each way);
+elsewhere (or with the kernels switched off, ops/dispatch.py) the batched tensor algebra
+below, without graph bookkeeping in the forward.
 
 Layout of the raw parameters (B, P), as NTMCell's head layer emits them:
     (H + R) blocks of A = W + 3 + S, write heads first: [k (W), beta, g, s (S), gamma]
@@ -28,8 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from mannlab import kernels
-from mannlab.fused_addressing import address_backward, address_forward
+from mannlab.ops import dispatch
+from mannlab.ops.bridge import as_array
+from mannlab.ops.ntm.fused_addressing import address_backward, address_forward
 
 
 def _split_params(params, write_heads, read_heads, width, num_shifts):
@@ -145,9 +146,9 @@ def _torch_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
 
 
 def _kernel_forward(ctx, params, memory, read_prev, write_prev, width, num_shifts):
-    """The step in compiled CPU code (mannlab.ntm_kernels)."""
+    """The step in compiled CPU code (ops/ntm/kernels.py)."""
     inputs = (params, memory, read_prev, write_prev)
-    outputs, saved = _kernels().memory_step_forward(*(kernels.as_array(t) for t in inputs),
+    outputs, saved = _kernels().memory_step_forward(*(as_array(t) for t in inputs),
                                                     width, num_shifts)
     outputs = tuple(torch.from_numpy(out) for out in outputs)
     ctx.save_for_backward(*inputs, *outputs, *(torch.from_numpy(a) for a in saved))
@@ -155,25 +156,16 @@ def _kernel_forward(ctx, params, memory, read_prev, write_prev, width, num_shift
 
 
 def _kernel_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w):
-    arrays = [kernels.as_array(t) for t in ctx.saved_tensors]
+    arrays = [as_array(t) for t in ctx.saved_tensors]
     grads = (grad_reads, grad_memory_out, grad_read_w, grad_write_w)
     grads = _kernels().memory_step_backward(
         *arrays[:4], ctx.width, ctx.num_shifts, tuple(arrays[4:14]), tuple(arrays[14:]),
-        *(kernels.as_array(g) for g in grads))
+        *(as_array(g) for g in grads))
     return tuple(torch.from_numpy(grad) for grad in grads)
 
 
-#: Use the compiled kernels for CPU float32/float64 tensors when numba is available
-#: (MANNLAB_KERNELS=0, or this flag set to False, runs the tensor path everywhere).
-USE_KERNELS = kernels.ENABLED
-
-
 def _kernels():
-    return kernels.load("ntm_kernels")
-
-
-def _kernels_apply(params: torch.Tensor) -> bool:
-    return USE_KERNELS and kernels.usable(params, "ntm_kernels")
+    return dispatch.load("ntm")
 
 
 class NTMMemoryStep(torch.autograd.Function):
@@ -187,7 +179,7 @@ class NTMMemoryStep(torch.autograd.Function):
     def forward(ctx, params, memory, read_prev, write_prev, width, num_shifts, with_trace):
         ctx.width, ctx.num_shifts = width, num_shifts
         ctx.heads = (write_prev.shape[1], read_prev.shape[1])
-        ctx.kernels = _kernels_apply(params)
+        ctx.kernels = dispatch.compiled_applies("ntm", params)
         step = _kernel_forward if ctx.kernels else _torch_forward
         outputs = step(ctx, params, memory, read_prev, write_prev, width, num_shifts)
         if not with_trace:
@@ -211,7 +203,7 @@ def ntm_memory_step(params, memory, read_prev, write_prev, width, num_shifts, wi
     (r_t (B, R, W), M_t (B, N, W), w^r_t (B, R, N), w^w_t (B, H, N),
      and with ``with_trace``, for inspection only (no gradient): e (B, H, W), a (B, H, W),
      beta (B, H + R), g (B, H + R), s (B, H + R, S), gamma (B, H + R)).
-    On CPU float32/float64 tensors it runs the compiled kernels of mannlab.ntm_kernels,
+    On CPU float32/float64 tensors it runs the compiled kernels of ops/ntm/kernels.py,
     elsewhere the tensor operations of this module; both give the same values.
     """
     return NTMMemoryStep.apply(params, memory, read_prev, write_prev, width, num_shifts, with_trace)

@@ -1,11 +1,11 @@
 """Compiled CPU kernels for the NTM memory step (numba): the same equations as
-mannlab.fused_ntm_step, in loops that numba compiles to machine code.
+ops/ntm/function.py, in loops that numba compiles to machine code.
 
 Why: on a CPU a small tensor operation costs a few microseconds of dispatch, and
 the memory step is about 70 of them forward and 100 backward, so at batch 1 the
 step's cost is dispatch, not arithmetic. Here the whole step is one call each
-way. The results equal the tensor version (mannlab.fused_ntm_step's torch path)
-to rounding; the tests compare both with the composition of mannlab.addressing
+way. The results equal the tensor version (ops/ntm/function.py's torch path)
+to rounding; the tests compare both with the composition of mannlab.nn.addressing
 primitives and run gradcheck in float64.
 
 Layout of the raw head parameters of one batch element (P,), as NTMCell's head
@@ -29,77 +29,33 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
-EPS = 1e-8
-SOFTPLUS_THRESHOLD = 20.0  # as torch.nn.functional.softplus: x above it is returned as is
-
-
-@njit(cache=True)
-def _softplus(x):
-    return x if x > SOFTPLUS_THRESHOLD else math.log1p(math.exp(x))
+from mannlab.ops.numba_cache import njit
+from mannlab.ops.numba_math import (EPS, dot, row_norms, sigmoid, softmax_into, softplus,
+                                     softplus_grad)
 
 
-@njit(cache=True)
-def _sigmoid(x):
-    if x >= 0.0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)                  # no overflow for very negative x
-    return z / (1.0 + z)
-
-
-@njit(cache=True)
-def _softplus_grad(x):
-    return 1.0 if x > SOFTPLUS_THRESHOLD else _sigmoid(x)
-
-
-@njit(cache=True)
-def _dot(a, b):
-    total = 0.0
-    for j in range(a.shape[0]):
-        total += a[j] * b[j]
-    return total
-
-
-@njit(cache=True)
-def _softmax_into(logits, out):
-    top = logits.max()
-    total = 0.0
-    for i in range(logits.shape[0]):
-        out[i] = math.exp(logits[i] - top)
-        total += out[i]
-    for i in range(logits.shape[0]):
-        out[i] /= total
-
-
-@njit(cache=True)
-def _row_norms(memory, out):
-    """max(|M(i)|, eps) for every slot."""
-    for i in range(memory.shape[0]):
-        out[i] = max(math.sqrt(_dot(memory[i], memory[i])), EPS)
-
-
-@njit(cache=True)
+@njit
 def _activate(params, head, width, num_shifts, shift_out):
     """Head ``head``'s raw block -> (key offset, beta, g, gamma); s is written to shift_out."""
     base = head * (width + 3 + num_shifts)
-    beta = _softplus(params[base + width])
-    gate = _sigmoid(params[base + width + 1])
-    _softmax_into(params[base + width + 2:base + width + 2 + num_shifts], shift_out)
-    gamma = 1.0 + _softplus(params[base + width + 2 + num_shifts])
+    beta = softplus(params[base + width])
+    gate = sigmoid(params[base + width + 1])
+    softmax_into(params[base + width + 2:base + width + 2 + num_shifts], shift_out)
+    gamma = 1.0 + softplus(params[base + width + 2 + num_shifts])
     return base, beta, gate, gamma
 
 
-@njit(cache=True)
+@njit
 def _address(key, memory, norms, previous, beta, gate, shift, gamma,
              similarity, content, gated, shifted, weights):
     """One head's chain (module docstring); fills the intermediates, returns max(|k|, eps)."""
     slots, num_shifts = memory.shape[0], shift.shape[0]
     reach = num_shifts // 2
-    key_norm = max(math.sqrt(_dot(key, key)), EPS)
+    key_norm = max(math.sqrt(dot(key, key)), EPS)
     for i in range(slots):
-        similarity[i] = _dot(key, memory[i]) / (key_norm * norms[i])
-    _softmax_into(beta * similarity, content)
+        similarity[i] = dot(key, memory[i]) / (key_norm * norms[i])
+    softmax_into(beta * similarity, content)
     for i in range(slots):
         gated[i] = previous[i] + gate * (content[i] - previous[i])
     for i in range(slots):
@@ -107,11 +63,11 @@ def _address(key, memory, norms, previous, beta, gate, shift, gamma,
         for m in range(num_shifts):
             total += gated[(i - (m - reach)) % slots] * shift[m]
         shifted[i] = total
-    _softmax_into(gamma * np.log(shifted + EPS), weights)
+    softmax_into(gamma * np.log(shifted + EPS), weights)
     return key_norm
 
 
-@njit(cache=True)
+@njit
 def _address_backward(grad_w, key, key_norm, memory, norms, previous, beta, gate, shift, gamma,
                       similarity, content, gated, shifted, weights,
                       grad_key, grad_memory, grad_previous, grad_shift):
@@ -153,7 +109,7 @@ def _address_backward(grad_w, key, key_norm, memory, norms, previous, beta, gate
     return grad_beta, grad_gate, grad_gamma
 
 
-@njit(cache=True)
+@njit
 def _element_forward(params, memory, read_prev, write_prev, width, num_shifts,
                      new_memory, reads, read_w, write_w, erase, add, betas, gates, shifts, gammas,
                      similarity, content, gated, shifted, key_norms, norms_before, norms_after):
@@ -162,7 +118,7 @@ def _element_forward(params, memory, read_prev, write_prev, width, num_shifts,
     norms_before, norms_after: the slot norms of M_{t-1} and M_t (N,)."""
     write_heads, read_heads = write_prev.shape[0], read_prev.shape[0]
     offset = (write_heads + read_heads) * (width + 3 + num_shifts)
-    _row_norms(memory, norms_before)
+    row_norms(memory, norms_before)
     for h in range(write_heads):                                   # (ii) address M_{t-1}
         base, betas[h], gates[h], gammas[h] = _activate(params, h, width, num_shifts, shifts[h])
         key_norms[h] = _address(params[base:base + width], memory, norms_before, write_prev[h],
@@ -170,7 +126,7 @@ def _element_forward(params, memory, read_prev, write_prev, width, num_shifts,
                                 content[h], gated[h], shifted[h], write_w[h])
         start = offset + h * 2 * width
         for j in range(width):
-            erase[h, j] = _sigmoid(params[start + j])
+            erase[h, j] = sigmoid(params[start + j])
             add[h, j] = params[start + width + j]
     for i in range(memory.shape[0]):                               # erase, then add
         for j in range(width):
@@ -180,7 +136,7 @@ def _element_forward(params, memory, read_prev, write_prev, width, num_shifts,
             for h in range(write_heads):
                 value += write_w[h, i] * add[h, j]
             new_memory[i, j] = value
-    _row_norms(new_memory, norms_after)
+    row_norms(new_memory, norms_after)
     for r in range(read_heads):                                    # (iii) address M_t, read
         h = write_heads + r
         base, betas[h], gates[h], gammas[h] = _activate(params, h, width, num_shifts, shifts[h])
@@ -194,7 +150,7 @@ def _element_forward(params, memory, read_prev, write_prev, width, num_shifts,
             reads[r, j] = total
 
 
-@njit(cache=True)
+@njit
 def memory_step_forward(params, memory, read_prev, write_prev, width, num_shifts):
     """params (B, P), memory (B, N, W), read_prev (B, R, N), write_prev (B, H, N) ->
     outputs: reads (B, R, W), new memory (B, N, W), read_w (B, R, N), write_w (B, H, N),
@@ -225,7 +181,7 @@ def memory_step_forward(params, memory, read_prev, write_prev, width, num_shifts
     return outputs, (paths, key_norms, slot_norms)
 
 
-@njit(cache=True)
+@njit
 def _write_backward(grad_new, memory, write_w, erase, add, grad_memory, grad_write_w,
                     grad_erase, grad_add):
     """Backward of the erase/add write: fills grad_memory (M_{t-1}), adds into grad_write_w,
@@ -251,20 +207,20 @@ def _write_backward(grad_new, memory, write_w, erase, add, grad_memory, grad_wri
                 grad_add[h, j] += write_w[h, i] * grad_new[i, j]
 
 
-@njit(cache=True)
+@njit
 def _params_backward(grad_params, params, head, width, num_shifts, grad_key, grad_beta,
                      grad_gate, grad_shift, grad_gamma, gate, shift):
     """Gradients of one head's activated values -> its raw block of grad_params."""
     base = head * (width + 3 + num_shifts)
     grad_params[base:base + width] = grad_key
-    grad_params[base + width] = grad_beta * _softplus_grad(params[base + width])
+    grad_params[base + width] = grad_beta * softplus_grad(params[base + width])
     grad_params[base + width + 1] = grad_gate * gate * (1.0 - gate)
     start = base + width + 2
     grad_params[start:start + num_shifts] = shift * (grad_shift - (shift * grad_shift).sum())
-    grad_params[start + num_shifts] = grad_gamma * _softplus_grad(params[start + num_shifts])
+    grad_params[start + num_shifts] = grad_gamma * softplus_grad(params[start + num_shifts])
 
 
-@njit(cache=True)
+@njit
 def memory_step_backward(params, memory, read_prev, write_prev, width, num_shifts, outputs,
                          saved, grad_reads, grad_memory_out, grad_read_w, grad_write_w):
     """Gradients of the step with respect to (params, memory, read_prev, write_prev),
@@ -293,7 +249,7 @@ def memory_step_backward(params, memory, read_prev, write_prev, width, num_shift
         for r in range(read_heads):
             h = write_heads + r
             for i in range(slots):
-                grad_rw[i] = grad_read_w[b, r, i] + _dot(new_memory[b, i], grad_reads[b, r])
+                grad_rw[i] = grad_read_w[b, r, i] + dot(new_memory[b, i], grad_reads[b, r])
                 for j in range(width):
                     grad_new[i, j] += read_w[b, r, i] * grad_reads[b, r, j]
             base = h * (width + 3 + num_shifts)

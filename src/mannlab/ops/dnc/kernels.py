@@ -5,7 +5,7 @@ Why: on a CPU the DNC step is about 60 small tensor operations forward and 100
 backward, each a few microseconds of dispatch, plus several (B, N, N) link-matrix
 temporaries. Here the whole step is one call each way and the link matrix is
 touched in two passes forward and one backward. The results equal the composition
-of mannlab.addressing primitives to rounding (tests/test_fused_dnc_step.py).
+of mannlab.nn.addressing primitives to rounding (tests/test_fused_dnc_step.py).
 
 Layout of one batch element's raw interface vector (P,), as DNCCell emits it:
     [k^r (R*W), k^w (W), v (W) | beta^r (R), beta^w | e (W), f (R), g^a, g^w | pi (3R)]
@@ -30,13 +30,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
-from mannlab.ntm_kernels import (EPS, _dot, _row_norms, _sigmoid, _softmax_into, _softplus,
-                                  _softplus_grad)
+from mannlab.ops.numba_cache import njit
+from mannlab.ops.numba_math import (EPS, dot, row_norms, sigmoid, softmax_into, softplus,
+                                     softplus_grad)
 
 
-@njit(cache=True, fastmath={"reassoc"})
+@njit(fastmath={"reassoc"})
 def _fast_dot(a, b):
     """a . b summed in any order, so that LLVM vectorises it: the N x N loops would
     otherwise wait on one chain of dependent additions (the results differ by rounding)."""
@@ -46,7 +46,7 @@ def _fast_dot(a, b):
     return total
 
 
-@njit(cache=True)
+@njit
 def _offsets(read_heads, width):
     """Start of each group of the interface vector: k^r, k^w, v, beta, e, f, g^a, g^w, pi."""
     keys = read_heads * width
@@ -57,49 +57,49 @@ def _offsets(read_heads, width):
         free + read_heads + 2
 
 
-@njit(cache=True)
+@njit
 def _activate(raw, read_heads, width, act):
     """Raw interface vector -> activated (same layout) in act."""
     _, _, _, beta, erase, _, _, _, modes = _offsets(read_heads, width)
     act[:beta] = raw[:beta]
     for i in range(beta, erase):
-        act[i] = 1.0 + _softplus(raw[i])                       # oneplus: beta >= 1
+        act[i] = 1.0 + softplus(raw[i])                       # oneplus: beta >= 1
     for i in range(erase, modes):
-        act[i] = _sigmoid(raw[i])
+        act[i] = sigmoid(raw[i])
     for r in range(read_heads):
-        _softmax_into(raw[modes + 3 * r:modes + 3 * r + 3], act[modes + 3 * r:modes + 3 * r + 3])
+        softmax_into(raw[modes + 3 * r:modes + 3 * r + 3], act[modes + 3 * r:modes + 3 * r + 3])
 
 
-@njit(cache=True)
+@njit
 def _activate_backward(grad_act, raw, act, read_heads, width, grad_raw):
     """Gradient of the raw interface vector from that of the activated one."""
     _, _, _, beta, erase, _, _, _, modes = _offsets(read_heads, width)
     grad_raw[:beta] = grad_act[:beta]
     for i in range(beta, erase):
-        grad_raw[i] = grad_act[i] * _softplus_grad(raw[i])
+        grad_raw[i] = grad_act[i] * softplus_grad(raw[i])
     for i in range(erase, modes):
         grad_raw[i] = grad_act[i] * act[i] * (1.0 - act[i])
     for r in range(read_heads):
         head = slice(modes + 3 * r, modes + 3 * r + 3)
         pi, grad_pi = act[head], grad_act[head]
-        grad_raw[head] = pi * (grad_pi - _dot(pi, grad_pi))
+        grad_raw[head] = pi * (grad_pi - dot(pi, grad_pi))
 
 
-@njit(cache=True)
+@njit
 def _content(key, memory, norms, strength, similarity, weights):
     """C(M, k, beta) into weights, K into similarity; returns max(|k|, eps)."""
-    key_norm = max(math.sqrt(_dot(key, key)), EPS)
+    key_norm = max(math.sqrt(dot(key, key)), EPS)
     for i in range(memory.shape[0]):
         similarity[i] = _fast_dot(key, memory[i]) / (key_norm * norms[i])
-    _softmax_into(strength * similarity, weights)
+    softmax_into(strength * similarity, weights)
     return key_norm
 
 
-@njit(cache=True)
+@njit
 def _content_backward(grad_w, key, key_norm, memory, norms, strength, similarity, weights,
                       grad_key, grad_memory):
     """Backward of ``_content``: writes grad_key, adds into grad_memory, returns grad beta."""
-    grad_logits = weights * (grad_w - _dot(weights, grad_w))
+    grad_logits = weights * (grad_w - dot(weights, grad_w))
     unit_key = key / key_norm
     grad_unit_key = np.zeros(key.shape[0])
     for i in range(memory.shape[0]):
@@ -110,11 +110,11 @@ def _content_backward(grad_w, key, key_norm, memory, norms, strength, similarity
             for j in range(key.shape[0]):
                 grad_unit_key[j] += scale * memory[i, j]
                 grad_memory[i, j] += scale * (unit_key[j] - shrink * memory[i, j])
-    grad_key[:] = (grad_unit_key - unit_key * _dot(unit_key, grad_unit_key)) / key_norm
-    return _dot(grad_logits, similarity)
+    grad_key[:] = (grad_unit_key - unit_key * dot(unit_key, grad_unit_key)) / key_norm
+    return dot(grad_logits, similarity)
 
 
-@njit(cache=True)
+@njit
 def _allocation(usage, order, alloc):
     """a[phi[j]] = (1 - u[phi[j]]) prod_{i<j} u[phi[i]], phi = stable ascending argsort of u."""
     order[:] = np.argsort(usage, kind="mergesort")             # mergesort is stable
@@ -125,7 +125,7 @@ def _allocation(usage, order, alloc):
         before *= usage[slot]
 
 
-@njit(cache=True)
+@njit
 def _allocation_backward(grad_alloc, usage, order, grad_usage):
     """Adds d(a . grad_alloc)/du into grad_usage, phi constant, without dividing by u:
     du[phi[j]] = prod_{i<j} u[phi[i]] (Q_j - ga[phi[j]]) with the suffix recursion
@@ -143,7 +143,7 @@ def _allocation_backward(grad_alloc, usage, order, grad_usage):
         suffix = grad_alloc[slot] * (1.0 - usage[slot]) + usage[slot] * suffix
 
 
-@njit(cache=True)
+@njit
 def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev,
                      reads, new_memory, read_w, write_w, usage, prec, links,
                      act, vectors, paths, norms, key_norms, order):
@@ -164,7 +164,7 @@ def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, 
         usage[i] = (usage_prev[i] + write_prev[i] - usage_prev[i] * write_prev[i]) * keep
     _allocation(usage, order, alloc)
     # write weighting, on M_{t-1}
-    _row_norms(memory, norms[0])
+    row_norms(memory, norms[0])
     key_norms[read_heads] = _content(act[o_wkey:o_vec], memory, norms[0], act[o_beta + read_heads],
                                      write_sim, write_content)
     alloc_gate, write_gate = act[o_ga], act[o_gw]
@@ -193,7 +193,7 @@ def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, 
             for j in range(slots):
                 column[j] += row[j] * read
     # content read weightings on M_t, read modes, reads
-    _row_norms(new_memory, norms[1])
+    row_norms(new_memory, norms[1])
     for r in range(read_heads):
         key_norms[r] = _content(act[o_rkey + r * width:o_rkey + (r + 1) * width], new_memory,
                                 norms[1], act[o_beta + r], sims[r], contents[r])
@@ -209,7 +209,7 @@ def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, 
         reads[r] = read
 
 
-@njit(cache=True)
+@njit
 def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev):
     """raw (B, P), M_{t-1} (B, N, W), w^r_{t-1} (B, R, N), w^w_{t-1} (B, 1, N), u_{t-1},
     p_{t-1} (B, N), L_{t-1} (B, N, N) ->
@@ -235,7 +235,7 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
             (act, vectors, paths, norms, key_norms, order))
 
 
-@njit(cache=True)
+@njit
 def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     """Backward of one batch element (tuples as in memory_step_forward/backward, indexed
     at the element); fills grads_in = gradients of (raw, M_{t-1}, w^r_{t-1}, w^w_{t-1},
@@ -260,9 +260,9 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
             grad_rw[i] = grad_read_w[r, i] + _fast_dot(new_memory[i], grad_reads[r])
             for j in range(width):
                 grad_new[i, j] += read_w[r, i] * grad_reads[r, j]
-        grad_act[m] = _dot(grad_rw, backward[r])
-        grad_act[m + 1] = _dot(grad_rw, contents[r])
-        grad_act[m + 2] = _dot(grad_rw, forward[r])
+        grad_act[m] = dot(grad_rw, backward[r])
+        grad_act[m + 1] = dot(grad_rw, contents[r])
+        grad_act[m + 2] = dot(grad_rw, forward[r])
         grad_bwd[r, :] = act[m] * grad_rw
         grad_fwd[r, :] = act[m + 2] * grad_rw
         key = o_rkey + r * width
@@ -300,7 +300,7 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
         for j in range(slots):
             g_prec_prev[j] += grad_row[j] * weight
     # precedence
-    total, dot_prec = write_w.sum(), _dot(grad_prec, prec_prev)
+    total, dot_prec = write_w.sum(), dot(grad_prec, prec_prev)
     for i in range(slots):
         g_prec_prev[i] += (1.0 - total) * grad_prec[i]
         grad_ww[i] += grad_prec[i] - dot_prec
@@ -314,9 +314,9 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
             grad_act[o_vec + j] += write_w[i] * grad
     # write weighting w^w = g^w (c^w + g^a (a - c^w)), then content on M_{t-1}
     alloc_gate, write_gate = act[o_ga], act[o_gw]
-    grad_act[o_gw] = _dot(grad_ww, write_content + alloc_gate * (alloc - write_content))
+    grad_act[o_gw] = dot(grad_ww, write_content + alloc_gate * (alloc - write_content))
     grad_mix = write_gate * grad_ww
-    grad_act[o_ga] = _dot(grad_mix, alloc - write_content)
+    grad_act[o_ga] = dot(grad_mix, alloc - write_content)
     grad_act[o_beta + read_heads] = _content_backward(
         (1.0 - alloc_gate) * grad_mix, act[o_wkey:o_vec], key_norms[read_heads], memory,
         norms[0], act[o_beta + read_heads], write_sim, write_content, grad_act[o_wkey:o_vec],
@@ -338,7 +338,7 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     _activate_backward(grad_act, raw, act, read_heads, width, g_raw)
 
 
-@njit(cache=True)
+@njit
 def memory_step_backward(inputs, outputs, saved, grads_out):
     """Gradients of the step with respect to its seven inputs, given those of its seven
     outputs, the inputs, the outputs (M_t, w^r_t, w^w_t, u_t) and the saved values."""

@@ -2,7 +2,7 @@
 
     w = sharpen(circular_shift(interpolate(content_weights(k, M, beta), w_prev, g), s), gamma)
 
-computes exactly the composition of the primitives in mannlab.addressing (the
+computes exactly the composition of the primitives in mannlab.nn.addressing (the
 tests compare values and gradients with it and run gradcheck). Why it exists:
 on a CPU the NTM step is bound by per-operation overhead, and autograd over the
 composition records about 40 small nodes per step; this function records one
@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import torch
 
-from mannlab.addressing import EPS, _shift_index
+from mannlab.nn.addressing import EPS, _shift_index
 
 
 def _normalize(x: torch.Tensor, eps: float):

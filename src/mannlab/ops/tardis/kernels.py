@@ -44,107 +44,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
 
-from mannlab.armin_kernels import (FAST, _argmax, _layer_norm, _layer_norm_backward,
-                                   _softmax, limit_blas_threads)
-from mannlab.ntm_kernels import _softplus, _softplus_grad
-
-__all__ = ["GUMBEL", "REINFORCE", "ARGMAX", "sequence_forward", "sequence_backward",
-           "limit_blas_threads", "tanh_array", "sigmoid_array"]
+from mannlab.ops.numba_cache import njit
+from mannlab.ops.numba_math import (FAST, argmax, branchless_sigmoid, layer_norm,
+                                     layer_norm_backward, sigmoid_array, softmax, softplus,
+                                     softplus_grad, tanh_array)
 
 GUMBEL, REINFORCE, ARGMAX = 0, 1, 2
 
 
-# ------------------------------------------------------- vectorisable tanh and sigmoid
-#
-# numba calls libm's tanh and exp one value at a time (about 25-30 ns each here; no SVML);
-# a TARDIS step evaluates k m + 5 d of them per batch row, most of the forward's time. These
-# are branch-free double-precision versions LLVM vectorises (4 doubles per AVX2 instruction,
-# about 7 ns per value): x = n ln 2 + r with |r| <= ln 2 / 2, expm1(r) by its Taylor series to
-# r^13 (error below 2e-16 relative), 2^n built from the exponent bits. Errors measured against
-# numpy's tanh and torch's sigmoid over |x| in [1e-8, 800]: tanh 4.8e-16 relative, sigmoid
-# 3.2e-16 relative for x > -700 (below, about 1e-304 where the true value is smaller); the
-# same at inf, -inf and nan. float32 arrays are computed in double and rounded. Compiled
-# without fastmath: reassociation would fold the rounding trick (x + 1.5 2^52) - 1.5 2^52.
-
-_ROUND = 6755399441055744.0            # 1.5 * 2^52: t = y + _ROUND has round(y) in its low bits
-_ROUND_BITS = 0x4338000000000000
-_LOG2E = 1.4426950408889634
-_LN2_HI = 0.6931471803691238           # ln 2 = _LN2_HI + _LN2_LO (Cody and Waite)
-_LN2_LO = 1.9082149292705877e-10
-
-
-@intrinsic
-def _bits_as_float(typingctx, bits):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(types.int64), codegen
-
-
-@intrinsic
-def _float_bits(typingctx, value):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _expm1_exact(x):
-    """expm1(x) for x in [-700, 700], as 2^n (expm1(r) + 1) - 1 (exact relative for |x| small)."""
-    t = x * _LOG2E + _ROUND
-    n = t - _ROUND
-    r = (x - n * _LN2_HI) - n * _LN2_LO
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    scale = _bits_as_float(((_float_bits(t) - _ROUND_BITS) + 1023) << 52)      # 2^n
-    return scale * (p * r) + (scale - 1.0)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _tanh(x):
-    m = _expm1_exact(-2.0 * min(abs(x), 40.0))          # in (-1, 0]
-    return math.copysign(-m / (2.0 + m), x)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _sigmoid(x):
-    return 1.0 / (2.0 + _expm1_exact(min(max(-x, -700.0), 700.0)))
-
-
-@njit(cache=True, error_model="numpy")
-def tanh_array(x, out):
-    """out[j] = tanh(x[j]) over 1-D arrays (out may be x)."""
-    for j in range(x.shape[0]):
-        out[j] = _tanh(x[j])
-
-
-@njit(cache=True, error_model="numpy")
-def sigmoid_array(x, out):
-    """out[j] = 1 / (1 + exp(-x[j])) over 1-D arrays (out may be x)."""
-    for j in range(x.shape[0]):
-        out[j] = _sigmoid(x[j])
-
-
-@njit(cache=True, error_model="numpy")
-def _sigmoid_scalar(x):
-    return _sigmoid(x)
-
-
-@njit(cache=True, fastmath=FAST, error_model="numpy")
+@njit(fastmath=FAST, error_model="numpy")
 def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, aproj, address,
                      counts0, last0, steps0, w_hT, w_rgT, w_cT, w_quT, score, b_tau, learned, inv_tau, use_ln, lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b, eps,
                      penalty, reset_temp, usage_eps, mode, train, keep):
@@ -237,8 +146,8 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
         for b in range(B):
             if learned:                                      # eq. 18
                 s = b_tau[0] + hh[b, o_t]
-                tau = _softplus(s) + 1.0
-                sig_tau[b, ts] = _softplus_grad(s)
+                tau = softplus(s) + 1.0
+                sig_tau[b, ts] = softplus_grad(s)
             else:
                 tau = inv_tau
             tau_all[b, t] = tau
@@ -254,20 +163,20 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
                 for e in range(m):
                     acc += score[e] * pre[i * m + e]
                 pi[i] = acc - penalty * last[b, i]
-            _softmax(pi, probs[b, t])                        # eq. 5
+            softmax(pi, probs[b, t])                        # eq. 5
             if mode == GUMBEL and train:                     # eq. 19, straight-through
                 for i in range(k):
                     pg = pi[i] + gumbel[t, b, i]
                     pg_all[b, ts, i] = pg
                     z[i] = pg * tau
-                _softmax(z, y_all[b, ts])
-                j = _argmax(y_all[b, ts])
+                softmax(z, y_all[b, ts])
+                j = argmax(y_all[b, ts])
             elif mode == REINFORCE and train:                # a sample of p (Gumbel-max)
                 for i in range(k):
                     z[i] = pi[i] + gumbel[t, b, i]
-                j = _argmax(z)
+                j = argmax(z)
             else:
-                j = _argmax(pi)
+                j = argmax(pi)
             jr[b, ts] = j
             readw[b, t, j] = 1.0
             for e in range(aw):                              # eq. 1: r = M_{t-1}[j]
@@ -285,7 +194,7 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
                 zr = xg[b, t, 4 * d + e] + hh[b, o_g + 4 * d + e] + rp[b, 4 * d + e]
                 if train:
                     zr += logistic[t, b, e]
-                resets[b, t, e] = _sigmoid_scalar(zr / reset_temp)
+                resets[b, t, e] = branchless_sigmoid(zr / reset_temp)
             alpha = resets[b, t, 0]
             beta = resets[b, t, 1]
             for e in range(3 * d):                           # eq. 7 pre-activations
@@ -296,8 +205,8 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
                 rpc[b, ts, e] = rp[b, 3 * d + e]
                 candp[e] = beta * hp_c + xg[b, t, 3 * d + e] + alpha * rp[b, 3 * d + e]
             if use_ln:
-                rstd[b, ts, 0] = _layer_norm(gates, lng_w, lng_b, eps, xhat_g[b, ts], gates_n)
-                rstd[b, ts, 1] = _layer_norm(candp, lnc_w, lnc_b, eps, xhat_c[b, ts], cand_n)
+                rstd[b, ts, 0] = layer_norm(gates, lng_w, lng_b, eps, xhat_g[b, ts], gates_n)
+                rstd[b, ts, 1] = layer_norm(candp, lnc_w, lnc_b, eps, xhat_c[b, ts], cand_n)
             else:
                 gates_n[:] = gates
                 cand_n[:] = candp
@@ -309,7 +218,7 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
                     cd = cd * mask[t, b, e]
                 c[b, e] = act[b, ts, e] * c[b, e] + act[b, ts, d + e] * cd
             if use_ln:
-                rstd[b, ts, 2] = _layer_norm(c[b], lnm_w, lnm_b, eps, xhat_m[b, ts], c_out)
+                rstd[b, ts, 2] = layer_norm(c[b], lnm_w, lnm_b, eps, xhat_m[b, ts], c_out)
             else:
                 c_out[:] = c[b]
             tanh_array(c_out, th_all[b, ts])
@@ -337,7 +246,7 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
     return h_all, r_all, probs, readw, writew, resets, tau_all, u_all, c, C, counts, last, saved
 
 
-@njit(cache=True, fastmath=FAST, error_model="numpy")
+@njit(fastmath=FAST, error_model="numpy")
 def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, use_mask, address,
                       aproj, steps0, w_h, w_rg, w_c, score, learned, use_ln,
                       lng_w, lnc_w, lnm_w, reset_temp, mode, read_grad, d_h_all, d_r_all,
@@ -437,7 +346,7 @@ def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, us
                 dgo[e] = dh[b, e] * th * o * (1.0 - o)
                 dcout[e] = dh[b, e] * o * (1.0 - th * th)
             if use_ln:
-                _layer_norm_backward(dcout, lnm_w, xhat_m[b, t], rstd[b, t, 2], dcn)
+                layer_norm_backward(dcout, lnm_w, xhat_m[b, t], rstd[b, t, 2], dcn)
                 for e in range(d):
                     d_lnm_w[e] += dcout[e] * xhat_m[b, t, e]
                     d_lnm_b[e] += dcout[e]
@@ -455,8 +364,8 @@ def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, us
                 dcy[e] = dct * i_g * mk * (1.0 - cd * cd)
                 dc[b, e] = dct * f
             if use_ln:
-                _layer_norm_backward(dgy, lng_w, xhat_g[b, t], rstd[b, t, 0], dgp)
-                _layer_norm_backward(dcy, lnc_w, xhat_c[b, t], rstd[b, t, 1], dcp)
+                layer_norm_backward(dgy, lng_w, xhat_g[b, t], rstd[b, t, 0], dgp)
+                layer_norm_backward(dcy, lnc_w, xhat_c[b, t], rstd[b, t, 1], dcp)
                 for e in range(3 * d):
                     d_lng_w[e] += dgy[e] * xhat_g[b, t, e]
                     d_lng_b[e] += dgy[e]

@@ -8,12 +8,12 @@ weightings f, b, content read weightings, read weightings w^r and reads r.
 
 Why: on a CPU the step is bound by per-operation overhead (a few microseconds a
 call) and, at larger batches, by the (B, N, N) temporaries of the link matrix.
-Autograd over the composition of mannlab.addressing primitives records about 60
+Autograd over the composition of mannlab.nn.addressing primitives records about 60
 nodes per step; on CPU float32/float64 tensors this function records one, whose
-forward and backward are single calls of the compiled kernels of
-mannlab.dnc_kernels. Elsewhere (other devices or dtypes, MANNLAB_KERNELS=0, numba
-missing) the step is that composition under ordinary autograd. Both paths give
-the same values and gradients (tests/test_fused_dnc_step.py).
+forward and backward are single calls of the compiled kernels of ops/dnc/kernels.py.
+Elsewhere (other devices or dtypes, kernels switched off (ops/dispatch.py), numba
+missing) the step is that composition under ordinary autograd: the reference, below.
+Both paths give the same values and gradients (tests/test_fused_dnc_step.py).
 
 Layout of the raw interface vector (B, P), grouped by activation:
     [k^r (R*W), k^w (W), v (W) | beta^r (R), beta^w | e (W), f (R), g^a, g^w | pi (3R)]
@@ -25,7 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from mannlab import addressing, kernels
+from mannlab.nn import addressing
+from mannlab.ops import dispatch
+from mannlab.ops.bridge import as_array
 
 
 def interface_sizes(read_heads: int, width: int) -> list[int]:
@@ -48,7 +50,7 @@ def activate_interface(raw: torch.Tensor, read_heads: int, width: int):
 
 
 def _composition(raw, memory, read_w, write_w, usage, precedence, links):
-    """Steps (ii)-(iii) as the composition of mannlab.addressing primitives (any device).
+    """Steps (ii)-(iii) as the composition of mannlab.nn.addressing primitives (any device).
 
     Returns (r, M_t, w^r_t, w^w_t, u_t, p_t, L_t) and the trace values (a, pi, f, g^a, g^w).
     """
@@ -74,17 +76,8 @@ def _composition(raw, memory, read_w, write_w, usage, precedence, links):
     return outputs, (alloc, modes, free, alloc_gate, write_gate)
 
 
-#: Use the compiled kernels for CPU float32/float64 tensors when numba is available
-#: (MANNLAB_KERNELS=0, or this flag set to False, runs the tensor path everywhere).
-USE_KERNELS = kernels.ENABLED
-
-
 def _kernels():
-    return kernels.load("dnc_kernels")
-
-
-def _kernels_apply(raw: torch.Tensor) -> bool:
-    return USE_KERNELS and kernels.usable(raw, "dnc_kernels")
+    return dispatch.load("dnc")
 
 
 class DNCMemoryStep(torch.autograd.Function):
@@ -97,7 +90,7 @@ class DNCMemoryStep(torch.autograd.Function):
     @staticmethod
     def forward(ctx, raw, memory, read_w, write_w, usage, precedence, links, with_trace):
         inputs = (raw, memory, read_w, write_w, usage, precedence, links)
-        outputs, saved = _kernels().memory_step_forward(*(kernels.as_array(t) for t in inputs))
+        outputs, saved = _kernels().memory_step_forward(*(as_array(t) for t in inputs))
         outputs = tuple(torch.from_numpy(out) for out in outputs)
         saved = tuple(torch.from_numpy(value) for value in saved)
         # Everything through save_for_backward: an output kept as a plain ctx attribute
@@ -118,10 +111,10 @@ class DNCMemoryStep(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, *grads):
-        saved = [kernels.as_array(t) for t in ctx.saved_tensors]
+        saved = [as_array(t) for t in ctx.saved_tensors]
         grads = _kernels().memory_step_backward(tuple(saved[:7]), tuple(saved[7:11]),
                                                 tuple(saved[11:]),
-                                                tuple(kernels.as_array(g) for g in grads[:7]))
+                                                tuple(as_array(g) for g in grads[:7]))
         return tuple(torch.from_numpy(grad) for grad in grads) + (None,)
 
 
@@ -135,7 +128,7 @@ def dnc_memory_step(raw, memory, read_w, write_w, usage, precedence, links, with
      a_t (B, N), pi_t (B, R, 3), f_t (B, R), g^a_t (B,), g^w_t (B,)).
     """
     state = (memory, read_w, write_w, usage, precedence, links)
-    if _kernels_apply(raw):
+    if dispatch.compiled_applies("dnc", raw):
         return DNCMemoryStep.apply(raw, *state, with_trace)
     outputs, trace = _composition(raw, *state)
     return outputs + tuple(value.detach() for value in trace) if with_trace else outputs

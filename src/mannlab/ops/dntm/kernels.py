@@ -42,17 +42,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
-from mannlab.armin_kernels import FAST, _argmax, _softmax
-from mannlab.armin_kernels import limit_blas_threads  # noqa: F401  (re-exported)
-from mannlab.ntm_kernels import SOFTPLUS_THRESHOLD, _sigmoid
-from mannlab.tardis_kernels import sigmoid_array, tanh_array
+from mannlab.ops.numba_cache import njit
+from mannlab.ops.numba_math import (FAST, argmax, sigmoid, sigmoid_array, softmax, softplus,
+                                     softplus_grad_exp, tanh_array)
 
 SOFT, SAMPLE, ARGMAX = 0, 1, 2
 
 
-@njit(cache=True)
+@njit
 def _head_layout(R, H, W, dc, memory_keys):
     """Width of a write key and the offsets of the head blocks in the controller's head
     projection: read keys (R x W), write keys (H x Kw), β (R + H), γ (R + H), erase
@@ -66,23 +64,7 @@ def _head_layout(R, H, W, dc, memory_keys):
     return Kw, o_kw, o_beta, o_gamma, o_e, o_ah, o_ah + H
 
 
-@njit(cache=True)
-def _softplus(x):
-    """torch.nn.functional.softplus (β = 1, threshold 20)."""
-    return x if x > SOFTPLUS_THRESHOLD else math.log1p(math.exp(x))
-
-
-@njit(cache=True)
-def _softplus_grad(x):
-    """As torch's softplus backward: exp(x) / (exp(x) + 1), 1 above the threshold."""
-    if x > SOFTPLUS_THRESHOLD:
-        return 1.0
-    z = math.exp(x)
-    return z / (z + 1.0)
-
-
-
-@njit(cache=True)
+@njit
 def _sample(p, noise, base):
     """torch.multinomial(p, 1): argmax_i p_i / E_i with E_i = noise[base + i] ~ Exp(1), in
     the array's dtype (as torch divides), the first of equal maxima."""
@@ -96,7 +78,7 @@ def _sample(p, noise, base):
     return best
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _similarity(key, with_a, address_t, content_t, norms, eps, sim, den):
     """S_i = k . m_i / (|k| |m_i| + ε) (eqs. 10-11) over [A; C] (with_a) or C, given
     transposed (d, N) with row norms |m_i| ``norms``; fills S and the denominators."""
@@ -123,7 +105,7 @@ def _similarity(key, with_a, address_t, content_t, norms, eps, sim, den):
         sim[i] /= dn
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _weighting(sim, beta, gamma, v, lru, decay, logits, probs):
     """w = softmax(z - γ v_{s-1}) with z = β S (eqs. 10, 12), or softmax(z) without LRU;
     updates the LRU average v in place, v_s = 0.1 v_{s-1} + 0.9 z (eq. 13, no gradient)."""
@@ -134,10 +116,10 @@ def _weighting(sim, beta, gamma, v, lru, decay, logits, probs):
             v[i] = decay * v[i] + (1.0 - decay) * z
         else:
             logits[i] = z
-    _softmax(logits, probs)
+    softmax(logits, probs)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _norms(address_norms2, content_t, with_a, out):
     """|m_i| of the cells of [A; C] (with_a; |a_i|^2 given) or of C (transposed, (d_c, N))."""
     if with_a:
@@ -151,11 +133,11 @@ def _norms(address_norms2, content_t, with_a, out):
         out[i] = math.sqrt(out[i])
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _gru(xa, a, g, b_hh, h_prev, h_new, gates, gn_out):
     """Eq. 1 on one row (as torch.nn.GRUCell): x_c + a = W_x x + b + W_r φ (xa, a), g = W_h h;
     fills h_new, the gates [r, u, n] and g_n = W_hn h + b_hn. The sigmoids and tanhs are
-    tardis_kernels' vectorised ones (libm's, one value at a time, were most of the time)."""
+    numba_math's vectorised ones (libm's, one value at a time, were most of the time)."""
     dh = h_prev.shape[0]
     for k in range(2 * dh):
         gates[k] = xa[k] + a[k] + (g[k] + b_hh[k])
@@ -175,7 +157,7 @@ def _gru(xa, a, g, b_hh, h_prev, h_new, gates, gn_out):
             h_new[k] = hp - (hp - n) * (1.0 - u)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _fnn(xa, a, h_new):
     """Eq. 2 on one row: h = tanh(W_x x + b + W_r φ)."""
     for k in range(h_new.shape[0]):
@@ -183,7 +165,7 @@ def _fnn(xa, a, h_new):
     tanh_array(h_new, h_new)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _heads(pre, b_p, x_in, x_gate, K, H, dc, o_beta, ab, beta_pre):
     """The head layer's activations on one row: keys as they are, β = softplus + 1 (eq. 9),
     γ = σ (eq. 12), e = σ, α = σ(. + v_α^T x) (eq. 3), c̄ = ReLU(. + α W_x x) (eq. 4)."""
@@ -196,12 +178,12 @@ def _heads(pre, b_p, x_in, x_gate, K, H, dc, o_beta, ab, beta_pre):
     for k in range(K):
         x = pre[o_beta + k] + b_p[o_beta + k]
         beta_pre[k] = x
-        ab[o_beta + k] = _softplus(x) + 1.0
-        ab[o_gamma + k] = _sigmoid(pre[o_gamma + k] + b_p[o_gamma + k])
+        ab[o_beta + k] = softplus(x) + 1.0
+        ab[o_gamma + k] = sigmoid(pre[o_gamma + k] + b_p[o_gamma + k])
     for k in range(H * dc):
-        ab[o_e + k] = _sigmoid(pre[o_e + k] + b_p[o_e + k])
+        ab[o_e + k] = sigmoid(pre[o_e + k] + b_p[o_e + k])
     for hh in range(H):
-        alpha = _sigmoid(pre[o_ah + hh] + b_p[o_ah + hh] + x_gate[hh])
+        alpha = sigmoid(pre[o_ah + hh] + b_p[o_ah + hh] + x_gate[hh])
         ab[o_ah + hh] = alpha
         for d in range(dc):
             q = o_c + hh * dc + d
@@ -209,7 +191,7 @@ def _heads(pre, b_p, x_in, x_gate, K, H, dc, o_beta, ab, beta_pre):
             ab[q] = c if c > 0.0 else 0.0
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _squared_norms(rows_t, out):
     """|a_i|^2 of the columns of a transposed (d, N) array."""
     out[:] = 0.0
@@ -218,7 +200,7 @@ def _squared_norms(rows_t, out):
             out[i] += rows_t[d, i] * rows_t[d, i]
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _read(weights, address_t, content_t, phi, discrete, index):
     """Eq. 5 for one head: φ = sum_i w_i [a_i; c_i] (w with the NOP cell zeroed; one-hot at
     ``index`` when discrete)."""
@@ -243,7 +225,7 @@ def _read(weights, address_t, content_t, phi, discrete, index):
         phi[da + d] = acc
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _write(content_t, weights, erase, cand, discrete, index, keep):
     """Eq. 6 on one row, in place: C[i] = C[i] ∘ prod_h (1 - u_h(i) e_h) + sum_h u_h(i) c̄_h;
     content transposed (d_c, N), weights u (H, N) with the NOP cell zeroed (one-hot at
@@ -292,7 +274,7 @@ def _write(content_t, weights, erase, cand, discrete, index, keep):
             row[i] = row[i] * keep[i] + add
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _step_weights(probs, index, discrete, nop, weights):
     """The weightings a step used (K, N): w, or one-hot at index when discrete; 0 on the NOP
     cell (access)."""
@@ -307,7 +289,7 @@ def _step_weights(probs, index, discrete, nop, weights):
             weights[k, N - 1] = 0.0
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, b_p, address,
                      R, H, J, gru, lru, nop, memory_keys, mode, eps, decay, keep, trace, every):
     """xp (B, T, P) = [x_c (Pc) | W_x x (H d_c) | v_α^T x (H)], noise (T J, B K N) Exp(1)
@@ -423,7 +405,7 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                             base = (b * R + k) * N if k < R else B * R * N + (b * H + k - R) * N
                             chosen[k] = _sample(p, noise[s], base)
                         else:
-                            chosen[k] = _argmax(p)
+                            chosen[k] = argmax(p)
                         index[b, sr, k] = chosen[k]
                 _step_weights(probs[b, sr], chosen, discrete, nop, weights)
                 for k in range(R):                                 # eq. 5, on M_{s-1}
@@ -445,7 +427,7 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     return out, h, phi, final, v[:, :R].copy(), v[:, R:].copy(), records, saved
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _address_backward(dw, probs, sim, den, vprev, key, with_a, address_t, content_t, norms,
                       beta, gamma, lru, dkey, d_address_t, d_content_t, dv, ddot, scale):
     """Backward of one head's weighting (eqs. 10-13) given dL/dw: returns (dβ, dγ), adds to
@@ -505,7 +487,7 @@ def _address_backward(dw, probs, sim, den, vprev, key, with_a, address_t, conten
     return d_beta, d_gamma
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, d_cand, soft,
                     index):
     """Backward of eq. 6 on one row (content and gradients transposed, (d_c, N)): g_new =
@@ -581,7 +563,7 @@ def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, 
                 d_cand[hh * dc + d] += g * u
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _read_backward(dphi, weights, address_t, content_t, dw, d_address_t, d_content_t, soft,
                    index):
     """Backward of eq. 5 for one head (transposed (d, N) arrays): adds dL/dw (when ``soft``)
@@ -611,7 +593,7 @@ def _read_backward(dphi, weights, address_t, content_t, dw, d_address_t, d_conte
             grow[i] += weights[i] * f
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _heads_backward(dact, ab, beta_pre, x_in, x_gate, K, H, dc, o_beta, dp, d_x_in, d_x_gate):
     """Backward of _heads on one row: dL/d activations -> dL/d pre-activations (dp) and adds
     to the gradients of W_x x and v_α^T x."""
@@ -622,7 +604,7 @@ def _heads_backward(dact, ab, beta_pre, x_in, x_gate, K, H, dc, o_beta, dp, d_x_
     for k in range(o_beta):
         dp[k] = dact[k]
     for k in range(K):
-        dp[o_beta + k] = dact[o_beta + k] * _softplus_grad(beta_pre[k])
+        dp[o_beta + k] = dact[o_beta + k] * softplus_grad_exp(beta_pre[k])
         gm = ab[o_gamma + k]
         dp[o_gamma + k] = dact[o_gamma + k] * gm * (1.0 - gm)
     for k in range(H * dc):
@@ -642,7 +624,7 @@ def _heads_backward(dact, ab, beta_pre, x_in, x_gate, K, H, dc, o_beta, dp, d_x_
         d_x_gate[hh] += dz
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _gru_backward(dh_out, dh_heads, gates, gn, h_prev, da, dg, dh_keep):
     """Backward of eq. 1 on one row: dL/dh_s (two parts) -> dL/da (input side, = dL/dx_c),
     dL/dg (recurrent side) and the direct part u dL/dh_s of dL/dh_{s-1}."""
@@ -664,13 +646,13 @@ def _gru_backward(dh_out, dh_heads, gates, gn, h_prev, da, dg, dh_keep):
         dg[2 * dh + k] = dpn * r
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def _fnn_backward(dh_out, dh_heads, h_new, da):
     for k in range(h_new.shape[0]):
         da[k] = (dh_out[k] + dh_heads[k]) * (1.0 - h_new[k] * h_new[k])
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(fastmath=FAST)
 def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, gru, lru, nop,
                       memory_keys, mode, eps, decay, every, d_out, d_hT, d_phiT, d_cT, d_vrT,
                       d_vwT, d_probs, has_probs, d_act, has_act, d_mtrace, has_mtrace):

@@ -1,0 +1,78 @@
+"""``njit``: numba.njit with an on-disk cache that also knows the shared helpers.
+
+numba stamps a cached function with its own source file only, so a kernel compiled
+against a helper of numba_math.py would be loaded unchanged from the cache after that
+helper is edited. Every function compiled through this ``njit`` stamps its cache
+entries with its own file *and* numba_math.py, the one module kernels may import
+helpers from (tests/test_numba_cache.py enforces that rule, edits a helper in a copy of
+the package and sees the new behaviour). The cache stays where numba puts it
+(NUMBA_CACHE_DIR, else __pycache__ beside the source, else the user cache).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+
+import numba
+from numba.core.caching import (CompileResultCacheImpl, FunctionCache, InTreeCacheLocator,
+                                UserProvidedCacheLocator, UserWideCacheLocator)
+
+#: The sources every kernel may depend on besides its own file.
+SHARED_SOURCES = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "numba_math.py"),)
+
+
+@functools.lru_cache(maxsize=None)
+def _file_hash(path: str, mtime: float, size: int) -> str:
+    # mtime and size in the key: an edit while the process runs is hashed again
+    with open(path, "rb") as source:
+        return hashlib.sha256(source.read()).hexdigest()
+
+
+def shared_sources_stamp() -> tuple[str, ...]:
+    """The content hashes of SHARED_SOURCES."""
+    stamps = []
+    for path in SHARED_SOURCES:
+        status = os.stat(path)
+        stamps.append(_file_hash(path, status.st_mtime, status.st_size))
+    return tuple(stamps)
+
+
+class _StampsSharedSources:
+    """Locator mixin: the function's own stamp plus that of the shared sources."""
+
+    def get_source_stamp(self):
+        return super().get_source_stamp(), shared_sources_stamp()
+
+
+class _UserProvidedLocator(_StampsSharedSources, UserProvidedCacheLocator):
+    pass
+
+
+class _InTreeLocator(_StampsSharedSources, InTreeCacheLocator):
+    pass
+
+
+class _UserWideLocator(_StampsSharedSources, UserWideCacheLocator):
+    pass
+
+
+class _KernelCacheImpl(CompileResultCacheImpl):
+    _locator_classes = [_UserProvidedLocator, _InTreeLocator, _UserWideLocator]
+
+
+class _KernelCache(FunctionCache):
+    _impl_class = _KernelCacheImpl
+
+
+def njit(function=None, **options):
+    """``numba.njit(**options)``, always cached on disk, under the stamp described above.
+    Use as ``@njit`` or ``@njit(fastmath=...)``."""
+    if "cache" in options:
+        raise TypeError("ops.numba_cache.njit always caches; leave out cache=")
+
+    def compile_cached(py_function):
+        dispatcher = numba.njit(**options)(py_function)
+        dispatcher._cache = _KernelCache(dispatcher.py_func)   # as Dispatcher.enable_caching
+        return dispatcher
+    return compile_cached if function is None else compile_cached(function)

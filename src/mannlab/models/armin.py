@@ -2,7 +2,7 @@
 
 Paper: "Sequence Modelling with Auto-Addressing and Recurrent Memory Integrating
 Networks" (ICLR 2019 submission), sections 2-5 and appendices B, C, E, with the
-errata of shared/papers/README.md: W_ig has d_h + d_r output rows; 1/τ starts at 1
+these corrections to the paper's text: W_ig has d_h + d_r output rows; 1/τ starts at 1
 and grows by 1 per epoch (per 200 iterations on algorithmic tasks) up to n_mem - 1.
 
 Glossary

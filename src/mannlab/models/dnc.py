@@ -3,8 +3,10 @@
 Paper: A. Graves, G. Wayne, M. Reynolds, T. Harley, I. Danihelka et al., "Hybrid
 computing using a neural network with dynamic external memory", Nature 538 (2016).
 Equations as written in the DNC section of N. Taguchi, Y. Tsuruoka, "Partially
-Non-Recurrent Controllers for Memory-Augmented Neural Networks" (with the errata
-in shared/papers/README.md); one write head, no sparse link matrix, as there.
+Non-Recurrent Controllers for Memory-Augmented Neural Networks", with two corrections
+to that text: u_t = (u_{t-1} + w^w_{t-1} - u_{t-1} ∘ w^w_{t-1}) ∘ ψ_t, and
+L_t[i, j] = (1 - w^w[i] - w^w[j]) L_{t-1}[i, j] + w^w[i] p_{t-1}[j] with L[i, i] = 0.
+One write head, no sparse link matrix, as there.
 
 Glossary
     x_t   input (I)                   h_t   controller output, drives the heads

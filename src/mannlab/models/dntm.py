@@ -2,7 +2,7 @@
 
 Paper: C. Gulcehre, S. Chandar, K. Cho, Y. Bengio, "Dynamic Neural Turing Machine
 with Continuous and Discrete Addressing Schemes" (2016), sections 2-5 and
-appendix A, with the errata of shared/papers/README.md (c̄ in R^{d_c}; reads use
+appendix A, with these corrections to the paper's text (c̄ in R^{d_c}; reads use
 M_{t-1}; LRU v_t = 0.1 v_{t-1} + 0.9 z_t, w_t = softmax(z_t - γ_t v_{t-1}), no
 gradient through v).
 

@@ -2,7 +2,7 @@
 
 Paper: C. Gulcehre, S. Chandar, Y. Bengio, "Memory Augmented Neural Networks with
 Wormhole Connections" (2017), sections 2 (model), 3 (training) and 8.3 (algorithmic
-tasks), with the errata of shared/papers/README.md: the usage vector is the running
+tasks), with these corrections to the paper's text: the usage vector is the running
 sum of the discrete read weights normalised feature-wise (centred, divided by its
 standard deviation), and 100 is subtracted from the logit of the slot read at the
 previous step.

@@ -107,7 +107,8 @@ def read(memory: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 # Differentiable Neural Computer (Graves et al. 2016, "Hybrid computing using a
 # neural network with dynamic external memory"), equations as written in the DNC
-# section of Taguchi & Tsuruoka (errata in shared/papers/README.md).
+# section of Taguchi & Tsuruoka, with its text corrected as the DNC paper has it:
+# u_t = (u_{t-1} + w^w_{t-1} - u_{t-1} w^w_{t-1}) psi_t, and L[i, i] = 0 in the links.
 #
 #     R  number of read heads        one write head (the DNC's)
 #

@@ -58,7 +58,7 @@ def start_minibatch(model: torch.nn.Module, step: int) -> None:
 def inverse_temperature(step: int, every: int, maximum: float) -> float:
     """1/tau = min(1 + floor(step / every), maximum): starts at 1 and grows by 1 every
     ``every`` steps (an epoch, or 200 iterations on the algorithmic tasks) up to ``maximum``
-    (n_mem - 1 in ARMIN, appendix C, with the errata of shared/papers/README.md)."""
+    (n_mem - 1 in ARMIN, appendix C, with its text corrected: 1/τ starts at 1 and grows by 1)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be an integer >= 0, got {step!r}")
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:

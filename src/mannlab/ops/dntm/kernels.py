@@ -1,6 +1,6 @@
 """Compiled CPU kernels (numba) for a whole D-NTM sequence: the forward time loop and the
 backward pass through time of mannlab.models.dntm (Gulcehre et al. 2016, sections 2-4 with
-the errata of shared/papers/README.md), for the GRU and the feed-forward (tanh) controller.
+corrections to the paper's text noted in that module), for the GRU and the feed-forward (tanh) controller.
 Used by the compiled path of mannlab.models.dntm (``DNTMCell.run_fused``);
 tests/test_dntm.py checks values, samples and every gradient against the per-step tensor path.
 

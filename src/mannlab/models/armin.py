@@ -127,6 +127,7 @@ class ARMINCell(MemoryCell):
                  layer_norm: bool = True, zoneout: float = 0.0, address_size: Optional[int] = None,
                  read_mlp_size: Optional[int] = None, address_seed: int = 0):
         super().__init__()
+        self.input_size = input_size
         check_positive(input_size=input_size, hidden_size=hidden_size, memory_slots=memory_slots)
         memory_width = size_or_default(memory_width, hidden_size)
         check_positive(memory_width=memory_width)

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from mannlab.errors import ConfigError
+from mannlab.models.state_check import check_state
 from mannlab.ops import dispatch
 
 
@@ -72,6 +73,33 @@ def stack_traces(traces: list) -> Optional[NamedTuple]:
     return type(first)(*(torch.stack(field, dim=1) for field in zip(*traces)))
 
 
+def check_input(owner: nn.Module, x: Any, layout: str, input_size: Optional[int]) -> torch.Tensor:
+    """Clear errors for the usual mistakes with an input ``x`` of ``layout`` (its last axis the
+    features), before they become deep tracebacks. Finiteness is not checked while
+    torch.compile traces (a data-dependent check breaks its graph)."""
+    name = type(owner).__name__
+    dims = layout.count(",") + 1
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} expects a {dims}-D input {layout}, got shape {tuple(x.shape)}")
+    if input_size is not None and x.shape[-1] != input_size:
+        raise ValueError(f"{name} expects input_size={input_size} features in the last "
+                         f"dimension, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} expects a floating-point input, got {x.dtype}; "
+                        f"convert with x.float()")
+    dtype = next(owner.parameters()).dtype
+    if x.dtype != dtype:
+        raise TypeError(f"{name} has {dtype} parameters but got a {x.dtype} input; "
+                        f"convert the input or the model (model.to({x.dtype}))")
+    if x.numel() == 0:
+        raise ValueError(f"{name} got an empty input of shape {tuple(x.shape)}")
+    if not torch.compiler.is_compiling() and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} got an input containing NaN or infinity")
+    return x
+
+
 class MemoryCell(nn.Module):
     """Base of the one-step cells: ``features, state = cell(x_t, state)`` on raw input.
 
@@ -101,8 +129,11 @@ class MemoryCell(nn.Module):
 
     def forward(self, x_t: torch.Tensor, state: Any = None, return_trace: bool = False):
         """One step on x_t (B, input_size); state None starts a new sequence."""
+        check_input(self, x_t, "(batch, features)", getattr(self, "input_size", None))
         if state is None:
             state = self.initial_state(x_t.shape[0], x_t.device, x_t.dtype)
+        else:
+            check_state(self, state, x_t.shape[0], x_t.device, x_t.dtype)
         features, state, trace = self.step(self.precompute(x_t), state, return_trace)
         return (features, state, trace) if return_trace else (features, state)
 
@@ -197,6 +228,8 @@ class SequenceModel(nn.Module):
             x = x.transpose(0, 1)
         if state is None:
             state = self.initial_state(x.shape[0], device=x.device, dtype=x.dtype)
+        else:
+            check_state(self, state, x.shape[0], x.device, x.dtype)
         features, state, trace = self.run(x, state, return_trace)
         y = self.head(features) if self.head is not None else features
         if not self.batch_first:
@@ -208,25 +241,5 @@ class SequenceModel(nn.Module):
         return run_steps(self.cell, x, state, with_trace)
 
     def _check_input(self, x: torch.Tensor) -> torch.Tensor:
-        """Clear errors for the usual mistakes, before they become deep tracebacks."""
-        name = type(self).__name__
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}")
         layout = "(batch, time, features)" if self.batch_first else "(time, batch, features)"
-        if x.dim() != 3:
-            raise ValueError(f"{name} expects a 3-D input {layout}, got shape {tuple(x.shape)}")
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"{name} expects input_size={self.input_size} features in the last "
-                             f"dimension, got shape {tuple(x.shape)}")
-        if not x.is_floating_point():
-            raise TypeError(f"{name} expects a floating-point input, got {x.dtype}; "
-                            f"convert with x.float()")
-        dtype = next(self.parameters()).dtype
-        if x.dtype != dtype:
-            raise TypeError(f"{name} has {dtype} parameters but got a {x.dtype} input; "
-                            f"convert the input or the model (model.to({x.dtype}))")
-        if x.shape[0] == 0 or x.shape[1] == 0:
-            raise ValueError(f"{name} got an empty input of shape {tuple(x.shape)}")
-        if not torch.isfinite(x).all():
-            raise ValueError(f"{name} got an input containing NaN or infinity")
-        return x
+        return check_input(self, x, layout, self.input_size)

@@ -203,6 +203,7 @@ class DNTMCell(MemoryCell):
                  lru: bool = True, nop: bool = False, addressing: str = "soft",
                  write_keys: str = "memory"):
         super().__init__()
+        self.input_size = input_size
         check_positive(input_size=input_size, controller_size=controller_size,
                        memory_slots=memory_slots, address_size=address_size,
                        content_size=content_size, read_heads=read_heads,

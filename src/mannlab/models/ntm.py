@@ -73,6 +73,7 @@ class NTMCell(MemoryCell):
                  memory_slots: int = 128, memory_width: int = 20, read_heads: int = 1,
                  write_heads: int = 1, shift_range: int = 1):
         super().__init__()
+        self.input_size = input_size
         check_positive(input_size=input_size, controller_size=controller_size,
                        memory_slots=memory_slots, memory_width=memory_width,
                        read_heads=read_heads, write_heads=write_heads)

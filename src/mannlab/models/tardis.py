@@ -289,6 +289,7 @@ class TARDISCell(MemoryCell):
                  temperature: str = "learned", address_nonzeros: Optional[int] = None,
                  address_seed: int = 0, layer_norm: bool = False, recurrent_dropout: float = 0.0):
         super().__init__()
+        self.input_size = input_size
         check_positive(input_size=input_size, hidden_size=hidden_size, memory_slots=memory_slots,
                        address_size=address_size, content_size=content_size)
         read_mlp_size = size_or_default(read_mlp_size, max(1, hidden_size // 4))

@@ -1,0 +1,64 @@
+"""Validation of a recurrent state passed back into a model, before any kernel reads it.
+
+A state is checked against the one the model itself would start from for this input
+(``initial_state(B, device, dtype)``): the same NamedTuple types, nesting, tensor shapes
+(batch included), dtypes and devices, and finite values. A state from another model, another
+batch or another memory size would otherwise be read out of bounds by the compiled kernels,
+or broadcast silently by the tensor path.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _compare(given: Any, expected: Any, path: str, owner: str, finite: bool) -> None:
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(given, torch.Tensor):
+            raise TypeError(f"{owner} state field {path} must be a tensor of shape "
+                            f"{tuple(expected.shape)}, got {_type_name(given)}")
+        if given.shape != expected.shape:
+            raise ValueError(f"{owner} state field {path} must have shape {tuple(expected.shape)} "
+                             f"for this input and model, got {tuple(given.shape)} (a state from "
+                             f"another batch size or model configuration?)")
+        if given.dtype != expected.dtype:
+            raise TypeError(f"{owner} state field {path} must be {expected.dtype} like the input, "
+                            f"got {given.dtype}")
+        if given.device != expected.device:
+            raise ValueError(f"{owner} state field {path} must be on {expected.device} like the "
+                             f"input, got {given.device}")
+        if finite and given.is_floating_point() and not bool(torch.isfinite(given).all()):
+            raise ValueError(f"{owner} state field {path} contains NaN or infinity")
+        return
+    if isinstance(expected, tuple):
+        if type(given) is not type(expected):
+            kind = _type_name(expected)
+            where = "" if path == "state" else f" field {path}"
+            raise TypeError(f"{owner} state{where} must be of type {kind} (as the model returns "
+                            f"it), got {_type_name(given)}")
+        fields = getattr(expected, "_fields", None) or [str(i) for i in range(len(expected))]
+        if len(given) != len(expected):
+            raise ValueError(f"{owner} state field {path} must have {len(expected)} entries, "
+                             f"got {len(given)}")
+        for name, g, e in zip(fields, given, expected):
+            _compare(g, e, f"{path}.{name}" if fields[0] != "0" else f"{path}[{name}]", owner, finite)
+        return
+    if given is not expected and given != expected:
+        raise ValueError(f"{owner} state field {path} must be {expected!r}, got {given!r}")
+
+
+def check_state(model: torch.nn.Module, state: Any, batch_size: int, device: torch.device,
+                dtype: torch.dtype) -> None:
+    """Raise TypeError/ValueError naming the first field of ``state`` that does not fit a
+    ``batch_size`` input of ``dtype`` on ``device`` for ``model`` (which provides
+    ``initial_state``). Finiteness is skipped while torch.compile traces (a data-dependent
+    check would break its graph)."""
+    with torch.no_grad():
+        expected = model.initial_state(batch_size, device=device, dtype=dtype)
+    finite = not torch.compiler.is_compiling()
+    _compare(state, expected, "state", type(model).__name__, finite)

@@ -1,0 +1,53 @@
+"""The reliability suite at a chosen size, outside the test suite (which runs it small).
+
+    python reliability/run_suite.py                       # 1,000 cases per fuzz target
+    python reliability/run_suite.py --examples 5000 --bounds-check
+
+- the data-file fuzz corpus (tests/test_fuzz_data.py) and the damaged-state corpus
+  (tests/test_state_validation.py) with MANNLAB_FUZZ_EXAMPLES cases per target;
+- with --bounds-check, the same plus the models' kernel-equality tests run with numba's
+  bounds checking on (NUMBA_BOUNDSCHECK=1, a fresh kernel cache so nothing compiled without
+  it is reused): an out-of-bounds access in a compiled kernel is then an IndexError that
+  fails a test instead of silent memory corruption.
+
+Prints pytest's summary of each part and the fuzz counts; exits non-zero if any part fails.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FUZZ = ["tests/test_fuzz_data.py", "tests/test_state_validation.py"]
+KERNELS = ["tests/test_model_contract.py", "tests/test_ntm.py", "tests/test_dnc.py",
+           "tests/test_dntm.py", "tests/test_tardis.py", "tests/test_armin.py"]
+
+
+def run(tests: list[str], env: dict[str, str]) -> int:
+    print(f"$ pytest {' '.join(tests)}", flush=True)
+    return subprocess.call([sys.executable, "-m", "pytest", "-q", "-s", *tests], cwd=ROOT, env=env)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", type=int, default=1000, help="fuzz cases per target")
+    parser.add_argument("--bounds-check", action="store_true",
+                        help="also run with numba's bounds checking on (recompiles every kernel)")
+    args = parser.parse_args()
+    if args.examples < 1:
+        parser.error("--examples must be at least 1")
+    env = {**os.environ, "MANNLAB_FUZZ_EXAMPLES": str(args.examples)}
+    status = run(FUZZ, env)
+    if args.bounds_check:
+        with tempfile.TemporaryDirectory() as cache:
+            checked = {**env, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": cache}
+            status = run(FUZZ + KERNELS, checked) or status
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

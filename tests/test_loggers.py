@@ -38,8 +38,8 @@ def test_logger_names_come_from_config_and_flags(tmp_path):
     assert loggers.logger_names(TrainConfig(logger="csv, wandb", tensorboard=True)) == ["csv", "wandb", "tensorboard"]
     with pytest.raises(ConfigError, match="unknown logger.*valid: tensorboard, csv, wandb"):
         TrainConfig(logger="csv,mlflow")
-    from mannlab.cli.training import train_config
     from mannlab.cli import build_parser
+    from mannlab.cli.training import train_config
     args = build_parser().parse_args(["train", *TINY, "--logger", "csv", "--logger", "Wandb,tensorboard"])
     assert train_config(args).train.logger == "csv,wandb,tensorboard"
 

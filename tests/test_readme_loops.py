@@ -13,7 +13,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def snippet(heading):
     """The first python block after ``heading`` in the README."""
     text = README.read_text(encoding="utf-8")
-    return re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
+    return re.search(r"```python\n(.*?)```", text[text.index(heading):], re.DOTALL).group(1)
 
 
 def test_own_loop_snippet_runs():

@@ -2,13 +2,12 @@
 DataLoader (any number of workers), a data-set split example by example, char-LM segments."""
 import pytest
 import torch
+from test_charlm import write_ptb_words
 from torch.utils.data import DataLoader
 
 from mannlab import tasks
 from mannlab.tasks.charlm import segments
 from mannlab.tasks.torch_data import TaskBatches, TaskSplit, TextSegments
-
-from test_charlm import write_ptb_words
 
 
 def equal(a, b):
@@ -42,7 +41,7 @@ def test_split_dataset_pads_like_the_task(tmp_path):
     task = tasks.make("enwik8", data_dir=str(tmp_path), length=10, split_sizes=[150, 20, 20])
     split = TaskSplit(task, "train")
     assert len(split) == task.split_size("train") == 14
-    inputs, targets, mask = split[-1]
+    inputs, _, mask = split[-1]
     assert inputs.shape == (10, 256) and mask.shape == (10,)
     _, ordered = next(task.ordered_batches("train", 4))
     batch = next(iter(DataLoader(split, batch_size=4, collate_fn=split.collate)))

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from mannlab.config import TrainConfig
 from mannlab.errors import ConfigError

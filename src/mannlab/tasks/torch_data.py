@@ -16,7 +16,8 @@ the stream is the same for any number of workers.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch

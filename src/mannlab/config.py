@@ -58,6 +58,7 @@ DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
 }
 
 OPTIMIZERS = ("rmsprop", "adam")
+LOGGERS = ("tensorboard", "csv", "wandb")   # rundir/loggers.py writes them
 TOP_LEVEL_KEYS = ("seed", "seeds", "run_dir", "model", "task", "train")
 SECTIONS = ("model", "task", "train")
 
@@ -96,6 +97,9 @@ class TrainConfig:
     solve_bce: float = 0.02
     stop_after_solve: int | None = None  # None: never stop early; N: stop N steps after solving
     tensorboard: bool = False
+    # more destinations of the metrics besides metrics.jsonl, comma-separated: tensorboard, csv
+    # (metrics.csv), wandb (rundir/loggers.py); train.tensorboard = true is the same as "tensorboard"
+    logger: str = ""
     progress: bool = True
     # torch intra-op threads during the run (0: torch's default). One thread is much faster for
     # these small recurrent models on a busy CPU, and a resume must use the same count to be exact.
@@ -127,6 +131,10 @@ class TrainConfig:
         if self.val_lengths not in ("train_lengths", "max_length"):
             raise ConfigError(f"train.val_lengths must be 'train_lengths' or 'max_length', "
                               f"got {self.val_lengths!r}")
+        unknown = [n for n in self.logger.split(",") if n.strip() and n.strip() not in LOGGERS]
+        if unknown:
+            raise ConfigError(f"train.logger: unknown logger(s) {', '.join(unknown)}; valid: "
+                              f"{', '.join(LOGGERS)} (comma-separated)")
         if self.budget_clock not in ("wall", "cpu"):
             raise ConfigError(f"train.budget_clock must be 'wall' or 'cpu', got {self.budget_clock!r}")
         for name in ("steps", "threads", "max_minutes"):

@@ -26,6 +26,22 @@ class DataDir(argparse.Action):
         setattr(namespace, self.dest, overrides + [f"task.data_dir={json.dumps(value)}"])
 
 
+def add_logger(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--logger", dest="overrides", action=LoggerNames, metavar="NAME[,NAME]",
+                        help="also log the metrics to tensorboard, csv (metrics.csv) and/or wandb "
+                             "(repeatable or comma-separated; same as --set train.logger=NAMES)")
+
+
+class LoggerNames(argparse.Action):
+    """--logger csv --logger wandb (or --logger csv,wandb) appends train.logger="csv,wandb"."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        names = [*getattr(namespace, "logger_names", []), *name_list(value)]
+        namespace.logger_names = names
+        overrides = list(getattr(namespace, self.dest) or [])
+        setattr(namespace, self.dest, overrides + [f"train.logger={json.dumps(','.join(names))}"])
+
+
 def int_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mannlab.cli.arguments import add_set, int_list
+from mannlab.cli.arguments import add_logger, add_set, int_list
 from mannlab.config import RunConfig, default_config_dict, default_run_dir, load_config, read_toml
 from mannlab.errors import ConfigError
 from mannlab.reporting.summaries import describe, seeds_table
@@ -61,6 +61,7 @@ def add_commands(command) -> None:
                        help="continue the run in the run directory from checkpoints/last (its config.toml is the base)")
     train.add_argument("--force", action="store_true", help="overwrite an existing run in the run directory")
     train.add_argument("--no-progress", action="store_true", help="no progress bar (train.progress=false)")
+    add_logger(train)
     train.set_defaults(func=cmd_train)
 
     run = command("run", "run a recipe over several seeds", RUN_HELP,
@@ -73,6 +74,7 @@ def add_commands(command) -> None:
     run.add_argument("--resume", action="store_true", help="continue seeds that have a checkpoint, start the others")
     run.add_argument("--force", action="store_true", help="overwrite existing seed runs")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_logger(run)
     run.set_defaults(func=cmd_run)
 
 

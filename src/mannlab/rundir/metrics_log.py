@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from mannlab.errors import ConfigError, DataError
+from mannlab.errors import DataError
 
 
 class MetricsLog:
-    """Appends metric lines to ``path``; mirrors them to TensorBoard if ``tensorboard_dir`` is set."""
+    """Appends metric lines to ``path`` and hands each row to ``loggers`` (rundir.loggers:
+    tensorboard, csv, wandb)."""
 
-    def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None):
+    def __init__(self, path: str | Path, loggers: Sequence[Any] = ()):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = _tensorboard_writer(tensorboard_dir) if tensorboard_dir else None
+        self._loggers = list(loggers)
         self._file = self.path.open("a", encoding="utf-8")
 
     def log(self, step: int, split: str, metrics: Mapping[str, Any], wall: float,
@@ -30,15 +31,13 @@ class MetricsLog:
                **{k: _number(v) for k, v in metrics.items()}, "wall": round(float(wall), 3)}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()  # a reader (plot, tail -f) sees every line right away
-        if self._writer is not None:
-            prefix = split if "length" not in extra else f"{split}_len{extra['length']}"
-            for key, value in metrics.items():
-                self._writer.add_scalar(f"{prefix}/{key}", _number(value), int(step))
+        for logger in self._loggers:
+            logger.log(row, {k: row[k] for k in metrics})
 
     def close(self) -> None:
         self._file.close()
-        if self._writer is not None:
-            self._writer.close()
+        for logger in self._loggers:
+            logger.close()
 
     def __enter__(self) -> "MetricsLog":
         return self
@@ -80,21 +79,3 @@ def truncate_metrics(path: str | Path, step: int) -> None:
 
 def _number(value: Any) -> float:
     return float(value)  # tensors and numpy scalars; json writes NaN as NaN
-
-
-def check_tensorboard() -> None:
-    """Raise ConfigError if TensorBoard logging was asked for but cannot work."""
-    _summary_writer_class()
-
-
-def _summary_writer_class():
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise ConfigError("train.tensorboard = true needs the tensorboard package: "
-                          "pip install 'mannlab[tensorboard]' (or set train.tensorboard=false)") from None
-    return SummaryWriter
-
-
-def _tensorboard_writer(log_dir: str | Path):
-    return _summary_writer_class()(log_dir=str(log_dir))

@@ -2,6 +2,10 @@
 carried-state TBPTT segments (tbptt.py)."""
 from mannlab.training.loop import train
 from mannlab.training.optimizer import make_optimizer
-from mannlab.training.update import NonFiniteLossError
+from mannlab.training.schedules import start_minibatch
+from mannlab.training.tbptt import segment_loss
+from mannlab.training.update import NonFiniteLossError, model_aux_loss, sequence_loss
 
-__all__ = ["train", "make_optimizer", "NonFiniteLossError"]
+# train, and the pieces of its step a loop of your own needs (README, "Your own training loop")
+__all__ = ["train", "make_optimizer", "NonFiniteLossError", "start_minibatch", "sequence_loss",
+           "segment_loss", "model_aux_loss"]

@@ -7,7 +7,7 @@ what the batch source keeps (the carried state of TBPTT), and the data position 
 number, so a resumed run takes exactly the steps the uninterrupted run would have taken.
 
 Run directory layout: config.toml, metrics.jsonl, summary.json,
-checkpoints/{last,best}/, figures/, tensorboard/ (optional).
+checkpoints/{last,best}/, figures/, and what train.logger adds (rundir/loggers.py).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import mannlab
 from mannlab.building import build_run
 from mannlab.config import RunConfig, default_run_dir, save_config
 from mannlab.rundir import MetricsLog, load_checkpoint, save_checkpoint, truncate_metrics
-from mannlab.rundir.metrics_log import check_tensorboard
+from mannlab.rundir.loggers import check_loggers, open_loggers
 from mannlab.training.clock import SessionClock
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
@@ -79,8 +79,7 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     config = config.replace(task_args=dict(task.params))  # record the resolved task parameters
     optimizer = make_optimizer(model, config.train)
     source = batch_source(config, task, model)
-    if config.train.tensorboard:
-        check_tensorboard()
+    check_loggers(config.train)
     if resume:
         state = restore_last(run_dir, config, model, optimizer, source.train_invariants)
         progress = Progress.from_state(state, source.best_field)
@@ -91,12 +90,11 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
         progress = Progress()
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(config, run_dir / "config.toml")
-    tensorboard_dir = run_dir / "tensorboard" if config.train.tensorboard else None
     threads = torch.get_num_threads()
     try:
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
-        with MetricsLog(run_dir / "metrics.jsonl", tensorboard_dir) as log:
+        with MetricsLog(run_dir / "metrics.jsonl", open_loggers(config, run_dir)) as log:
             trainer = _Trainer(config, task, model, optimizer, source, progress, log, run_dir)
             trainer.run()
             return trainer.finish()

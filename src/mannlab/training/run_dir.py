@@ -13,7 +13,8 @@ from mannlab.errors import ConfigError
 from mannlab.rundir import load_checkpoint
 from mannlab.training.optimizer import hyperparameters
 
-RUN_ARTIFACTS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoints", "figures", "tensorboard")
+RUN_ARTIFACTS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoints", "figures", "tensorboard",
+                 "metrics.csv", "wandb")
 # What must not change when a run is resumed (the rest, like steps or lr, may).
 RESUME_INVARIANTS = ("model", "model_args", "task", "task_args", "seed")
 

@@ -16,7 +16,7 @@ from mannlab.evaluation import loss_key, validate
 from mannlab.rundir import read_metrics
 from mannlab.training.schedules import start_minibatch
 from mannlab.training.source import Validation
-from mannlab.training.update import model_aux_loss
+from mannlab.training.update import sequence_loss
 
 VAL_SEED_OFFSET = 10**9   # keeps validation seeds apart from training steps [seed, i]
 
@@ -50,18 +50,7 @@ class SampledBatches:
             inputs, targets, mask = (t.repeat_interleave(cfg.samples_per_input, dim=0)
                                      for t in (inputs, targets, mask))
         start_minibatch(model, step)  # per-minibatch switches, e.g. the D-NTM curriculum
-        if getattr(model, "uses_aux_loss", False):
-            logits, _, trace = model(inputs, return_trace=True)
-            task_loss = task.loss(logits, targets, mask)
-            # the per-step NLL is a reward signal for the model's estimator, not a path for gradients
-            step_nll = task.step_nll(logits, targets, mask).detach()
-            loss = task_loss + model_aux_loss(model, trace, step_nll,
-                                              lambda out: task.step_nll(out, targets, mask),
-                                              task.outputs_per_step)
-        else:
-            logits, _ = model(inputs)
-            loss = task_loss = task.loss(logits, targets, mask)
-        return loss, task_loss
+        return sequence_loss(model, task, inputs, targets, mask)
 
     def train_row(self, losses: list[tuple[float, float]], step: int
                   ) -> tuple[dict[str, float], dict[str, Any]]:

@@ -23,6 +23,23 @@ def model_aux_loss(model: torch.nn.Module, trace: Any, step_nll: torch.Tensor,
     return model.aux_loss(trace, step_nll, outputs_per_step=outputs_per_step, **extra)
 
 
+def sequence_loss(model: torch.nn.Module, task: Any, inputs: torch.Tensor, targets: torch.Tensor,
+                  mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss to minimise, task loss) of one sampled batch: ``task.loss`` plus, for a model
+    with ``uses_aux_loss``, its auxiliary loss rewarded by the detached per-step NLL."""
+    if getattr(model, "uses_aux_loss", False):
+        logits, _, trace = model(inputs, return_trace=True)
+        task_loss = task.loss(logits, targets, mask)
+        # the per-step NLL is a reward signal for the model's estimator, not a path for gradients
+        step_nll = task.step_nll(logits, targets, mask).detach()
+        return task_loss + model_aux_loss(model, trace, step_nll,
+                                          lambda out: task.step_nll(out, targets, mask),
+                                          task.outputs_per_step), task_loss
+    logits, _ = model(inputs)
+    loss = task.loss(logits, targets, mask)
+    return loss, loss
+
+
 def apply_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                  clip: float | None) -> None:
     """Backward, clip the global gradient norm to ``clip`` (0/None: measure only), step.

@@ -1,0 +1,139 @@
+"""Lightning for any registered model on any task (``pip install "mannlab[lightning]"``).
+
+    import lightning as L
+    import mannlab
+    from mannlab.lightning import MannModule, TaskDataModule
+
+    task = mannlab.tasks.make("copy", max_length=10)
+    module = MannModule("ntm", task, lr=1e-4)              # a name and its kwargs, or a model
+    data = TaskDataModule(task, batch_size=16, seed=0)
+    L.Trainer(max_steps=5000, val_check_interval=500, gradient_clip_val=10).fit(module, data)
+
+The module trains as ``mannlab train`` does, through the same functions: the task loss plus
+the model's auxiliary loss (REINFORCE and friends, ``uses_aux_loss``), the per-minibatch
+schedules (D-NTM curriculum, gumbel temperature) from ``trainer.global_step``, and for the
+char-LM tasks truncated BPTT with the state carried, detached, from one segment to the next
+(reset at each epoch, i.e. each pass over the training streams). The train stream of a
+sampled task is endless (batch i = ``task.sample(B, [seed, i])``), so give ``max_steps`` and
+an integer ``val_check_interval``. Validation logs the task's metrics (``val/bce``, ...) on
+fixed batches, or ``val/bpc`` over the valid split for char-LM tasks. ``import mannlab``
+never imports this module, so Lightning stays optional.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from mannlab.config import TrainConfig
+from mannlab.evaluation.bpc import LN2
+from mannlab.state import detach_state
+from mannlab.tasks.torch_data import TaskBatches, TextSegments
+from mannlab.training.optimizer import make_optimizer
+from mannlab.training.sampled import VAL_SEED_OFFSET
+from mannlab.training.schedules import start_minibatch
+from mannlab.training.tbptt import segment_loss
+from mannlab.training.update import sequence_loss
+from mannlab.wrappers import model_for_task
+
+
+def _streams(task: Any) -> bool:
+    return getattr(task, "batching", "samples") == "streams"
+
+
+class MannModule(L.LightningModule):
+    """``model`` (a registered name, built for ``task`` with ``model_args`` behind the
+    adapter the task needs, or a module) trained on ``task`` with mannlab's optimizer
+    (``optimizer`` "rmsprop" or "adam", ``lr``; the other settings are TrainConfig's)."""
+
+    def __init__(self, model: str | torch.nn.Module, task: Any, lr: float = 1e-4,
+                 optimizer: str = "rmsprop", **model_args: Any):
+        super().__init__()
+        if isinstance(model, str):
+            model = model_for_task(task, model, **model_args)
+        elif model_args:
+            raise TypeError(f"model arguments {sorted(model_args)} need a model name, not a module")
+        self.model, self.task = model, task
+        self.optimizer_config = TrainConfig(optimizer=optimizer, lr=lr)
+        self.carried: dict[str, Any] = {}   # TBPTT state per split, detached
+
+    def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        return self.model(x, state)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return make_optimizer(self.model, self.optimizer_config)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if _streams(self.task):
+            start_minibatch(self.model.core, self.global_step)   # gumbel temperature
+            loss, task_loss, state = segment_loss(self.model, *batch, self.carried.get("train"))
+            self.carried["train"] = detach_state(state)
+            name = "ce"
+        else:
+            start_minibatch(self.model, self.global_step)        # e.g. the D-NTM curriculum
+            loss, task_loss = sequence_loss(self.model, self.task, *batch[:3])
+            name = self.task.loss_key
+        self.log("train/loss", loss, batch_size=len(batch[0]))
+        self.log(f"train/{name}", task_loss, prog_bar=True, batch_size=len(batch[0]))
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        if _streams(self.task):
+            x, y = batch
+            logits, self.carried["val"] = self.model(x, self.carried.get("val"))
+            ce = F.cross_entropy(logits.transpose(1, 2), y.long())
+            # weighted by symbols, the epoch mean is the split's exact BPC
+            self.log("val/bpc", ce / LN2, prog_bar=True, batch_size=y.numel())
+            return
+        inputs, targets, mask = batch[:3]
+        metrics = self.task.metrics(self.model(inputs)[0], targets, mask)
+        for key, value in metrics.items():
+            self.log(f"val/{key}", value, prog_bar=key == self.task.loss_key, batch_size=len(inputs))
+
+    # a pass over the streams starts from the initial state, as mannlab's TBPTT epochs do
+    def on_train_epoch_start(self) -> None:
+        self.carried.pop("train", None)
+
+    def on_validation_epoch_start(self) -> None:
+        self.carried.pop("val", None)
+
+
+class TaskDataModule(L.LightningDataModule):
+    """The data of ``mannlab train`` as loaders: training batch i = ``task.sample(batch_size,
+    [seed, i])`` (resumed runs continue at ``trainer.global_step``), validation on
+    ``val_batches`` fixed batches (the ``valid`` split of a data-set task); for a char-LM
+    task, the train and valid splits as ``batch_size`` (``task.valid_batch_size``) streams
+    in TBPTT segments."""
+
+    def __init__(self, task: Any, batch_size: int = 16, seed: int = 0, val_batch_size: int = 32,
+                 val_batches: int = 2, num_workers: int = 0):
+        super().__init__()
+        self.task, self.batch_size, self.seed = task, batch_size, seed
+        self.val_batch_size, self.val_batches, self.num_workers = val_batch_size, val_batches, num_workers
+        # data-set tasks train on "train" and validate on "valid"
+        self.splits = getattr(task, "splits", None)
+
+    def _loader(self, dataset: Any, workers: int) -> DataLoader:
+        return DataLoader(dataset, batch_size=None, num_workers=workers)  # already batched
+
+    def train_dataloader(self) -> DataLoader:
+        if _streams(self.task):
+            return self._loader(TextSegments(self.task, "train", self.batch_size), 0)
+        start = self.trainer.global_step if self.trainer is not None else 0
+        split = {"split": "train"} if self.splits else {}
+        return self._loader(TaskBatches(self.task, self.batch_size, self.seed, start=start, **split),
+                            self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        if _streams(self.task):
+            batch = self.task.params["valid_batch_size"]
+            return self._loader(TextSegments(self.task, "valid", batch), 0)
+        split = {"split": "valid"} if self.splits else {}
+        return self._loader(TaskBatches(self.task, self.val_batch_size, self.seed, start=VAL_SEED_OFFSET,
+                                        stop=VAL_SEED_OFFSET + self.val_batches, **split), 0)
+
+
+__all__ = ["MannModule", "TaskDataModule"]

@@ -2,6 +2,6 @@
 carried-state TBPTT segments (tbptt.py)."""
 from mannlab.training.loop import train
 from mannlab.training.optimizer import make_optimizer
-from mannlab.training.update import NonFiniteLossError
+from mannlab.training.update import DivergedError, NonFiniteLossError
 
-__all__ = ["train", "make_optimizer", "NonFiniteLossError"]
+__all__ = ["train", "make_optimizer", "DivergedError", "NonFiniteLossError"]

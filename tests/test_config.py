@@ -4,9 +4,10 @@ import pytest
 from mannlab.building import build_run
 from mannlab.config import (
     DEFAULTS, RunConfig, TrainConfig, apply_overrides, default_config_dict, default_run_dir,
-    load_config, parse_override, save_config,
+    load_config, parse_override,
 )
 from mannlab.errors import ConfigError
+from mannlab.rundir import save_config
 
 RECIPE = """
 seed = 4

@@ -294,7 +294,7 @@ def test_toy_and_data_runs_get_both_tables(tmp_path):
 def test_malformed_eval_file_is_a_data_error(tmp_path):
     run = fake_babi_eval(tmp_path, "babi", 0, {1: 0.5})
     (run / "eval-test.json").write_text("{not json")
-    with pytest.raises(DataError, match="eval-test.json is not valid JSON"):
+    with pytest.raises(DataError, match="eval-test.json is truncated or not JSON"):
         build_report(tmp_path)
 
 
@@ -331,7 +331,7 @@ def test_cli_help(capsys):
 @pytest.mark.parametrize("make, message", [
     (lambda root: None, "runs directory not found"),
     (lambda root: root.mkdir(), "no runs in"),
-    (lambda root: (fake_run(root, "g", 0) / "summary.json").write_text("{broken"), "not valid JSON"),
+    (lambda root: (fake_run(root, "g", 0) / "summary.json").write_text("{broken"), "truncated or not JSON"),
 ])
 def test_cli_user_errors_exit_2(tmp_path, capsys, make, message):
     root = tmp_path / "runs"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,23 @@ DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
 
 OPTIMIZERS = ("rmsprop", "adam")
 LOGGERS = ("tensorboard", "csv", "wandb")   # rundir/loggers.py writes them
+
+MAX_SEED = 2**63 - 1   # seeds are TOML integers (int64); the data seeds want them >= 0
+
+# The valid range of each number of TrainConfig: (low, high, low included, high included).
+INF = math.inf
+RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "lr": (0, INF, False, False), "lr_after_solve": (0, INF, True, False),
+    "momentum": (0, 1, True, False), "alpha": (0, 1, True, False),
+    "eps": (0, INF, False, False), "weight_decay": (0, INF, True, False),
+    "clip_grad_norm": (0, INF, True, False), "solve_bce": (0, INF, True, False),
+    "max_minutes": (0, INF, True, False), "diverge_factor": (1, INF, False, False),
+    "steps": (0, INF, True, False), "threads": (0, INF, True, False),
+    "diverge_patience": (0, INF, True, False), "stop_after_solve": (0, INF, True, False),
+    **{name: (1, INF, True, False) for name in (
+        "batch_size", "samples_per_input", "val_every", "val_batch_size", "val_batches",
+        "checkpoint_every")},
+}
 TOP_LEVEL_KEYS = ("seed", "seeds", "run_dir", "model", "task", "train")
 SECTIONS = ("model", "task", "train")
 
@@ -111,6 +129,11 @@ class TrainConfig:
     # what max_minutes counts: "wall" seconds, or "cpu" seconds of the training process (fair
     # between runs on a machine shared with other jobs, where wall time depends on their load)
     budget_clock: str = "wall"
+    # divergence: a non-finite validation value, or one above diverge_factor times the
+    # untrained model's for diverge_patience validations in a row, stops the run (summary.json
+    # says "diverged", the command exits 1); diverge_patience = 0 keeps only the first check
+    diverge_patience: int = 3
+    diverge_factor: float = 10.0
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
@@ -137,28 +160,17 @@ class TrainConfig:
                               f"{', '.join(LOGGERS)} (comma-separated)")
         if self.budget_clock not in ("wall", "cpu"):
             raise ConfigError(f"train.budget_clock must be 'wall' or 'cpu', got {self.budget_clock!r}")
-        for name in ("steps", "threads", "max_minutes"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("batch_size", "samples_per_input", "val_every", "val_batch_size",
-                     "val_batches", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        for name, bounds in RANGES.items():
+            if getattr(self, name) is not None:
+                check_range(f"train.{name}", getattr(self, name), *bounds)
         if self.batch_size % self.samples_per_input:
             raise ConfigError(f"train.batch_size ({self.batch_size}) must be a multiple of "
                               f"train.samples_per_input ({self.samples_per_input})")
-        if not self.lr > 0:
-            raise ConfigError(f"train.lr must be > 0, got {self.lr}")
-        if self.lr_after_solve < 0:
-            raise ConfigError(f"train.lr_after_solve must be >= 0 (0: keep train.lr), "
-                              f"got {self.lr_after_solve}")
         multiples = self.val_length_multiples
         if not multiples or 1 not in multiples or any(m < 1 for m in multiples):
             raise ConfigError(
                 "train.val_length_multiples must be positive integers including 1 "
                 f"(the training length, used to pick the best checkpoint), got {list(multiples)}")
-        if self.stop_after_solve is not None and self.stop_after_solve < 0:
-            raise ConfigError(f"train.stop_after_solve must be >= 0 or absent, got {self.stop_after_solve}")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -178,6 +190,11 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     run_dir: str | None = None
     seeds: tuple[int, ...] | None = None   # several seeds for `mannlab run`
+
+    def __post_init__(self) -> None:
+        check_range("seed", self.seed, 0, MAX_SEED)
+        for seed in self.seeds or ():
+            check_range("seeds[...]", seed, 0, MAX_SEED)
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "RunConfig":
@@ -204,7 +221,7 @@ class RunConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The TOML-shaped dict (None values kept; `save_config` drops them)."""
+        """The TOML-shaped dict (None values kept; `config_toml` drops them)."""
         return {
             "seed": self.seed,
             "seeds": list(self.seeds) if self.seeds is not None else None,
@@ -248,13 +265,16 @@ def read_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise FileNotFoundError(f"config file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a directory; expected a TOML file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{path} is not valid TOML in UTF-8 ({type(exc).__name__}: "
+                          f"{str(exc)[:200]})") from None
 
 
-def save_config(config: RunConfig, path: str | Path) -> None:
-    """Write the config as TOML (TOML has no null, so None values are left out)."""
-    Path(path).write_text(tomli_w.dumps(_drop_none(config.to_dict())))
+def config_toml(config: RunConfig) -> str:
+    """The config as TOML text (TOML has no null, so None values are left out)."""
+    return tomli_w.dumps(_drop_none(config.to_dict()))
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -270,6 +290,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw  # bare words such as model.controller=fnn
+    except RecursionError:
+        raise ConfigError(f"override {key} is nested too deeply: {raw[:40]}...") from None
     return path, value
 
 
@@ -290,6 +312,20 @@ def apply_overrides(values: Mapping[str, Any], overrides: Iterable[str]) -> dict
                 raise ConfigError(f"unknown section '{section}' in override {text!r}; valid sections: {', '.join(SECTIONS)}")
             out.setdefault(section, {})[key] = value
     return out
+
+
+def check_range(key: str, value: float, low: float, high: float, low_in: bool = True,
+                high_in: bool = True) -> None:
+    """ConfigError naming the valid range unless low <= value <= high (< where not ``_in``);
+    NaN is never in range."""
+    above = value >= low if low_in else value > low
+    below = value <= high if high_in else value < high
+    if not (above and below):  # NaN fails both
+        if high == INF:
+            valid = f"{'>=' if low_in else '>'} {low}" + (" and finite" if isinstance(value, float) else "")
+        else:
+            valid = f"in {'[' if low_in else '('}{low}, {high}{']' if high_in else ')'}"
+        raise ConfigError(f"{key} must be {valid}, got {value}")
 
 
 # --- helpers -----------------------------------------------------------------

@@ -16,6 +16,7 @@ from mannlab.cli import analyses, results, training
 from mannlab.errors import CheckpointError, ConfigError, DataError
 
 USER_ERRORS = (ConfigError, CheckpointError, DataError, FileNotFoundError)
+DEBUG_HELP = "on an error, show the Python traceback instead of one line"
 
 MAIN_HELP = """\
 Memory-augmented neural networks: train, evaluate and plot.
@@ -38,24 +39,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from mannlab.training.update import NonFiniteLossError  # torch loads with the command, not for --help
+    from mannlab.training.update import DivergedError  # torch loads with the command, not for --help
 
     try:
         return args.func(args)
     except USER_ERRORS as exc:
-        _fail(exc, 2)
-    except NonFiniteLossError as exc:
-        _fail(exc, 1)
+        _fail(exc, 2, args.debug)
+    except DivergedError as exc:
+        _fail(exc, 1, args.debug)
     except KeyboardInterrupt:
         print("\nmannlab: interrupted; continue a run with --resume (from its last checkpoint)",
               file=sys.stderr)
         raise SystemExit(130) from None
+    except Exception as exc:  # noqa: BLE001 - a bug or the system (disk full): one line still
+        _fail(exc, 1, args.debug, unexpected=True)
 
 
-def _fail(exc: BaseException, status: int) -> None:
+def _fail(exc: BaseException, status: int, debug: bool, unexpected: bool = False) -> None:
+    if debug:
+        raise exc
     message = str(exc)
     if isinstance(exc, FileNotFoundError) and exc.filename is not None:  # raised by open()
         message = f"file not found: {exc.filename}"
+    elif unexpected:
+        message = (f"{type(exc).__name__}: {message.splitlines()[0] if message else ''} "
+                   "(rerun with --debug for the traceback)")
     print(f"mannlab: error: {message}", file=sys.stderr)
     raise SystemExit(status) from None
 
@@ -64,11 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mannlab", description=MAIN_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"mannlab {mannlab.__version__}")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     def command(name: str, summary: str, description: str, epilog: str | None = None):
-        return commands.add_parser(name, help=summary, description=description, epilog=epilog,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = commands.add_parser(name, help=summary, description=description, epilog=epilog,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+        return sub
 
     for group in (training, results, analyses):
         group.add_commands(command)

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import mannlab
 from mannlab.analysis import wormhole
-from mannlab.cli.arguments import int_list, name_list
+from mannlab.cli.arguments import name_list, positive_int, positive_int_list, seed
 from mannlab.config import load_config
 from mannlab.errors import ConfigError
 from mannlab.reporting import analysis_figures as figures
@@ -62,21 +62,21 @@ def add_commands(command) -> None:
                                 epilog="example:\n  mannlab simulate wormhole --out runs/wormhole\n"
                                        "  mannlab simulate wormhole --t0 10 --t1 100 "
                                        "--memory-sizes 5,10,20,50,100\n")
-    wormhole.add_argument("--steps", type=int, default=200, help="figure 3: sequence length T (default 200)")
-    wormhole.add_argument("--cells", type=int, default=50, help="figure 3: memory size k (default 50)")
-    wormhole.add_argument("--simulations", type=int, default=100, help="figure 3: simulations (default 100)")
+    wormhole.add_argument("--steps", type=positive_int, default=200, help="figure 3: sequence length T (default 200)")
+    wormhole.add_argument("--cells", type=positive_int, default=50, help="figure 3: memory size k (default 50)")
+    wormhole.add_argument("--simulations", type=positive_int, default=100, help="figure 3: simulations (default 100)")
     wormhole.add_argument("--t0", type=int, default=5, help="figure 5: step depended on (default 5)")
     wormhole.add_argument("--t1", type=int, default=50, help="figure 5: dependent step (default 50)")
-    wormhole.add_argument("--path-simulations", type=int, default=200,
+    wormhole.add_argument("--path-simulations", type=positive_int, default=200,
                           help="figure 5: simulations per point (default 200)")
-    wormhole.add_argument("--memory-sizes", type=int_list, metavar="K1,K2,...",
+    wormhole.add_argument("--memory-sizes", type=positive_int_list, metavar="K1,K2,...",
                           default=list(DEFAULT_MEMORY_SIZES),
                           help=f"figure 5: memory sizes (default {','.join(map(str, DEFAULT_MEMORY_SIZES))})")
     wormhole.add_argument("--schemes", type=name_list, default=["tardis", "umann", "urmann"],
                           metavar="S1,...", help="figure 5: schemes (default tardis,umann,urmann)")
     wormhole.add_argument("--unwritten", type=name_list, default=["empty", "written"], metavar="P1,...",
                           help="figure 5: policies for unwritten cells (default empty,written)")
-    wormhole.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    wormhole.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     wormhole.add_argument("--out", metavar="DIR", default="runs/wormhole",
                           help="output directory (default runs/wormhole)")
     wormhole.set_defaults(func=cmd_simulate_wormhole)
@@ -87,20 +87,20 @@ def add_commands(command) -> None:
     gradflow.add_argument("models", nargs="+", metavar="MODEL",
                           help="model names (e.g. lstm, ntm, dnc) or run directories")
     gradflow.add_argument("--task", help="task name (default: the task of the first run directory, else copy)")
-    gradflow.add_argument("--length", type=int,
+    gradflow.add_argument("--length", type=positive_int,
                           help="the task's length parameter (default: the smallest giving > max distance steps)")
-    gradflow.add_argument("--max-distance", type=int, default=200, help="largest t1 - t0 (default 200)")
-    gradflow.add_argument("--samples", type=int, default=32, help="sequences averaged over (default 32)")
-    gradflow.add_argument("--batch-size", type=int, default=16, help="sequences per batch (default 16)")
+    gradflow.add_argument("--max-distance", type=positive_int, default=200, help="largest t1 - t0 (default 200)")
+    gradflow.add_argument("--samples", type=positive_int, default=32, help="sequences averaged over (default 32)")
+    gradflow.add_argument("--batch-size", type=positive_int, default=16, help="sequences per batch (default 16)")
     gradflow.add_argument("--quantity", choices=("output", "loss"), default="output",
                           help="dy_t1/dx_t0 (default) or dL_t1/dx_t0")
-    gradflow.add_argument("--seed", type=int, default=0, help="seed of initialisation and data (default 0)")
+    gradflow.add_argument("--seed", type=seed, default=0, help="seed of initialisation and data (default 0)")
     gradflow.add_argument("--checkpoint", choices=("best", "last"), default="best",
                           help="checkpoint of run directories (default best)")
-    gradflow.add_argument("--chunk", type=int, default=16,
+    gradflow.add_argument("--chunk", type=positive_int, default=16,
                           help="sequences per forward/backward pass; each sample counts once per output "
                                "unit (default 16; the DNC needs about 75 MB per sequence of 200 steps)")
-    gradflow.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    gradflow.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     gradflow.add_argument("--out", metavar="FILE.png", help="figure path (default runs/gradflow/gradflow-<task>.png)")
     gradflow.set_defaults(func=cmd_gradflow)
 

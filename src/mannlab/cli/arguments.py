@@ -42,14 +42,44 @@ class LoggerNames(argparse.Action):
         setattr(namespace, self.dest, overrides + [f"train.logger={json.dumps(','.join(names))}"])
 
 
-def int_list(text: str) -> list[int]:
+def positive_int(text: str) -> int:
+    """An integer >= 1 (counts, lengths, sizes)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A seed: an integer in [0, MAX_SEED]."""
+    from mannlab.config import MAX_SEED
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_SEED}], got {text!r}")
+    return value
+
+
+def int_list(text: str, low: int = 0) -> list[int]:
+    """Comma-separated integers >= ``low`` (seeds; lengths with positive_int_list)."""
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
     if not values:
         raise argparse.ArgumentTypeError("expected at least one integer")
+    if min(values) < low:
+        raise argparse.ArgumentTypeError(f"expected integers >= {low}, got {text!r}")
     return values
+
+
+def positive_int_list(text: str) -> list[int]:
+    return int_list(text, low=1)
 
 
 def name_list(text: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mannlab.cli.arguments import DataDir, add_override, int_list
+from mannlab.cli.arguments import DataDir, add_override, positive_int, positive_int_list, seed
 
 EVAL_HELP = """\
 Evaluate a run's best checkpoint (or --checkpoint last) the way its task is scored:
@@ -60,17 +60,17 @@ def add_commands(command) -> None:
                        "  mannlab eval runs/babi-dnc-lstm/seed0 --split test --data-dir DIR\n"
                        "  mannlab eval runs/ptb-char-lstm/seed0\n")
     evaluate.add_argument("run_dir", metavar="RUN", help="a run directory (written by train or run)")
-    evaluate.add_argument("--lengths", type=int_list, metavar="L1,L2,...",
+    evaluate.add_argument("--lengths", type=positive_int_list, metavar="L1,L2,...",
                           help="lengths to test (default: the training length times train.val_length_multiples)")
-    evaluate.add_argument("--batches", type=int, default=4, help="batches per length (default 4)")
-    evaluate.add_argument("--batch-size", type=int,
+    evaluate.add_argument("--batches", type=positive_int, default=4, help="batches per length (default 4)")
+    evaluate.add_argument("--batch-size", type=positive_int,
                           help="sequences per batch (default 32; data-set splits 100)")
-    evaluate.add_argument("--seed", type=int, help="seed of the evaluation data (default: the run's seed)")
+    evaluate.add_argument("--seed", type=seed, help="seed of the evaluation data (default: the run's seed)")
     evaluate.add_argument("--checkpoint", choices=("best", "last"), default="best",
                           help="which checkpoint to load (default best; falls back to last)")
     evaluate.add_argument("--split", default="test", choices=("train", "valid", "test"),
                           help="data-set tasks: the split to evaluate (default test)")
-    evaluate.add_argument("--limit", type=int, help="data-set tasks: only the first N examples")
+    evaluate.add_argument("--limit", type=positive_int, help="data-set tasks: only the first N examples")
     add_override(evaluate)
     evaluate.add_argument("--data-dir", dest="overrides", action=DataDir, metavar="DIR",
                           help="data-set and char-LM tasks: where the data files are "
@@ -80,7 +80,7 @@ def add_commands(command) -> None:
     plot = command("plot", "draw memory-access and learning-curve figures of a run", PLOT_HELP,
                    "example:\n  mannlab plot runs/ntm-copy-seed0 --length 40 --out figs/\n")
     plot.add_argument("run_dir", metavar="RUN", help="a run directory")
-    plot.add_argument("--length", type=int, help="sequence length of the memory-access figure (default: training length)")
+    plot.add_argument("--length", type=positive_int, help="sequence length of the memory-access figure (default: training length)")
     plot.add_argument("--out", metavar="DIR", help="directory for the figures (default RUN/figures)")
     plot.add_argument("--checkpoint", choices=("best", "last"), default="best",
                       help="which checkpoint to draw (default best; falls back to last)")

@@ -5,10 +5,18 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mannlab.cli.arguments import add_logger, add_set, int_list
-from mannlab.config import RunConfig, default_config_dict, default_run_dir, load_config, read_toml
+from mannlab.cli import arguments
+from mannlab.cli.arguments import add_logger, add_set, int_list, positive_int
+from mannlab.config import (
+    RunConfig,
+    default_config_dict,
+    default_run_dir,
+    load_config,
+    read_toml,
+)
 from mannlab.errors import ConfigError
 from mannlab.reporting.summaries import describe, seeds_table
+from mannlab.rundir import write_atomic
 
 TRAIN_HELP = """\
 Train one model on one task. The run directory (default runs/<model>-<task>-seed<seed>)
@@ -52,9 +60,9 @@ def add_commands(command) -> None:
     train.add_argument("--task", help="task name (e.g. copy, repeat_copy, associative_recall, ptb-char)")
     train.add_argument("--config", metavar="FILE.toml", help="start from this run config instead of the defaults")
     add_set(train)
-    train.add_argument("--seed", type=int, help="random seed of initialisation and data (default 0)")
+    train.add_argument("--seed", type=arguments.seed, help="random seed of initialisation and data (default 0)")
     train.add_argument("--steps", type=int, help="total training steps (train.steps)")
-    train.add_argument("--batch-size", type=int, help="sequences per step (train.batch_size)")
+    train.add_argument("--batch-size", type=positive_int, help="sequences per step (train.batch_size)")
     train.add_argument("--lr", type=float, help="learning rate (train.lr)")
     train.add_argument("--run-dir", metavar="DIR", help="where to write the run (default runs/<model>-<task>-seed<seed>)")
     train.add_argument("--resume", action="store_true",
@@ -81,14 +89,23 @@ def add_commands(command) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from mannlab.building import build_run
     from mannlab.training import train
+    from mannlab.training.loop import finished_run
 
     config = train_config(args)
     build_run(config)  # a typo in a model or task argument fails now, before any file is written
+    if args.resume and (done := finished_run(config)) is not None:
+        print(finished_line(config.run_dir, done))
+        return 0
     print(f"training {config.model} on {config.task} (seed {config.seed}) into {config.run_dir}"
           + (" (resuming)" if args.resume else ""))
     summary = train(config, resume=args.resume, force=args.force)
     print(describe(summary))
     return 0
+
+
+def finished_line(run_dir: str | Path, summary: dict[str, Any]) -> str:
+    return (f"{run_dir} is finished ({summary['steps']} steps, stopped by "
+            f"{summary.get('stopped_by', 'steps')}); nothing to do (raise --steps to continue)")
 
 
 def train_config(args: argparse.Namespace) -> RunConfig:
@@ -141,6 +158,7 @@ def _valid_names_hint() -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from mannlab.building import build_run
     from mannlab.training import train
+    from mannlab.training.loop import finished_run
 
     recipe = Path(args.recipe)
     config = load_config(recipe, args.overrides)
@@ -156,13 +174,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         resume = args.resume and (seed_dir / "checkpoints" / "last").is_dir()
         # with --resume, a seed that never reached a checkpoint simply starts over
         force = args.force or (args.resume and not resume)
-        print(f"[{recipe.name}] seed {seed}: {'resuming' if resume else 'training'} into {seed_dir}")
         seed_config = config.replace(seed=seed, seeds=None, run_dir=str(seed_dir))
+        if resume and (done := finished_run(seed_config)) is not None:
+            print(f"[{recipe.name}] seed {seed}: {finished_line(seed_dir, done)}")
+            summaries.append(done)
+            continue
+        print(f"[{recipe.name}] seed {seed}: {'resuming' if resume else 'training'} into {seed_dir}")
         summaries.append(train(seed_config, resume=resume, force=force))
     table = seeds_table(summaries)
     header = (f"# {recipe.name}: {config.model} on {config.task}\n\n"
               f"Recipe `{recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n")
-    (parent / "summary.md").write_text(header + table + "\n")
+    write_atomic(parent / "summary.md", header + table + "\n")
     print(table)
     print(f"summary: {parent / 'summary.md'}")
     return 0

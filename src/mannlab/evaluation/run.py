@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from mannlab.evaluation.bpc import split_bpc
 from mannlab.evaluation.lengths import evaluate_lengths
-from mannlab.rundir import load_run, use_run_threads
+from mannlab.rundir import load_run, use_run_threads, write_atomic
 from mannlab.tasks.dataset import DatasetTask, evaluate_split
 from mannlab.tasks.strokes import StrokesTask, evaluate_feedback
 
@@ -38,7 +38,7 @@ def evaluate_run(run_dir: str | Path, checkpoint: str = "best", overrides: Seque
         result.update(run_dir=str(run_dir), checkpoint=checkpoint, task=config.task,
                       model=config.model)
         path = Path(run_dir) / f"eval-{split}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
+        write_atomic(path, json.dumps(result, indent=2) + "\n")
         return {**out, "kind": "split", "split": split, "result": result, "path": str(path)}
     lengths = lengths or [task.train_length * m for m in config.train.val_length_multiples]
     rows = evaluate_lengths(model, task, lengths, batches, batch_size or 32,

@@ -5,15 +5,14 @@ import csv
 import os
 from typing import Any, Mapping, Sequence
 
+from mannlab.rundir.files import replacing
+
 
 def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> None:
     """Write ``rows`` (dicts with the same keys) to ``path``; floats with 6 significant digits."""
     if not rows:
         raise ValueError(f"no rows to write to {os.fspath(path)}")
-    parent = os.path.dirname(os.fspath(path))
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with replacing(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         for row in rows:

@@ -21,6 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from mannlab.errors import DataError
+from mannlab.rundir.files import replacing
 from mannlab.rundir.metrics_log import read_metrics
 
 __all__ = ["memory_access", "learning_curve", "compare_curves"]
@@ -264,10 +265,8 @@ def _draw_image(fig: Figure, ax, image: np.ndarray, row_offset: int, cmap: str,
 def finish_figure(fig: Figure, path: str | os.PathLike | None) -> Figure:
     """Save as PNG and close when ``path`` is given; return the figure either way."""
     if path is not None:
-        parent = os.path.dirname(os.fspath(path))
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        fig.savefig(path, format="png", dpi=100)
+        with replacing(path, "wb") as handle:
+            fig.savefig(handle, format="png", dpi=100)
         plt.close(fig)
     return fig
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mannlab.errors import DataError
+from mannlab.rundir.files import read_json
 
 # config keys that do not separate columns: which seed, where, and which bAbI tasks
 _NOT_A_COLUMN = {("seed",), ("run_dir",), ("task", "tasks"), ("task", "language"), ("task", "data_dir")}
@@ -47,10 +48,7 @@ def find_group_evals(run_paths: list[Path], split: str = "test") -> list[GroupEv
         file = path / f"eval-{split}.json"
         if not file.is_file():
             continue
-        try:
-            data = json.loads(file.read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{file} is not valid JSON: {exc}") from None
+        data = read_json(file)
         groups = data.get("per_group") if isinstance(data, dict) else None
         if not groups:
             continue

@@ -20,7 +20,6 @@ Runs of data-set tasks get the per-group test error table of ``group_tables`` in
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import re
 import statistics
@@ -31,6 +30,7 @@ from typing import Any, Iterable
 from mannlab.config import read_toml
 from mannlab.errors import ConfigError, DataError
 from mannlab.reporting.group_tables import by_task, column_key, find_group_evals, group_error_rows
+from mannlab.rundir.files import read_json, write_atomic
 from mannlab.rundir.metrics_log import read_metrics
 
 __all__ = ["Run", "PAPER_COLUMNS", "PAPER_TABLE2", "PAPER_SEEDS", "find_runs", "bit_error_percent",
@@ -174,10 +174,7 @@ def _read_run(path: Path) -> Run:
     task = str(task_table["name"]).strip().lower().replace("-", "_")
     summary = None
     if (path / "summary.json").is_file():
-        try:
-            summary = json.loads((path / "summary.json").read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path / 'summary.json'} is not valid JSON: {exc}") from None
+        summary = read_json(path / "summary.json")
         if not isinstance(summary, dict):
             raise DataError(f"{path / 'summary.json'}: expected a JSON object")
     seed = (summary or {}).get("seed", config.get("seed"))
@@ -449,7 +446,5 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None,
     path = Path(out) if out is not None else Path(runs_dir) / "report.md"
     if path.is_dir():
         path = path / "report.md"
-    if path.parent != Path(""):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_atomic(path, text)
     return text, path

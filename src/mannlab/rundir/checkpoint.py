@@ -21,7 +21,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from mannlab.errors import CheckpointError
+from mannlab.errors import CheckpointError, DataError
+from mannlab.rundir.files import fsync, read_json
 
 WEIGHTS = "weights.safetensors"
 META = "meta.json"
@@ -45,8 +46,8 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, meta: dict[st
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
         torch.save(train_state, tmp / TRAIN_STATE)
         for name in FILES:
-            _fsync(tmp / name)
-        _fsync(tmp)
+            fsync(tmp / name)
+        fsync(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -56,7 +57,7 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, meta: dict[st
         os.rename(directory, old)
     # else: a previous swap may have crashed here; `old` (if any) stays until the new one is in
     os.rename(tmp, directory)
-    _fsync(directory.parent)
+    fsync(directory.parent)
     if old.exists():
         shutil.rmtree(old)
 
@@ -106,10 +107,9 @@ def load_weights(path: str | Path, model: torch.nn.Module) -> None:
 
 def _read_meta(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path} is truncated or not JSON ({exc}). "
-                              "Restore it from a copy or start the run again.") from None
+        meta = read_json(path)
+    except DataError as exc:
+        raise CheckpointError(f"{exc}. Restore it from a copy or start the run again.") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path} should hold a JSON object, found {type(meta).__name__}")
     return meta
@@ -140,14 +140,6 @@ def _existing(directory: Path) -> Path:
 
 def _sibling(directory: Path, kind: str) -> Path:
     return directory.parent / f".{directory.name}.{kind}"
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _short(items: list[str], limit: int = 5) -> str:

@@ -1,4 +1,5 @@
-"""Open a run directory: its config, task and model with the weights of a checkpoint."""
+"""A run directory's config.toml, and opening a run: its config, task and model with the
+weights of a checkpoint."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +8,15 @@ from typing import Any, Sequence
 import torch
 
 from mannlab.building import build_run
-from mannlab.config import RunConfig, load_config
-from mannlab.errors import CheckpointError
+from mannlab.config import RunConfig, config_toml, load_config
+from mannlab.errors import CheckpointError, ConfigError
 from mannlab.rundir.checkpoint import load_checkpoint
+from mannlab.rundir.files import write_atomic
+
+
+def save_config(config: RunConfig, path: str | Path) -> None:
+    """Write the config as TOML, atomically (a resume starts from this file)."""
+    write_atomic(path, config_toml(config))
 
 
 def use_run_threads(config: RunConfig) -> None:
@@ -30,6 +37,8 @@ def load_run(run_dir: str | Path, checkpoint: str = "best",
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
+        if run_dir.exists():
+            raise ConfigError(f"{run_dir} is a file; expected a run directory")
         raise FileNotFoundError(f"run directory not found: {run_dir}")
     config = load_config(run_dir / "config.toml", list(overrides))
     task, model = build_run(config)
@@ -37,6 +46,12 @@ def load_run(run_dir: str | Path, checkpoint: str = "best",
     for name in names:
         if (run_dir / "checkpoints" / name).is_dir():
             meta, _ = load_checkpoint(run_dir / "checkpoints" / name, model)
+            bad = [key for key, value in model.state_dict().items()
+                   if value.is_floating_point() and not torch.isfinite(value).all()]
+            if bad:
+                raise CheckpointError(
+                    f"{run_dir / 'checkpoints' / name} holds non-finite weights ({', '.join(bad[:3])}"
+                    f"{' ...' if len(bad) > 3 else ''}): the run diverged; nothing to evaluate")
             return config, task, model, meta
     raise CheckpointError(f"no {' or '.join(names)} checkpoint in {run_dir / 'checkpoints'}; "
                           "has this run saved one yet?")

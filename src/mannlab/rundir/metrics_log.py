@@ -8,11 +8,11 @@ A crash can cut the last line short, so the reader skips a broken final line.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from mannlab.errors import DataError
+from mannlab.rundir.files import UNREADABLE, replacing
 
 
 class MetricsLog:
@@ -23,6 +23,7 @@ class MetricsLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._loggers = list(loggers)
+        self.rows = len(read_metrics(self.path)) if self.path.exists() else 0  # rows written
         self._file = self.path.open("a", encoding="utf-8")
 
     def log(self, step: int, split: str, metrics: Mapping[str, Any], wall: float,
@@ -31,6 +32,7 @@ class MetricsLog:
                **{k: _number(v) for k, v in metrics.items()}, "wall": round(float(wall), 3)}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()  # a reader (plot, tail -f) sees every line right away
+        self.rows += 1
         for logger in self._loggers:
             logger.log(row, {k: row[k] for k in metrics})
 
@@ -49,32 +51,35 @@ class MetricsLog:
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All rows of a metrics.jsonl file; a truncated last line is ignored."""
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({exc})") from None
     rows = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = json.loads(line)
+        except UNREADABLE:
             if number == len(lines):
                 break  # cut short by a crash mid-write
             raise DataError(f"{path}, line {number}: not a JSON object: {line[:80]!r}") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}, line {number}: expected a JSON object, got {line[:80]!r}")
+        rows.append(row)
     return rows
 
 
-def truncate_metrics(path: str | Path, step: int) -> None:
-    """Keep only rows up to ``step`` (used on resume, so replayed steps are not logged twice)."""
+def truncate_metrics(path: str | Path, step: int, rows: int | None = None) -> None:
+    """Keep only rows up to ``step``, and only the first ``rows`` rows if given (used on
+    resume with the checkpoint's step and row count, so nothing is logged twice)."""
     path = Path(path)
     if not path.exists():
         return
-    kept = [row for row in read_metrics(path) if row.get("step", 0) <= step]
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
+    kept = [row for row in read_metrics(path)[:rows] if row.get("step", 0) <= step]
+    with replacing(path) as fh:
         fh.writelines(json.dumps(row) + "\n" for row in kept)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _number(value: Any) -> float:

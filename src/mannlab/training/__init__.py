@@ -4,8 +4,8 @@ from mannlab.training.loop import train
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.schedules import start_minibatch
 from mannlab.training.tbptt import segment_loss
-from mannlab.training.update import NonFiniteLossError, model_aux_loss, sequence_loss
+from mannlab.training.update import DivergedError, NonFiniteLossError, model_aux_loss, sequence_loss
 
 # train, and the pieces of its step a loop of your own needs (README, "Your own training loop")
-__all__ = ["train", "make_optimizer", "NonFiniteLossError", "start_minibatch", "sequence_loss",
-           "segment_loss", "model_aux_loss"]
+__all__ = ["train", "make_optimizer", "DivergedError", "NonFiniteLossError", "start_minibatch",
+           "sequence_loss", "segment_loss", "model_aux_loss"]

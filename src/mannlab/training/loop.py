@@ -6,6 +6,15 @@ Exact resume: ``checkpoints/last`` holds weights, optimizer state, the torch RNG
 what the batch source keeps (the carried state of TBPTT), and the data position is the step
 number, so a resumed run takes exactly the steps the uninterrupted run would have taken.
 
+A checkpoint also records how many rows metrics.jsonl had when it was saved; a resume cuts
+the log back to them, so nothing logged after the checkpoint (a validation, the test row of
+a finished run) is logged twice. Resuming a finished run does nothing.
+
+Divergence: a validation value that is not finite, or above ``train.diverge_factor`` times
+the untrained model's for ``train.diverge_patience`` validations in a row, stops the run with
+DivergedError (as does a non-finite loss, NonFiniteLossError) after writing summary.json with
+``stopped_by = "diverged"``.
+
 Run directory layout: config.toml, metrics.jsonl, summary.json,
 checkpoints/{last,best}/, figures/, and what train.logger adds (rundir/loggers.py).
 """
@@ -13,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +32,20 @@ from tqdm.auto import tqdm
 
 import mannlab
 from mannlab.building import build_run
-from mannlab.config import RunConfig, default_run_dir, save_config
-from mannlab.rundir import MetricsLog, load_checkpoint, save_checkpoint, truncate_metrics
+from mannlab.config import RunConfig, TrainConfig, default_run_dir
+from mannlab.errors import CheckpointError, DataError
+from mannlab.rundir import (MetricsLog, load_checkpoint, save_checkpoint, save_config,
+                            truncate_metrics, write_atomic)
+from mannlab.rundir.files import read_json
 from mannlab.rundir.loggers import check_loggers, open_loggers
 from mannlab.training.clock import SessionClock
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
-from mannlab.training.run_dir import prepare_run_dir, restore_last
+from mannlab.training.run_dir import check_run_dir, prepare_run_dir, restore_last
 from mannlab.training.sampled import SampledBatches
 from mannlab.training.source import BatchSource
 from mannlab.training.tbptt import StreamSegments
-from mannlab.training.update import NonFiniteLossError, apply_update
+from mannlab.training.update import DivergedError, NonFiniteLossError, apply_update
 
 
 @dataclass
@@ -47,6 +60,11 @@ class Progress:
     solved_at_step: int | None = None
     solved_at_seconds: float | None = None
     last_checkpoint_step: int | None = None
+    metrics_rows: int | None = None     # rows of metrics.jsonl when the checkpoint was saved
+    unlogged: list = field(default_factory=list)  # step losses not in a train row yet
+    validated: Any = None               # the validation of this step, if it ran before the save
+    initial_val: float | None = None    # the untrained model's validation value
+    val_rises: int = 0                  # validations in a row above diverge_factor * initial_val
 
     def to_state(self, best_field: str) -> dict[str, Any]:
         state = dataclasses.asdict(self)
@@ -54,9 +72,42 @@ class Progress:
         return state
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], best_field: str) -> "Progress":
+    def from_state(cls, state: dict[str, Any], best_field: str | None = None) -> "Progress":
         known = {f.name for f in dataclasses.fields(cls)} - {"best"}
-        return cls(best=state.get(best_field), **{k: state[k] for k in known if k in state})
+        best = state.get(best_field) if best_field else None
+        if best is not None and not math.isfinite(best):
+            best = None  # a NaN best would never be beaten: no best checkpoint would follow
+        return cls(best=best, **{k: state[k] for k in known if k in state})
+
+
+def stop_reason(cfg: TrainConfig, progress: Progress, clock: SessionClock) -> str | None:
+    """Why training ends before the next step ("steps", "solved", "time"); None: go on."""
+    if progress.step >= cfg.steps:
+        return "steps"
+    solved_at = progress.solved_at_step
+    if cfg.stop_after_solve is not None and solved_at is not None \
+            and progress.step >= solved_at + cfg.stop_after_solve:
+        return "solved"
+    if clock.out_of_time(cfg.max_minutes, cfg.budget_clock):
+        return "time"
+    return None
+
+
+def finished_run(config: RunConfig) -> dict[str, Any] | None:
+    """The summary of the run in ``config.run_dir`` if resuming it would train no further
+    step (finished, and the config's budget not raised); else None."""
+    run_dir = Path(config.run_dir or default_run_dir(config))
+    try:
+        summary = read_json(run_dir / "summary.json")
+        _, state = load_checkpoint(run_dir / "checkpoints" / "last")
+    except (OSError, DataError, CheckpointError):
+        return None  # no finished run here; the resume itself reports what is wrong
+    progress = Progress.from_state(state)
+    if not isinstance(summary, dict) or summary.get("steps") != progress.step \
+            or summary.get("stopped_by") == "diverged":
+        return None
+    clock = SessionClock(progress.elapsed, progress.cpu)
+    return summary if stop_reason(config.train, progress, clock) is not None else None
 
 
 def batch_source(config: RunConfig, task: Any, model: torch.nn.Module) -> BatchSource:
@@ -74,6 +125,7 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     if config.run_dir is None:
         config = config.replace(run_dir=default_run_dir(config))
     run_dir = Path(config.run_dir)
+    check_run_dir(run_dir)
     torch.manual_seed(config.seed)
     task, model = build_run(config)  # bad names or arguments fail here, before any file is touched
     config = config.replace(task_args=dict(task.params))  # record the resolved task parameters
@@ -82,9 +134,11 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     check_loggers(config.train)
     if resume:
         state = restore_last(run_dir, config, model, optimizer, source.train_invariants)
+        if (done := finished_run(config)) is not None:
+            return done
         progress = Progress.from_state(state, source.best_field)
         source.restore(state, model)
-        truncate_metrics(run_dir / "metrics.jsonl", progress.step)
+        truncate_metrics(run_dir / "metrics.jsonl", progress.step, progress.metrics_rows)
     else:
         prepare_run_dir(run_dir, force)
         progress = Progress()
@@ -111,12 +165,13 @@ class _Trainer:
         self.progress, self.log, self.run_dir = progress, log, run_dir
         self.checkpoints = run_dir / "checkpoints"
         self.log_every = max(1, self.train_cfg.val_every // 20)
-        self.last_val: Any = None
-        self.last_val_step: int | None = None
-        self._losses: list[tuple[float, float]] = []  # since the last train log line
+        # a checkpoint saved after its step's validation: that validation is not run again
+        self.last_val: Any = progress.validated
+        self.last_val_step: int | None = None if progress.validated is None else progress.step
+        self._losses = [tuple(pair) for pair in progress.unlogged]  # since the last train row
         self._last_train: dict[str, float] | None = None
         self.clock = SessionClock(progress.elapsed, progress.cpu)
-        self.stopped = "steps"  # what ended the training: "steps", "solved" or "time"
+        self.stopped = "steps"  # what ended the training: "steps", "solved", "time", "diverged"
 
     # ---------------------------------------------------------------- loop
 
@@ -127,8 +182,10 @@ class _Trainer:
                    dynamic_ncols=True)
         self.model.train()
         self._apply_lr()
+        if cfg.diverge_patience and progress.step == 0:
+            self.progress.initial_val = self.source.validate(self.model).value  # not logged
         try:
-            while (reason := self._stop_reason()) is None:
+            while (reason := stop_reason(cfg, progress, self.clock)) is None:
                 self._losses.append(self._train_step(progress.step))
                 progress.step += 1
                 bar.update(1)
@@ -157,28 +214,45 @@ class _Trainer:
             self._fail(step, str(exc))
         return loss.item(), task_loss.item()
 
-    def _stop_reason(self) -> str | None:
-        """Why training ends before the next step ("steps", "solved", "time"); None: go on."""
-        cfg, progress = self.train_cfg, self.progress
-        if progress.step >= cfg.steps:
-            return "steps"
-        solved_at = progress.solved_at_step
-        if cfg.stop_after_solve is not None and solved_at is not None \
-                and progress.step >= solved_at + cfg.stop_after_solve:
-            return "solved"
-        if self.clock.out_of_time(cfg.max_minutes, cfg.budget_clock):
-            return "time"
-        return None
-
     def _fail(self, step: int, what: str) -> None:
         self._flush_train_log()
-        last = self.progress.last_checkpoint_step
-        where = (f"the last good checkpoint is {self.checkpoints / 'last'} (step {last})"
-                 if last is not None else "no checkpoint was saved yet")
+        self._write_diverged(f"non-finite loss at step {step + 1}: {what}")
         raise NonFiniteLossError(
             f"training stopped at step {step + 1}{self.source.batch_name(step)}: {what}; "
-            f"the weights were not updated and {where}. Try a lower train.lr or "
-            f"train.clip_grad_norm (now {self.train_cfg.clip_grad_norm}).")
+            f"the weights were not updated and {self._last_good()}; summary.json says the "
+            f"run diverged. Try a lower train.lr or train.clip_grad_norm "
+            f"(now {self.train_cfg.clip_grad_norm}).")
+
+    def _check_divergence(self, value: float) -> None:
+        """Stop (DivergedError) on a non-finite validation value, or one above diverge_factor
+        times the untrained model's for diverge_patience validations in a row."""
+        cfg, progress = self.train_cfg, self.progress
+        if math.isfinite(value):
+            if not cfg.diverge_patience or progress.initial_val is None:
+                return
+            limit = cfg.diverge_factor * progress.initial_val
+            progress.val_rises = progress.val_rises + 1 if value > limit else 0
+            if progress.val_rises < cfg.diverge_patience:
+                return
+            what = (f"validation loss {value:.4g} above {cfg.diverge_factor:g} x the untrained "
+                    f"model's ({progress.initial_val:.4g}) for {progress.val_rises} validations "
+                    f"in a row (train.diverge_patience)")
+        else:
+            what = f"validation loss {value}"
+        self._write_diverged(f"{what} at step {progress.step}")
+        raise DivergedError(
+            f"training diverged: {what} at step {progress.step}; {self._last_good()}, "
+            f"summary.json says the run diverged. Try a lower train.lr (now {cfg.lr:g}) or "
+            f"train.clip_grad_norm (now {cfg.clip_grad_norm:g}).")
+
+    def _last_good(self) -> str:
+        last = self.progress.last_checkpoint_step
+        return (f"the last good checkpoint is {self.checkpoints / 'last'} (step {last})"
+                if last is not None else "no checkpoint was saved yet")
+
+    def _write_diverged(self, reason: str) -> None:
+        self.stopped = "diverged"
+        self.finish(diverged=reason)
 
     def _flush_train_log(self) -> None:
         if not self._losses:
@@ -204,6 +278,7 @@ class _Trainer:
             self.log.log(progress.step, "val", metrics, self.clock.wall(), **extra,
                          cpu=round(self.clock.cpu(), 3))
         self.last_val, self.last_val_step = result.record, progress.step
+        self._check_divergence(result.value)
         if progress.best is None or result.value < progress.best:
             progress.best, progress.best_step = result.value, progress.step
             self._save("best")
@@ -228,6 +303,8 @@ class _Trainer:
             progress.last_checkpoint_step = progress.step
         progress.elapsed, progress.cpu = self.clock.wall(), self.clock.cpu()
         val = self.last_val if self.last_val_step == progress.step else None
+        progress.metrics_rows, progress.unlogged, progress.validated = \
+            self.log.rows, list(self._losses), val
         meta = {
             "mannlab_version": mannlab.__version__, "kind": kind, "step": progress.step,
             "model": self.config.model, "task": self.config.task, "config": self.config.to_dict(),
@@ -243,12 +320,15 @@ class _Trainer:
 
     # -------------------------------------------------------------- finish
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, diverged: str | None = None) -> dict[str, Any]:
         """Write summary.json and the figures, both of the best checkpoint (the model the
-        papers evaluate: "best parameters in terms of validation loss")."""
+        papers evaluate: "best parameters in terms of validation loss"); ``diverged`` says
+        why a diverged run stopped."""
         progress, cfg = self.progress, self.train_cfg
         wall, cpu = self.clock.wall(), self.clock.cpu()   # training and validation only
-        best_meta, _ = load_checkpoint(self.checkpoints / "best", self.model)
+        best_meta = {}
+        if progress.best_step is not None:  # a run may diverge before any good validation
+            best_meta, _ = load_checkpoint(self.checkpoints / "best", self.model)
         summary = {
             "model": self.config.model, "task": self.config.task, "seed": self.config.seed,
             "run_dir": str(self.run_dir),
@@ -258,8 +338,10 @@ class _Trainer:
             "parameters": sum(p.numel() for p in self.model.parameters()),
             **self.source.summary(self, best_meta),
         }
+        if diverged is not None:
+            summary["diverged"] = diverged
         summary["figures"] = self._figures()
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_atomic(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
 
     def _figures(self) -> dict[str, str]:

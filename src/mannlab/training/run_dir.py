@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from mannlab.config import RunConfig
-from mannlab.errors import ConfigError
+from mannlab.errors import CheckpointError, ConfigError
 from mannlab.rundir import load_checkpoint
 from mannlab.training.optimizer import hyperparameters
 
@@ -17,6 +17,15 @@ RUN_ARTIFACTS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoints", 
                  "metrics.csv", "wandb")
 # What must not change when a run is resumed (the rest, like steps or lr, may).
 RESUME_INVARIANTS = ("model", "model_args", "task", "task_args", "seed")
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """ConfigError if ``run_dir`` (or a parent) exists but is not a directory."""
+    for path in (run_dir, *run_dir.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise ConfigError(f"run directory {run_dir}: {path} is a file, not a directory")
+            return
 
 
 def prepare_run_dir(run_dir: Path, force: bool) -> None:
@@ -50,10 +59,18 @@ def restore_last(run_dir: Path, config: RunConfig, model, optimizer,
             f"cannot resume {run_dir}: {', '.join(differ)} differ from the saved run "
             f"(see {run_dir / 'config.toml'}); start a new run with another --run-dir instead")
     load_checkpoint(last, model)
-    optimizer.load_state_dict(state["optimizer"])
+    missing = [key for key in ("optimizer", "torch_rng_state", "step") if key not in state]
+    if missing:
+        raise CheckpointError(f"{last / 'train_state.pt'} has no {', '.join(missing)} entry; "
+                              "restore the checkpoint from a copy or start the run again")
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng_state"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise CheckpointError(f"{last / 'train_state.pt'}: its optimizer or RNG state does not "
+                              f"fit this run ({type(exc).__name__}: {exc})") from None
     for group in optimizer.param_groups:  # a changed lr etc. in the config takes effect
         group.update(hyperparameters(config.train))
-    torch.set_rng_state(state["torch_rng_state"])
     return state
 
 

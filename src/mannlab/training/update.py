@@ -8,7 +8,11 @@ from typing import Any, Callable
 import torch
 
 
-class NonFiniteLossError(RuntimeError):
+class DivergedError(RuntimeError):
+    """Training diverged (train.diverge_*); summary.json records it."""
+
+
+class NonFiniteLossError(DivergedError):
     """The loss or the gradient became NaN or infinite; the weights were not updated."""
 
 

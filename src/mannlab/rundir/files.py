@@ -1,0 +1,65 @@
+"""Writing a run's files so that a crash never leaves one half written.
+
+Every file of a run directory but the metrics log (appended line by line) is replaced
+whole: written to a temporary sibling, fsynced, then renamed over the old file, so a
+reader (or a resume) sees either the old or the new content, never a mix.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+from mannlab.errors import DataError
+
+# what a damaged or hostile text file raises when read: bytes that are not UTF-8, broken JSON,
+# nesting deeper than the parser's recursion
+UNREADABLE = (UnicodeDecodeError, ValueError, RecursionError)
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike, mode: str = "w", **open_args: Any) -> Iterator[IO]:
+    """Open a temporary sibling of ``path`` for writing; on a clean exit it replaces
+    ``path`` atomically, on an exception it is removed and ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")  # one writer per run directory
+    if "b" not in mode:
+        open_args.setdefault("encoding", "utf-8")
+    try:
+        with open(tmp, mode, **open_args) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync(path.parent)  # the rename itself survives a power cut
+
+
+def write_atomic(path: str | os.PathLike, content: str | bytes) -> None:
+    """Replace the file ``path`` with ``content`` (text as UTF-8) atomically."""
+    with replacing(path, "wb" if isinstance(content, bytes) else "w") as handle:
+        handle.write(content)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON value in ``path``; DataError naming the file if it is not UTF-8 JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except UNREADABLE as exc:
+        raise DataError(f"{path} is truncated or not JSON in UTF-8 ({type(exc).__name__}: "
+                        f"{str(exc)[:200]})") from None
+
+
+def fsync(path: str | os.PathLike) -> None:
+    """Flush a file or directory to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -100,7 +100,7 @@ def damage(state, field, how):
         if how == "dtype":
             return t.float() if t.dtype == torch.float64 else t.double()
         if how == "int":
-            return t.long()
+            return t.long() if t.is_floating_point() else t.double()   # the other kind
         if how == "not_tensor":
             return t.tolist()
         raise AssertionError(how)

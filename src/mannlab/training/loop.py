@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 import mannlab
 from mannlab.building import build_run
 from mannlab.config import RunConfig, default_run_dir, save_config
 from mannlab.rundir import MetricsLog, load_checkpoint, save_checkpoint, truncate_metrics
 from mannlab.rundir.metrics_log import check_tensorboard
+from mannlab.training.bar import WarmupBar
 from mannlab.training.clock import SessionClock
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
@@ -124,7 +124,7 @@ class _Trainer:
 
     def run(self) -> None:
         cfg, progress = self.train_cfg, self.progress
-        bar = tqdm(total=cfg.steps, initial=progress.step, disable=not cfg.progress,
+        bar = WarmupBar(total=cfg.steps, initial=progress.step, disable=not cfg.progress,
                    unit=self.source.unit, desc=f"{self.config.model}-{self.config.task}",
                    dynamic_ncols=True)
         self.model.train()

@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from mannlab import recipes
 from mannlab.cli.arguments import add_set, int_list
 from mannlab.config import RunConfig, default_config_dict, default_run_dir, load_config, read_toml
 from mannlab.errors import ConfigError
@@ -64,9 +65,10 @@ def add_commands(command) -> None:
     train.set_defaults(func=cmd_train)
 
     run = command("run", "run a recipe over several seeds", RUN_HELP,
-                  "examples:\n  mannlab run recipes/ntm-copy-lstm.toml\n"
+                  "examples:\n  mannlab run ntm-copy-lstm\n"
                   "  mannlab run recipes/ntm-copy-lstm.toml --seeds 0,1,2 --set train.steps=500\n")
-    run.add_argument("recipe", metavar="RECIPE.toml", help="the run config to train")
+    run.add_argument("recipe", metavar="RECIPE", help="a run config file (.toml), or the name of a "
+                     "packaged recipe (`mannlab recipes` lists them)")
     add_set(run)
     run.add_argument("--seeds", type=int_list, metavar="S1,S2,...", help="seeds to train (overrides the recipe)")
     run.add_argument("--run-dir", metavar="DIR", help="parent directory of the seed runs (default: the recipe's run_dir)")
@@ -140,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mannlab.building import build_run
     from mannlab.training import train
 
-    recipe = Path(args.recipe)
+    recipe = recipes.resolve(args.recipe)
     config = load_config(recipe, args.overrides)
     build_run(config)  # fail on a typo before the first seed starts
     seeds = args.seeds or list(config.seeds or [config.seed])

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from mannlab import recipes
-from mannlab.cli.arguments import add_set, int_list
+from mannlab.cli.arguments import add_device, add_set, device_changes, int_list
 from mannlab.config import RunConfig, default_config_dict, default_run_dir, load_config, read_toml
 from mannlab.errors import ConfigError
 from mannlab.reporting.summaries import describe, seeds_table
@@ -22,7 +22,9 @@ then --set overrides, then the shortcut flags (--seed, --steps, ...).
 --set takes dotted keys with TOML values, e.g.
   --set model.controller=fnn --set task.max_length=10 --set train.lr=3e-4
 Sections: model (its keyword arguments), task (its parameters), train (see TrainConfig
-in mannlab/config.py: optimizer, lr, batch_size, steps, val_every, clip_grad_norm, ...).
+in mannlab/config.py: optimizer, lr, batch_size, steps, val_every, clip_grad_norm, ...;
+device and precision, also --device and --precision; threads, the torch threads, default 1:
+these small recurrent models run fastest on one CPU thread).
 """
 
 TRAIN_EXAMPLES = """\
@@ -62,6 +64,7 @@ def add_commands(command) -> None:
                        help="continue the run in the run directory from checkpoints/last (its config.toml is the base)")
     train.add_argument("--force", action="store_true", help="overwrite an existing run in the run directory")
     train.add_argument("--no-progress", action="store_true", help="no progress bar (train.progress=false)")
+    add_device(train)
     train.set_defaults(func=cmd_train)
 
     run = command("run", "run a recipe over several seeds", RUN_HELP,
@@ -75,6 +78,7 @@ def add_commands(command) -> None:
     run.add_argument("--resume", action="store_true", help="continue seeds that have a checkpoint, start the others")
     run.add_argument("--force", action="store_true", help="overwrite existing seed runs")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_device(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -121,6 +125,7 @@ def train_config(args: argparse.Namespace) -> RunConfig:
     train_changes = {k: v for k, v in train_changes.items() if v is not None}
     if args.no_progress:
         train_changes["progress"] = False
+    train_changes.update(device_changes(args))
     if train_changes:
         changes["train"] = type(config.train).from_dict({**config.train.to_dict(), **train_changes})
     config = config.replace(**changes)
@@ -147,9 +152,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     build_run(config)  # fail on a typo before the first seed starts
     seeds = args.seeds or list(config.seeds or [config.seed])
     parent = Path(args.run_dir or config.run_dir or Path("runs") / recipe.stem)
-    if args.no_progress:
+    run_changes = {**({"progress": False} if args.no_progress else {}), **device_changes(args)}
+    if run_changes:
         config = config.replace(train=type(config.train).from_dict(
-            {**config.train.to_dict(), "progress": False}))
+            {**config.train.to_dict(), **run_changes}))
     summaries = []
     for seed in seeds:
         seed_dir = parent / f"seed{seed}"

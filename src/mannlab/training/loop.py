@@ -26,6 +26,8 @@ from mannlab.rundir import MetricsLog, load_checkpoint, save_checkpoint, truncat
 from mannlab.rundir.metrics_log import check_tensorboard
 from mannlab.training.bar import WarmupBar
 from mannlab.training.clock import SessionClock
+from mannlab.training.device import (OnDevice, autocast, check_precision, grad_scaler, on_device,
+                                     resolve_device)
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.run_dir import prepare_run_dir, restore_last
@@ -76,6 +78,10 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     run_dir = Path(config.run_dir)
     torch.manual_seed(config.seed)
     task, model = build_run(config)  # bad names or arguments fail here, before any file is touched
+    device = resolve_device(config.train.device)
+    check_precision(config.train.precision, device)
+    model.to(device)
+    task = on_device(task, device, config.train.precision)
     config = config.replace(task_args=dict(task.params))  # record the resolved task parameters
     optimizer = make_optimizer(model, config.train)
     source = batch_source(config, task, model)
@@ -119,6 +125,8 @@ class _Trainer:
         self._last_train: dict[str, float] | None = None
         self.clock = SessionClock(progress.elapsed, progress.cpu)
         self.stopped = "steps"  # what ended the training: "steps", "solved" or "time"
+        self.device = next(model.parameters()).device
+        self.scaler = grad_scaler(self.train_cfg.precision, self.device)
 
     # ---------------------------------------------------------------- loop
 
@@ -152,9 +160,10 @@ class _Trainer:
         self._save("last")
 
     def _train_step(self, step: int) -> tuple[float, float]:
-        loss, task_loss = self.source.losses(self.model, step)
+        with autocast(self.train_cfg.precision, self.device):
+            loss, task_loss = self.source.losses(self.model, step)
         try:
-            apply_update(self.model, self.optimizer, loss, self.train_cfg.clip_grad_norm)
+            apply_update(self.model, self.optimizer, loss, self.train_cfg.clip_grad_norm, self.scaler)
         except NonFiniteLossError as exc:
             self._fail(step, str(exc))
         return loss.item(), task_loss.item()
@@ -265,5 +274,6 @@ class _Trainer:
         return summary
 
     def _figures(self) -> dict[str, str]:
-        return draw_run_figures(self.run_dir, self.config, self.task, self.model,
+        task = self.task.task if isinstance(self.task, OnDevice) else self.task  # figures: CPU
+        return draw_run_figures(self.run_dir, self.config, task, self.model.cpu(),
                                 self.progress.best_step)

@@ -94,3 +94,19 @@ def test_16_mixed_needs_cuda_and_precision_names_are_checked(capsys):
     assert "needs a CUDA device" in capsys.readouterr().err
     # --set train.precision=32 (a TOML number) is the string "32"
     assert main([*TINY, "--set", "train.precision=32", "--run-dir", "p32"]) == 0
+
+
+def test_a_grad_scaler_skips_an_overflowing_step_instead_of_failing():
+    # the 16-mixed update path (a GradScaler on CUDA), run with torch's CPU scaler
+    from mannlab.training.update import apply_update
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    before = [p.detach().clone() for p in layer.parameters()]
+    huge = layer(torch.full((1, 2), 3e38)).sum()          # finite loss, gradients overflow
+    apply_update(layer, optimizer, huge, clip=10.0, scaler=scaler)
+    assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
+    assert scaler.get_scale() < 2.0**10                    # the scale went down
+    apply_update(layer, optimizer, layer(torch.ones(1, 2)).sum(), clip=10.0, scaler=scaler)
+    assert not all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))

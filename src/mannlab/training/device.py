@@ -69,9 +69,11 @@ def autocast(precision: str, device: torch.device) -> ContextManager:
 
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:
     """A GradScaler for float16 training on CUDA, else None."""
-    if precision == "16-mixed" and device.type == "cuda":
+    if precision != "16-mixed" or device.type != "cuda":
+        return None
+    if hasattr(torch.amp, "GradScaler"):  # torch >= 2.3; torch.cuda.amp's is deprecated there
         return torch.amp.GradScaler("cuda")
-    return None
+    return torch.cuda.amp.GradScaler()
 
 
 def _to(value: Any, device: torch.device) -> Any:

@@ -167,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         summaries.append(train(seed_config, resume=resume, force=force))
     table = seeds_table(summaries)
     header = (f"# {recipe.name}: {config.model} on {config.task}\n\n"
-              f"Recipe `{recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n")
+              f"Recipe `{args.recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n")
     (parent / "summary.md").write_text(header + table + "\n")
     print(table)
     print(f"summary: {parent / 'summary.md'}")

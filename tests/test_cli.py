@@ -56,7 +56,7 @@ def fails(argv, capsys):
 @pytest.mark.parametrize("command, words", [
     ([], ["train", "run", "eval", "plot"]),
     (["train"], ["--model", "--resume", "--force", "--set", "run directory"]),
-    (["run"], ["RECIPE.toml", "--seeds", "summary.md"]),
+    (["run"], ["RECIPE", "--seeds", "summary.md"]),
     (["eval"], ["--lengths", "--batches", "best checkpoint"]),
     (["plot"], ["--length", "--out", "memory_access.png"]),
 ])
@@ -108,6 +108,30 @@ def test_run_recipe_over_seeds(tmp_path, capsys, monkeypatch):
     assert main(["run", str(recipe), "--resume", "--seeds", "1,2", "--set", "train.steps=4"]) == 0
     assert "resuming into out/seed1" in capsys.readouterr().out
     assert read_metrics(tmp_path / "out" / "seed2" / "metrics.jsonl")[-1]["step"] == 4
+
+
+def test_recipes_are_listed_and_run_by_name_from_anywhere(tmp_path, capsys, monkeypatch):
+    from mannlab import recipes
+    assert main(["recipes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: line for line in lines if line and not line[0].isdigit()}
+    assert set(recipes.names()) <= set(listed) and len(recipes.names()) > 50
+    assert "NTM with a 100-unit LSTM controller on copy" in listed["ntm-copy-lstm"]
+    assert "table1/ntm-copy" in listed and "table2/dnc-copy-batched" in listed
+    assert main(["recipes", "ntm-copy-lstm"]) == 0
+    assert 'name = "ntm"' in capsys.readouterr().out
+    # by name, and by the checkout's path, from a directory without recipes/ (tmp_path)
+    monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
+    tiny = ["--seeds", "0", "--no-progress", "--set", "train.steps=1", "--set", "train.batch_size=2",
+            "--set", "train.val_batch_size=2", "--set", "train.val_batches=1",
+            "--set", "model.controller_size=8", "--set", "model.memory_slots=8",
+            "--set", "task.max_length=3"]
+    assert main(["run", "ntm-copy-lstm", "--run-dir", "by-name", *tiny]) == 0
+    assert main(["run", "recipes/ntm-copy-lstm.toml", "--run-dir", "by-path", *tiny]) == 0
+    assert (tmp_path / "by-name" / "seed0" / "summary.json").is_file()
+    assert (tmp_path / "by-path" / "seed0" / "summary.json").is_file()
+    err = fails(["run", "ntm-cpy-lstm"], capsys)
+    assert "no packaged recipe named 'ntm-cpy-lstm'" in err and "ntm-copy-lstm" in err
 
 
 def test_eval_and_plot_override_the_runs_config(tmp_path, capsys):

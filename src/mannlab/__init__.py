@@ -15,13 +15,15 @@ from mannlab.state import detach_state, map_state
 
 __version__ = "0.1.0"
 
-__all__ = ["addressing", "tasks", "plot", "build_model", "detach_state", "map_state", "LSTM",
+__all__ = ["addressing", "tasks", "plot", "load", "build_model", "detach_state", "map_state", "LSTM",
            "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNTM", "TARDIS", "ARMIN", "ConfigError", "CheckpointError",
            "DataError"]
 
 
 def __getattr__(name):
     # matplotlib is slow to import: load mannlab.plot (and the analyses) on first use only.
+    if name == "load":  # mannlab.load("runs/x"), a trained run's model (rundir/load.py)
+        return importlib.import_module("mannlab.rundir.load").load
     if name in ("plot", "analysis"):
         return importlib.import_module({"plot": "mannlab.reporting.figures"}.get(name, f"mannlab.{name}"))
     raise AttributeError(f"module 'mannlab' has no attribute {name!r}")

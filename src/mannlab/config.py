@@ -27,12 +27,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import tomli_w
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
+    import tomli as tomllib
 
 from mannlab.errors import ConfigError
 
@@ -122,6 +126,10 @@ class TrainConfig:
     # torch intra-op threads during the run (0: torch's default). One thread is much faster for
     # these small recurrent models on a busy CPU, and a resume must use the same count to be exact.
     threads: int = 1
+    # where to train: "auto" (CUDA if present, else MPS, else the CPU), "cpu", "cuda[:N]", "mps"
+    device: str = "auto"
+    # "32", or mixed precision under torch.autocast: "bf16-mixed", "16-mixed" (CUDA only)
+    precision: str = "32"
     # time budget of the training in minutes over all sessions (0: none): training stops at
     # train.steps or when the budget is spent, whichever comes first. Runs stopped by time are
     # not step-for-step reproducible (their length depends on the machine's speed)
@@ -143,6 +151,8 @@ class TrainConfig:
         for key, value in values.items():
             if key not in known:
                 raise ConfigError(f"unknown key 'train.{key}'; valid keys: {', '.join(known)}")
+            if key == "precision" and value == 32:  # --set train.precision=32 reads as a number
+                value = "32"
             kwargs[key] = _coerce(f"train.{key}", value, known[key].type)
         return cls(**kwargs)
 

@@ -1,7 +1,7 @@
 """The `mannlab` command: argument parsing and dispatch, one module per group of commands.
 
     training   train, run          results   eval, plot, compare, report
-    analyses   simulate, gradflow
+    recipes    recipes             analyses  simulate, gradflow
 
 Every command is one function call a user can make from Python as well.
 """
@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 import mannlab
-from mannlab.cli import analyses, results, training
+from mannlab.cli import analyses, recipes, results, training
 from mannlab.errors import CheckpointError, ConfigError, DataError
 
 USER_ERRORS = (ConfigError, CheckpointError, DataError, FileNotFoundError)
@@ -22,7 +22,8 @@ MAIN_HELP = """\
 Memory-augmented neural networks: train, evaluate and plot.
 
   mannlab train --model ntm --task copy     train one model on one task
-  mannlab run recipes/ntm-copy-lstm.toml         run a recipe over several seeds
+  mannlab run ntm-copy-lstm                      run a recipe over several seeds
+  mannlab recipes                                list the recipes, one line each
   mannlab eval runs/ntm-copy-seed0 --lengths 20,40,80
   mannlab plot runs/ntm-copy-seed0
   mannlab simulate wormhole --out runs/wormhole   TARDIS paper figures 3 and 5 (simulated)
@@ -81,6 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
         return sub
 
-    for group in (training, results, analyses):
+    for group in (training, recipes, results, analyses):
         group.add_commands(command)
     return parser

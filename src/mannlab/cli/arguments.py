@@ -87,3 +87,18 @@ def name_list(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError("expected comma-separated names")
     return names
+
+
+def add_device(parser: argparse.ArgumentParser) -> None:
+    """--device and --precision, the shortcuts of train.device and train.precision."""
+    parser.add_argument("--device", metavar="auto|cpu|cuda|mps",
+                        help="where to train (train.device; default auto: CUDA if present, else "
+                             "MPS, else the CPU; cuda:N picks a GPU)")
+    parser.add_argument("--precision", choices=("32", "bf16-mixed", "16-mixed"),
+                        help="train.precision: 32 (default), or mixed precision under "
+                             "torch.autocast with the loss in float32 (16-mixed: CUDA only)")
+
+
+def device_changes(args: argparse.Namespace) -> dict[str, str]:
+    """The train.* values --device and --precision set."""
+    return {k: v for k, v in (("device", args.device), ("precision", args.precision)) if v}

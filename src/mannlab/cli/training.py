@@ -5,8 +5,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from mannlab import recipes
 from mannlab.cli import arguments
-from mannlab.cli.arguments import add_logger, add_set, int_list, positive_int
+from mannlab.cli.arguments import add_device, add_logger, add_set, device_changes, int_list, positive_int
 from mannlab.config import (
     RunConfig,
     default_config_dict,
@@ -29,7 +30,9 @@ then --set overrides, then the shortcut flags (--seed, --steps, ...).
 --set takes dotted keys with TOML values, e.g.
   --set model.controller=fnn --set task.max_length=10 --set train.lr=3e-4
 Sections: model (its keyword arguments), task (its parameters), train (see TrainConfig
-in mannlab/config.py: optimizer, lr, batch_size, steps, val_every, clip_grad_norm, ...).
+in mannlab/config.py: optimizer, lr, batch_size, steps, val_every, clip_grad_norm, ...;
+device and precision, also --device and --precision; threads, the torch threads, default 1:
+these small recurrent models run fastest on one CPU thread).
 """
 
 TRAIN_EXAMPLES = """\
@@ -70,12 +73,14 @@ def add_commands(command) -> None:
     train.add_argument("--force", action="store_true", help="overwrite an existing run in the run directory")
     train.add_argument("--no-progress", action="store_true", help="no progress bar (train.progress=false)")
     add_logger(train)
+    add_device(train)
     train.set_defaults(func=cmd_train)
 
     run = command("run", "run a recipe over several seeds", RUN_HELP,
-                  "examples:\n  mannlab run recipes/ntm-copy-lstm.toml\n"
+                  "examples:\n  mannlab run ntm-copy-lstm\n"
                   "  mannlab run recipes/ntm-copy-lstm.toml --seeds 0,1,2 --set train.steps=500\n")
-    run.add_argument("recipe", metavar="RECIPE.toml", help="the run config to train")
+    run.add_argument("recipe", metavar="RECIPE", help="a run config file (.toml), or the name of a "
+                     "packaged recipe (`mannlab recipes` lists them)")
     add_set(run)
     run.add_argument("--seeds", type=int_list, metavar="S1,S2,...", help="seeds to train (overrides the recipe)")
     run.add_argument("--run-dir", metavar="DIR", help="parent directory of the seed runs (default: the recipe's run_dir)")
@@ -83,6 +88,7 @@ def add_commands(command) -> None:
     run.add_argument("--force", action="store_true", help="overwrite existing seed runs")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_logger(run)
+    add_device(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -138,6 +144,7 @@ def train_config(args: argparse.Namespace) -> RunConfig:
     train_changes = {k: v for k, v in train_changes.items() if v is not None}
     if args.no_progress:
         train_changes["progress"] = False
+    train_changes.update(device_changes(args))
     if train_changes:
         changes["train"] = type(config.train).from_dict({**config.train.to_dict(), **train_changes})
     config = config.replace(**changes)
@@ -160,14 +167,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mannlab.training import train
     from mannlab.training.loop import finished_run
 
-    recipe = Path(args.recipe)
+    recipe = recipes.resolve(args.recipe)
     config = load_config(recipe, args.overrides)
     build_run(config)  # fail on a typo before the first seed starts
     seeds = args.seeds or list(config.seeds or [config.seed])
     parent = Path(args.run_dir or config.run_dir or Path("runs") / recipe.stem)
-    if args.no_progress:
+    run_changes = {**({"progress": False} if args.no_progress else {}), **device_changes(args)}
+    if run_changes:
         config = config.replace(train=type(config.train).from_dict(
-            {**config.train.to_dict(), "progress": False}))
+            {**config.train.to_dict(), **run_changes}))
     summaries = []
     for seed in seeds:
         seed_dir = parent / f"seed{seed}"
@@ -183,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         summaries.append(train(seed_config, resume=resume, force=force))
     table = seeds_table(summaries)
     header = (f"# {recipe.name}: {config.model} on {config.task}\n\n"
-              f"Recipe `{recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n")
+              f"Recipe `{args.recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n")
     write_atomic(parent / "summary.md", header + table + "\n")
     print(table)
     print(f"summary: {parent / 'summary.md'}")

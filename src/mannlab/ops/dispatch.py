@@ -29,6 +29,8 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 
+from mannlab.ops import notice
+
 ENV_VAR = "MANNLAB_KERNELS"
 
 _enabled: ContextVar[bool] = ContextVar("mannlab_kernels",
@@ -56,9 +58,12 @@ def load(name: str) -> Optional[ModuleType]:
     """mannlab.ops.<name>.kernels, imported on first use; None if numba is missing or
     broken, so the tensor paths still work."""
     try:
-        return importlib.import_module(f"mannlab.ops.{name}.kernels")
-    except ImportError:
+        kernels = importlib.import_module(f"mannlab.ops.{name}.kernels")
+    except ImportError as exc:
+        notice.kernels_missing(exc)
         return None
+    notice.before_compile(name, kernels)
+    return kernels
 
 
 def compiled_applies(name: str, tensor: torch.Tensor) -> bool:

@@ -43,6 +43,7 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, meta: dict[st
         # clones: safetensors refuses tensors that share storage (tied weights, views)
         weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
         save_file(weights, str(tmp / WEIGHTS))
+        _default_mode(tmp / WEIGHTS)  # safetensors writes 0600; a run is shared like its other files
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
         torch.save(train_state, tmp / TRAIN_STATE)
         for name in FILES:
@@ -140,6 +141,13 @@ def _existing(directory: Path) -> Path:
 
 def _sibling(directory: Path, kind: str) -> Path:
     return directory.parent / f".{directory.name}.{kind}"
+
+
+def _default_mode(path: Path) -> None:
+    """The mode open() gives a new file (0666 less the umask), e.g. group-readable."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def _short(items: list[str], limit: int = 5) -> str:

@@ -1,5 +1,8 @@
-"""A run directory's config.toml, and opening a run: its config, task and model with the
-weights of a checkpoint."""
+"""Open a run directory: its config, task and model with the weights of a checkpoint.
+
+    model = mannlab.load("runs/ntm-copy-seed0")      # the best checkpoint, in eval mode
+    model.config                                     # the run's RunConfig
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +13,7 @@ import torch
 from mannlab.building import build_run
 from mannlab.config import RunConfig, config_toml, load_config
 from mannlab.errors import CheckpointError, ConfigError
-from mannlab.rundir.checkpoint import load_checkpoint
+from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, load_weights
 from mannlab.rundir.files import write_atomic
 
 
@@ -45,7 +48,7 @@ def load_run(run_dir: str | Path, checkpoint: str = "best",
     names = [checkpoint] + (["last"] if checkpoint == "best" else [])
     for name in names:
         if (run_dir / "checkpoints" / name).is_dir():
-            meta, _ = load_checkpoint(run_dir / "checkpoints" / name, model)
+            meta = load_weights_and_meta(run_dir / "checkpoints" / name, model)
             bad = [key for key, value in model.state_dict().items()
                    if value.is_floating_point() and not torch.isfinite(value).all()]
             if bad:
@@ -55,3 +58,29 @@ def load_run(run_dir: str | Path, checkpoint: str = "best",
             return config, task, model, meta
     raise CheckpointError(f"no {' or '.join(names)} checkpoint in {run_dir / 'checkpoints'}; "
                           "has this run saved one yet?")
+
+
+def load(run_dir: str | Path, checkpoint: str = "best", overrides: Sequence[str] = ()
+         ) -> torch.nn.Module:
+    """The trained model of a run directory, ready for inference: weights of the
+    ``checkpoint`` ("best", the default and the papers' protocol, or "last") read through
+    safetensors (no pickled code runs), in eval mode, its run config as ``model.config``.
+
+    ``overrides`` change the config first, as ``mannlab eval --set`` does. The optimizer
+    state file is not needed."""
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    config, _, model, _ = load_run(run_dir, checkpoint, overrides)
+    model.config = config
+    return model.eval()
+
+
+def load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, Any]:
+    """Load a checkpoint's weights into ``model`` and return its meta; unlike
+    load_checkpoint this needs neither the training state nor the optimizer's."""
+    directory = _existing(directory)
+    for name in (WEIGHTS, META):
+        if not (directory / name).is_file():
+            raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
+    load_weights(directory / WEIGHTS, model)
+    return _read_meta(directory / META)

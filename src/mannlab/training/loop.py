@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 import mannlab
 from mannlab.building import build_run
@@ -38,7 +37,10 @@ from mannlab.rundir import (MetricsLog, load_checkpoint, save_checkpoint, save_c
                             truncate_metrics, write_atomic)
 from mannlab.rundir.files import read_json
 from mannlab.rundir.loggers import check_loggers, open_loggers
+from mannlab.training.bar import WarmupBar
 from mannlab.training.clock import SessionClock
+from mannlab.training.device import (OnDevice, autocast, check_precision, grad_scaler, on_device,
+                                     resolve_device)
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.run_dir import check_run_dir, prepare_run_dir, restore_last
@@ -128,6 +130,10 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     check_run_dir(run_dir)
     torch.manual_seed(config.seed)
     task, model = build_run(config)  # bad names or arguments fail here, before any file is touched
+    device = resolve_device(config.train.device)
+    check_precision(config.train.precision, device)
+    model.to(device)
+    task = on_device(task, device, config.train.precision)
     config = config.replace(task_args=dict(task.params))  # record the resolved task parameters
     optimizer = make_optimizer(model, config.train)
     source = batch_source(config, task, model)
@@ -172,12 +178,14 @@ class _Trainer:
         self._last_train: dict[str, float] | None = None
         self.clock = SessionClock(progress.elapsed, progress.cpu)
         self.stopped = "steps"  # what ended the training: "steps", "solved", "time", "diverged"
+        self.device = next(model.parameters()).device
+        self.scaler = grad_scaler(self.train_cfg.precision, self.device)
 
     # ---------------------------------------------------------------- loop
 
     def run(self) -> None:
         cfg, progress = self.train_cfg, self.progress
-        bar = tqdm(total=cfg.steps, initial=progress.step, disable=not cfg.progress,
+        bar = WarmupBar(total=cfg.steps, initial=progress.step, disable=not cfg.progress,
                    unit=self.source.unit, desc=f"{self.config.model}-{self.config.task}",
                    dynamic_ncols=True)
         self.model.train()
@@ -207,9 +215,10 @@ class _Trainer:
         self._save("last")
 
     def _train_step(self, step: int) -> tuple[float, float]:
-        loss, task_loss = self.source.losses(self.model, step)
+        with autocast(self.train_cfg.precision, self.device):
+            loss, task_loss = self.source.losses(self.model, step)
         try:
-            apply_update(self.model, self.optimizer, loss, self.train_cfg.clip_grad_norm)
+            apply_update(self.model, self.optimizer, loss, self.train_cfg.clip_grad_norm, self.scaler)
         except NonFiniteLossError as exc:
             self._fail(step, str(exc))
         return loss.item(), task_loss.item()
@@ -345,5 +354,6 @@ class _Trainer:
         return summary
 
     def _figures(self) -> dict[str, str]:
-        return draw_run_figures(self.run_dir, self.config, self.task, self.model,
+        task = self.task.task if isinstance(self.task, OnDevice) else self.task  # figures: CPU
+        return draw_run_figures(self.run_dir, self.config, task, self.model.cpu(),
                                 self.progress.best_step)

@@ -45,14 +45,22 @@ def sequence_loss(model: torch.nn.Module, task: Any, inputs: torch.Tensor, targe
 
 
 def apply_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
-                 clip: float | None) -> None:
+                 clip: float | None, scaler: torch.amp.GradScaler | None = None) -> None:
     """Backward, clip the global gradient norm to ``clip`` (0/None: measure only), step.
-    Raises NonFiniteLossError, before the weights change, on a non-finite loss or norm."""
+    Raises NonFiniteLossError, before the weights change, on a non-finite loss or norm.
+    With a ``scaler`` (float16 training) a non-finite norm is a loss-scale overflow instead:
+    the scaler skips the step and lowers the scale."""
     if not torch.isfinite(loss):
         raise NonFiniteLossError(f"the loss is {loss.item()}")
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    (loss if scaler is None else scaler.scale(loss)).backward()
+    if scaler is not None:
+        scaler.unscale_(optimizer)
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip or math.inf)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+        return
     if not torch.isfinite(norm):
         raise NonFiniteLossError(f"the gradient norm is {norm.item()}")
     optimizer.step()

@@ -313,7 +313,7 @@ class ARMINCell(MemoryCell):
         value = self.write_map(h_new) if self.write_map is not None else h_new      # section 3.3
         if fast:
             write_index = self._write_index(read_index, steps, x_w, h_new)
-            memory = memory.index_put((batch, write_index), value)
+            memory = memory.index_put((batch, write_index), value.to(memory.dtype))
             if self.tardis is not None:
                 read_w = torch.zeros_like(counts).scatter_(-1, read_index.unsqueeze(-1), 1.0)
         else:

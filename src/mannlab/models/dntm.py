@@ -259,8 +259,8 @@ class DNTMCell(MemoryCell):
 
     def read(self, memory: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """φ = w^T M (eq. 5) with the NOP cell ignored: memory (B, N', W), weights (B, R, N')
-        -> (B, R, W)."""
-        return (weights * self.access) @ memory
+        -> (B, R, W), in the memory's dtype (φ is state; autocast's product is lower)."""
+        return ((weights * self.access) @ memory).to(memory.dtype)
 
     def write(self, content: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor,
               candidate: torch.Tensor) -> torch.Tensor:

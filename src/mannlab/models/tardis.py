@@ -234,8 +234,10 @@ def _slot_numbers(slots: int, device) -> torch.Tensor:
 
 def write_rows(memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """M[j] <- (1 - w_j) M[j] + w_j v for every slot j (one-hot w: replace one row), as one
-    lerp: memory (B, k, W), weights (B, k), value (B, W) -> (B, k, W)."""
-    return torch.lerp(memory, value.unsqueeze(1), weights.unsqueeze(-1))
+    lerp: memory (B, k, W), weights (B, k), value (B, W) -> (B, k, W). The memory keeps its
+    dtype (under autocast the value comes out of a linear layer in a lower one)."""
+    dtype = memory.dtype
+    return torch.lerp(memory, value.to(dtype).unsqueeze(1), weights.to(dtype).unsqueeze(-1))
 
 
 # --------------------------------------------------------------------- state

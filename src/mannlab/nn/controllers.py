@@ -133,7 +133,8 @@ class ElmanController(RecurrentController):
     def step(self, x_proj, r_prev, state):
         h_prev, = state
         h_bar = self._feedforward(x_proj, r_prev)                  # eq. 9 (h'bar)
-        h = torch.tanh(self._recurrent(h_bar, h_prev))             # eq. 1 = eq. 11
+        # h_t keeps h_{t-1}'s dtype (under autocast the matmul comes out in a lower one)
+        h = torch.tanh(self._recurrent(h_bar, h_prev)).to(h_prev.dtype)   # eq. 1 = eq. 11
         return h, self._output(h_bar, h), (h,)
 
 
@@ -178,7 +179,8 @@ class GRUController(RecurrentController):
         g = torch.addmm(self.recurrent_bias, h_prev, self.recurrent_weight.t())
         reset, update = torch.sigmoid(a[:, :2 * hidden] + g[:, :2 * hidden]).chunk(2, dim=-1)
         n = torch.tanh(torch.addcmul(a[:, 2 * hidden:], reset, g[:, 2 * hidden:]))
-        h = torch.lerp(n, h_prev, update)                          # (1 - u) n + u h_{t-1}
+        # h_t keeps h_{t-1}'s dtype (under autocast the matmuls come out in a lower one)
+        h = torch.lerp(n.to(h_prev.dtype), h_prev, update.to(h_prev.dtype))  # (1 - u) n + u h_{t-1}
         return h, h, (h,)
 
 

@@ -84,7 +84,10 @@ def _autocast_off(device: str) -> Iterator[None]:
 def compiled_applies(name: str, tensor: torch.Tensor) -> bool:
     """Whether the kernels of ops/<name> run on this tensor: the switch is on, autocast is
     off (the kernels read one float dtype, autocast mixes two), the tensor is a CPU
-    float32/float64 one and the kernels load."""
+    float32/float64 one and the kernels load. Never while torch.compile traces: it cannot
+    trace numba, and the tensor path is what it compiles."""
+    if torch.compiler.is_compiling():
+        return False
     return (kernels_enabled() and tensor.device.type == "cpu" and not autocast_active(tensor)
             and tensor.dtype in (torch.float32, torch.float64) and load(name) is not None)
 

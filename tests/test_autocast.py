@@ -9,8 +9,8 @@ compiled kernels are never used (they read one float dtype).
 """
 import pytest
 import torch
-
 from conftest import leaves, small_model
+
 from mannlab.models import MODELS
 from mannlab.ops import dispatch
 
@@ -18,15 +18,15 @@ DTYPES = [torch.bfloat16, torch.float16]
 
 # Configurations beyond the small defaults whose step takes other code (controllers with a
 # low-precision state update, sampled and argmax reads, index writes, the unfused LSTM).
-VARIANTS = [("ntm", dict(controller="gru", read_heads=2, write_heads=2)),
-            ("ntm", dict(controller="pnr-elman")),
-            ("dnc", dict(controller="fnn", read_heads=2)),
-            ("dntm", dict(addressing="reinforce", lru=True, nop=True, addressing_steps=2)),
-            ("dntm", dict(addressing="argmax", controller="lstm")),
-            ("tardis", dict(addressing="reinforce", temperature="learned")),
-            ("armin", dict(read="tardis", write="independent", memory_width=5)),
-            ("armin", dict(addressing="soft", layer_norm=True, zoneout=0.1)),
-            ("lstm", dict(layer_norm=True, zoneout=0.1))]
+VARIANTS = [("ntm", {"controller": "gru", "read_heads": 2, "write_heads": 2}),
+            ("ntm", {"controller": "pnr-elman"}),
+            ("dnc", {"controller": "fnn", "read_heads": 2}),
+            ("dntm", {"addressing": "reinforce", "lru": True, "nop": True, "addressing_steps": 2}),
+            ("dntm", {"addressing": "argmax", "controller": "lstm"}),
+            ("tardis", {"addressing": "reinforce", "temperature": "learned"}),
+            ("armin", {"read": "tardis", "write": "independent", "memory_width": 5}),
+            ("armin", {"addressing": "soft", "layer_norm": True, "zoneout": 0.1}),
+            ("lstm", {"layer_norm": True, "zoneout": 0.1})]
 CONFIGS = [(name, {}) for name in MODELS] + VARIANTS
 
 
@@ -91,7 +91,7 @@ GRAD_TOL = {torch.bfloat16: 0.1, torch.float16: 0.02}
 # ARMIN's evaluation reads the argmax of logits that are close at initialisation, so a
 # rounding can move a read (a different slot, an output off by 0.4 at one seed in six, in
 # float16 too): its soft reads are compared. TARDIS's argmax reads are checked to agree.
-CLOSE_CONFIG = {"armin": dict(addressing="soft")}
+CLOSE_CONFIG = {"armin": {"addressing": "soft"}}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

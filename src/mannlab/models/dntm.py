@@ -363,7 +363,7 @@ class DNTMCell(MemoryCell):
             # the write heads' (B H, N). It draws one Exp(1) per probability and takes
             # argmax p / E (tests/test_dntm.py checks this), so all exponentials drawn at once
             # in that order give the kernels the same samples.
-            noise = torch.empty(T * J, B * (R + H) * N, dtype=x.dtype).exponential_()
+            noise = x.new_empty(T * J, B * (R + H) * N).exponential_()
         else:
             noise = x.new_zeros(1, 1)
         controller = self.controller

@@ -113,8 +113,9 @@ class LSTM(SequenceModel):
             self.ln_cell = nn.ModuleList(nn.LayerNorm(hidden_size) for _ in range(num_layers))
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> LSTMState:
-        return LSTMState(self.h0.expand(-1, batch_size, -1).contiguous(),
-                         self.c0.expand(-1, batch_size, -1).contiguous())
+        def batch(p: torch.Tensor) -> torch.Tensor:
+            return p.to(device=device, dtype=dtype).expand(-1, batch_size, -1).contiguous()
+        return LSTMState(batch(self.h0), batch(self.c0))
 
     def run(self, x: torch.Tensor, state: LSTMState, with_trace: bool):
         if self.fused:

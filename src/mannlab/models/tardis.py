@@ -88,8 +88,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_choice,
-                                  check_number, check_positive, run_sequence, size_or_default)
+from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, batched,
+                                  check_choice, check_number, check_positive, run_sequence,
+                                  size_or_default)
 from mannlab.nn import sampling
 from mannlab.ops.tardis import function as compiled
 
@@ -334,8 +335,9 @@ class TARDISCell(MemoryCell):
         dtype = ref.dtype if dtype is None else dtype
         k = self.slots
         zeros = torch.zeros((), device=device, dtype=dtype).expand(batch_size, k)
-        return TARDISState(self.h0.expand(batch_size, -1), self.c0.expand(batch_size, -1),
-                           self.initial_content.expand(batch_size, -1, -1), zeros, zeros,
+        def batch(p: torch.Tensor) -> torch.Tensor:
+            return batched(p, batch_size, device, dtype)
+        return TARDISState(batch(self.h0), batch(self.c0), batch(self.initial_content), zeros, zeros,
                            torch.zeros(batch_size, dtype=torch.long, device=device))
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:

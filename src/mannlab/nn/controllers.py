@@ -47,6 +47,12 @@ def _uniform_(tensor: torch.Tensor, hidden_size: int) -> None:
     nn.init.uniform_(tensor, -bound, bound)
 
 
+def _learned(initial: torch.Tensor, batch_size: int, device, dtype) -> torch.Tensor:
+    """A learned initial value expanded to the batch, on the device and in the dtype asked
+    for (None: the parameter's; a no-op when they match, so the gradient still reaches it)."""
+    return initial.to(device=device, dtype=dtype).expand(batch_size, *initial.shape)
+
+
 class Controller(nn.Module):
     """Shared parameters: input weights W_x (with bias b) and read weights W_r."""
 
@@ -105,7 +111,7 @@ class RecurrentController(Controller):
         self.h0 = nn.Parameter(torch.zeros(hidden_size))
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
-        return (self.h0.expand(batch_size, -1),)
+        return (_learned(self.h0, batch_size, device, dtype),)
 
     def _recurrent(self, pre: torch.Tensor, h_prev: torch.Tensor) -> torch.Tensor:
         """pre + W_h h_{t-1}."""
@@ -197,7 +203,8 @@ class LSTMController(RecurrentController):
         self.c0 = nn.Parameter(torch.zeros(hidden_size))
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
-        return (self.h0.expand(batch_size, -1), self.c0.expand(batch_size, -1))
+        return (_learned(self.h0, batch_size, device, dtype),
+                _learned(self.c0, batch_size, device, dtype))
 
     def step(self, x_proj, r_prev, state):
         h_prev, c_prev = state

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import importlib
 import os
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
-from functools import lru_cache
+from functools import cache
 from types import ModuleType
-from typing import Any, ContextManager, Iterator, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import torch
 
@@ -51,8 +52,8 @@ def use_kernels(enabled: bool = True) -> Iterator[None]:
         _enabled.reset(token)
 
 
-@lru_cache(maxsize=None)
-def load(name: str) -> Optional[ModuleType]:
+@cache
+def load(name: str) -> ModuleType | None:
     """mannlab.ops.<name>.kernels, imported on first use; None if numba is missing or
     broken, so the tensor paths still work."""
     try:
@@ -68,7 +69,7 @@ def autocast_active(tensor: torch.Tensor) -> bool:
     return torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
 
 
-def state_precision(tensor: torch.Tensor) -> ContextManager[None]:
+def state_precision(tensor: torch.Tensor) -> AbstractContextManager[None]:
     """Under autocast on the tensor's device, a block that runs with autocast off and on the
     tensor paths: a model's memory equations then run in the dtype of its state (the input's),
     while the layers that feed them ran in autocast's dtype. Elsewhere it changes nothing."""

@@ -59,7 +59,7 @@ import torch
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_bool,
+from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, batched, check_bool,
                                   check_choice, check_number, check_positive, run_sequence,
                                   size_or_default)
 from mannlab.models.tardis import (TardisAddressing, default_nonzeros, sequential_slots,
@@ -213,8 +213,8 @@ class ARMINCell(MemoryCell):
         device = ref.device if device is None else device
         dtype = ref.dtype if dtype is None else dtype
         zeros = torch.zeros((), device=device, dtype=dtype).expand(batch_size, self.slots)
-        return ARMINState(self.h0.expand(batch_size, -1),
-                          self.initial_memory.expand(batch_size, -1, -1), zeros, zeros,
+        return ARMINState(batched(self.h0, batch_size, device, dtype),
+                          batched(self.initial_memory, batch_size, device, dtype), zeros, zeros,
                           torch.zeros(batch_size, dtype=torch.long, device=device))
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:
@@ -313,7 +313,7 @@ class ARMINCell(MemoryCell):
         value = self.write_map(h_new) if self.write_map is not None else h_new      # section 3.3
         if fast:
             write_index = self._write_index(read_index, steps, x_w, h_new)
-            memory = memory.index_put((batch, write_index), value)
+            memory = memory.index_put((batch, write_index), value.to(memory.dtype))
             if self.tardis is not None:
                 read_w = torch.zeros_like(counts).scatter_(-1, read_index.unsqueeze(-1), 1.0)
         else:
@@ -383,7 +383,8 @@ class ARMINCell(MemoryCell):
         for _ in range(T):
             if gumbel:
                 noise.append(sampling.gumbel_noise(x.new_empty(B, self.slots)))
-            zone.append((torch.rand(B, self.hidden_size, dtype=x.dtype) < self.zoneout).to(x.dtype))
+            zone.append((torch.rand(B, self.hidden_size, dtype=x.dtype, device=x.device)
+                         < self.zoneout).to(x.dtype))
         return (torch.stack(noise) if gumbel else none), torch.stack(zone)
 
     def _write_weights(self, read_w, steps, x_w, h_new) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.state_check import check_state
+from mannlab.models.state_check import check_state, values_checkable
 from mannlab.ops import dispatch
 
 
@@ -65,6 +65,12 @@ def size_or_default(value: Optional[int], default: int) -> int:
     return default if value is None else value
 
 
+def batched(initial: torch.Tensor, batch_size: int, device=None, dtype=None) -> torch.Tensor:
+    """A learned initial value expanded to the batch, on the device and in the dtype asked for
+    (None: the parameter's; a no-op when they match, so the gradient still reaches it)."""
+    return initial.to(device=device, dtype=dtype).expand(batch_size, *initial.shape)
+
+
 def stack_traces(traces: list) -> Optional[NamedTuple]:
     """List over time of per-step NamedTuples (B, ...) -> one NamedTuple of (B, T, ...)."""
     if not traces:
@@ -75,8 +81,8 @@ def stack_traces(traces: list) -> Optional[NamedTuple]:
 
 def check_input(owner: nn.Module, x: Any, layout: str, input_size: Optional[int]) -> torch.Tensor:
     """Clear errors for the usual mistakes with an input ``x`` of ``layout`` (its last axis the
-    features), before they become deep tracebacks. Finiteness is not checked while
-    torch.compile traces (a data-dependent check breaks its graph)."""
+    features), before they become deep tracebacks. Finiteness is checked where values can be
+    read (not while torch.compile traces, not on the meta device)."""
     name = type(owner).__name__
     dims = layout.count(",") + 1
     if not isinstance(x, torch.Tensor):
@@ -95,7 +101,7 @@ def check_input(owner: nn.Module, x: Any, layout: str, input_size: Optional[int]
                         f"convert the input or the model (model.to({x.dtype}))")
     if x.numel() == 0:
         raise ValueError(f"{name} got an empty input of shape {tuple(x.shape)}")
-    if not torch.compiler.is_compiling() and not bool(torch.isfinite(x).all()):
+    if values_checkable(x) and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} got an input containing NaN or infinity")
     return x
 

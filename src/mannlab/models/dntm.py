@@ -259,8 +259,8 @@ class DNTMCell(MemoryCell):
 
     def read(self, memory: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """φ = w^T M (eq. 5) with the NOP cell ignored: memory (B, N', W), weights (B, R, N')
-        -> (B, R, W)."""
-        return (weights * self.access) @ memory
+        -> (B, R, W), in the memory's dtype (φ is state; autocast's product is lower)."""
+        return ((weights * self.access) @ memory).to(memory.dtype)
 
     def write(self, content: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor,
               candidate: torch.Tensor) -> torch.Tensor:
@@ -363,7 +363,7 @@ class DNTMCell(MemoryCell):
             # the write heads' (B H, N). It draws one Exp(1) per probability and takes
             # argmax p / E (tests/test_dntm.py checks this), so all exponentials drawn at once
             # in that order give the kernels the same samples.
-            noise = torch.empty(T * J, B * (R + H) * N, dtype=x.dtype).exponential_()
+            noise = x.new_empty(T * J, B * (R + H) * N).exponential_()
         else:
             noise = x.new_zeros(1, 1)
         controller = self.controller

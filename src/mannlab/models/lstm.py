@@ -28,6 +28,7 @@ with every option off (tested equal to nn.LSTM).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import NamedTuple, Optional
 
 import torch
@@ -36,6 +37,7 @@ from torch import nn
 
 from mannlab.errors import ConfigError
 from mannlab.models.base import SequenceModel, check_positive
+from mannlab.ops import dispatch
 
 
 class LSTMState(NamedTuple):
@@ -63,6 +65,15 @@ def zoneout(previous: torch.Tensor, new: torch.Tensor, p: float, training: bool)
     if training:
         return torch.where(torch.rand_like(new) < p, previous, new)
     return p * previous + (1 - p) * new
+
+
+def _cpu_autocast_off(x: torch.Tensor):
+    """Autocast off for the fused LSTM on the CPU: oneDNN's bfloat16 LSTM fails to build on
+    CPUs without bfloat16 instructions (common ones), so there it runs in the input's dtype.
+    Elsewhere (CUDA's cuDNN LSTM supports autocast) nothing changes."""
+    if x.device.type == "cpu" and dispatch.autocast_active(x):
+        return torch.autocast("cpu", enabled=False)
+    return nullcontext()
 
 
 class LSTM(SequenceModel):
@@ -102,12 +113,15 @@ class LSTM(SequenceModel):
             self.ln_cell = nn.ModuleList(nn.LayerNorm(hidden_size) for _ in range(num_layers))
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> LSTMState:
-        return LSTMState(self.h0.expand(-1, batch_size, -1).contiguous(),
-                         self.c0.expand(-1, batch_size, -1).contiguous())
+        def batch(p: torch.Tensor) -> torch.Tensor:
+            return p.to(device=device, dtype=dtype).expand(-1, batch_size, -1).contiguous()
+        return LSTMState(batch(self.h0), batch(self.c0))
 
     def run(self, x: torch.Tensor, state: LSTMState, with_trace: bool):
         if self.fused:
-            out, (h, c) = self.lstm(x, tuple(state))
+            with _cpu_autocast_off(x):
+                out, (h, c) = self.lstm(x, tuple(state))
+            h, c = h.to(x.dtype), c.to(x.dtype)    # the state in the input's dtype under autocast
         else:
             out, hs, cs = x, [], []
             for layer in range(self.num_layers):

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+from mannlab.models.base import MemoryCell, SequenceModel, batched, check_positive
 from mannlab.nn.controllers import make_controller
 from mannlab.ops.ntm.function import ntm_memory_step
 
@@ -106,7 +106,7 @@ class NTMCell(MemoryCell):
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> NTMState:
         def batch(p: torch.Tensor) -> torch.Tensor:
-            return p.expand(batch_size, *p.shape)
+            return batched(p, batch_size, device, dtype)
         return NTMState(
             controller=self.controller.initial_state(batch_size, device, dtype),
             memory=batch(self.memory_init),

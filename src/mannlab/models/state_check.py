@@ -13,11 +13,17 @@ from typing import Any
 import torch
 
 
+def values_checkable(tensor: torch.Tensor) -> bool:
+    """Whether a check may read the tensor's values: not while torch.compile traces (a
+    data-dependent check breaks its graph), not on the "meta" device (no values)."""
+    return not torch.compiler.is_compiling() and tensor.device.type != "meta"
+
+
 def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _compare(given: Any, expected: Any, path: str, owner: str, finite: bool) -> None:
+def _compare(given: Any, expected: Any, path: str, owner: str) -> None:
     if isinstance(expected, torch.Tensor):
         if not isinstance(given, torch.Tensor):
             raise TypeError(f"{owner} state field {path} must be a tensor of shape "
@@ -32,7 +38,8 @@ def _compare(given: Any, expected: Any, path: str, owner: str, finite: bool) -> 
         if given.device != expected.device:
             raise ValueError(f"{owner} state field {path} must be on {expected.device} like the "
                              f"input, got {given.device}")
-        if finite and given.is_floating_point() and not bool(torch.isfinite(given).all()):
+        if given.is_floating_point() and values_checkable(given) \
+                and not bool(torch.isfinite(given).all()):
             raise ValueError(f"{owner} state field {path} contains NaN or infinity")
         return
     if isinstance(expected, tuple):
@@ -46,7 +53,7 @@ def _compare(given: Any, expected: Any, path: str, owner: str, finite: bool) -> 
             raise ValueError(f"{owner} state field {path} must have {len(expected)} entries, "
                              f"got {len(given)}")
         for name, g, e in zip(fields, given, expected):
-            _compare(g, e, f"{path}.{name}" if fields[0] != "0" else f"{path}[{name}]", owner, finite)
+            _compare(g, e, f"{path}.{name}" if fields[0] != "0" else f"{path}[{name}]", owner)
         return
     if given is not expected and given != expected:
         raise ValueError(f"{owner} state field {path} must be {expected!r}, got {given!r}")
@@ -56,9 +63,7 @@ def check_state(model: torch.nn.Module, state: Any, batch_size: int, device: tor
                 dtype: torch.dtype) -> None:
     """Raise TypeError/ValueError naming the first field of ``state`` that does not fit a
     ``batch_size`` input of ``dtype`` on ``device`` for ``model`` (which provides
-    ``initial_state``). Finiteness is skipped while torch.compile traces (a data-dependent
-    check would break its graph)."""
+    ``initial_state``). Finiteness is checked where values can be read (values_checkable)."""
     with torch.no_grad():
         expected = model.initial_state(batch_size, device=device, dtype=dtype)
-    finite = not torch.compiler.is_compiling()
-    _compare(state, expected, "state", type(model).__name__, finite)
+    _compare(state, expected, "state", type(model).__name__)

@@ -88,8 +88,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, check_choice,
-                                  check_number, check_positive, run_sequence, size_or_default)
+from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, batched,
+                                  check_choice, check_number, check_positive, run_sequence,
+                                  size_or_default)
 from mannlab.nn import sampling
 from mannlab.ops.tardis import function as compiled
 
@@ -234,8 +235,10 @@ def _slot_numbers(slots: int, device) -> torch.Tensor:
 
 def write_rows(memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """M[j] <- (1 - w_j) M[j] + w_j v for every slot j (one-hot w: replace one row), as one
-    lerp: memory (B, k, W), weights (B, k), value (B, W) -> (B, k, W)."""
-    return torch.lerp(memory, value.unsqueeze(1), weights.unsqueeze(-1))
+    lerp: memory (B, k, W), weights (B, k), value (B, W) -> (B, k, W). The memory keeps its
+    dtype (under autocast the value comes out of a linear layer in a lower one)."""
+    dtype = memory.dtype
+    return torch.lerp(memory, value.to(dtype).unsqueeze(1), weights.to(dtype).unsqueeze(-1))
 
 
 # --------------------------------------------------------------------- state
@@ -332,8 +335,9 @@ class TARDISCell(MemoryCell):
         dtype = ref.dtype if dtype is None else dtype
         k = self.slots
         zeros = torch.zeros((), device=device, dtype=dtype).expand(batch_size, k)
-        return TARDISState(self.h0.expand(batch_size, -1), self.c0.expand(batch_size, -1),
-                           self.initial_content.expand(batch_size, -1, -1), zeros, zeros,
+        def batch(p: torch.Tensor) -> torch.Tensor:
+            return batched(p, batch_size, device, dtype)
+        return TARDISState(batch(self.h0), batch(self.c0), batch(self.initial_content), zeros, zeros,
                            torch.zeros(batch_size, dtype=torch.long, device=device))
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:

@@ -47,6 +47,12 @@ def _uniform_(tensor: torch.Tensor, hidden_size: int) -> None:
     nn.init.uniform_(tensor, -bound, bound)
 
 
+def _learned(initial: torch.Tensor, batch_size: int, device, dtype) -> torch.Tensor:
+    """A learned initial value expanded to the batch, on the device and in the dtype asked
+    for (None: the parameter's; a no-op when they match, so the gradient still reaches it)."""
+    return initial.to(device=device, dtype=dtype).expand(batch_size, *initial.shape)
+
+
 class Controller(nn.Module):
     """Shared parameters: input weights W_x (with bias b) and read weights W_r."""
 
@@ -105,7 +111,7 @@ class RecurrentController(Controller):
         self.h0 = nn.Parameter(torch.zeros(hidden_size))
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
-        return (self.h0.expand(batch_size, -1),)
+        return (_learned(self.h0, batch_size, device, dtype),)
 
     def _recurrent(self, pre: torch.Tensor, h_prev: torch.Tensor) -> torch.Tensor:
         """pre + W_h h_{t-1}."""
@@ -133,7 +139,8 @@ class ElmanController(RecurrentController):
     def step(self, x_proj, r_prev, state):
         h_prev, = state
         h_bar = self._feedforward(x_proj, r_prev)                  # eq. 9 (h'bar)
-        h = torch.tanh(self._recurrent(h_bar, h_prev))             # eq. 1 = eq. 11
+        # h_t keeps h_{t-1}'s dtype (under autocast the matmul comes out in a lower one)
+        h = torch.tanh(self._recurrent(h_bar, h_prev)).to(h_prev.dtype)   # eq. 1 = eq. 11
         return h, self._output(h_bar, h), (h,)
 
 
@@ -178,7 +185,8 @@ class GRUController(RecurrentController):
         g = torch.addmm(self.recurrent_bias, h_prev, self.recurrent_weight.t())
         reset, update = torch.sigmoid(a[:, :2 * hidden] + g[:, :2 * hidden]).chunk(2, dim=-1)
         n = torch.tanh(torch.addcmul(a[:, 2 * hidden:], reset, g[:, 2 * hidden:]))
-        h = torch.lerp(n, h_prev, update)                          # (1 - u) n + u h_{t-1}
+        # h_t keeps h_{t-1}'s dtype (under autocast the matmuls come out in a lower one)
+        h = torch.lerp(n.to(h_prev.dtype), h_prev, update.to(h_prev.dtype))  # (1 - u) n + u h_{t-1}
         return h, h, (h,)
 
 
@@ -195,7 +203,8 @@ class LSTMController(RecurrentController):
         self.c0 = nn.Parameter(torch.zeros(hidden_size))
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
-        return (self.h0.expand(batch_size, -1), self.c0.expand(batch_size, -1))
+        return (_learned(self.h0, batch_size, device, dtype),
+                _learned(self.c0, batch_size, device, dtype))
 
     def step(self, x_proj, r_prev, state):
         h_prev, c_prev = state

@@ -7,8 +7,8 @@ that decides, call by call, which path runs.
                                              environment says); the backward follows the
                                              path its forward took
 
-A compiled path runs where the switch is on, the tensors are CPU float32/float64 and the
-kernels of ``mannlab.ops.<name>.kernels`` import (numba present; they compile on first use,
+A compiled path runs where the switch is on, autocast is off, the tensors are CPU
+float32/float64 and the kernels of ``mannlab.ops.<name>.kernels`` import (numba present; they compile on first use,
 then load from numba's disk cache). The NTM and DNC steps ask :func:`compiled_applies`.
 The whole-sequence cells (D-NTM, TARDIS, ARMIN) go through :func:`route`, which reads
 what only the cell knows (models/base.py gives the defaults):
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import importlib
 import os
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
-from functools import lru_cache
+from functools import cache
 from types import ModuleType
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import torch
 
@@ -53,8 +54,8 @@ def use_kernels(enabled: bool = True) -> Iterator[None]:
         _enabled.reset(token)
 
 
-@lru_cache(maxsize=None)
-def load(name: str) -> Optional[ModuleType]:
+@cache
+def load(name: str) -> ModuleType | None:
     """mannlab.ops.<name>.kernels, imported on first use; None if numba is missing or
     broken, so the tensor paths still work."""
     try:
@@ -66,10 +67,34 @@ def load(name: str) -> Optional[ModuleType]:
     return kernels
 
 
+def autocast_active(tensor: torch.Tensor) -> bool:
+    """Whether torch.autocast is on for the tensor's device (never on devices without
+    autocast, such as "meta")."""
+    device = tensor.device.type
+    return torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
+
+
+def state_precision(tensor: torch.Tensor) -> AbstractContextManager[None]:
+    """Under autocast on the tensor's device, a block that runs with autocast off and on the
+    tensor paths: a model's memory equations then run in the dtype of its state (the input's),
+    while the layers that feed them ran in autocast's dtype. Elsewhere it changes nothing."""
+    return _autocast_off(tensor.device.type) if autocast_active(tensor) else nullcontext()
+
+
+@contextmanager
+def _autocast_off(device: str) -> Iterator[None]:
+    with torch.autocast(device, enabled=False), use_kernels(False):
+        yield
+
+
 def compiled_applies(name: str, tensor: torch.Tensor) -> bool:
-    """Whether the kernels of ops/<name> run on this tensor: the switch is on, the tensor
-    is a CPU float32/float64 one and the kernels load."""
-    return (kernels_enabled() and tensor.device.type == "cpu"
+    """Whether the kernels of ops/<name> run on this tensor: the switch is on, autocast is
+    off (the kernels read one float dtype, autocast mixes two), the tensor is a CPU
+    float32/float64 one and the kernels load. Never while torch.compile traces: it cannot
+    trace numba, and the tensor path is what it compiles."""
+    if torch.compiler.is_compiling():
+        return False
+    return (kernels_enabled() and tensor.device.type == "cpu" and not autocast_active(tensor)
             and tensor.dtype in (torch.float32, torch.float64) and load(name) is not None)
 
 

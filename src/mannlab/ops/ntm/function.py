@@ -191,7 +191,8 @@ class NTMMemoryStep(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w, *unused):
         step = _kernel_backward if ctx.kernels else _torch_backward
-        grads = step(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
+        with dispatch.state_precision(grad_reads):   # a backward called inside autocast
+            grads = step(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
         return grads + (None, None, None)
 
 
@@ -206,4 +207,10 @@ def ntm_memory_step(params, memory, read_prev, write_prev, width, num_shifts, wi
     On CPU float32/float64 tensors it runs the compiled kernels of ops/ntm/kernels.py,
     elsewhere the tensor operations of this module; both give the same values.
     """
+    if dispatch.autocast_active(memory):
+        # mixed precision: the head layer ran in autocast's dtype, the addressing and the
+        # write run in the memory's (the state's) on the tensor path
+        with dispatch.state_precision(memory):
+            return ntm_memory_step(params.to(memory.dtype), memory, read_prev, write_prev,
+                                   width, num_shifts, with_trace)
     return NTMMemoryStep.apply(params, memory, read_prev, write_prev, width, num_shifts, with_trace)

@@ -22,6 +22,7 @@ The timing, memory and table helpers are bench_ntm.py's.
     python benchmarks/bench_armin.py                      # batch 1 and 32, T=41, 1 thread
     python benchmarks/bench_armin.py --steps 101 --batch-sizes 1 --json bench.json
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,18 +32,27 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (INPUT, OUTPUT, FusedLSTM, Logits, LSTMCellLoop, TensorPath,  # noqa: E402
-                       eval_infer_step, parse_args, report)
-
 import mannlab  # noqa: E402
+from bench_ntm import (
+    INPUT,
+    OUTPUT,
+    FusedLSTM,
+    Logits,
+    LSTMCellLoop,
+    TensorPath,  # noqa: E402
+    eval_infer_step,
+    parse_args,
+    report,
+)
 
 HIDDEN, SLOTS, WIDTH = 100, 50, 32
 REFERENCE = "LSTMCell"
 
 
 def armin(addressing: str = "gumbel", kernels: bool = True) -> nn.Module:
-    model = mannlab.ARMIN(INPUT, OUTPUT, hidden_size=HIDDEN, memory_slots=SLOTS,
-                          memory_width=WIDTH, addressing=addressing)
+    model = mannlab.ARMIN(
+        INPUT, OUTPUT, hidden_size=HIDDEN, memory_slots=SLOTS, memory_width=WIDTH, addressing=addressing
+    )
     model.inverse_temperature = 5.0
     return Logits(model if kernels else TensorPath(model))
 
@@ -52,9 +62,11 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     models: dict[str, nn.Module] = {
-        "ARMIN": armin(), "ARMIN relaxed": armin("gumbel-relaxed"),
+        "ARMIN": armin(),
+        "ARMIN relaxed": armin("gumbel-relaxed"),
         "ARMIN (tensor path)": armin(kernels=False),
-        "LSTMCell": LSTMCellLoop(HIDDEN), "LSTM": FusedLSTM(HIDDEN),
+        "LSTMCell": LSTMCellLoop(HIDDEN),
+        "LSTM": FusedLSTM(HIDDEN),
     }
     report(args, batch_sizes, models, REFERENCE, infer=eval_infer_step)
 

@@ -37,6 +37,7 @@ Linux only; --no-memory skips it.
     python benchmarks/bench_charlm.py                      # batch 1 and 32, T=150, 1 thread
     python benchmarks/bench_charlm.py --batch-sizes 32 --repeats 9 --json bench.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,9 +55,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import time_round_robin  # noqa: E402
-
 import mannlab  # noqa: E402
+from bench_ntm import time_round_robin  # noqa: E402
 from mannlab.tasks.charlm import CharLM  # noqa: E402
 
 VOCAB, EMBEDDING, SLOTS = 50, 64, 20
@@ -73,8 +73,15 @@ def specs(hidden: int) -> dict[str, dict[str, tuple[str, dict]]]:
             "LSTM LN+ZO": ("lstm", dict(hidden_size=hidden, layer_norm=True, zoneout=0.3)),
             "ARMIN": ("armin", dict(hidden_size=hidden, memory_slots=SLOTS)),
             "ARMIN ZO": ("armin", dict(hidden_size=hidden, memory_slots=SLOTS, zoneout=0.3)),
-            "TARDIS": ("tardis", dict(hidden_size=hidden, memory_slots=SLOTS, address_size=address,
-                                      content_size=hidden - address)),
+            "TARDIS": (
+                "tardis",
+                dict(
+                    hidden_size=hidden,
+                    memory_slots=SLOTS,
+                    address_size=address,
+                    content_size=hidden - address,
+                ),
+            ),
         },
         "equal parameters (recipes)": {
             "nn.LSTM": ("lstm", dict(hidden_size=240)),
@@ -82,8 +89,7 @@ def specs(hidden: int) -> dict[str, dict[str, tuple[str, dict]]]:
             "LSTM LN+ZO": ("lstm", dict(hidden_size=240, layer_norm=True, zoneout=0.3)),
             "ARMIN": ("armin", dict(hidden_size=128, memory_slots=SLOTS)),
             "ARMIN ZO": ("armin", dict(hidden_size=128, memory_slots=SLOTS, zoneout=0.3)),
-            "TARDIS": ("tardis", dict(hidden_size=194, memory_slots=SLOTS, address_size=8,
-                                      content_size=32)),
+            "TARDIS": ("tardis", dict(hidden_size=194, memory_slots=SLOTS, address_size=8, content_size=32)),
         },
     }
 
@@ -113,8 +119,10 @@ CALLS: dict[str, Callable] = {"train": train_call, "infer": infer_call}
 
 def peak_memory_mb(name: str, kwargs: dict, mode: str, batch: int, steps: int, threads: int) -> float:
     """Peak-RSS growth of one call in a fresh process (see the module docstring)."""
-    code = ("import sys, json; sys.path.insert(0, %r); import bench_charlm as b; "
-            "print(json.dumps(b._child(*json.loads(sys.argv[1]))))" % str(Path(__file__).parent))
+    code = (
+        "import sys, json; sys.path.insert(0, %r); import bench_charlm as b; "
+        "print(json.dumps(b._child(*json.loads(sys.argv[1]))))" % str(Path(__file__).parent)
+    )
     args = json.dumps([name, kwargs, mode, batch, steps, threads])
     out = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -124,8 +132,8 @@ def _child(name: str, kwargs: dict, mode: str, batch: int, steps: int, threads: 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model, optimizer = build(name, kwargs)
-    CALLS[mode](model, optimizer, torch.randint(0, VOCAB, (1, 3)))          # tiny warm-up
-    with open("/proc/self/clear_refs", "w") as fh:   # reset the peak RSS (VmHWM) to the current RSS
+    CALLS[mode](model, optimizer, torch.randint(0, VOCAB, (1, 3)))  # tiny warm-up
+    with open("/proc/self/clear_refs", "w") as fh:  # reset the peak RSS (VmHWM) to the current RSS
         fh.write("5")
     rss = _status_kb("VmRSS")
     CALLS[mode](model, optimizer, torch.randint(0, VOCAB, (batch, steps + 1)))
@@ -155,30 +163,40 @@ def run(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:
                 times = time_round_robin(calls, args.warmup, args.repeats)
                 for label, seconds in times.items():
                     name, kwargs = models[label]
-                    record = {"group": group, "mode": mode, "batch": batch, "model": label,
-                              "steps": args.steps,
-                              "parameters": sum(p.numel() for p in built[label][0].parameters()),
-                              "chars_per_s": batch * args.steps / statistics.median(seconds),
-                              "speed_vs_reference": statistics.median(
-                                  r / s for r, s in zip(times[REFERENCE], seconds)),
-                              "reference": REFERENCE}
+                    record = {
+                        "group": group,
+                        "mode": mode,
+                        "batch": batch,
+                        "model": label,
+                        "steps": args.steps,
+                        "parameters": sum(p.numel() for p in built[label][0].parameters()),
+                        "chars_per_s": batch * args.steps / statistics.median(seconds),
+                        "speed_vs_reference": statistics.median(
+                            r / s for r, s in zip(times[REFERENCE], seconds)
+                        ),
+                        "reference": REFERENCE,
+                    }
                     if not args.no_memory:
-                        record["peak_mb"] = peak_memory_mb(name, kwargs, mode, batch, args.steps,
-                                                           args.threads)
+                        record["peak_mb"] = peak_memory_mb(
+                            name, kwargs, mode, batch, args.steps, args.threads
+                        )
                     records.append(record)
     return records
 
 
 def markdown_table(records: list[dict]) -> str:
     memory = any("peak_mb" in r for r in records)
-    lines = ["| group | mode | batch | model | parameters | chars/s | speed ÷ nn.LSTM |"
-             + (" peak memory (MB) |" if memory else ""),
-             "|---|---|---:|---|---:|---:|---:|" + ("---:|" if memory else "")]
+    lines = [
+        "| group | mode | batch | model | parameters | chars/s | speed ÷ nn.LSTM |"
+        + (" peak memory (MB) |" if memory else ""),
+        "|---|---|---:|---|---:|---:|---:|" + ("---:|" if memory else ""),
+    ]
     for r in records:
         peak = f" {r['peak_mb']:.1f} |" if memory else ""
-        lines.append(f"| {r['group']} | {r['mode']} | {r['batch']} | {r['model']} | "
-                     f"{r['parameters']:,} | {r['chars_per_s']:,.0f} | {r['speed_vs_reference']:.2f} |"
-                     + peak)
+        lines.append(
+            f"| {r['group']} | {r['mode']} | {r['batch']} | {r['model']} | "
+            f"{r['parameters']:,} | {r['chars_per_s']:,.0f} | {r['speed_vs_reference']:.2f} |" + peak
+        )
     return "\n".join(lines)
 
 
@@ -197,16 +215,25 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     start, load_before = time.perf_counter(), os.getloadavg()[0]
     records = run(args, batch_sizes)
-    settings = {"torch": torch.__version__, "mannlab": mannlab.__version__,
-                "python": platform.python_version(), "threads": args.threads, "steps": args.steps,
-                "repeats": args.repeats, "warmup": args.warmup, "batch_sizes": batch_sizes,
-                "total_seconds": round(time.perf_counter() - start, 1),
-                "load_average_1min_start": round(load_before, 2),
-                "load_average_1min_end": round(os.getloadavg()[0], 2)}
-    print(f"T={args.steps}, threads={args.threads}, median of {args.repeats} (warm-up {args.warmup}), "
-          f"torch {torch.__version__}, {settings['total_seconds']} s total, load average "
-          f"{settings['load_average_1min_start']} -> {settings['load_average_1min_end']} on "
-          f"{os.cpu_count()} cores\n")
+    settings = {
+        "torch": torch.__version__,
+        "mannlab": mannlab.__version__,
+        "python": platform.python_version(),
+        "threads": args.threads,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "batch_sizes": batch_sizes,
+        "total_seconds": round(time.perf_counter() - start, 1),
+        "load_average_1min_start": round(load_before, 2),
+        "load_average_1min_end": round(os.getloadavg()[0], 2),
+    }
+    print(
+        f"T={args.steps}, threads={args.threads}, median of {args.repeats} (warm-up {args.warmup}), "
+        f"torch {torch.__version__}, {settings['total_seconds']} s total, load average "
+        f"{settings['load_average_1min_start']} -> {settings['load_average_1min_end']} on "
+        f"{os.cpu_count()} cores\n"
+    )
     print(markdown_table(records))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

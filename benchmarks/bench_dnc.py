@@ -20,6 +20,7 @@ backward pass. The timing, memory and table helpers are bench_ntm.py's.
     python benchmarks/bench_dnc.py                       # batch 1 and 32, T=41, 1 thread
     python benchmarks/bench_dnc.py --batch-sizes 8 --json bench.json
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,10 +30,17 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (INPUT, OUTPUT, FusedLSTM, Logits, LSTMCellLoop,  # noqa: E402
-                       parse_args, report, train_step)
-
 import mannlab  # noqa: E402
+from bench_ntm import (
+    INPUT,
+    OUTPUT,
+    FusedLSTM,
+    Logits,
+    LSTMCellLoop,  # noqa: E402
+    parse_args,
+    report,
+    train_step,
+)
 
 HIDDEN, SLOTS, WIDTH, READS = 128, 128, 20, 1
 REFERENCE = "LSTMCell"
@@ -44,9 +52,19 @@ class PyPIDNC(nn.Module):
     def __init__(self):
         super().__init__()
         from dnc import DNC  # optional dependency: pip install --no-deps dnc
-        self.dnc = DNC(input_size=INPUT, hidden_size=HIDDEN, rnn_type="lstm", num_layers=1,
-                       num_hidden_layers=1, nr_cells=SLOTS, cell_size=WIDTH, read_heads=READS,
-                       batch_first=True, gpu_id=-1)
+
+        self.dnc = DNC(
+            input_size=INPUT,
+            hidden_size=HIDDEN,
+            rnn_type="lstm",
+            num_layers=1,
+            num_hidden_layers=1,
+            nr_cells=SLOTS,
+            cell_size=WIDTH,
+            read_heads=READS,
+            batch_first=True,
+            gpu_id=-1,
+        )
         self.head = nn.Linear(INPUT, OUTPUT)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -56,8 +74,9 @@ class PyPIDNC(nn.Module):
 
 def make_models() -> tuple[dict[str, nn.Module], str | None]:
     """The models of the run; the PyPI DNC only if it imports and runs (else the error)."""
-    sizes = dict(controller="lstm", controller_size=HIDDEN, memory_slots=SLOTS,
-                 memory_width=WIDTH, read_heads=READS)
+    sizes = dict(
+        controller="lstm", controller_size=HIDDEN, memory_slots=SLOTS, memory_width=WIDTH, read_heads=READS
+    )
     models: dict[str, nn.Module] = {
         "DNC": Logits(mannlab.DNC(INPUT, OUTPUT, **sizes)),
         "NTM": Logits(mannlab.NTM(INPUT, OUTPUT, **sizes)),

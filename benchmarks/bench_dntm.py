@@ -38,6 +38,7 @@ with random inputs and binary targets (BCE).
 
     python benchmarks/bench_dntm.py --recipes --repeats 5
 """
+
 from __future__ import annotations
 
 import copy as copy_module
@@ -52,10 +53,18 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (CLOCKS, INPUT, OUTPUT, LSTMCellLoop, TensorPath,  # noqa: E402
-                       cpu_round_robin, eval_infer_step, parse_args, report)
-
 import mannlab  # noqa: E402
+from bench_ntm import (
+    CLOCKS,
+    INPUT,
+    OUTPUT,
+    LSTMCellLoop,
+    TensorPath,  # noqa: E402
+    cpu_round_robin,
+    eval_infer_step,
+    parse_args,
+    report,
+)
 
 HIDDEN = 100
 REFERENCE = "GRUCell"
@@ -79,13 +88,20 @@ class GRUCellLoop(nn.Module):
         return self.head(torch.stack(outputs, dim=1))
 
 
-def dntm(addressing: str, steps: int, input_size: int = INPUT, output_size: int = OUTPUT,
-         **sizes) -> mannlab.DNTM:
+def dntm(
+    addressing: str, steps: int, input_size: int = INPUT, output_size: int = OUTPUT, **sizes
+) -> mannlab.DNTM:
     extra = {"entropy_weight": 0.01} if addressing == "reinforce" else {}
-    sizes = {"controller_size": HIDDEN, "memory_slots": 128, "address_size": 8,
-             "content_size": 8, **sizes}
-    return mannlab.DNTM(input_size, output_size, controller="gru", addressing=addressing,
-                        addressing_steps=steps, **sizes, **extra)
+    sizes = {"controller_size": HIDDEN, "memory_slots": 128, "address_size": 8, "content_size": 8, **sizes}
+    return mannlab.DNTM(
+        input_size,
+        output_size,
+        controller="gru",
+        addressing=addressing,
+        addressing_steps=steps,
+        **sizes,
+        **extra,
+    )
 
 
 def train_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
@@ -109,20 +125,33 @@ def tensor_path(model: mannlab.DNTM) -> nn.Module:
 #: name: (batch, T, input, output, sizes, [(addressing, J, write_keys)]) of the recipes
 RECIPES = {
     "copy/recall": (16, 41, 9, 8, {}, [("soft", 1, "memory"), ("reinforce", 1, "content")]),
-    "bAbI": (160, 20, 66, 20, {"controller_size": 180, "memory_slots": 120, "address_size": 16,
-                               "content_size": 28},
-             [("soft", 1, "content"), ("soft", 3, "content"), ("reinforce", 1, "content"),
-              ("reinforce", 3, "content")]),
+    "bAbI": (
+        160,
+        20,
+        66,
+        20,
+        {"controller_size": 180, "memory_slots": 120, "address_size": 16, "content_size": 28},
+        [
+            ("soft", 1, "content"),
+            ("soft", 3, "content"),
+            ("reinforce", 1, "content"),
+            ("reinforce", 3, "content"),
+        ],
+    ),
     "pMNIST": (32, 100, 1, 10, {"memory_slots": 64}, [("soft", 1, "content")]),
 }
 
 
 def recipes(args) -> None:
     """The compiled path against the tensor path at the recipes' sizes (see the docstring)."""
-    print(f"CPU time per time step, median of {args.repeats} (warm-up {args.warmup}), "
-          f"threads={args.threads}, torch {torch.__version__}, numba {_numba_version()}\n")
-    print("| recipe | batch | addressing | J | train µs / step | tensor path | speed-up "
-          "| infer µs / step | tensor path | speed-up |")
+    print(
+        f"CPU time per time step, median of {args.repeats} (warm-up {args.warmup}), "
+        f"threads={args.threads}, torch {torch.__version__}, numba {_numba_version()}\n"
+    )
+    print(
+        "| recipe | batch | addressing | J | train µs / step | tensor path | speed-up "
+        "| infer µs / step | tensor path | speed-up |"
+    )
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     start = time.perf_counter()
     for name, (batch, steps, inputs, outputs, sizes, variants) in RECIPES.items():
@@ -135,27 +164,38 @@ def recipes(args) -> None:
             models = {"compiled": compiled, "tensor": tensor_path(compiled)}
             row = []
             for step in (train_step, eval_infer_step):
-                times = cpu_round_robin({k: (lambda m=m: step(m, x, target))
-                                         for k, m in models.items()}, args.warmup, args.repeats)
+                times = cpu_round_robin(
+                    {k: (lambda m=m: step(m, x, target)) for k, m in models.items()},
+                    args.warmup,
+                    args.repeats,
+                )
                 med = {k: 1e6 * statistics.median(v) / steps for k, v in times.items()}
                 ratio = statistics.median(b / a for a, b in zip(times["compiled"], times["tensor"]))
                 row += [f"{med['compiled']:.0f}", f"{med['tensor']:.0f}", f"{ratio:.1f}x"]
-            print(f"| {name} | {batch} | {addressing} | {J} | " + " | ".join(row) + " |",
-                  flush=True)
+            print(f"| {name} | {batch} | {addressing} | {J} | " + " | ".join(row) + " |", flush=True)
     load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     print(f"\n{time.perf_counter() - start:.0f} s, load average {load} on {os.cpu_count()} cores")
 
 
 def add_options(parser) -> None:
     """This script's options on top of bench_ntm's."""
-    parser.add_argument("--no-tensor-path", dest="tensor_rows", action="store_false",
-                        help="leave out the D-NTM rows on the per-step tensor path")
-    parser.add_argument("--clock", choices=tuple(CLOCKS), default="cpu",
-                        help="what the times count: CPU seconds of this process (default) "
-                             "or wall seconds")
-    parser.add_argument("--recipes", action="store_true",
-                        help="time the compiled path against the tensor path at the recipes' "
-                             "sizes instead")
+    parser.add_argument(
+        "--no-tensor-path",
+        dest="tensor_rows",
+        action="store_false",
+        help="leave out the D-NTM rows on the per-step tensor path",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=tuple(CLOCKS),
+        default="cpu",
+        help="what the times count: CPU seconds of this process (default) or wall seconds",
+    )
+    parser.add_argument(
+        "--recipes",
+        action="store_true",
+        help="time the compiled path against the tensor path at the recipes' sizes instead",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,18 +205,30 @@ def main(argv: list[str] | None = None) -> None:
         recipes(args)
         return
     torch.manual_seed(0)
-    compiled = {"D-NTM soft J=1": dntm("soft", 1), "D-NTM soft J=3": dntm("soft", 3),
-                "D-NTM discrete J=1": dntm("reinforce", 1),
-                "D-NTM discrete J=3": dntm("reinforce", 3)}
+    compiled = {
+        "D-NTM soft J=1": dntm("soft", 1),
+        "D-NTM soft J=3": dntm("soft", 3),
+        "D-NTM discrete J=1": dntm("reinforce", 1),
+        "D-NTM discrete J=3": dntm("reinforce", 3),
+    }
     models: dict[str, nn.Module] = dict(compiled)
     if args.tensor_rows:
-        models.update({f"{name} (tensor path)": tensor_path(model)
-                       for name, model in compiled.items()})
+        models.update({f"{name} (tensor path)": tensor_path(model) for name, model in compiled.items()})
     models.update({"GRUCell": GRUCellLoop(), "LSTMCell": LSTMCellLoop(HIDDEN)})
-    report(args, batch_sizes, models, REFERENCE, train=train_step, infer=eval_infer_step,
-           saved_memory=False, clock=CLOCKS[args.clock],
-           notes={"clock": "process CPU time" if args.clock == "cpu" else "wall time",
-                  "numba": _numba_version()})
+    report(
+        args,
+        batch_sizes,
+        models,
+        REFERENCE,
+        train=train_step,
+        infer=eval_infer_step,
+        saved_memory=False,
+        clock=CLOCKS[args.clock],
+        notes={
+            "clock": "process CPU time" if args.clock == "cpu" else "wall time",
+            "numba": _numba_version(),
+        },
+    )
 
 
 def _numba_version() -> str:

@@ -20,6 +20,7 @@ activation memory a training step needs beyond the weights.
 One thread by default: on a small machine, intra-op threads mostly add noise,
 and the ratio to LSTMCell is what should stay comparable between machines.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -102,12 +103,21 @@ class TensorPath(nn.Module):
 
 def ntm_copy() -> nn.Module:
     """mannlab.NTM in the NTM paper's copy configuration."""
-    return Logits(mannlab.NTM(INPUT, OUTPUT, controller="lstm", controller_size=HIDDEN,
-                              memory_slots=128, memory_width=20, read_heads=1, write_heads=1))
+    return Logits(
+        mannlab.NTM(
+            INPUT,
+            OUTPUT,
+            controller="lstm",
+            controller_size=HIDDEN,
+            memory_slots=128,
+            memory_width=20,
+            read_heads=1,
+            write_heads=1,
+        )
+    )
 
 
-MODELS: dict[str, Callable[[], nn.Module]] = {
-    "NTM": ntm_copy, "LSTMCell": LSTMCellLoop, "LSTM": FusedLSTM}
+MODELS: dict[str, Callable[[], nn.Module]] = {"NTM": ntm_copy, "LSTMCell": LSTMCellLoop, "LSTM": FusedLSTM}
 REFERENCE = "LSTMCell"
 
 
@@ -131,8 +141,12 @@ def eval_infer_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> 
         model.train()
 
 
-def time_round_robin(calls: dict[str, Callable[[], None]], warmup: int, repeats: int,
-                     clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+def time_round_robin(
+    calls: dict[str, Callable[[], None]],
+    warmup: int,
+    repeats: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
     """Times of each call on ``clock`` (default wall; time.process_time for CPU seconds),
     ``repeats`` rounds after ``warmup`` untimed rounds.
 
@@ -156,8 +170,9 @@ def time_round_robin(calls: dict[str, Callable[[], None]], warmup: int, repeats:
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def cpu_round_robin(calls: dict[str, Callable[[], None]], warmup: int,
-                    repeats: int) -> dict[str, list[float]]:
+def cpu_round_robin(
+    calls: dict[str, Callable[[], None]], warmup: int, repeats: int
+) -> dict[str, list[float]]:
     """time_round_robin in CPU seconds of this process."""
     return time_round_robin(calls, warmup, repeats, clock=CLOCKS["cpu"])
 
@@ -178,9 +193,18 @@ def saved_for_backward_bytes(model: nn.Module, x: torch.Tensor, target: torch.Te
     return sum(n for ptr, n in storages.items() if ptr not in params)  # activations only
 
 
-def run(models: dict[str, nn.Module], reference: str, batch_sizes: list[int], steps: int,
-        repeats: int, warmup: int, train: Callable = train_step, infer: Callable = infer_step,
-        saved_memory: bool = True, clock: Callable[[], float] = time.perf_counter) -> list[dict]:
+def run(
+    models: dict[str, nn.Module],
+    reference: str,
+    batch_sizes: list[int],
+    steps: int,
+    repeats: int,
+    warmup: int,
+    train: Callable = train_step,
+    infer: Callable = infer_step,
+    saved_memory: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[dict]:
     """Time every model, mode and batch size; return one record per measurement.
 
     ``us_per_step`` is the median time per call divided by ``steps``; ``ratio`` is the
@@ -196,10 +220,16 @@ def run(models: dict[str, nn.Module], reference: str, batch_sizes: list[int], st
             times = time_round_robin(calls, warmup, repeats, clock)
             for name, seconds in times.items():
                 ratios = [a / b for a, b in zip(seconds, times[reference])]
-                record = {"mode": mode, "batch": batch, "model": name, "steps": steps,
-                          "us_per_step": 1e6 * statistics.median(seconds) / steps,
-                          "us_per_step_min": 1e6 * min(seconds) / steps,
-                          "reference": reference, "ratio": statistics.median(ratios)}
+                record = {
+                    "mode": mode,
+                    "batch": batch,
+                    "model": name,
+                    "steps": steps,
+                    "us_per_step": 1e6 * statistics.median(seconds) / steps,
+                    "us_per_step_min": 1e6 * min(seconds) / steps,
+                    "reference": reference,
+                    "ratio": statistics.median(ratios),
+                }
                 if mode == "train" and saved_memory:
                     record["saved_mb"] = saved_for_backward_bytes(models[name], x, target) / 2**20
                 records.append(record)
@@ -209,37 +239,56 @@ def run(models: dict[str, nn.Module], reference: str, batch_sizes: list[int], st
 def markdown_table(records: list[dict]) -> str:
     reference = records[0]["reference"]
     memory = any("saved_mb" in r for r in records)
-    lines = [f"| mode | batch | model | µs / step | × {reference} |"
-             + (" saved for backward (MB) |" if memory else ""),
-             "|---|---:|---|---:|---:|" + ("---:|" if memory else "")]
+    lines = [
+        f"| mode | batch | model | µs / step | × {reference} |"
+        + (" saved for backward (MB) |" if memory else ""),
+        "|---|---:|---|---:|---:|" + ("---:|" if memory else ""),
+    ]
     for r in records:
         saved = (f" {r['saved_mb']:.2f} |" if "saved_mb" in r else " |") if memory else ""
-        lines.append(f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} "
-                     f"| {r['ratio']:.2f} |{saved}")
+        lines.append(
+            f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} "
+            f"| {r['ratio']:.2f} |{saved}"
+        )
     return "\n".join(lines)
 
 
-def report(args: argparse.Namespace, batch_sizes: list[int], models: dict[str, nn.Module],
-           reference: str, notes: dict | None = None, **run_options) -> None:
+def report(
+    args: argparse.Namespace,
+    batch_sizes: list[int],
+    models: dict[str, nn.Module],
+    reference: str,
+    notes: dict | None = None,
+    **run_options,
+) -> None:
     """Time the models, print the settings line and the table, write --json if asked.
 
     ``notes`` go into the JSON settings and are printed under the settings line.
     """
-    settings = {"torch": torch.__version__, "mannlab": mannlab.__version__,
-                "python": platform.python_version(), "machine": platform.machine(),
-                "processor": platform.processor(), "threads": args.threads, "steps": args.steps,
-                "repeats": args.repeats, "warmup": args.warmup, "batch_sizes": batch_sizes,
-                **(notes or {})}
+    settings = {
+        "torch": torch.__version__,
+        "mannlab": mannlab.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "threads": args.threads,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "batch_sizes": batch_sizes,
+        **(notes or {}),
+    }
     start = time.perf_counter()
-    records = run(models, reference, batch_sizes, args.steps, args.repeats, args.warmup,
-                  **run_options)
+    records = run(models, reference, batch_sizes, args.steps, args.repeats, args.warmup, **run_options)
     settings["total_seconds"] = round(time.perf_counter() - start, 1)
     # Other processes on the machine add noise; the 1-minute load average shows how much.
     settings["load_average_1min"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
-    print(f"T={args.steps}, threads={args.threads}, median of {args.repeats} "
-          f"(warm-up {args.warmup}), torch {torch.__version__}, "
-          f"{settings['total_seconds']} s total, load average {settings['load_average_1min']} "
-          f"on {os.cpu_count()} cores\n")
+    print(
+        f"T={args.steps}, threads={args.threads}, median of {args.repeats} "
+        f"(warm-up {args.warmup}), torch {torch.__version__}, "
+        f"{settings['total_seconds']} s total, load average {settings['load_average_1min']} "
+        f"on {os.cpu_count()} cores\n"
+    )
     for key, value in (notes or {}).items():
         if value:
             print(f"{key}: {value}\n")
@@ -249,19 +298,26 @@ def report(args: argparse.Namespace, batch_sizes: list[int], models: dict[str, n
             json.dump({"settings": settings, "records": records}, handle, indent=2)
 
 
-def parse_args(argv: list[str] | None, description: str,
-               add_options: Callable[[argparse.ArgumentParser], None] | None = None
-               ) -> tuple[argparse.Namespace, list[int]]:
+def parse_args(
+    argv: list[str] | None,
+    description: str,
+    add_options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> tuple[argparse.Namespace, list[int]]:
     """The options every benchmark here shares, plus a script's own (``add_options`` adds
     them to the parser); returns them and the batch sizes."""
     parser = argparse.ArgumentParser(description=description)
     if add_options is not None:
         add_options(parser)
     parser.add_argument("--batch-sizes", default="1,32", help="comma-separated (default: 1,32)")
-    parser.add_argument("--steps", type=int, default=41,
-                        help="sequence length T (default 41: copy of length 20 with delimiter)")
-    parser.add_argument("--repeats", type=int, default=15,
-                        help="timed rounds; medians are reported (default 15)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=41,
+        help="sequence length T (default 41: copy of length 20 with delimiter)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=15, help="timed rounds; medians are reported (default 15)"
+    )
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds before timing (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     parser.add_argument("--json", metavar="OUT", help="also write the records and settings as JSON")
@@ -270,8 +326,14 @@ def parse_args(argv: list[str] | None, description: str,
         batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     except ValueError:
         parser.error(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}")
-    if not batch_sizes or min(batch_sizes) < 1 or args.steps < 1 or args.repeats < 1 \
-            or args.warmup < 0 or args.threads < 1:
+    if (
+        not batch_sizes
+        or min(batch_sizes) < 1
+        or args.steps < 1
+        or args.repeats < 1
+        or args.warmup < 0
+        or args.threads < 1
+    ):
         parser.error("batch sizes, --steps, --repeats and --threads must be >= 1, --warmup >= 0")
 
     return args, batch_sizes

@@ -24,6 +24,7 @@ paths, against nn.LSTM(240) of the same parameter count; the ratio is bench_char
     python benchmarks/bench_tardis.py                   # copy at batch 1 and 16, char-LM 1 and 32
     python benchmarks/bench_tardis.py --batch-sizes 1 --no-charlm --json bench.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,13 +41,19 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ntm import (INPUT, OUTPUT, FusedLSTM, LSTMCellLoop, TensorPath,  # noqa: E402
-                       cpu_round_robin, saved_for_backward_bytes)
-
 import mannlab  # noqa: E402
+from bench_ntm import (
+    INPUT,
+    OUTPUT,
+    FusedLSTM,
+    LSTMCellLoop,
+    TensorPath,  # noqa: E402
+    cpu_round_robin,
+    saved_for_backward_bytes,
+)
 from mannlab.tasks.base import step_nll  # noqa: E402
 
-HIDDEN, SLOTS, ADDRESS, CONTENT = 120, 16, 4, 32          # recipes/tardis-copy-*.toml
+HIDDEN, SLOTS, ADDRESS, CONTENT = 120, 16, 4, 32  # recipes/tardis-copy-*.toml
 REFERENCE = "LSTMCell"
 CHARLM_REFERENCE = "nn.LSTM"
 
@@ -57,8 +64,15 @@ class TARDISLogits(nn.Module):
 
     def __init__(self, addressing: str, kernels: bool):
         super().__init__()
-        model = mannlab.TARDIS(INPUT, OUTPUT, hidden_size=HIDDEN, memory_slots=SLOTS,
-                               address_size=ADDRESS, content_size=CONTENT, addressing=addressing)
+        model = mannlab.TARDIS(
+            INPUT,
+            OUTPUT,
+            hidden_size=HIDDEN,
+            memory_slots=SLOTS,
+            address_size=ADDRESS,
+            content_size=CONTENT,
+            addressing=addressing,
+        )
         self.model = model if kernels else TensorPath(model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -71,22 +85,29 @@ class TARDISLogits(nn.Module):
         mask = torch.ones(target.shape[:2])
         nll = step_nll(logits, target, mask)
         return F.binary_cross_entropy_with_logits(logits, target) + self.model.aux_loss(
-            trace, nll.detach(), score=lambda out: step_nll(out, target, mask))
+            trace, nll.detach(), score=lambda out: step_nll(out, target, mask)
+        )
 
 
 def copy_models() -> dict[str, nn.Module]:
-    return {"TARDIS gumbel": TARDISLogits("gumbel", True),
-            "TARDIS gumbel (tensor path)": TARDISLogits("gumbel", False),
-            "TARDIS reinforce": TARDISLogits("reinforce", True),
-            "TARDIS reinforce (tensor path)": TARDISLogits("reinforce", False),
-            "LSTMCell": LSTMCellLoop(HIDDEN), "LSTM": FusedLSTM(HIDDEN)}
+    return {
+        "TARDIS gumbel": TARDISLogits("gumbel", True),
+        "TARDIS gumbel (tensor path)": TARDISLogits("gumbel", False),
+        "TARDIS reinforce": TARDISLogits("reinforce", True),
+        "TARDIS reinforce (tensor path)": TARDISLogits("reinforce", False),
+        "LSTMCell": LSTMCellLoop(HIDDEN),
+        "LSTM": FusedLSTM(HIDDEN),
+    }
 
 
 def train_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
     model.train()
     model.zero_grad(set_to_none=True)
-    loss = model.train_loss(x, target) if hasattr(model, "train_loss") else \
-        F.binary_cross_entropy_with_logits(model(x), target)
+    loss = (
+        model.train_loss(x, target)
+        if hasattr(model, "train_loss")
+        else F.binary_cross_entropy_with_logits(model(x), target)
+    )
     loss.backward()
 
 
@@ -110,11 +131,16 @@ def run_copy(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:
             calls = {name: (lambda m=model: step_fn(m, x, target)) for name, model in models.items()}
             times = cpu_round_robin(calls, args.warmup, args.repeats)
             for name, seconds in times.items():
-                record = {"part": "copy", "mode": mode, "batch": batch, "model": name,
-                          "steps": args.steps,
-                          "us_per_step": 1e6 * statistics.median(seconds) / args.steps,
-                          "reference": REFERENCE,
-                          "ratio": statistics.median(a / b for a, b in zip(seconds, times[REFERENCE]))}
+                record = {
+                    "part": "copy",
+                    "mode": mode,
+                    "batch": batch,
+                    "model": name,
+                    "steps": args.steps,
+                    "us_per_step": 1e6 * statistics.median(seconds) / args.steps,
+                    "reference": REFERENCE,
+                    "ratio": statistics.median(a / b for a, b in zip(seconds, times[REFERENCE])),
+                }
                 if mode == "train":
                     record["saved_mb"] = saved_for_backward_bytes(models[name], x, target) / 2**20
                 records.append(record)
@@ -123,12 +149,18 @@ def run_copy(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:
 
 def run_charlm(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:
     from bench_charlm import CALLS, VOCAB, build
-    specs = {"nn.LSTM": ("lstm", dict(hidden_size=240)),
-             "TARDIS": ("tardis", dict(hidden_size=194, memory_slots=20, address_size=8,
-                                       content_size=32, layer_norm=True)),
-             "TARDIS (tensor path)": ("tardis", dict(hidden_size=194, memory_slots=20,
-                                                     address_size=8, content_size=32,
-                                                     layer_norm=True))}
+
+    specs = {
+        "nn.LSTM": ("lstm", dict(hidden_size=240)),
+        "TARDIS": (
+            "tardis",
+            dict(hidden_size=194, memory_slots=20, address_size=8, content_size=32, layer_norm=True),
+        ),
+        "TARDIS (tensor path)": (
+            "tardis",
+            dict(hidden_size=194, memory_slots=20, address_size=8, content_size=32, layer_norm=True),
+        ),
+    }
     built = {}
     for label, (name, kwargs) in specs.items():
         torch.manual_seed(0)
@@ -142,14 +174,21 @@ def run_charlm(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:
             calls = {label: (lambda m=m, o=o: call(m, o, x)) for label, (m, o) in built.items()}
             times = cpu_round_robin(calls, args.charlm_warmup, args.charlm_repeats)
             for label, seconds in times.items():
-                records.append({
-                    "part": "char-LM", "mode": mode, "batch": batch, "model": label,
-                    "steps": args.charlm_steps,
-                    "parameters": sum(p.numel() for p in built[label][0].parameters()),
-                    "chars_per_cpu_s": batch * args.charlm_steps / statistics.median(seconds),
-                    "reference": CHARLM_REFERENCE,
-                    "speed_vs_reference": statistics.median(
-                        r / s for r, s in zip(times[CHARLM_REFERENCE], seconds))})
+                records.append(
+                    {
+                        "part": "char-LM",
+                        "mode": mode,
+                        "batch": batch,
+                        "model": label,
+                        "steps": args.charlm_steps,
+                        "parameters": sum(p.numel() for p in built[label][0].parameters()),
+                        "chars_per_cpu_s": batch * args.charlm_steps / statistics.median(seconds),
+                        "reference": CHARLM_REFERENCE,
+                        "speed_vs_reference": statistics.median(
+                            r / s for r, s in zip(times[CHARLM_REFERENCE], seconds)
+                        ),
+                    }
+                )
     return records
 
 
@@ -158,17 +197,29 @@ def tables(records: list[dict]) -> str:
     lm = [r for r in records if r["part"] == "char-LM"]
     out = []
     if copy:
-        out += ["| mode | batch | model | CPU µs / step | × LSTMCell | saved for backward (MB) |",
-                "|---|---:|---|---:|---:|---:|"]
-        out += [f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} | "
-                f"{r['ratio']:.2f} | {r['saved_mb']:.2f} |" if "saved_mb" in r else
-                f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} | "
-                f"{r['ratio']:.2f} | |" for r in copy]
+        out += [
+            "| mode | batch | model | CPU µs / step | × LSTMCell | saved for backward (MB) |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
+        out += [
+            f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} | "
+            f"{r['ratio']:.2f} | {r['saved_mb']:.2f} |"
+            if "saved_mb" in r
+            else f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} | "
+            f"{r['ratio']:.2f} | |"
+            for r in copy
+        ]
     if lm:
-        out += ["", "| mode | batch | model | parameters | chars / CPU s | speed ÷ nn.LSTM |",
-                "|---|---:|---|---:|---:|---:|"]
-        out += [f"| {r['mode']} | {r['batch']} | {r['model']} | {r['parameters']:,} | "
-                f"{r['chars_per_cpu_s']:,.0f} | {r['speed_vs_reference']:.2f} |" for r in lm]
+        out += [
+            "",
+            "| mode | batch | model | parameters | chars / CPU s | speed ÷ nn.LSTM |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
+        out += [
+            f"| {r['mode']} | {r['batch']} | {r['model']} | {r['parameters']:,} | "
+            f"{r['chars_per_cpu_s']:,.0f} | {r['speed_vs_reference']:.2f} |"
+            for r in lm
+        ]
     return "\n".join(out)
 
 
@@ -193,22 +244,32 @@ def main(argv: list[str] | None = None) -> None:
     records = run_copy(args, batch_sizes)
     if not args.no_charlm:
         records += run_charlm(args, lm_batch_sizes)
-    settings = {"torch": torch.__version__, "mannlab": mannlab.__version__,
-                "python": platform.python_version(), "threads": args.threads,
-                "clock": "process CPU time", "steps": args.steps, "repeats": args.repeats,
-                "warmup": args.warmup, "batch_sizes": batch_sizes,
-                "charlm_batch_sizes": [] if args.no_charlm else lm_batch_sizes,
-                "charlm_steps": args.charlm_steps, "charlm_repeats": args.charlm_repeats,
-                "total_seconds": round(time.perf_counter() - start, 1),
-                "total_cpu_seconds": round(time.process_time() - cpu_start, 1),
-                "load_average_1min_start": round(load_before, 2),
-                "load_average_1min_end": round(os.getloadavg()[0], 2)}
-    print(f"copy T={args.steps} (median of {args.repeats}, warm-up {args.warmup}), char-LM "
-          f"T={args.charlm_steps} (median of {args.charlm_repeats}), threads={args.threads}, "
-          f"CPU time, torch {torch.__version__}, {settings['total_seconds']} s total "
-          f"({settings['total_cpu_seconds']} CPU s), load average "
-          f"{settings['load_average_1min_start']} -> {settings['load_average_1min_end']} on "
-          f"{os.cpu_count()} cores\n")
+    settings = {
+        "torch": torch.__version__,
+        "mannlab": mannlab.__version__,
+        "python": platform.python_version(),
+        "threads": args.threads,
+        "clock": "process CPU time",
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "batch_sizes": batch_sizes,
+        "charlm_batch_sizes": [] if args.no_charlm else lm_batch_sizes,
+        "charlm_steps": args.charlm_steps,
+        "charlm_repeats": args.charlm_repeats,
+        "total_seconds": round(time.perf_counter() - start, 1),
+        "total_cpu_seconds": round(time.process_time() - cpu_start, 1),
+        "load_average_1min_start": round(load_before, 2),
+        "load_average_1min_end": round(os.getloadavg()[0], 2),
+    }
+    print(
+        f"copy T={args.steps} (median of {args.repeats}, warm-up {args.warmup}), char-LM "
+        f"T={args.charlm_steps} (median of {args.charlm_repeats}), threads={args.threads}, "
+        f"CPU time, torch {torch.__version__}, {settings['total_seconds']} s total "
+        f"({settings['total_cpu_seconds']} CPU s), load average "
+        f"{settings['load_average_1min_start']} -> {settings['load_average_1min_end']} on "
+        f"{os.cpu_count()} cores\n"
+    )
     print(tables(records))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -12,6 +12,7 @@
 
 Prints pytest's summary of each part and the fuzz counts; exits non-zero if any part fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ = ["tests/test_fuzz_data.py", "tests/test_state_validation.py"]
-KERNELS = ["tests/test_model_contract.py", "tests/test_ntm.py", "tests/test_dnc.py",
-           "tests/test_dntm.py", "tests/test_tardis.py", "tests/test_armin.py"]
+KERNELS = [
+    "tests/test_model_contract.py",
+    "tests/test_ntm.py",
+    "tests/test_dnc.py",
+    "tests/test_dntm.py",
+    "tests/test_tardis.py",
+    "tests/test_armin.py",
+]
 
 
 def run(tests: list[str], env: dict[str, str]) -> int:
@@ -35,8 +42,11 @@ def run(tests: list[str], env: dict[str, str]) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=1000, help="fuzz cases per target")
-    parser.add_argument("--bounds-check", action="store_true",
-                        help="also run with numba's bounds checking on (recompiles every kernel)")
+    parser.add_argument(
+        "--bounds-check",
+        action="store_true",
+        help="also run with numba's bounds checking on (recompiles every kernel)",
+    )
     args = parser.parse_args()
     if args.examples < 1:
         parser.error("--examples must be at least 1")

@@ -1,4 +1,5 @@
 """Test-wide settings and the small helpers several model test files share."""
+
 import pytest
 import torch
 
@@ -14,8 +15,9 @@ SMALL = {
     "dnc": dict(controller_size=6, memory_slots=7, memory_width=3),
     "dntm": dict(controller_size=6, memory_slots=5, address_size=2, content_size=3),
     "lstm": dict(hidden_size=8),
-    "tardis": dict(hidden_size=8, memory_slots=4, address_size=3, content_size=5, read_mlp_size=4,
-                   fusion_size=6),
+    "tardis": dict(
+        hidden_size=8, memory_slots=4, address_size=3, content_size=5, read_mlp_size=4, fusion_size=6
+    ),
     "armin": dict(hidden_size=6, memory_slots=4),
 }
 
@@ -46,4 +48,5 @@ def offline(monkeypatch):
 
     def refuse(url, path):
         raise ConnectionError(f"tests are offline ({url})")
+
     monkeypatch.setattr(download, "urlretrieve", refuse)

@@ -1,4 +1,5 @@
 """Addressing primitives against hand-worked values, plus gradcheck in float64."""
+
 import math
 
 import pytest
@@ -12,7 +13,7 @@ def t(values):
 
 
 def test_cosine_similarity_hand_values():
-    keys = t([[[1.0, 0.0]]])                                   # (B=1, H=1, W=2)
+    keys = t([[[1.0, 0.0]]])  # (B=1, H=1, W=2)
     memory = t([[[2.0, 0.0], [0.0, 3.0], [-1.0, 0.0], [1.0, 1.0]]])
     sim = A.cosine_similarity(keys, memory)
     assert torch.allclose(sim, t([[[1.0, 0.0, -1.0, 1 / math.sqrt(2)]]]))
@@ -41,12 +42,15 @@ def test_interpolate_hand_values():
     assert torch.allclose(w, t([[[0.25, 0.0, 0.75]]]))
 
 
-@pytest.mark.parametrize("shift, expected", [
-    ([0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0]),     # +1 moves the focus to the next slot
-    ([1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]),     # -1 wraps around to the last slot
-    ([0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]),
-    ([0.2, 0.5, 0.3], [0.5, 0.3, 0.0, 0.2]),
-])
+@pytest.mark.parametrize(
+    "shift, expected",
+    [
+        ([0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0]),  # +1 moves the focus to the next slot
+        ([1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]),  # -1 wraps around to the last slot
+        ([0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]),
+        ([0.2, 0.5, 0.3], [0.5, 0.3, 0.0, 0.2]),
+    ],
+)
 def test_circular_shift_hand_values(shift, expected):
     w = A.circular_shift(t([[[1.0, 0.0, 0.0, 0.0]]]), t([[shift]]))
     assert torch.allclose(w, t([[expected]]))
@@ -87,7 +91,7 @@ def test_write_single_head_hand_values():
 
 def test_write_multiple_heads_multiply_erasures_and_sum_additions():
     memory = t([[[1.0, 1.0], [2.0, 2.0]]])
-    weights = t([[[0.5, 0.0], [0.5, 1.0]]])                 # two heads
+    weights = t([[[0.5, 0.0], [0.5, 1.0]]])  # two heads
     erase = t([[[1.0, 1.0], [1.0, 0.0]]])
     add = t([[[1.0, 0.0], [0.0, 1.0]]])
     out = A.write(memory, weights, erase, add)
@@ -113,8 +117,13 @@ def test_gradcheck_every_primitive():
     torch.manual_seed(0)
     B, H, N, W = 2, 3, 6, 4
     gc = torch.autograd.gradcheck
-    assert gc(A.content_weights, (_rand(B, H, W), _rand(B, N, W), _rand(B, H).abs().detach().requires_grad_()))
-    assert gc(A.interpolate, (_simplex(B, H, N), _simplex(B, H, N), torch.rand(B, H, dtype=torch.float64, requires_grad=True)))
+    assert gc(
+        A.content_weights, (_rand(B, H, W), _rand(B, N, W), _rand(B, H).abs().detach().requires_grad_())
+    )
+    assert gc(
+        A.interpolate,
+        (_simplex(B, H, N), _simplex(B, H, N), torch.rand(B, H, dtype=torch.float64, requires_grad=True)),
+    )
     assert gc(A.circular_shift, (_simplex(B, H, N), _simplex(B, H, 3)))
     gamma = (1 + torch.rand(B, H, dtype=torch.float64)).requires_grad_()
     assert gc(A.sharpen, (_simplex(B, H, N), gamma))

@@ -1,4 +1,5 @@
 """Gradient flow (TARDIS paper section 5): analytic linear RNNs, memory cut off, CLI smoke tests."""
+
 import numpy as np
 import pytest
 import torch
@@ -14,8 +15,7 @@ class LinearRNN(nn.Module):
 
     def __init__(self, w, u, c):
         super().__init__()
-        self.w, self.u, self.c = (nn.Parameter(torch.as_tensor(a, dtype=torch.float64))
-                                  for a in (w, u, c))
+        self.w, self.u, self.c = (nn.Parameter(torch.as_tensor(a, dtype=torch.float64)) for a in (w, u, c))
 
     def forward(self, x, state=None):
         h = x.new_zeros(x.shape[0], self.w.shape[0])
@@ -30,28 +30,29 @@ def test_one_unit_linear_rnn_matches_analytic():
     model = LinearRNN([[0.9]], [[2.0]], [[0.5]])
     x = torch.randn(3, 30, 1, dtype=torch.float64)
     norms = gradflow.input_gradient_norms(model, x, max_distance=29)
-    np.testing.assert_allclose(norms, np.broadcast_to(0.5 * 0.9 ** np.arange(30) * 2.0, (3, 30)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(norms, np.broadcast_to(0.5 * 0.9 ** np.arange(30) * 2.0, (3, 30)), rtol=1e-12)
 
 
 def test_matrix_linear_rnn_matches_analytic_frobenius_norm():
     gen = torch.Generator().manual_seed(0)
-    w, u, c = (torch.randn(*shape, generator=gen, dtype=torch.float64) * 0.4
-               for shape in ((4, 4), (4, 3), (2, 4)))
+    w, u, c = (
+        torch.randn(*shape, generator=gen, dtype=torch.float64) * 0.4 for shape in ((4, 4), (4, 3), (2, 4))
+    )
     model = LinearRNN(w, u, c)
     x = torch.randn(2, 12, 3, dtype=torch.float64)
     norms = gradflow.input_gradient_norms(model, x, max_distance=11, chunk=3)  # chunks split samples
-    expected = [torch.linalg.matrix_norm(c @ torch.linalg.matrix_power(w, d) @ u).item()
-                for d in range(12)]
+    expected = [torch.linalg.matrix_norm(c @ torch.linalg.matrix_power(w, d) @ u).item() for d in range(12)]
     np.testing.assert_allclose(norms, np.broadcast_to(expected, (2, 12)), rtol=1e-10)
     # loss L_t1 = 0.5 ||y_t1 - target_t1||^2: dL/dx_t0 = (y_t1 - target)^T C W^d U
     target = torch.randn(2, 12, 2, dtype=torch.float64)
-    norms = gradflow.input_gradient_norms(model, x, 11, "loss", target,
-                                          lambda y, tgt: 0.5 * (y - tgt).pow(2).sum(-1))
+    norms = gradflow.input_gradient_norms(
+        model, x, 11, "loss", target, lambda y, tgt: 0.5 * (y - tgt).pow(2).sum(-1)
+    )
     with torch.no_grad():
         residual = model(x)[0][:, -1] - target[:, -1]
-    expected = np.stack([(residual @ c @ torch.linalg.matrix_power(w, d) @ u).norm(dim=1).numpy()
-                         for d in range(12)], axis=1)
+    expected = np.stack(
+        [(residual @ c @ torch.linalg.matrix_power(w, d) @ u).norm(dim=1).numpy() for d in range(12)], axis=1
+    )
     np.testing.assert_allclose(norms, expected, rtol=1e-10)
 
 
@@ -81,8 +82,8 @@ def test_ntm_with_memory_cut_off_has_the_controllers_jacobian():
     torch.manual_seed(0)
     ntm = mannlab.NTM(4, 3, controller="lstm", controller_size=6, memory_slots=5, memory_width=3)
     with torch.no_grad():
-        ntm.cell.controller.read_weight.zero_()            # reads never reach the controller
-        ntm.head.weight[:, ntm.cell.controller.hidden_size:] = 0   # nor the output
+        ntm.cell.controller.read_weight.zero_()  # reads never reach the controller
+        ntm.head.weight[:, ntm.cell.controller.hidden_size :] = 0  # nor the output
     ntm = ntm.double()
     x = torch.randn(3, 15, 4, dtype=torch.float64)
     norms = gradflow.input_gradient_norms(ntm, x, 14)
@@ -93,14 +94,15 @@ def test_ntm_with_memory_cut_off_has_the_controllers_jacobian():
     direct = full[0, :, 0].pow(2).sum(dim=(0, 2)).sqrt().flip(0).numpy()
     np.testing.assert_allclose(norms[0], direct, rtol=1e-10)
     # with the memory connected the gradient differs (it also flows through the reads)
-    connected = mannlab.NTM(4, 3, controller="lstm", controller_size=6, memory_slots=5,
-                            memory_width=3).double()
+    connected = mannlab.NTM(
+        4, 3, controller="lstm", controller_size=6, memory_slots=5, memory_width=3
+    ).double()
     assert not np.allclose(gradflow.input_gradient_norms(connected, x, 14), reference)
 
 
 def test_gradient_flow_on_a_task_and_model_registry():
     task = mannlab.tasks.make("copy", width=3)
-    assert gradflow.length_for_steps(task, 21) == 10          # copy: 2 * length + 1 steps
+    assert gradflow.length_for_steps(task, 21) == 10  # copy: 2 * length + 1 steps
     label, model = gradflow.load_model("lstm", task, seed=1)
     assert "untrained" in label and model.input_size == task.input_size
     flow = gradflow.gradient_flow(model, task, max_distance=20, samples=5, batch_size=2)
@@ -110,12 +112,15 @@ def test_gradient_flow_on_a_task_and_model_registry():
     assert loss.norms.shape == (2, 21)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"max_distance": 30}, "need at least 31 steps"),
-    ({"max_distance": -1}, "max_distance must be an integer >= 0"),
-    ({"max_distance": 3, "quantity": "hidden"}, "quantity must be one of output, loss"),
-    ({"max_distance": 3, "quantity": "loss"}, "needs targets and loss_fn"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"max_distance": 30}, "need at least 31 steps"),
+        ({"max_distance": -1}, "max_distance must be an integer >= 0"),
+        ({"max_distance": 3, "quantity": "hidden"}, "quantity must be one of output, loss"),
+        ({"max_distance": 3, "quantity": "loss"}, "needs targets and loss_fn"),
+    ],
+)
 def test_bad_parameters_fail_clearly(kwargs, message):
     model = LinearRNN([[0.5]], [[1.0]], [[1.0]])
     with pytest.raises(ValueError, match=message):
@@ -130,8 +135,24 @@ def test_load_model_errors_name_the_valid_models():
 
 def test_cli_gradflow_smoke(tmp_path, capsys):
     out = tmp_path / "g.png"
-    assert main(["gradflow", "lstm", "ntm", "--task", "copy", "--max-distance", "6",
-                 "--samples", "2", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "gradflow",
+                "lstm",
+                "ntm",
+                "--task",
+                "copy",
+                "--max-distance",
+                "6",
+                "--samples",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "lstm (untrained, seed 0)" in text and "ntm (untrained, seed 0)" in text
     rows = (tmp_path / "g.csv").read_text().splitlines()
@@ -141,24 +162,75 @@ def test_cli_gradflow_smoke(tmp_path, capsys):
 
 def test_cli_gradflow_from_a_run_directory(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "--model", "lstm", "--task", "copy", "--set", "model.hidden_size=4",
-                 "--set", "task.max_length=3", "--steps", "2", "--set", "train.val_every=2",
-                 "--set", "train.val_batches=1", "--set", "train.val_batch_size=2",
-                 "--batch-size", "2", "--no-progress", "--run-dir", str(run)]) == 0
-    assert main(["gradflow", str(run), "--max-distance", "5", "--samples", "2",
-                 "--out", str(tmp_path / "r.png")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "lstm",
+                "--task",
+                "copy",
+                "--set",
+                "model.hidden_size=4",
+                "--set",
+                "task.max_length=3",
+                "--steps",
+                "2",
+                "--set",
+                "train.val_every=2",
+                "--set",
+                "train.val_batches=1",
+                "--set",
+                "train.val_batch_size=2",
+                "--batch-size",
+                "2",
+                "--no-progress",
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            ["gradflow", str(run), "--max-distance", "5", "--samples", "2", "--out", str(tmp_path / "r.png")]
+        )
+        == 0
+    )
     assert "lstm (run, step 2)" in capsys.readouterr().out
 
 
 def test_cli_simulate_wormhole_smoke(tmp_path, capsys):
-    assert main(["simulate", "wormhole", "--steps", "12", "--cells", "3", "--simulations", "5",
-                 "--t0", "2", "--t1", "10", "--path-simulations", "5", "--memory-sizes", "2,4",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "wormhole",
+                "--steps",
+                "12",
+                "--cells",
+                "3",
+                "--simulations",
+                "5",
+                "--t0",
+                "2",
+                "--t1",
+                "10",
+                "--path-simulations",
+                "5",
+                "--memory-sizes",
+                "2,4",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert "T/k - 1 = 3" in capsys.readouterr().out
     for name in ("lengths", "paths"):
         assert (tmp_path / f"wormhole-{name}.png").stat().st_size > 0
     rows = (tmp_path / "wormhole-paths.csv").read_text().splitlines()
-    assert len(rows) == 1 + 3 * 2 * 2                 # schemes x policies x sizes
+    assert len(rows) == 1 + 3 * 2 * 2  # schemes x policies x sizes
     with pytest.raises(SystemExit) as err:
         main(["simulate", "wormhole", "--t0", "9", "--t1", "3", "--out", str(tmp_path / "x")])
     assert err.value.code == 2 and "expected t0 < t1" in capsys.readouterr().err

@@ -1,4 +1,5 @@
 """Wormhole simulations (TARDIS paper section 6): hand-worked cases, eq. 40 vs T/k - 1, paths."""
+
 import numpy as np
 import pytest
 
@@ -18,7 +19,7 @@ def test_tardis_hand_worked_heads_and_lengths():
     assert run.writes.tolist() == [[0, 1, 1, 1, 0, 1]]
     assert run.sources.tolist() == [[0, 1, 2, 3, 1, 4]]
     assert run.lengths[0].tolist() == [[0, 0], [0, 0], [0, 1], [0, 2], [1, 2], [1, 3]]
-    assert run.lengths[0, -1].mean() == 6 / 2 - 1        # T/k - 1, exactly for TARDIS
+    assert run.lengths[0, -1].mean() == 6 / 2 - 1  # T/k - 1, exactly for TARDIS
 
 
 def test_shortest_paths_hand_worked():
@@ -36,8 +37,7 @@ def test_shortest_paths_hand_worked():
 def test_umann_hand_worked_with_given_writes():
     # k = 2: writes 0 1 0 0 1 1, reads - 0 1 0 1 0 (uMANN heads are independent).
     # cell 0 holds h_1, h_3 (t = 3), h_4 (t = 4); cell 1 holds h_2, then h_5, h_6.
-    run = simulate("umann", 6, 2, reads=np.array([-1, 0, 1, 0, 1, 0]),
-                   writes=np.array([0, 1, 0, 0, 1, 1]))
+    run = simulate("umann", 6, 2, reads=np.array([-1, 0, 1, 0, 1, 0]), writes=np.array([0, 1, 0, 0, 1, 1]))
     assert run.sources.tolist() == [[0, 1, 2, 3, 2, 4]]
     # t = 3 writes len(cell 1) + 1 = 1 into cell 0; t = 4: len(cell 0) + 1 = 2 into cell 0;
     # t = 5: len(cell 1) + 1 = 1 into cell 1; t = 6: len(cell 0) + 1 = 3 into cell 1.
@@ -49,10 +49,10 @@ def test_unwritten_cells_policies():
     # after t = 1 returns one; "empty": a read of a never-written cell returns none (0).
     written = simulate("urmann", 30, 100, simulations=50, seed=1, unwritten="written")
     assert (written.reads[:, 0] == -1).all() and (written.sources[:, 1:] >= 1).all()
-    assert (written.sources[:, 1:] < np.arange(2, 31)).all()          # always an earlier step
+    assert (written.sources[:, 1:] < np.arange(2, 31)).all()  # always an earlier step
     empty = simulate("urmann", 30, 100, simulations=50, seed=1, unwritten="empty")
-    assert (empty.sources == 0).mean() > 0.5                            # most cells are empty
-    assert ((empty.sources == 0) == (empty.reads >= np.arange(30) )).all()
+    assert (empty.sources == 0).mean() > 0.5  # most cells are empty
+    assert ((empty.sources == 0) == (empty.reads >= np.arange(30))).all()
 
 
 @pytest.mark.parametrize("scheme", ["tardis", "umann"])
@@ -87,12 +87,20 @@ def test_shortest_path_bounds():
 
 
 def test_path_sweep_rows_and_trend():
-    rows = path_sweep([2, 10], t0=5, t1=50, simulations=100, seed=0, schemes=["tardis"],
-                      unwritten=["written"])
+    rows = path_sweep(
+        [2, 10], t0=5, t1=50, simulations=100, seed=0, schemes=["tardis"], unwritten=["written"]
+    )
     assert [r["cells"] for r in rows] == [2, 10]
     assert rows[1]["total_mean"] < rows[0]["total_mean"] <= 45
-    assert set(rows[0]) >= {"scheme", "unwritten", "total_mean", "total_sem", "outside_mean",
-                            "outside_sem", "unshortened"}
+    assert set(rows[0]) >= {
+        "scheme",
+        "unwritten",
+        "total_mean",
+        "total_sem",
+        "outside_mean",
+        "outside_sem",
+        "unshortened",
+    }
 
 
 def test_same_seed_same_run():
@@ -101,21 +109,26 @@ def test_same_seed_same_run():
     assert all((x == y).all() for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("call,message", [
-    (lambda: simulate("ntm", 5, 2), "scheme must be one of"),
-    (lambda: simulate("tardis", 5, 0), "cells (k) must be an integer >= 1"),
-    (lambda: simulate("tardis", 0, 2), "steps (T) must be an integer >= 1"),
-    (lambda: simulate("tardis", 5, 2, unwritten="zero"), "unwritten must be one of"),
-    (lambda: simulate("tardis", 5, 2, reads=np.array([0, 0, 5, 0, 0])), "cell indices in [-1, 1]"),
-    (lambda: simulate("tardis", 5, 2, reads=np.array([0, 0, -1, 0, 0])), "needs a read at every step"),
-    (lambda: simulate("tardis", 5, 2, reads=np.array([0, 0])), "shape (simulations, steps)"),
-    (lambda: simulate("urmann", 3, 2, writes=np.array([0, 0, 0])), "only be given for scheme 'umann'"),
-    (lambda: shortest_paths(np.zeros((2, 10), int), 5, 5), "expected t0 < t1"),
-    (lambda: shortest_paths(np.zeros((2, 10), int), 0, 5), "t0 must be an integer >= 1"),
-    (lambda: shortest_paths(np.zeros((2, 10), int), 2, 11), "beyond the 10 simulated steps"),
-    (lambda: path_sweep([]), "at least one size"),
-])
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: simulate("ntm", 5, 2), "scheme must be one of"),
+        (lambda: simulate("tardis", 5, 0), "cells (k) must be an integer >= 1"),
+        (lambda: simulate("tardis", 0, 2), "steps (T) must be an integer >= 1"),
+        (lambda: simulate("tardis", 5, 2, unwritten="zero"), "unwritten must be one of"),
+        (lambda: simulate("tardis", 5, 2, reads=np.array([0, 0, 5, 0, 0])), "cell indices in [-1, 1]"),
+        (lambda: simulate("tardis", 5, 2, reads=np.array([0, 0, -1, 0, 0])), "needs a read at every step"),
+        (lambda: simulate("tardis", 5, 2, reads=np.array([0, 0])), "shape (simulations, steps)"),
+        (lambda: simulate("urmann", 3, 2, writes=np.array([0, 0, 0])), "only be given for scheme 'umann'"),
+        (lambda: shortest_paths(np.zeros((2, 10), int), 5, 5), "expected t0 < t1"),
+        (lambda: shortest_paths(np.zeros((2, 10), int), 0, 5), "t0 must be an integer >= 1"),
+        (lambda: shortest_paths(np.zeros((2, 10), int), 2, 11), "beyond the 10 simulated steps"),
+        (lambda: path_sweep([]), "at least one size"),
+    ],
+)
 def test_bad_parameters_fail_clearly(call, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")
-                       .replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        ValueError,
+        match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]"),
+    ):
         call()

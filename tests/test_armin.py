@@ -3,6 +3,7 @@
 the ablations of table 7, the temperature schedule, zoneout, gradcheck, the compiled path
 and a learning check (what every model promises, cell == sequence, chunked == whole and bad
 input included, is in test_model_contract.py)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,7 @@ def randomise(model):
 
 # ------------------------------------------------------- the cell, by hand
 
+
 @pytest.mark.parametrize("width", [6, 4])
 def test_one_step_by_hand(width):
     """Eqs. 3-10 and the write of section 3.3 written out literally with the
@@ -52,26 +54,32 @@ def test_one_step_by_hand(width):
     h, M = state.hidden, state.memory
     Wx, bx = cell.input_proj.weight, cell.input_proj.bias
     rows = [0, dh + dr, 5 * dh + 2 * dr, 5 * dh + 2 * dr + n]
-    W_ig = torch.cat([Wx[rows[0]:rows[1]], cell.control_h.weight[:dh + dr], cell.control_r.weight], 1)
-    W_go = torch.cat([Wx[rows[1]:rows[2]], cell.gates_h.weight, cell.gates_r.weight], 1)
-    W_s = torch.cat([Wx[rows[2]:rows[3]], cell.control_h.weight[dh + dr:]], 1)
-    b_ig, b_go, b_s = bx[rows[0]:rows[1]], bx[rows[1]:rows[2]], bx[rows[2]:rows[3]]
+    W_ig = torch.cat([Wx[rows[0] : rows[1]], cell.control_h.weight[: dh + dr], cell.control_r.weight], 1)
+    W_go = torch.cat([Wx[rows[1] : rows[2]], cell.gates_h.weight, cell.gates_r.weight], 1)
+    W_s = torch.cat([Wx[rows[2] : rows[3]], cell.control_h.weight[dh + dr :]], 1)
+    b_ig, b_go, b_s = bx[rows[0] : rows[1]], bx[rows[1] : rows[2]], bx[rows[2] : rows[3]]
 
     def ln(v, layer):
         return F.layer_norm(v, v.shape[-1:], layer.weight, layer.bias, layer.eps)
-    s = F.one_hot((torch.cat([x, h], 1) @ W_s.T + b_s).argmax(-1), n).double()   # eq. 9
-    r = (s.unsqueeze(1) @ M).squeeze(1)                                             # eq. 10
+
+    s = F.one_hot((torch.cat([x, h], 1) @ W_s.T + b_s).argmax(-1), n).double()  # eq. 9
+    r = (s.unsqueeze(1) @ M).squeeze(1)  # eq. 10
     g = torch.sigmoid(ln(torch.cat([x, h, r], 1) @ W_ig.T + b_ig, cell.ln_control))  # eq. 3
-    h_g, r_g = g[:, :dh] * h, g[:, dh:] * r                                          # eqs. 4-5
-    pre = ln(torch.cat([x, h_g, r_g], 1) @ W_go.T + b_go, cell.ln_gates)             # eq. 6
-    i, f, c, o_h = (pre[:, k * dh:(k + 1) * dh] for k in range(4))
-    i, f, c, o_h, o_r = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(c), torch.sigmoid(o_h), \
-        torch.sigmoid(pre[:, 4 * dh:])
-    h_new = ln(f * h + i * c, cell.ln_hidden)                                         # eq. 7
-    o = torch.cat([o_h * torch.tanh(h_new), o_r * torch.tanh(r)], 1)                 # eq. 8
+    h_g, r_g = g[:, :dh] * h, g[:, dh:] * r  # eqs. 4-5
+    pre = ln(torch.cat([x, h_g, r_g], 1) @ W_go.T + b_go, cell.ln_gates)  # eq. 6
+    i, f, c, o_h = (pre[:, k * dh : (k + 1) * dh] for k in range(4))
+    i, f, c, o_h, o_r = (
+        torch.sigmoid(i),
+        torch.sigmoid(f),
+        torch.tanh(c),
+        torch.sigmoid(o_h),
+        torch.sigmoid(pre[:, 4 * dh :]),
+    )
+    h_new = ln(f * h + i * c, cell.ln_hidden)  # eq. 7
+    o = torch.cat([o_h * torch.tanh(h_new), o_r * torch.tanh(r)], 1)  # eq. 8
     value = h_new if dr == dh else h_new @ cell.write_map.weight.T
     M_new = M.clone()
-    M_new[:, 0] = value                                                              # empty slot 0
+    M_new[:, 0] = value  # empty slot 0
 
     out, new_state, trace = cell(x, return_trace=True)
     assert torch.allclose(out, o) and torch.allclose(new_state.hidden, h_new)
@@ -84,16 +92,16 @@ def test_layer_norm_off_and_forget_bias_initialised_to_one():
     assert torch.equal(model.cell.ln_gates.bias[6:12], torch.ones(6, dtype=torch.float64))
     plain = small_armin(layer_norm=False)
     assert plain.cell.ln_gates is None
-    assert torch.equal(plain.cell.input_proj.bias[12 + 6:12 + 12], torch.ones(6, dtype=torch.float64))
+    assert torch.equal(plain.cell.input_proj.bias[12 + 6 : 12 + 12], torch.ones(6, dtype=torch.float64))
     cell = model.cell
-    w = torch.cat([cell.input_proj.weight[12:18], cell.gates_h.weight[:6],
-                   cell.gates_r.weight[:6]], 1)
-    assert torch.allclose(w @ w.T, torch.eye(6, dtype=torch.float64), atol=1e-6)   # orthogonal
+    w = torch.cat([cell.input_proj.weight[12:18], cell.gates_h.weight[:6], cell.gates_r.weight[:6]], 1)
+    assert torch.allclose(w @ w.T, torch.eye(6, dtype=torch.float64), atol=1e-6)  # orthogonal
     w_s = torch.cat([cell.input_proj.weight[42:46], cell.control_h.weight[12:]], 1)
     assert torch.allclose(w_s @ w_s.T, torch.eye(4, dtype=torch.float64), atol=1e-6)
 
 
 # ------------------------------------------------------------ read and write
+
 
 @pytest.mark.parametrize("kw", [{}, dict(memory_width=3), dict(read="tardis")])
 def test_writes_fill_empty_slots_then_the_slot_just_read(kw):
@@ -114,7 +122,7 @@ def test_training_reads_are_straight_through_one_hots_with_gradient():
     y, _, trace = model(seq(), return_trace=True)
     assert set(trace.read_weights.detach().unique().tolist()) == {0.0, 1.0}
     y.sum().backward()
-    assert model.cell.control_h.weight.grad[12:].abs().sum() > 0   # W_s learns through the ST read
+    assert model.cell.control_h.weight.grad[12:].abs().sum() > 0  # W_s learns through the ST read
 
 
 def test_relaxed_gumbel_reads_are_the_sample_of_eq_1():
@@ -143,9 +151,19 @@ def test_temperature_schedule_of_appendix_c():
 
 # ------------------------------------------------------------- fast inference
 
-@pytest.mark.parametrize("kw", [{}, dict(memory_width=3), dict(read="tardis"), dict(write="queue"),
-                                dict(write="independent"), dict(control_gates=False),
-                                dict(zoneout=0.3)])
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        dict(memory_width=3),
+        dict(read="tardis"),
+        dict(write="queue"),
+        dict(write="independent"),
+        dict(control_gates=False),
+        dict(zoneout=0.3),
+    ],
+)
 def test_fast_inference_path_equals_training_path_in_argmax_mode(kw):
     model = small_armin(**kw)
     x = seq()
@@ -166,20 +184,21 @@ def test_fast_inference_path_equals_training_path_in_argmax_mode(kw):
 
 # ------------------------------------------------------------------ ablations
 
+
 def test_random_read_ignores_the_addressing():
     model = small_armin(read="random")
     torch.manual_seed(0)
     _, _, trace = model(seq(b=64, t=6), return_trace=True)
     read = slots(trace.read_weights)
     counts = torch.bincount(read.flatten(), minlength=4)
-    assert (counts > 50).all()                                   # every slot, about equally
+    assert (counts > 50).all()  # every slot, about equally
     model.eval()
     with torch.no_grad():
         torch.manual_seed(1)
         a = model(seq())[0]
         torch.manual_seed(2)
         b = model(seq())[0]
-    assert not torch.allclose(a, b)                              # random at evaluation too
+    assert not torch.allclose(a, b)  # random at evaluation too
 
 
 def test_queue_write_is_first_in_first_out():
@@ -203,7 +222,7 @@ def test_smooth_read_write_uses_softmax_weights():
     _, state, trace = model(seq(), return_trace=True)
     assert torch.allclose(trace.read_weights[:, :, 0], torch.softmax(trace.read_logits[:, :, 0], -1))
     assert torch.equal(trace.write_weights[:, 4:], trace.read_weights[:, 4:])
-    model.eval()                                                 # soft at evaluation too
+    model.eval()  # soft at evaluation too
     _, _, t2 = model(seq(), return_trace=True)
     assert torch.allclose(t2.read_weights, trace.read_weights)
 
@@ -213,7 +232,7 @@ def test_no_control_gates():
     y, _, trace = model(seq(), return_trace=True)
     assert torch.equal(trace.control_gates, torch.ones_like(trace.control_gates))
     y.sum().backward()
-    assert model.cell.control_h.weight.grad[:12].abs().sum() == 0   # W_ig unused
+    assert model.cell.control_h.weight.grad[:12].abs().sum() == 0  # W_ig unused
     assert model.cell.control_r.weight.grad is None
 
 
@@ -222,7 +241,7 @@ def test_tardis_addressing_never_rereads_the_last_slot():
     _, _, trace = model(seq(b=6, t=12), return_trace=True)
     read = slots(trace.read_weights)
     assert (read[:, 1:] != read[:, :-1]).all()
-    assert model.cell.address.shape == (3, 2)     # d_r / 5 = 1 feature has 2 rows, fewer than 3 slots
+    assert model.cell.address.shape == (3, 2)  # d_r / 5 = 1 feature has 2 rows, fewer than 3 slots
 
 
 def test_zoneout_keeps_units_in_training_and_averages_at_evaluation():
@@ -247,6 +266,7 @@ def test_zoneout_keeps_units_in_training_and_averages_at_evaluation():
 
 # ------------------------------------------------------------- equivalences
 
+
 @pytest.mark.parametrize("kernels", [True, False])
 def test_gradcheck_float64(kernels):
     """Soft reads/writes are differentiable everywhere; argmax (eval) everywhere but at ties;
@@ -259,6 +279,7 @@ def test_gradcheck_float64(kernels):
     def run_soft(inp):
         with use_kernels(kernels):
             return soft(inp)[0]
+
     assert torch.autograd.gradcheck(run_soft, (x,))
     for mode in ("gumbel-relaxed",):
         model = small_armin(addressing=mode, memory_width=4)
@@ -270,14 +291,16 @@ def test_gradcheck_float64(kernels):
             with use_kernels(kernels):
                 y, state = model(inp, state._replace(hidden=h0))
             return y, state.memory
+
         h0 = torch.rand(2, 6, dtype=torch.float64, requires_grad=True)
         assert torch.autograd.gradcheck(run, (x, h0))
-    zoned = small_armin(addressing="soft", memory_width=4, zoneout=0.4)    # masks fixed by the seed
+    zoned = small_armin(addressing="soft", memory_width=4, zoneout=0.4)  # masks fixed by the seed
 
     def run_zoned(inp):
         torch.manual_seed(4)
         with use_kernels(kernels):
             return zoned(inp)[0]
+
     assert torch.autograd.gradcheck(run_zoned, (x,))
     hard = small_armin(read="tardis").eval()
     assert torch.autograd.gradcheck(lambda inp: hard(inp)[0], (x,))
@@ -300,8 +323,9 @@ def test_compiled_sequence_equals_tensor_path(mode, width, zoneout):
         with use_kernels(kernels):
             y, state = model(x)
         (y.sin().sum() + state.hidden.sum() + state.memory.pow(2).sum()).backward()
-        results.append((y, state, {n: p.grad.clone() for n, p in model.named_parameters()
-                                   if p.grad is not None}))
+        results.append(
+            (y, state, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        )
     (y0, s0, g0), (y1, s1, g1) = results
     assert torch.allclose(y0, y1, atol=1e-12)
     for a, b in zip(s0, s1):
@@ -343,10 +367,11 @@ def test_compiled_path_only_where_it_pays(monkeypatch):
     assert wide.compiled_pays(16, True) and not wide.compiled_pays(17, True)
     assert wide.compiled_pays(1, False) and not wide.compiled_pays(2, False)
     assert compiled_pays(16, 256, True) and not compiled_pays(17, 256, True)
-    model = small_armin(hidden_size=2048)           # 3 rows x 2048 > 4096: tensor path
+    model = small_armin(hidden_size=2048)  # 3 rows x 2048 > 4096: tensor path
 
     def fail(*args):
         raise AssertionError("the compiled path ran")
+
     monkeypatch.setattr(model.cell, "run_fused", fail)
     model(seq(t=3))
     with torch.no_grad():
@@ -358,8 +383,14 @@ def test_compiled_path_only_for_the_papers_configuration():
     assert dispatch.sequence_applies(small_armin().cell, x)
     assert dispatch.sequence_applies(small_armin(zoneout=0.1).cell, x)
     assert not dispatch.sequence_applies(small_armin().cell, x, with_trace=True)
-    for kw in (dict(read="tardis"), dict(read="random"), dict(write="queue"),
-               dict(write="independent"), dict(control_gates=False), dict(layer_norm=False)):
+    for kw in (
+        dict(read="tardis"),
+        dict(read="random"),
+        dict(write="queue"),
+        dict(write="independent"),
+        dict(control_gates=False),
+        dict(layer_norm=False),
+    ):
         assert not dispatch.sequence_applies(small_armin(**kw).cell, x), kw
 
 
@@ -372,7 +403,10 @@ def test_shapes_state_and_trace():
 
 # --------------------------------------------------------------------- learning
 
+
 def test_learns_tiny_copy():
-    before, after = tiny_copy_losses(lambda task: build_model(
-        "armin", task.input_size, task.output_size, hidden_size=24, memory_slots=4), steps=150)
+    before, after = tiny_copy_losses(
+        lambda task: build_model("armin", task.input_size, task.output_size, hidden_size=24, memory_slots=4),
+        steps=150,
+    )
     assert after < 0.75 * before, f"validation BCE {before:.3f} -> {after:.3f}"

@@ -7,10 +7,11 @@ Under autocast the layers (controllers, head-parameter and output layers) run in
 dtype and the memory equations in the state's (ops/dispatch.py ``state_precision``); the
 compiled kernels are never used (they read one float dtype).
 """
+
 import pytest
 import torch
-from conftest import leaves, small_model
 
+from conftest import leaves, small_model
 from mannlab.models import MODELS
 from mannlab.ops import dispatch
 
@@ -18,15 +19,17 @@ DTYPES = [torch.bfloat16, torch.float16]
 
 # Configurations beyond the small defaults whose step takes other code (controllers with a
 # low-precision state update, sampled and argmax reads, index writes, the unfused LSTM).
-VARIANTS = [("ntm", {"controller": "gru", "read_heads": 2, "write_heads": 2}),
-            ("ntm", {"controller": "pnr-elman"}),
-            ("dnc", {"controller": "fnn", "read_heads": 2}),
-            ("dntm", {"addressing": "reinforce", "lru": True, "nop": True, "addressing_steps": 2}),
-            ("dntm", {"addressing": "argmax", "controller": "lstm"}),
-            ("tardis", {"addressing": "reinforce", "temperature": "learned"}),
-            ("armin", {"read": "tardis", "write": "independent", "memory_width": 5}),
-            ("armin", {"addressing": "soft", "layer_norm": True, "zoneout": 0.1}),
-            ("lstm", {"layer_norm": True, "zoneout": 0.1})]
+VARIANTS = [
+    ("ntm", {"controller": "gru", "read_heads": 2, "write_heads": 2}),
+    ("ntm", {"controller": "pnr-elman"}),
+    ("dnc", {"controller": "fnn", "read_heads": 2}),
+    ("dntm", {"addressing": "reinforce", "lru": True, "nop": True, "addressing_steps": 2}),
+    ("dntm", {"addressing": "argmax", "controller": "lstm"}),
+    ("tardis", {"addressing": "reinforce", "temperature": "learned"}),
+    ("armin", {"read": "tardis", "write": "independent", "memory_width": 5}),
+    ("armin", {"addressing": "soft", "layer_norm": True, "zoneout": 0.1}),
+    ("lstm", {"layer_norm": True, "zoneout": 0.1}),
+]
 CONFIGS = [(name, {}) for name in MODELS] + VARIANTS
 
 
@@ -38,8 +41,11 @@ def _id(config):
 def _aux(model, trace, batch, steps):
     """The model's aux loss on a made-up per-step NLL (TARDIS's reward needs a score)."""
     nll = torch.rand(batch, steps, generator=torch.Generator().manual_seed(3))
-    score = {"score": lambda logits: logits.float().pow(2).mean(-1)} \
-        if getattr(model, "aux_loss_scores", False) else {}
+    score = (
+        {"score": lambda logits: logits.float().pow(2).mean(-1)}
+        if getattr(model, "aux_loss_scores", False)
+        else {}
+    )
     return model.aux_loss(trace, nll, **score)
 
 
@@ -105,7 +111,7 @@ def test_autocast_close_to_float32(name, dtype):
     model.zero_grad()
     with torch.autocast("cpu", dtype=dtype):
         y16, _, trace16 = model(x, return_trace=True)
-    assert y16.dtype == dtype                        # the output head ran in autocast's dtype
+    assert y16.dtype == dtype  # the output head ran in autocast's dtype
     if name == "tardis":
         assert torch.equal(trace16.read_weights.float(), trace32.read_weights.float())
     y16.float().pow(2).mean().backward()

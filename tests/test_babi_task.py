@@ -2,6 +2,7 @@
 per-task validation errors in the training loop, the per-task result table (mean error,
 failed tasks), and the 'ce' metric key of data-set tasks. Fixtures: generated v1.2 files
 (tests/test_data_babi.py), never the network or ../shared."""
+
 import json
 
 import numpy as np
@@ -9,18 +10,17 @@ import pytest
 import torch
 
 from mannlab import tasks
+from mannlab.building import build_run
 from mannlab.config import RunConfig
 from mannlab.data import download
 from mannlab.errors import ConfigError
-from mannlab.wrappers import FactEncoded, GRUFactEncoder, model_for_task
-from mannlab.building import build_run
 from mannlab.evaluation import mean_metrics
 from mannlab.reporting.text_tables import format_group_errors, format_results
 from mannlab.tasks.dataset import evaluate_split
 from mannlab.training.sampled import validation_sets
-from mannlab.training.update import model_aux_loss
 from mannlab.training.schedules import start_minibatch
-
+from mannlab.training.update import model_aux_loss
+from mannlab.wrappers import FactEncoded, GRUFactEncoder, model_for_task
 from test_data_babi import write_archive
 
 
@@ -28,6 +28,7 @@ from test_data_babi import write_archive
 def offline(monkeypatch):
     def refuse(url, path):
         raise ConnectionError(f"tests are offline ({url})")
+
     monkeypatch.setattr(download, "urlretrieve", refuse)
 
 
@@ -45,13 +46,18 @@ def test_gru_inputs_are_word_ids_one_sentence_per_step(archive):
     assert task.params["fact_encoder"] == "gru" and task.params["encoding"] is None
     longest = len("how do you go from the hallway to the kitchen".split())
     assert task.sentence_length == longest and task.input_size == longest + 2
-    q = task.questions["test"][1]                       # Daniel: 4 facts, the last 3 kept
+    q = task.questions["test"][1]  # Daniel: 4 facts, the last 3 kept
     x, y, m = task._pad([task._example(q)])
     assert x.shape == (1, 3 + 1 + 1, longest + 2) and m[0].tolist() == [0, 0, 0, 0, 1]
     ids = x[0, :, :longest].long()
     words = [" ".join(task.words[int(i) - 1] for i in row if i > 0) for row in ids]
-    assert words == ["john went to the hallway", "daniel went back to the hallway",
-                     "sandra moved to the garden", "where is daniel", ""]
+    assert words == [
+        "john went to the hallway",
+        "daniel went back to the hallway",
+        "sandra moved to the garden",
+        "where is daniel",
+        "",
+    ]
     assert x[0, 3, -2] == 1 and x[0, 4, -1] == 1 and x[0, :3, -2:].sum() == 0
     assert "daniel went back to the hallway" in task.render(x, y, m)
     x2, _, _ = task.sample(6, 3)
@@ -64,11 +70,11 @@ def test_gru_encoder_is_the_final_state_and_order_sensitive():
     ids = torch.tensor([[3, 1, 4, 0, 0], [4, 1, 3, 0, 0], [2, 7, 1, 8, 2], [0, 0, 0, 0, 0]])
     facts = enc(ids)
     assert facts.shape == (4, 7)
-    for n, length in enumerate([3, 3, 5]):               # the state after the last real word
-        _, last = enc.gru(enc.embedding(ids[n:n + 1, :length]))
+    for n, length in enumerate([3, 3, 5]):  # the state after the last real word
+        _, last = enc.gru(enc.embedding(ids[n : n + 1, :length]))
         assert torch.allclose(facts[n], last[0, 0], atol=1e-6)
-    assert torch.equal(facts[3], torch.zeros(7))          # no words: the zero vector
-    assert not torch.allclose(facts[0], facts[1])         # a bag of words could not tell these apart
+    assert torch.equal(facts[3], torch.zeros(7))  # no words: the zero vector
+    assert not torch.allclose(facts[0], facts[1])  # a bag of words could not tell these apart
     facts.sum().backward()
     assert enc.embedding.weight.grad[0].abs().sum() == 0 and enc.gru.weight_hh_l0.grad.abs().sum() > 0
 
@@ -80,8 +86,8 @@ def test_bidirectional_encoder_keeps_the_first_word_and_last_word_states(archive
     facts = enc(ids)
     assert facts.shape == (3, 6) and torch.equal(facts[2], torch.zeros(6))
     for n, length in enumerate([3, 5]):
-        words = enc.embedding(ids[n:n + 1, :length])
-        _, last = enc.gru(words)                 # forward: after the last word; backward: after the first
+        words = enc.embedding(ids[n : n + 1, :length])
+        _, last = enc.gru(words)  # forward: after the last word; backward: after the first
         assert torch.allclose(facts[n], torch.cat([last[0, 0], last[1, 0]]), atol=1e-6)
     task = tasks.make("babi", tasks=[1, 19], data_dir=archive, fact_encoder="bigru", fact_size=8)
     net = model_for_task(task, "lstm", hidden_size=4)
@@ -92,22 +98,44 @@ def test_bidirectional_encoder_keeps_the_first_word_and_last_word_states(archive
         tasks.make("babi", tasks=[1], data_dir=archive, fact_encoder="bigru", fact_size=7)
 
 
-@pytest.mark.parametrize("name,kwargs", [
-    ("lstm", {"hidden_size": 8}),
-    ("ntm", {"controller_size": 8, "memory_slots": 4, "memory_width": 4}),
-    ("dnc", {"controller_size": 8, "memory_slots": 4, "memory_width": 4}),
-    ("dntm", {"controller": "gru", "controller_size": 8, "memory_slots": 4, "address_size": 2,
-              "content_size": 3, "addressing": "reinforce", "curriculum_p0": 1.0}),
-    ("tardis", {"hidden_size": 8, "memory_slots": 4, "address_size": 2, "content_size": 3,
-                "addressing": "reinforce"}),
-    ("armin", {"hidden_size": 8, "memory_slots": 4}),
-])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("lstm", {"hidden_size": 8}),
+        ("ntm", {"controller_size": 8, "memory_slots": 4, "memory_width": 4}),
+        ("dnc", {"controller_size": 8, "memory_slots": 4, "memory_width": 4}),
+        (
+            "dntm",
+            {
+                "controller": "gru",
+                "controller_size": 8,
+                "memory_slots": 4,
+                "address_size": 2,
+                "content_size": 3,
+                "addressing": "reinforce",
+                "curriculum_p0": 1.0,
+            },
+        ),
+        (
+            "tardis",
+            {
+                "hidden_size": 8,
+                "memory_slots": 4,
+                "address_size": 2,
+                "content_size": 3,
+                "addressing": "reinforce",
+            },
+        ),
+        ("armin", {"hidden_size": 8, "memory_slots": 4}),
+    ],
+)
 def test_every_model_trains_jointly_with_the_encoder(archive, name, kwargs):
     task = gru_task(archive)
-    net = build_run(RunConfig.from_dict({"model": {"name": name, **kwargs},
-                                         "task": {"name": "babi", **task.params}}))[1]
+    net = build_run(
+        RunConfig.from_dict({"model": {"name": name, **kwargs}, "task": {"name": "babi", **task.params}})
+    )[1]
     assert isinstance(net, FactEncoded) and net.model.input_size == 64 + 2
-    start_minibatch(net, 0)                  # the D-NTM curriculum switch reaches the model
+    start_minibatch(net, 0)  # the D-NTM curriculum switch reaches the model
     if name == "dntm":
         assert net.model.soft_minibatch is True and "soft_minibatch" not in net.__dict__
     x, y, m = task.sample(3, 0)
@@ -116,8 +144,13 @@ def test_every_model_trains_jointly_with_the_encoder(archive, name, kwargs):
     assert name == "lstm" or hasattr(trace, "read_weights")
     loss = task.loss(logits, y, m)
     if net.uses_aux_loss:
-        loss = loss + model_aux_loss(net, trace, task.step_nll(logits, y, m).detach(),
-                                     lambda out: task.step_nll(out, y, m), task.outputs_per_step)
+        loss = loss + model_aux_loss(
+            net,
+            trace,
+            task.step_nll(logits, y, m).detach(),
+            lambda out: task.step_nll(out, y, m),
+            task.outputs_per_step,
+        )
     loss.backward()
     assert net.encoder.gru.weight_ih_l0.grad.abs().sum() > 0
     assert any(k.startswith("encoder.") for k in net.state_dict())
@@ -133,10 +166,15 @@ def test_bow_builds_the_plain_model(archive):
 
 def test_validation_errors_per_task_are_pooled_over_batches(archive):
     task = tasks.make("babi", tasks=[1, 19], data_dir=archive)
-    config = RunConfig.from_dict({"model": {"name": "lstm", "hidden_size": 4}, "task": {"name": "babi"},
-                                  "train": {"val_batch_size": 5, "val_batches": 3}})
+    config = RunConfig.from_dict(
+        {
+            "model": {"name": "lstm", "hidden_size": 4},
+            "task": {"name": "babi"},
+            "train": {"val_batch_size": 5, "val_batches": 3},
+        }
+    )
     sets = validation_sets(task, config)
-    (multiple, _, batches), = sets
+    ((multiple, _, batches),) = sets
     assert multiple == 1 and all(len(b) == 4 for b in batches)
     net = model_for_task(task, "lstm", hidden_size=4)
     with torch.no_grad():
@@ -170,13 +208,44 @@ def test_result_table_reports_mean_error_and_failed_tasks(archive):
 
 def test_training_run_logs_per_task_errors_and_ce(archive, tmp_path, capsys):
     from mannlab.cli import main
+
     run = tmp_path / "run"
-    status = main(["train", "--model", "ntm", "--task", "babi", "--data-dir", archive, "--run-dir", str(run),
-                   "--steps", "4", "--no-progress", "--set", "task.fact_encoder=gru",
-                   "--set", "task.tasks=[1, 19]", "--set", "task.fact_size=6", "--set", "task.word_size=4",
-                   "--set", "model.controller_size=6", "--set", "model.memory_slots=4",
-                   "--set", "model.memory_width=3", "--set", "train.val_every=2",
-                   "--set", "train.val_batch_size=4", "--set", "train.val_batches=2"])
+    status = main(
+        [
+            "train",
+            "--model",
+            "ntm",
+            "--task",
+            "babi",
+            "--data-dir",
+            archive,
+            "--run-dir",
+            str(run),
+            "--steps",
+            "4",
+            "--no-progress",
+            "--set",
+            "task.fact_encoder=gru",
+            "--set",
+            "task.tasks=[1, 19]",
+            "--set",
+            "task.fact_size=6",
+            "--set",
+            "task.word_size=4",
+            "--set",
+            "model.controller_size=6",
+            "--set",
+            "model.memory_slots=4",
+            "--set",
+            "model.memory_width=3",
+            "--set",
+            "train.val_every=2",
+            "--set",
+            "train.val_batch_size=4",
+            "--set",
+            "train.val_batches=2",
+        ]
+    )
     assert status == 0
     out = capsys.readouterr().out
     assert "validation error per group" in out and "qa19" in out

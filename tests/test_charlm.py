@@ -2,6 +2,7 @@
 cache, local directories and archives, streams and segments, TBPTT with carried state,
 BPC, the LSTM baseline's layer norm / dropout / zoneout, and `mannlab train --task ptb-char`
 (files, exact resume, eval, plot, run), all on tiny generated corpora (never on shared data)."""
+
 import json
 import math
 import tarfile
@@ -10,21 +11,27 @@ import zipfile
 import pytest
 import torch
 
+from mannlab.building import build_run
 from mannlab.cli import main as cli_main
 from mannlab.config import TrainConfig
 from mannlab.data import download
 from mannlab.errors import ConfigError, DataError
-from mannlab.models import build_model
-from mannlab.state import detach_state
-from mannlab.tasks import charlm
-from mannlab.building import build_run
 from mannlab.evaluation import evaluate_bpc
+from mannlab.models import build_model
 from mannlab.rundir import read_metrics
 from mannlab.rundir.checkpoint import load_checkpoint
-from mannlab.wrappers import CharLM
-from mannlab.tasks.charlm import (batchify, load_corpus, ptb_char_tokens,
-                                  ptb_words_to_chars, segment_at, segments)
+from mannlab.state import detach_state
+from mannlab.tasks import charlm
+from mannlab.tasks.charlm import (
+    batchify,
+    load_corpus,
+    ptb_char_tokens,
+    ptb_words_to_chars,
+    segment_at,
+    segments,
+)
 from mannlab.training.tbptt import tbptt_step
+from mannlab.wrappers import CharLM
 
 WORDS = {"train": " the cat sat \n on the mat \n", "valid": " a cat \n", "test": " the mat sat \n"}
 
@@ -64,17 +71,21 @@ def test_ptb_from_word_files_char_files_and_archives(tmp_path):
 
 def test_download_verifies_checksum_and_caches(tmp_path, monkeypatch):
     source = write_ptb_words(tmp_path / "remote")
-    remote = {s: download.RemoteFile((source / f"ptb.{s}.txt").as_uri(),
-                                     md5=download.file_hash(source / f"ptb.{s}.txt", "md5"))
-              for s in charlm.SPLITS}
+    remote = {
+        s: download.RemoteFile(
+            (source / f"ptb.{s}.txt").as_uri(), md5=download.file_hash(source / f"ptb.{s}.txt", "md5")
+        )
+        for s in charlm.SPLITS
+    }
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", remote)
     monkeypatch.setenv("MANNLAB_DATA", str(tmp_path / "cache"))
     corpus = load_corpus("ptb-char")
     assert (tmp_path / "cache" / "ptb" / "ptb.train.txt").exists()
-    (source / "ptb.train.txt").unlink()                  # the cache serves the second call
+    (source / "ptb.train.txt").unlink()  # the cache serves the second call
     assert torch.equal(load_corpus("ptb-char").train, corpus.train)
-    bad = dict(remote, test=download.RemoteFile((source / "ptb.test.txt").as_uri(), md5="0" * 32,
-                                                name="other.txt"))
+    bad = dict(
+        remote, test=download.RemoteFile((source / "ptb.test.txt").as_uri(), md5="0" * 32, name="other.txt")
+    )
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", bad)
     with pytest.raises(DataError, match="does not match"):
         load_corpus("ptb-char")
@@ -146,10 +157,14 @@ def test_streams_and_segments_cover_every_target_once():
         batchify(torch.arange(3), 2)
 
 
-@pytest.mark.parametrize("model, kw", [("armin", dict(hidden_size=8, memory_slots=3)),
-                                       ("tardis", dict(hidden_size=8, memory_slots=3,
-                                                       address_size=2, content_size=4)),
-                                       ("lstm", dict(hidden_size=8))])
+@pytest.mark.parametrize(
+    "model, kw",
+    [
+        ("armin", dict(hidden_size=8, memory_slots=3)),
+        ("tardis", dict(hidden_size=8, memory_slots=3, address_size=2, content_size=4)),
+        ("lstm", dict(hidden_size=8)),
+    ],
+)
 def test_tbptt_state_carried_across_segments_equals_one_run(model, kw):
     torch.manual_seed(0)
     lm = CharLM(7, model, embedding_size=5, **kw).double().eval()
@@ -159,8 +174,9 @@ def test_tbptt_state_carried_across_segments_equals_one_run(model, kw):
     second, state = lm(tokens[:, 6:], detach_state(state))
     assert torch.allclose(torch.cat([first, second], 1), whole, atol=1e-12)
     bpc = evaluate_bpc(lm, tokens, 4)
-    expected = torch.nn.functional.cross_entropy(whole[:, :-1].reshape(-1, 7),
-                                                 tokens[:, 1:].reshape(-1)).item() / math.log(2)
+    expected = torch.nn.functional.cross_entropy(
+        whole[:, :-1].reshape(-1, 7), tokens[:, 1:].reshape(-1)
+    ).item() / math.log(2)
     assert bpc == pytest.approx(expected, rel=1e-9)
 
 
@@ -192,7 +208,7 @@ def test_learns_a_tiny_periodic_corpus_with_tbptt():
         state = None
         for x, y in segments(streams, 10):
             _, state = tbptt_step(lm, x, y, state, optimizer, clip=1.0)
-            assert not state.hidden.requires_grad          # carried detached
+            assert not state.hidden.requires_grad  # carried detached
     after = evaluate_bpc(lm, streams, 10)
     assert after < 0.5 * before, f"BPC {before:.3f} -> {after:.3f}"
 
@@ -200,8 +216,16 @@ def test_learns_a_tiny_periodic_corpus_with_tbptt():
 def test_tbptt_step_with_tardis_reinforce_uses_its_auxiliary_loss():
     """TARDIS with REINFORCE: the step passes the trace, the detached NLL and the scorer."""
     torch.manual_seed(0)
-    lm = CharLM(5, "tardis", embedding_size=4, hidden_size=8, memory_slots=3, address_size=2,
-                content_size=4, addressing="reinforce")
+    lm = CharLM(
+        5,
+        "tardis",
+        embedding_size=4,
+        hidden_size=8,
+        memory_slots=3,
+        address_size=2,
+        content_size=4,
+        addressing="reinforce",
+    )
     assert lm.uses_aux_loss
     optimizer = torch.optim.Adam(lm.parameters(), lr=1e-3)
     tokens = torch.randint(0, 5, (2, 9))
@@ -212,11 +236,12 @@ def test_tbptt_step_with_tardis_reinforce_uses_its_auxiliary_loss():
 
 # ----------------------------------------------------- the LSTM baseline
 
+
 def test_lstm_cell_loop_equals_nn_lstm_with_options_off():
     torch.manual_seed(0)
     fused = build_model("lstm", 3, 4, hidden_size=5, num_layers=2).double()
     loop = build_model("lstm", 3, 4, hidden_size=5, num_layers=2, fused=False).double()
-    loop.load_state_dict(fused.state_dict())                  # the same parameters by name
+    loop.load_state_dict(fused.state_dict())  # the same parameters by name
     assert fused.fused and not loop.fused
     x = torch.randn(2, 7, 3, dtype=torch.float64, requires_grad=True)
     (y1, s1), (y2, s2) = fused(x), loop(x)
@@ -230,7 +255,7 @@ def test_lstm_cell_loop_equals_nn_lstm_with_options_off():
 def test_lstm_options_pick_the_cell_loop_and_are_checked():
     assert not build_model("lstm", 3, 2, layer_norm=True).fused
     assert not build_model("lstm", 3, 2, zoneout=0.1).fused
-    assert build_model("lstm", 3, 2, dropout=0.5).fused       # output dropout runs fused too
+    assert build_model("lstm", 3, 2, dropout=0.5).fused  # output dropout runs fused too
     with pytest.raises(ConfigError, match="fused=true"):
         build_model("lstm", 3, 2, zoneout=0.1, fused=True)
     with pytest.raises(ConfigError, match="zoneout"):
@@ -244,7 +269,9 @@ def _one_step_by_hand(model, x, h, c):
     a = (a - a.mean(-1, keepdim=True)) / torch.sqrt(a.var(-1, unbiased=False, keepdim=True) + 1e-5)
     i, f, g, o = a.chunk(4, -1)
     c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-    n = (c_new - c_new.mean(-1, keepdim=True)) / torch.sqrt(c_new.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    n = (c_new - c_new.mean(-1, keepdim=True)) / torch.sqrt(
+        c_new.var(-1, unbiased=False, keepdim=True) + 1e-5
+    )
     return torch.sigmoid(o) * torch.tanh(n), c_new
 
 
@@ -254,6 +281,7 @@ def test_lstm_layer_norm_step_by_hand_and_a_hand_worked_value():
     x = torch.randn(1, 1, 2, dtype=torch.float64)
     h0, c0 = torch.randn(1, 3, dtype=torch.float64), torch.randn(1, 3, dtype=torch.float64)
     from mannlab.models.lstm import LSTMState
+
     y, state = model(x, LSTMState(h0[None], c0[None]))
     h, c = _one_step_by_hand(model, x[:, 0], h0, c0)
     assert torch.allclose(y[:, 0], h, atol=1e-12) and torch.allclose(state.cell[0], c, atol=1e-12)
@@ -264,9 +292,10 @@ def test_lstm_layer_norm_step_by_hand_and_a_hand_worked_value():
     with torch.no_grad():
         for p in plain.parameters():
             p.zero_()
-    y, state = plain(torch.zeros(1, 1, 1, dtype=torch.float64),
-                     LSTMState(torch.zeros(1, 1, 2, dtype=torch.float64),
-                               torch.ones(1, 1, 2, dtype=torch.float64)))
+    y, state = plain(
+        torch.zeros(1, 1, 1, dtype=torch.float64),
+        LSTMState(torch.zeros(1, 1, 2, dtype=torch.float64), torch.ones(1, 1, 2, dtype=torch.float64)),
+    )
     assert state.cell.flatten().tolist() == pytest.approx([0.5, 0.5])
     assert y.flatten().tolist() == pytest.approx([0.5 * math.tanh(0.5)] * 2, abs=1e-12)
 
@@ -278,9 +307,10 @@ def test_lstm_zoneout_uses_its_expectation_at_eval_and_samples_in_training():
     plain = build_model("lstm", 2, None, hidden_size=4, fused=False).double()
     plain.load_state_dict(model.state_dict())
     from mannlab.models.lstm import LSTMState
+
     x = torch.randn(1, 1, 2, dtype=torch.float64)
     state = LSTMState(torch.randn(1, 1, 4, dtype=torch.float64), torch.randn(1, 1, 4, dtype=torch.float64))
-    _, new = plain(x, state)                                   # h'_t, c'_t without zoneout
+    _, new = plain(x, state)  # h'_t, c'_t without zoneout
     model.eval()
     y, s = model(x, state)
     assert torch.allclose(s.hidden, p * state.hidden + (1 - p) * new.hidden, atol=1e-12)
@@ -289,8 +319,9 @@ def test_lstm_zoneout_uses_its_expectation_at_eval_and_samples_in_training():
     batch = 4000
     many = LSTMState(state.hidden.expand(1, batch, 4), state.cell.expand(1, batch, 4))
     _, s = model(x.expand(batch, 1, 2), many)
-    kept = torch.isclose(s.hidden, state.hidden.expand(1, batch, 4)) & \
-        ~torch.isclose(s.hidden, new.hidden.expand(1, batch, 4))
+    kept = torch.isclose(s.hidden, state.hidden.expand(1, batch, 4)) & ~torch.isclose(
+        s.hidden, new.hidden.expand(1, batch, 4)
+    )
     assert kept.double().mean().item() == pytest.approx(p, abs=0.02)
     assert s.hidden.mean(1).sub(p * state.hidden + (1 - p) * new.hidden).abs().max() < 0.03
 
@@ -314,8 +345,9 @@ def test_lstm_dropouts_are_off_at_eval():
     assert not torch.equal(lm(tokens)[0], bare(tokens)[0])
 
 
-@pytest.mark.parametrize("kw", [dict(layer_norm=True, zoneout=0.3, recurrent_dropout=0.2),
-                                dict(layer_norm=True, num_layers=2)])
+@pytest.mark.parametrize(
+    "kw", [dict(layer_norm=True, zoneout=0.3, recurrent_dropout=0.2), dict(layer_norm=True, num_layers=2)]
+)
 def test_lstm_chunked_tbptt_with_carried_state_equals_one_run(kw):
     """In training mode too: the same seed draws the same zoneout and recurrent-dropout masks
     step by step (output dropout draws per call, so chunks draw in another order)."""
@@ -335,9 +367,25 @@ def test_lstm_chunked_tbptt_with_carried_state_equals_one_run(kw):
 
 # ------------------------------------------------ mannlab train --task ptb-char
 
-TINY = ["--task", "ptb-char", "--set", "model.embedding_size=4", "--set", "model.hidden_size=6",
-        "--set", "task.bptt=5", "--batch-size", "2", "--set", "train.val_every=3",
-        "--set", "train.checkpoint_every=3", "--set", "task.valid_batch_size=2", "--no-progress"]
+TINY = [
+    "--task",
+    "ptb-char",
+    "--set",
+    "model.embedding_size=4",
+    "--set",
+    "model.hidden_size=6",
+    "--set",
+    "task.bptt=5",
+    "--batch-size",
+    "2",
+    "--set",
+    "train.val_every=3",
+    "--set",
+    "train.checkpoint_every=3",
+    "--set",
+    "task.valid_batch_size=2",
+    "--no-progress",
+]
 
 
 @pytest.fixture
@@ -350,9 +398,27 @@ def ptb(tmp_path, monkeypatch):
 
 
 def test_train_writes_a_run_with_bpc_metrics_figure_and_test(ptb, capsys):
-    assert cli_main(["train", "--model", "lstm", *TINY, "--data-dir", str(ptb), "--steps", "7",
-                     "--set", "model.layer_norm=true", "--set", "model.zoneout=0.2",
-                     "--run-dir", "run"]) == 0
+    assert (
+        cli_main(
+            [
+                "train",
+                "--model",
+                "lstm",
+                *TINY,
+                "--data-dir",
+                str(ptb),
+                "--steps",
+                "7",
+                "--set",
+                "model.layer_norm=true",
+                "--set",
+                "model.zoneout=0.2",
+                "--run-dir",
+                "run",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "test BPC" in out and "best valid BPC" in out
     rows = read_metrics("run/metrics.jsonl")
@@ -362,7 +428,7 @@ def test_train_writes_a_run_with_bpc_metrics_figure_and_test(ptb, capsys):
     summary = json.loads(open("run/summary.json").read())
     assert summary["steps"] == 7 and summary["test"]["batch_size"] == 1
     assert summary["cpu_seconds"] > 0
-    assert summary["segments_per_epoch"] == 2       # 2 streams of 11 symbols: 10 targets, bptt 5
+    assert summary["segments_per_epoch"] == 2  # 2 streams of 11 symbols: 10 targets, bptt 5
     assert open("run/figures/learning_curve.png", "rb").read(4) == b"\x89PNG"
     meta, state = load_checkpoint("run/checkpoints/last")
     assert meta["step"] == 7 and isinstance(state["carried"], list)
@@ -374,9 +440,27 @@ def test_train_writes_a_run_with_bpc_metrics_figure_and_test(ptb, capsys):
 @pytest.mark.parametrize("clock", ["wall", "cpu"])
 def test_time_budget_stops_training_on_the_chosen_clock(ptb, clock):
     """A budget of 0.6 ms ends training long before the step budget, whichever clock counts."""
-    assert cli_main(["train", "--model", "lstm", *TINY, "--data-dir", str(ptb), "--steps", "50",
-                     "--set", "train.max_minutes=0.00001", "--set", f"train.budget_clock={clock}",
-                     "--run-dir", "run"]) == 0
+    assert (
+        cli_main(
+            [
+                "train",
+                "--model",
+                "lstm",
+                *TINY,
+                "--data-dir",
+                str(ptb),
+                "--steps",
+                "50",
+                "--set",
+                "train.max_minutes=0.00001",
+                "--set",
+                f"train.budget_clock={clock}",
+                "--run-dir",
+                "run",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(open("run/summary.json").read())
     assert summary["stopped_by"] == "time" and summary["budget_clock"] == clock
     assert summary["steps"] < 50
@@ -387,12 +471,33 @@ def test_budget_clock_is_checked():
         TrainConfig.from_dict({"budget_clock": "gpu"})
 
 
-@pytest.mark.parametrize("model, extra", [
-    ("lstm", ["--set", "model.zoneout=0.3", "--set", "model.layer_norm=true",
-              "--set", "model.input_dropout=0.1"]),
-    ("armin", ["--set", "model.memory_slots=3", "--set", "model.temperature_every=2",
-               "--set", "model.zoneout=0.2"]),
-])
+@pytest.mark.parametrize(
+    "model, extra",
+    [
+        (
+            "lstm",
+            [
+                "--set",
+                "model.zoneout=0.3",
+                "--set",
+                "model.layer_norm=true",
+                "--set",
+                "model.input_dropout=0.1",
+            ],
+        ),
+        (
+            "armin",
+            [
+                "--set",
+                "model.memory_slots=3",
+                "--set",
+                "model.temperature_every=2",
+                "--set",
+                "model.zoneout=0.2",
+            ],
+        ),
+    ],
+)
 def test_resume_continues_exactly(ptb, model, extra):
     """Interrupted at step 4 (mid-epoch: state carried) and resumed == one run of 8 steps:
     stream position, carried state, optimizer, RNG and temperature schedule all restored."""
@@ -403,19 +508,26 @@ def test_resume_continues_exactly(ptb, model, extra):
     whole = load_checkpoint("whole/checkpoints/last")
     parts = load_checkpoint("parts/checkpoints/last")
     from safetensors.torch import load_file
-    w1, w2 = load_file("whole/checkpoints/last/weights.safetensors"), \
-        load_file("parts/checkpoints/last/weights.safetensors")
+
+    w1, w2 = (
+        load_file("whole/checkpoints/last/weights.safetensors"),
+        load_file("parts/checkpoints/last/weights.safetensors"),
+    )
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
     assert all(torch.equal(a, b) for a, b in zip(whole[1]["carried"], parts[1]["carried"]))
-    train = lambda d: [(r["step"], r["bpc"]) for r in read_metrics(f"{d}/metrics.jsonl")
-                       if r["split"] == "train"]
+
+    def train(d):
+        return [(r["step"], r["bpc"]) for r in read_metrics(f"{d}/metrics.jsonl") if r["split"] == "train"]
+
     assert train("whole") == train("parts")
 
 
 def test_unknown_keys_and_misplaced_options_are_rejected(ptb, capsys):
-    for bad, words in ((["--set", "task.bogus=1"], ["bogus", "bptt", "valid_symbols"]),
-                       (["--set", "model.bogus=1"], ["bogus", "hidden_size", "embedding_size"]),
-                       (["--set", "task.bptt=0"], ["task.bptt"])):
+    for bad, words in (
+        (["--set", "task.bogus=1"], ["bogus", "bptt", "valid_symbols"]),
+        (["--set", "model.bogus=1"], ["bogus", "hidden_size", "embedding_size"]),
+        (["--set", "task.bptt=0"], ["task.bptt"]),
+    ):
         with pytest.raises(SystemExit) as info:
             cli_main(["train", "--model", "lstm", *TINY, "--data-dir", str(ptb), *bad])
         assert info.value.code == 2
@@ -424,9 +536,12 @@ def test_unknown_keys_and_misplaced_options_are_rejected(ptb, capsys):
 
 
 def test_train_downloads_from_the_canonical_address(ptb, tmp_path, monkeypatch):
-    remote = {s: download.RemoteFile((ptb / f"ptb.{s}.txt").as_uri(),
-                                     md5=download.file_hash(ptb / f"ptb.{s}.txt", "md5"))
-              for s in charlm.SPLITS}
+    remote = {
+        s: download.RemoteFile(
+            (ptb / f"ptb.{s}.txt").as_uri(), md5=download.file_hash(ptb / f"ptb.{s}.txt", "md5")
+        )
+        for s in charlm.SPLITS
+    }
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", remote)
     monkeypatch.setenv("MANNLAB_DATA", str(tmp_path / "cache"))
     assert cli_main(["train", "--model", "lstm", *TINY, "--steps", "2"]) == 0
@@ -460,7 +575,9 @@ progress = false
 @pytest.mark.parametrize("name", ["armin", "lstm", "tardis"])
 def test_recipes_build_with_about_equal_parameter_counts(name, ptb):
     from pathlib import Path
+
     from mannlab.config import load_config
+
     recipe = Path(__file__).resolve().parents[1] / "recipes" / f"ptb-char-{name}.toml"
     config = load_config(recipe, [f"task.data_dir={json.dumps(str(ptb))}", "task.valid_batch_size=2"])
     task, model = build_run(config)

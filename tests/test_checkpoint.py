@@ -1,4 +1,5 @@
 """Checkpoints: round trip, atomic replacement, clear errors, and no arbitrary unpickling."""
+
 import json
 
 import pytest
@@ -25,9 +26,18 @@ def _save(path, model, step):
     opt = torch.optim.RMSprop(model.parameters(), lr=1e-3, momentum=0.9)
     model.b(model.a(torch.ones(4, 2))).sum().backward()
     opt.step()  # so the optimizer state holds tensors
-    save_checkpoint(path, model, {"step": step, "config": {"model": "tiny"}},
-                    {"step": step, "optimizer": opt.state_dict(), "rng": torch.get_rng_state(),
-                     "best": None, "elapsed": 1.5})
+    save_checkpoint(
+        path,
+        model,
+        {"step": step, "config": {"model": "tiny"}},
+        {
+            "step": step,
+            "optimizer": opt.state_dict(),
+            "rng": torch.get_rng_state(),
+            "best": None,
+            "elapsed": 1.5,
+        },
+    )
 
 
 def test_round_trip(tmp_path):
@@ -80,11 +90,14 @@ def test_missing_directory_and_file(tmp_path):
         load_checkpoint(tmp_path / "ck")
 
 
-@pytest.mark.parametrize("name, match", [
-    ("weights.safetensors", "weights.safetensors is truncated"),
-    ("train_state.pt", "train_state.pt is truncated"),
-    ("meta.json", "meta.json is truncated"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("weights.safetensors", "weights.safetensors is truncated"),
+        ("train_state.pt", "train_state.pt is truncated"),
+        ("meta.json", "meta.json is truncated"),
+    ],
+)
 def test_truncated_files(tmp_path, name, match):
     _save(tmp_path / "ck", Tiny(), 1)
     path = tmp_path / "ck" / name
@@ -95,7 +108,9 @@ def test_truncated_files(tmp_path, name, match):
 
 def test_weights_that_do_not_match(tmp_path):
     _save(tmp_path / "ck", Tiny(hidden=3), 1)
-    with pytest.raises(CheckpointError, match=r"shape mismatch a.weight: checkpoint \(3, 2\) vs model \(5, 2\)"):
+    with pytest.raises(
+        CheckpointError, match=r"shape mismatch a.weight: checkpoint \(3, 2\) vs model \(5, 2\)"
+    ):
         load_checkpoint(tmp_path / "ck", Tiny(hidden=5))
     with pytest.raises(CheckpointError, match="unexpected keys a.bias, a.weight, b.bias, b.weight"):
         load_checkpoint(tmp_path / "ck", nn.Sequential())

@@ -1,4 +1,5 @@
 """The `mannlab` command line through main([...]): help, train/resume/eval/plot/run, errors."""
+
 import pytest
 import torch
 
@@ -6,11 +7,31 @@ from mannlab.cli import main
 from mannlab.rundir import read_metrics
 from mannlab.training import loop
 
-TINY = ["--model", "ntm", "--task", "copy", "--set", "model.controller_size=8",
-        "--set", "model.memory_slots=8", "--set", "model.memory_width=4",
-        "--set", "task.max_length=3", "--set", "task.width=3", "--batch-size", "4",
-        "--set", "train.val_every=3", "--set", "train.val_batch_size=4",
-        "--set", "train.val_batches=1", "--no-progress"]
+TINY = [
+    "--model",
+    "ntm",
+    "--task",
+    "copy",
+    "--set",
+    "model.controller_size=8",
+    "--set",
+    "model.memory_slots=8",
+    "--set",
+    "model.memory_width=4",
+    "--set",
+    "task.max_length=3",
+    "--set",
+    "task.width=3",
+    "--batch-size",
+    "4",
+    "--set",
+    "train.val_every=3",
+    "--set",
+    "train.val_batch_size=4",
+    "--set",
+    "train.val_batches=1",
+    "--no-progress",
+]
 
 RECIPE = """
 seeds = [0, 1]
@@ -53,13 +74,16 @@ def fails(argv, capsys):
     return err
 
 
-@pytest.mark.parametrize("command, words", [
-    ([], ["train", "run", "eval", "plot"]),
-    (["train"], ["--model", "--resume", "--force", "--set", "run directory"]),
-    (["run"], ["RECIPE", "--seeds", "summary.md"]),
-    (["eval"], ["--lengths", "--batches", "best checkpoint"]),
-    (["plot"], ["--length", "--out", "memory_access.png"]),
-])
+@pytest.mark.parametrize(
+    "command, words",
+    [
+        ([], ["train", "run", "eval", "plot"]),
+        (["train"], ["--model", "--resume", "--force", "--set", "run directory"]),
+        (["run"], ["RECIPE", "--seeds", "summary.md"]),
+        (["eval"], ["--lengths", "--batches", "best checkpoint"]),
+        (["plot"], ["--length", "--out", "memory_access.png"]),
+    ],
+)
 def test_help(command, words, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(command + ["--help"])
@@ -82,7 +106,13 @@ def test_train_resume_eval_plot(tmp_path, capsys):
 
     assert main(["train", "--run-dir", str(run), "--resume", "--steps", "5", "--no-progress"]) == 0
     assert "5 steps" in capsys.readouterr().out
-    assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if r["split"] == "train"] == [1, 2, 3, 4, 5]
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if r["split"] == "train"] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
 
     assert main(["eval", str(run), "--lengths", "3,6", "--batches", "1", "--batch-size", "4"]) == 0
     out = capsys.readouterr().out
@@ -112,6 +142,7 @@ def test_run_recipe_over_seeds(tmp_path, capsys, monkeypatch):
 
 def test_recipes_are_listed_and_run_by_name_from_anywhere(tmp_path, capsys, monkeypatch):
     from mannlab import recipes
+
     assert main(["recipes"]) == 0
     lines = capsys.readouterr().out.splitlines()
     listed = {line.split()[0]: line for line in lines if line and not line[0].isdigit()}
@@ -122,10 +153,25 @@ def test_recipes_are_listed_and_run_by_name_from_anywhere(tmp_path, capsys, monk
     assert 'name = "ntm"' in capsys.readouterr().out
     # by name, and by the checkout's path, from a directory without recipes/ (tmp_path)
     monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
-    tiny = ["--seeds", "0", "--no-progress", "--set", "train.steps=1", "--set", "train.batch_size=2",
-            "--set", "train.val_batch_size=2", "--set", "train.val_batches=1",
-            "--set", "model.controller_size=8", "--set", "model.memory_slots=8",
-            "--set", "task.max_length=3"]
+    tiny = [
+        "--seeds",
+        "0",
+        "--no-progress",
+        "--set",
+        "train.steps=1",
+        "--set",
+        "train.batch_size=2",
+        "--set",
+        "train.val_batch_size=2",
+        "--set",
+        "train.val_batches=1",
+        "--set",
+        "model.controller_size=8",
+        "--set",
+        "model.memory_slots=8",
+        "--set",
+        "task.max_length=3",
+    ]
     assert main(["run", "ntm-copy-lstm", "--run-dir", "by-name", *tiny]) == 0
     assert main(["run", "recipes/ntm-copy-lstm.toml", "--run-dir", "by-path", *tiny]) == 0
     assert (tmp_path / "by-name" / "seed0" / "summary.json").is_file()
@@ -137,11 +183,37 @@ def test_recipes_are_listed_and_run_by_name_from_anywhere(tmp_path, capsys, monk
 def test_eval_and_plot_override_the_runs_config(tmp_path, capsys):
     """--set changes the config before the weights load: a soft-trained D-NTM tested with
     argmax addressing (the D-NTM paper's Discrete† column) gives other numbers."""
-    tiny_dntm = ["--model", "dntm", "--task", "copy", "--set", "model.controller_size=8",
-                 "--set", "model.memory_slots=6", "--set", "model.address_size=2",
-                 "--set", "model.content_size=3", "--set", "task.max_length=3", "--set", "task.width=3",
-                 "--batch-size", "4", "--set", "train.val_every=2", "--set", "train.val_batch_size=4",
-                 "--set", "train.val_batches=1", "--no-progress", "--steps", "2", "--run-dir", "soft"]
+    tiny_dntm = [
+        "--model",
+        "dntm",
+        "--task",
+        "copy",
+        "--set",
+        "model.controller_size=8",
+        "--set",
+        "model.memory_slots=6",
+        "--set",
+        "model.address_size=2",
+        "--set",
+        "model.content_size=3",
+        "--set",
+        "task.max_length=3",
+        "--set",
+        "task.width=3",
+        "--batch-size",
+        "4",
+        "--set",
+        "train.val_every=2",
+        "--set",
+        "train.val_batch_size=4",
+        "--set",
+        "train.val_batches=1",
+        "--no-progress",
+        "--steps",
+        "2",
+        "--run-dir",
+        "soft",
+    ]
     assert main(["train", *tiny_dntm]) == 0
     capsys.readouterr()
     tables = []
@@ -155,18 +227,27 @@ def test_eval_and_plot_override_the_runs_config(tmp_path, capsys):
     assert "valid options" in err and "addressing" in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "--model", "nmt", "--task", "copy"], "lstm, ntm"),
-    (["train", "--model", "ntm", "--task", "cpy"], "copy, repeat_copy"),
-    (["train", "--model", "ntm", "--task", "copy", "--set", "train.lrr=1"], "valid keys: optimizer, lr"),
-    (["train", "--model", "ntm", "--task", "copy", "--set", "model.controler=fnn"], "valid options: controller"),
-    (["train", "--task", "copy"], "give --model and --task"),
-    (["train", "--config", "missing.toml"], "config file not found: missing.toml"),
-    (["train", "--run-dir", "nowhere", "--model", "lstm", "--task", "copy", "--resume"], "no checkpoint at"),
-    (["run", "missing.toml"], "config file not found"),
-    (["eval", "no-such-run"], "run directory not found: no-such-run"),
-    (["plot", "no-such-run"], "run directory not found"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--model", "nmt", "--task", "copy"], "lstm, ntm"),
+        (["train", "--model", "ntm", "--task", "cpy"], "copy, repeat_copy"),
+        (["train", "--model", "ntm", "--task", "copy", "--set", "train.lrr=1"], "valid keys: optimizer, lr"),
+        (
+            ["train", "--model", "ntm", "--task", "copy", "--set", "model.controler=fnn"],
+            "valid options: controller",
+        ),
+        (["train", "--task", "copy"], "give --model and --task"),
+        (["train", "--config", "missing.toml"], "config file not found: missing.toml"),
+        (
+            ["train", "--run-dir", "nowhere", "--model", "lstm", "--task", "copy", "--resume"],
+            "no checkpoint at",
+        ),
+        (["run", "missing.toml"], "config file not found"),
+        (["eval", "no-such-run"], "run directory not found: no-such-run"),
+        (["plot", "no-such-run"], "run directory not found"),
+    ],
+)
 def test_user_errors_exit_2_without_traceback(argv, message, capsys):
     assert message in fails(argv, capsys)
 
@@ -179,6 +260,8 @@ def test_bad_list_argument_is_an_argparse_error(capsys):
 def test_python_dash_m_mannlab_is_the_command():
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "mannlab", "--version"], capture_output=True,
-                          text=True, check=True)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mannlab", "--version"], capture_output=True, text=True, check=True
+    )
     assert done.stdout.startswith("mannlab ")

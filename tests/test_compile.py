@@ -5,6 +5,7 @@ come from tracing, not from code generation) without inductor's C++ compile, whi
 minutes on a small CPU. The kernels are left switched on: while torch.compile traces,
 dispatch takes the tensor path (numba cannot be traced).
 """
+
 import torch
 from torch._dynamo.utils import counters
 
@@ -31,5 +32,5 @@ def test_ntm_compiles_without_graph_breaks():
             losses.append(loss.detach())
         torch.testing.assert_close(losses[0], losses[1])
     assert dict(counters["graph_break"]) == {}
-    assert counters["stats"]["unique_graphs"] == 1          # compiled once, reused each step
+    assert counters["stats"]["unique_graphs"] == 1  # compiled once, reused each step
     torch._dynamo.reset()

@@ -1,10 +1,17 @@
 """RunConfig / TrainConfig: TOML round trip, overrides, and errors that name the valid keys."""
+
 import pytest
 
 from mannlab.building import build_run
 from mannlab.config import (
-    DEFAULTS, RunConfig, TrainConfig, apply_overrides, default_config_dict, default_run_dir,
-    load_config, parse_override,
+    DEFAULTS,
+    RunConfig,
+    TrainConfig,
+    apply_overrides,
+    default_config_dict,
+    default_run_dir,
+    load_config,
+    parse_override,
 )
 from mannlab.errors import ConfigError
 from mannlab.rundir import save_config
@@ -62,9 +69,18 @@ def test_toml_round_trip(recipe, tmp_path):
 
 
 def test_overrides(recipe):
-    config = load_config(recipe, ["model.controller=lstm", "train.lr=1e-3", "task.max_length=10",
-                                  "seed=3", "train.stop_after_solve=none", "train.tensorboard=true",
-                                  "train.val_length_multiples=[1, 2]"])
+    config = load_config(
+        recipe,
+        [
+            "model.controller=lstm",
+            "train.lr=1e-3",
+            "task.max_length=10",
+            "seed=3",
+            "train.stop_after_solve=none",
+            "train.tensorboard=true",
+            "train.val_length_multiples=[1, 2]",
+        ],
+    )
     assert config.model_args["controller"] == "lstm"
     assert config.train.lr == 1e-3 and config.task_args["max_length"] == 10 and config.seed == 3
     assert config.train.stop_after_solve is None and config.train.tensorboard is True
@@ -76,19 +92,22 @@ def test_parse_override_values():
     assert parse_override("train.lr=3e-4") == (["train", "lr"], 3e-4)
     assert parse_override("model.controller=fnn") == (["model", "controller"], "fnn")
     assert parse_override("run_dir=runs/a b") == (["run_dir"], "runs/a b")
-    assert parse_override("task.name=\"copy\"") == (["task", "name"], "copy")
+    assert parse_override('task.name="copy"') == (["task", "name"], "copy")
     with pytest.raises(ConfigError, match="key=value"):
         parse_override("train.lr")
     with pytest.raises(ConfigError, match="section.key"):
         parse_override("a.b.c=1")
 
 
-@pytest.mark.parametrize("override, message", [
-    ("train.lrr=1", "train.lrr.*valid keys: optimizer, lr"),
-    ("optim.lr=1", "unknown section 'optim'.*model, task, train"),
-    ("sed=1", "unknown key 'sed'.*seed, seeds"),
-    ("train=1", "is a section"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.lrr=1", "train.lrr.*valid keys: optimizer, lr"),
+        ("optim.lr=1", "unknown section 'optim'.*model, task, train"),
+        ("sed=1", "unknown key 'sed'.*seed, seeds"),
+        ("train=1", "is a section"),
+    ],
+)
 def test_unknown_keys_name_the_valid_ones(recipe, override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(recipe, [override])
@@ -101,15 +120,18 @@ def test_unknown_section_in_file(tmp_path):
         load_config(path)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("train.lr=fast", "train.lr must be a float"),
-    ("train.steps=1.5", "train.steps must be a int"),
-    ("train.progress=1", "train.progress must be a bool"),
-    ("train.optimizer=sgd", "rmsprop, adam"),
-    ("train.val_length_multiples=[2, 4]", "including 1"),
-    ("train.batch_size=0", "batch_size must be >= 1"),
-    ("seed=x", "seed must be a int"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.lr=fast", "train.lr must be a float"),
+        ("train.steps=1.5", "train.steps must be a int"),
+        ("train.progress=1", "train.progress must be a bool"),
+        ("train.optimizer=sgd", "rmsprop, adam"),
+        ("train.val_length_multiples=[2, 4]", "including 1"),
+        ("train.batch_size=0", "batch_size must be >= 1"),
+        ("seed=x", "seed must be a int"),
+    ],
+)
 def test_bad_values(recipe, override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(recipe, [override])
@@ -134,8 +156,9 @@ def test_build_validates_model_and_task_arguments():
         build_run(RunConfig(model="ntm", task="copy", task_args={"max_lenght": 3}))
     with pytest.raises(ConfigError, match="valid models: .*lstm, ntm"):
         build_run(RunConfig(model="nmt", task="copy"))
-    task, model = build_run(RunConfig(model="lstm", task="copy", model_args={"hidden_size": 4},
-                                      task_args={"width": 3}))
+    task, model = build_run(
+        RunConfig(model="lstm", task="copy", model_args={"hidden_size": 4}, task_args={"width": 3})
+    )
     assert model.input_size == task.input_size == 4
 
 

@@ -7,6 +7,7 @@ Equations: Taguchi & Tsuruoka, "Partially Non-Recurrent Controllers for
 Memory-Augmented Neural Networks": FNN, eq. 1 (Elman), eqs. 2-7 (LSTM),
 eqs. 9-11 (pnr-elman), eqs. 12-13 (pnr-lstm); GRU as torch.nn.GRUCell.
 """
+
 import pytest
 import torch
 
@@ -15,10 +16,9 @@ from mannlab import ConfigError
 from mannlab.nn.controllers import CONTROLLERS, make_controller
 from tiny_copy import tiny_copy_losses
 
-
 NAMES = ["fnn", "elman", "gru", "lstm", "pnr-elman", "pnr-lstm"]
 PAIRS = [("pnr-elman", "elman"), ("pnr-lstm", "lstm")]
-I, R, H, B, T = 5, 6, 4, 3, 4   # input, read size (R*W), hidden, batch, steps
+I, R, H, B, T = 5, 6, 4, 3, 4  # input, read size (R*W), hidden, batch, steps
 
 
 def controller(name, seed=0):
@@ -39,8 +39,14 @@ def randn(*shape, seed=1):
 def blocks(ctrl):
     """W_x, W_r, W_h and b split into the controller's gate blocks (rows of H)."""
     split = lambda w: w.split(H) if w is not None else [None] * ctrl.gates  # noqa: E731
-    return tuple(zip(split(ctrl.input_weight), split(ctrl.read_weight),
-                     split(getattr(ctrl, "recurrent_weight", None)), split(ctrl.bias)))
+    return tuple(
+        zip(
+            split(ctrl.input_weight),
+            split(ctrl.read_weight),
+            split(getattr(ctrl, "recurrent_weight", None)),
+            split(ctrl.bias),
+        )
+    )
 
 
 def lin(w, v):
@@ -49,23 +55,24 @@ def lin(w, v):
 
 # ---- the paper's equations, written out (x, r: this step's input and r_{t-1}) ----
 
+
 def ref_fnn(ctrl, x, r, state):
-    (wx, wr, _, b), = blocks(ctrl)
+    ((wx, wr, _, b),) = blocks(ctrl)
     h = torch.tanh(lin(wx, x) + lin(wr, r) + b)
     return h, h, state
 
 
-def ref_elman(ctrl, x, r, state):                                   # eq. 1
-    (wx, wr, wh, b), = blocks(ctrl)
+def ref_elman(ctrl, x, r, state):  # eq. 1
+    ((wx, wr, wh, b),) = blocks(ctrl)
     h = torch.tanh(lin(wx, x) + lin(wr, r) + lin(wh, state[0]) + b)
     return h, h, (h,)
 
 
 def ref_pnr_elman(ctrl, x, r, state):
-    (wx, wr, wh, b), = blocks(ctrl)
-    h_bar = lin(wx, x) + lin(wr, r) + b                                 # eq. 9
-    h_prime = torch.tanh(h_bar)                                         # eq. 10
-    h = torch.tanh(lin(wh, state[0]) + h_bar)                           # eq. 11
+    ((wx, wr, wh, b),) = blocks(ctrl)
+    h_bar = lin(wx, x) + lin(wr, r) + b  # eq. 9
+    h_prime = torch.tanh(h_bar)  # eq. 10
+    h = torch.tanh(lin(wh, state[0]) + h_bar)  # eq. 11
     return h, h_prime, (h,)
 
 
@@ -73,19 +80,19 @@ def _lstm(ctrl, x, r, state, partial):
     h_prev, c_prev = state
     gz, gi, gf, go = blocks(ctrl)
     pre = lambda g: lin(g[0], x) + lin(g[1], r) + lin(g[2], h_prev) + g[3]  # noqa: E731
-    h_bar = lin(gz[0], x) + lin(gz[1], r) + gz[3]                       # eq. 12
+    h_bar = lin(gz[0], x) + lin(gz[1], r) + gz[3]  # eq. 12
     if partial:
-        z = torch.tanh(lin(gz[2], h_prev) + h_bar)                      # eq. 13
+        z = torch.tanh(lin(gz[2], h_prev) + h_bar)  # eq. 13
     else:
-        z = torch.tanh(pre(gz))                                         # eq. 2
+        z = torch.tanh(pre(gz))  # eq. 2
     i, f, o = torch.sigmoid(pre(gi)), torch.sigmoid(pre(gf)), torch.sigmoid(pre(go))  # eqs. 3-5
-    c = f * c_prev + i * z                                              # eq. 6
-    h = o * torch.tanh(c)                                               # eq. 7
-    return h, (torch.tanh(h_bar) if partial else h), (h, c)            # eq. 10 for h'
+    c = f * c_prev + i * z  # eq. 6
+    h = o * torch.tanh(c)  # eq. 7
+    return h, (torch.tanh(h_bar) if partial else h), (h, c)  # eq. 10 for h'
 
 
 def ref_gru(ctrl, x, r, state):
-    h_prev, = state
+    (h_prev,) = state
     (rx, rr, rh, rb), (ux, ur, uh, ub), (nx, nr, nh, nb) = blocks(ctrl)
     rhb, uhb, nhb = ctrl.recurrent_bias.split(H)
     reset = torch.sigmoid(lin(rx, x) + lin(rr, r) + rb + lin(rh, h_prev) + rhb)
@@ -96,8 +103,12 @@ def ref_gru(ctrl, x, r, state):
 
 
 REFERENCES = {
-    "fnn": ref_fnn, "elman": ref_elman, "pnr-elman": ref_pnr_elman, "gru": ref_gru,
-    "lstm": lambda *a: _lstm(*a, partial=False), "pnr-lstm": lambda *a: _lstm(*a, partial=True),
+    "fnn": ref_fnn,
+    "elman": ref_elman,
+    "pnr-elman": ref_pnr_elman,
+    "gru": ref_gru,
+    "lstm": lambda *a: _lstm(*a, partial=False),
+    "pnr-lstm": lambda *a: _lstm(*a, partial=True),
 }
 
 
@@ -141,8 +152,7 @@ def test_initial_state_is_learned_and_zero_at_init(name):
 @pytest.mark.parametrize("pnr, standard", PAIRS)
 def test_pnr_has_exactly_the_standard_parameters(pnr, standard):
     a, b = controller(pnr), controller(standard)
-    assert [(n, p.shape) for n, p in a.named_parameters()] == \
-        [(n, p.shape) for n, p in b.named_parameters()]
+    assert [(n, p.shape) for n, p in a.named_parameters()] == [(n, p.shape) for n, p in b.named_parameters()]
     assert sum(p.numel() for p in a.parameters()) == sum(p.numel() for p in b.parameters())
     # With the same weights only h_out differs: h_ctrl and the state are the standard ones.
     b.load_state_dict(a.state_dict())
@@ -162,7 +172,7 @@ def test_h_out_ignores_the_recurrent_state_only_for_pnr(name):
     if name == "fnn":
         assert state == () and torch.equal(h_out, h_ctrl)
         return
-    for k in range(len(state)):           # perturb h_{t-1}, then c_{t-1}
+    for k in range(len(state)):  # perturb h_{t-1}, then c_{t-1}
         other = list(state)
         other[k] = other[k] + randn(B, H, seed=9)
         h_ctrl2, h_out2, _ = ctrl.step(x_proj, r, tuple(other))
@@ -214,11 +224,14 @@ def test_gradcheck(name):
             h, h_out, state = ctrl.step(x_proj[:, t], r[:, t], state)
             outs += [h, h_out]
         return torch.cat(outs, dim=-1)
+
     assert torch.autograd.gradcheck(run, (x, r))
 
 
-@pytest.mark.parametrize("spelling, cls", [
-    ("PNR_LSTM", "pnr-lstm"), ("pnr_elman", "pnr-elman"), ("Elman", "elman"), (" GRU ", "gru")])
+@pytest.mark.parametrize(
+    "spelling, cls",
+    [("PNR_LSTM", "pnr-lstm"), ("pnr_elman", "pnr-elman"), ("Elman", "elman"), (" GRU ", "gru")],
+)
 def test_names_are_case_insensitive_and_accept_underscores(spelling, cls):
     assert type(make_controller(spelling, I, R, H)) is CONTROLLERS[cls]
 
@@ -256,17 +269,24 @@ def test_ntm_output_features_use_h_out(name):
     x = randn(B, T, I)
     features, _, trace = model(x, return_trace=True)
     ctrl = model.cell.controller
-    reads = trace.read_vectors.flatten(2)                               # r_t, (B, T, R*W)
+    reads = trace.read_vectors.flatten(2)  # r_t, (B, T, R*W)
     assert torch.allclose(features[..., H:], reads)
     r_prev = torch.cat([model.cell.read_init.flatten().expand(B, 1, -1), reads[:, :-1]], dim=1)
     h_bar = (ctrl.precompute(x) + r_prev @ ctrl.read_weight.t())[..., :H]
     same = torch.allclose(features[..., :H], torch.tanh(h_bar), atol=1e-12)
-    assert same == name.startswith("pnr-")     # Elman's h_t also depends on h_{t-1}
+    assert same == name.startswith("pnr-")  # Elman's h_t also depends on h_{t-1}
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_learns_tiny_copy_inside_the_ntm(name):
-    before, after = tiny_copy_losses(lambda task: mannlab.NTM(
-        task.input_size, task.output_size, controller=name, controller_size=24,
-        memory_slots=8, memory_width=6))
+    before, after = tiny_copy_losses(
+        lambda task: mannlab.NTM(
+            task.input_size,
+            task.output_size,
+            controller=name,
+            controller_size=24,
+            memory_slots=8,
+            memory_width=6,
+        )
+    )
     assert after < 0.75 * before, f"{name}: validation BCE {before:.3f} -> {after:.3f}"

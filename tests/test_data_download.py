@@ -1,4 +1,5 @@
 """mannlab.data.download: local copies, cache hits, verified atomic downloads (no network)."""
+
 import hashlib
 import io
 import tarfile
@@ -17,6 +18,7 @@ def serve(payload, calls):
     def fetch(url, path):
         calls.append(url)
         path.write_bytes(payload)
+
     return fetch
 
 
@@ -45,6 +47,7 @@ def test_interrupted_download_leaves_no_partial_file(tmp_path):
     def fail(url, path):
         path.write_bytes(b"half")
         raise ConnectionError("network is unreachable")
+
     with pytest.raises(DataError, match="offline.*put it at"):
         locate("demo", GOOD, str(tmp_path), fetch=fail)
     assert list((tmp_path / "demo").iterdir()) == []
@@ -90,7 +93,7 @@ def test_symlinks_out_of_the_data_directory_are_refused(tmp_path):
     root = tmp_path / "root"
     (root / "unpacked").mkdir(parents=True)
     (root / "unpacked" / "a.txt").symlink_to(outside / "secret.txt")
-    (root / "unpacked" / "sub").symlink_to(outside / "sub")          # not descended into
+    (root / "unpacked" / "sub").symlink_to(outside / "sub")  # not descended into
     (root / "unpacked" / "b.txt").write_bytes(b"inside")
     (root / "unpacked" / "c.txt").symlink_to(root / "unpacked" / "b.txt")
     with pytest.raises(DataError, match="a.txt resolves to .*secret.txt, outside the data directory"):
@@ -100,7 +103,7 @@ def test_symlinks_out_of_the_data_directory_are_refused(tmp_path):
     with pytest.raises(DataError, match="data.bin resolves to .*outside the data directory"):
         locate("demo", GOOD, str(root))
     (root / "data.bin").unlink()
-    (root / "demo").symlink_to(outside)                   # a download would land outside
+    (root / "demo").symlink_to(outside)  # a download would land outside
     with pytest.raises(DataError, match="demo resolves to .*outside the data directory"):
         locate("demo", GOOD, str(root), fetch=serve(PAYLOAD, []))
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt", "sub"]
@@ -116,7 +119,7 @@ def test_unsupported_zip_members_are_data_errors(tmp_path):
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("a.txt", PAYLOAD)
     data = bytearray(path.read_bytes())
-    for offset in (8, data.rindex(b"PK\x01\x02") + 10):        # compression method: local and central
+    for offset in (8, data.rindex(b"PK\x01\x02") + 10):  # compression method: local and central
         data[offset] = 99
     path.write_bytes(bytes(data))
     with pytest.raises(DataError, match="pack.zip cannot be read .*NotImplementedError"):

@@ -1,5 +1,6 @@
 """enwik8: the zip with one member (generated here, tiny split), the split sizes, the task's
 next-byte windows (no network, no ../shared)."""
+
 import zipfile
 
 import pytest
@@ -8,13 +9,14 @@ from mannlab import tasks
 from mannlab.data import download, enwik8
 from mannlab.errors import DataError
 
-TEXT = bytes(range(32, 127)) * 2   # 190 bytes
+TEXT = bytes(range(32, 127)) * 2  # 190 bytes
 
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     def refuse(url, path):
         raise ConnectionError(f"tests are offline ({url})")
+
     monkeypatch.setattr(download, "urlretrieve", refuse)
 
 

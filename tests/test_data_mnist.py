@@ -1,5 +1,6 @@
 """MNIST: IDX parsing (.gz), malformed files, the seeded fixed permutation, the task's
 batches (tiny IDX files generated here; never the network or ../shared)."""
+
 import gzip
 import struct
 
@@ -16,12 +17,15 @@ from mannlab.errors import DataError
 def offline(monkeypatch):
     def refuse(url, path):
         raise ConnectionError(f"tests are offline ({url})")
+
     monkeypatch.setattr(download, "urlretrieve", refuse)
 
 
 def idx_bytes(array):
     codes = {np.uint8: 0x08, np.int32: 0x0C}
-    header = bytes([0, 0, codes[array.dtype.type], array.ndim]) + b"".join(struct.pack(">I", n) for n in array.shape)
+    header = bytes([0, 0, codes[array.dtype.type], array.ndim]) + b"".join(
+        struct.pack(">I", n) for n in array.shape
+    )
     return header + array.astype(array.dtype.newbyteorder(">")).tobytes()
 
 
@@ -77,7 +81,6 @@ def test_sequential_and_permuted_tasks(tmp_path):
     x, y, m = seq.sample(3, 0, split="test")
     assert x.shape == (3, 784, 1) and y.shape == (3, 784, 10) and m[:, -1].tolist() == [1, 1, 1]
     assert m[:, :-1].sum() == 0
-    idx = np.arange(3)
     _, (x, y, m) = next(seq.ordered_batches("test", 3))
     assert torch.allclose(x[1, :, 0], torch.from_numpy(data["test"][0][1].reshape(-1) / 255.0).float())
     assert int(y[1, -1].argmax()) == 1
@@ -102,23 +105,28 @@ def test_dimensions_whose_product_overflows_int64_are_refused():
         mnist.parse_idx(idx_header(0x08, (65536, 65536, 65536, 65536)), "f.idx")
 
 
-@pytest.mark.parametrize("labels, what", [
-    (idx_header(0x09, (30,)) + np.full(30, -3, np.int8).tobytes(), "label 0 is -3"),
-    (idx_header(0x08, (30,)) + bytes([1] * 29 + [200]), "label 29 is 200"),
-    (idx_header(0x0D, (30,)) + np.ones(30, ">f4").tobytes(), "expected \\(N,\\) integer labels"),
-], ids=["negative-int8", "200", "float"])
+@pytest.mark.parametrize(
+    "labels, what",
+    [
+        (idx_header(0x09, (30,)) + np.full(30, -3, np.int8).tobytes(), "label 0 is -3"),
+        (idx_header(0x08, (30,)) + bytes([1] * 29 + [200]), "label 29 is 200"),
+        (idx_header(0x0D, (30,)) + np.ones(30, ">f4").tobytes(), "expected \\(N,\\) integer labels"),
+    ],
+    ids=["negative-int8", "200", "float"],
+)
 def test_labels_must_be_digits(tmp_path, labels, what):
     write_mnist(tmp_path)
     (tmp_path / "mnist" / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(labels))
     with pytest.raises(DataError, match=f"train-labels-idx1-ubyte.gz: .*{what}"):
         mnist.load_mnist("train", str(tmp_path))
-    with pytest.raises(DataError, match=what):       # no IndexError from the task's one-hot targets
+    with pytest.raises(DataError, match=what):  # no IndexError from the task's one-hot targets
         tasks.make("mnist", data_dir=str(tmp_path), valid_size=5)
 
 
 def test_images_must_be_28_by_28_bytes(tmp_path):
     write_mnist(tmp_path)
     (tmp_path / "mnist" / "train-images-idx3-ubyte.gz").write_bytes(
-        gzip.compress(idx_bytes(np.zeros((30, 5, 5), np.uint8))))
+        gzip.compress(idx_bytes(np.zeros((30, 5, 5), np.uint8)))
+    )
     with pytest.raises(DataError, match=r"train-images-idx3-ubyte.gz: expected \(N, 28, 28\) unsigned bytes"):
         mnist.load_mnist("train", str(tmp_path))

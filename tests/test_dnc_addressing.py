@@ -1,4 +1,5 @@
 """DNC addressing primitives against hand-worked values, invariants, and gradcheck in float64."""
+
 import pytest
 import torch
 
@@ -32,7 +33,7 @@ def test_allocation_hand_values():
     # a[phi] = [0.9, 0.6 * 0.1, 0.5 * 0.1 * 0.4, 0.1 * 0.1 * 0.4 * 0.5] = [0.9, 0.06, 0.02, 0.002]
     a = A.allocation(t([[0.4, 0.1, 0.9, 0.5]]))
     assert torch.allclose(a, t([[0.06, 0.9, 0.002, 0.02]]))
-    assert torch.allclose(a.sum(), t(1 - 0.4 * 0.1 * 0.9 * 0.5))     # sum a = 1 - prod u
+    assert torch.allclose(a.sum(), t(1 - 0.4 * 0.1 * 0.9 * 0.5))  # sum a = 1 - prod u
 
 
 def test_allocation_ties_go_to_the_lower_slot_first():
@@ -42,11 +43,14 @@ def test_allocation_ties_go_to_the_lower_slot_first():
     assert torch.allclose(a, t([[0.02, 0.8, 0.01, 0.16]]))
 
 
-@pytest.mark.parametrize("u, expected", [
-    ([0.0, 0.0, 0.0], [1.0, 0.0, 0.0]),          # empty memory: the first slot
-    ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]),          # full memory: nothing to allocate
-    ([1.0, 0.0, 1.0], [0.0, 1.0, 0.0]),          # the one free slot
-])
+@pytest.mark.parametrize(
+    "u, expected",
+    [
+        ([0.0, 0.0, 0.0], [1.0, 0.0, 0.0]),  # empty memory: the first slot
+        ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]),  # full memory: nothing to allocate
+        ([1.0, 0.0, 1.0], [0.0, 1.0, 0.0]),  # the one free slot
+    ],
+)
 def test_allocation_edge_cases(u, expected):
     assert torch.allclose(A.allocation(t([u])), t([expected]))
 
@@ -90,18 +94,18 @@ def test_write_order_recorded_and_followed():
     for slot in (2, 0, 1):
         w = torch.nn.functional.one_hot(torch.tensor([slot]), 3).double()
         links, p = A.link_matrix(links, w, p), A.precedence(p, w)
-    assert torch.allclose(links, t([[[0, 0, 1], [1, 0, 0], [0, 0, 0]]]))   # 0 after 2, 1 after 0
+    assert torch.allclose(links, t([[[0, 0, 1], [1, 0, 0], [0, 0, 0]]]))  # 0 after 2, 1 after 0
     assert torch.allclose(p, t([[0.0, 1.0, 0.0]]))
     forward, backward = A.directional_weights(links, t([[[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]]))
-    assert torch.allclose(forward, t([[[1, 0, 0], [0, 1, 0]]]))    # after 2 comes 0, after 0 comes 1
-    assert torch.allclose(backward, t([[[0, 0, 0], [0, 0, 1]]]))   # nothing before 2, 2 before 0
+    assert torch.allclose(forward, t([[[1, 0, 0], [0, 1, 0]]]))  # after 2 comes 0, after 0 comes 1
+    assert torch.allclose(backward, t([[[0, 0, 0], [0, 0, 1]]]))  # nothing before 2, 2 before 0
 
 
 def test_directional_weights_hand_values():
     links = t([[[0.0, 0.55, 0.15], [0.05, 0.0, 0.3], [0.125, 0.6, 0.0]]])
     forward, backward = A.directional_weights(links, t([[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]]))
-    assert torch.allclose(forward, t([[[0.0, 0.05, 0.125], [0.275, 0.025, 0.3625]]]))   # L w
-    assert torch.allclose(backward, t([[[0.0, 0.55, 0.15], [0.025, 0.275, 0.225]]]))   # L^T w
+    assert torch.allclose(forward, t([[[0.0, 0.05, 0.125], [0.275, 0.025, 0.3625]]]))  # L w
+    assert torch.allclose(backward, t([[[0.0, 0.55, 0.15], [0.025, 0.275, 0.225]]]))  # L^T w
 
 
 def test_read_weighting_hand_values():
@@ -113,8 +117,9 @@ def test_read_weighting_hand_values():
 def _sub_simplex(*shape, generator):
     """Random weightings with sum <= 1 (a softmax over N + 1 with the last entry dropped)."""
     n = shape[-1]
-    return torch.softmax(3 * torch.randn(*shape[:-1], n + 1, dtype=torch.float64,
-                                         generator=generator), -1)[..., :n]
+    return torch.softmax(3 * torch.randn(*shape[:-1], n + 1, dtype=torch.float64, generator=generator), -1)[
+        ..., :n
+    ]
 
 
 def test_weightings_stay_sub_distributions_over_many_random_steps():

@@ -2,6 +2,7 @@
 modes, REINFORCE terms, curriculum, regularisers, the compiled whole-sequence path against the
 tensor path and a learning check (what every model promises, cell == sequence, chunked ==
 whole and bad input included, is in test_model_contract.py)."""
+
 import gc
 import weakref
 
@@ -10,7 +11,8 @@ import torch
 from torch.func import functional_call
 
 import mannlab
-from conftest import SMALL as SMALL_CONFIGS, float64_seq, leaves, small_model
+from conftest import SMALL as SMALL_CONFIGS
+from conftest import float64_seq, leaves, small_model
 from mannlab.errors import ConfigError
 from mannlab.models import DNTMState, DNTMTrace, build_model
 from mannlab.models import dntm as dntm_module
@@ -33,6 +35,7 @@ def seq(b=3, t=5, i=4):
 
 # ------------------------------------------------------------------ primitives
 
+
 def test_similarity_by_hand_and_zero_vectors():
     keys = torch.tensor([[[3.0, 4.0]]])
     memory = torch.tensor([[[3.0, 4.0], [4.0, -3.0], [0.0, 0.0], [-6.0, -8.0]]])
@@ -41,7 +44,7 @@ def test_similarity_by_hand_and_zero_vectors():
     assert torch.allclose(s, expected.view(1, 1, 4))
     k = torch.zeros(1, 1, 2, requires_grad=True)
     m = torch.zeros(1, 3, 2, requires_grad=True)
-    similarity(k, m).sum().backward()                    # empty memory: 0, finite gradient
+    similarity(k, m).sum().backward()  # empty memory: 0, finite gradient
     assert torch.isfinite(k.grad).all() and torch.isfinite(m.grad).all()
 
 
@@ -53,7 +56,7 @@ def test_lru_by_hand_and_no_gradient_through_v():
     assert torch.allclose(w, torch.full((1, 1, 3), 1 / 3))
     assert torch.allclose(v, torch.tensor([[[0.1 * 2 + 0.9 * 1, 0.0, 0.0]]]))
     assert not v.requires_grad
-    w2, _ = lru_address(z, torch.tensor([[0.0]]), v_prev)   # γ = 0: pure content addressing
+    w2, _ = lru_address(z, torch.tensor([[0.0]]), v_prev)  # γ = 0: pure content addressing
     assert torch.allclose(w2, torch.softmax(z, -1))
 
 
@@ -70,12 +73,12 @@ def test_lru_prefers_the_least_recently_used_of_equal_cells():
 
 # ------------------------------------------------------------- model behaviour
 
+
 @pytest.mark.parametrize("controller", ["gru", "fnn"])
 @pytest.mark.parametrize("heads", [(1, 1), (2, 3)])
 def test_shapes_and_trace(controller, heads):
     R, H = heads
-    model = small_dntm(controller=controller, read_heads=R, write_heads=H, addressing_steps=2,
-                       nop=True)
+    model = small_dntm(controller=controller, read_heads=R, write_heads=H, addressing_steps=2, nop=True)
     y, state, trace = model(seq(), return_trace=True)
     B, T, N, J = 3, 5, 6, 2
     assert y.shape == (B, T, 3) and isinstance(state, DNTMState) and isinstance(trace, DNTMTrace)
@@ -111,9 +114,9 @@ def test_multi_step_lru_average_by_hand():
     model.cell.addressing_steps = 2
     _, s2, t2 = model(x, return_trace=True)
     assert torch.allclose(t2.write_probs[:, 0, 0], t1.write_probs[:, 0, 0], atol=1e-12)
-    v1 = s1.write_lru                                   # 0.9 z_1
+    v1 = s1.write_lru  # 0.9 z_1
     z2 = (s2.write_lru - 0.1 * v1) / 0.9
-    gamma2 = t2.lru_gates[:, 0, -1]                     # [γ^r_1, γ^w_1, γ^r_2, γ^w_2]
+    gamma2 = t2.lru_gates[:, 0, -1]  # [γ^r_1, γ^w_1, γ^r_2, γ^w_2]
     expected = torch.softmax(z2 - gamma2[:, None, None] * v1, -1)
     assert torch.allclose(t2.write_probs[:, 0, 1:2], expected, atol=1e-10)
 
@@ -133,11 +136,11 @@ def test_nop_cell_reads_nothing_and_is_never_written():
     assert torch.equal(cell.write(content, on_nop, erase, candidate), content)
     written = cell.write(content, half, erase, candidate)
     expected = content.clone()
-    expected[0, 0] = (1 - 0.5 * 0.5) * 1.0 + 0.5 * 2.0    # (1 - e u_j) C + u_j c̄
+    expected[0, 0] = (1 - 0.5 * 0.5) * 1.0 + 0.5 * 2.0  # (1 - e u_j) C + u_j c̄
     assert torch.allclose(written, expected)
     # in a whole run the NOP cell's content stays zero and its address is A's last row
     _, state, trace = model(seq(), return_trace=True)
-    assert trace.write_probs[..., -1].min() > 0             # it was addressed ...
+    assert trace.write_probs[..., -1].min() > 0  # it was addressed ...
     assert torch.equal(trace.memory[..., -1, 2:], torch.zeros(3, 5, 3, dtype=torch.float64))
     assert torch.equal(trace.memory[:, :, -1, :2], cell.address[-1].expand(3, 5, 2))
 
@@ -155,7 +158,7 @@ def test_address_part_constant_within_an_episode_and_learned_across_episodes():
     before = A.detach().clone()
     opt.step()
     assert not torch.equal(A.detach(), before)
-    _, _, trace2 = model(seq(), return_trace=True)           # the next episode uses the new A
+    _, _, trace2 = model(seq(), return_trace=True)  # the next episode uses the new A
     assert torch.equal(trace2.memory[..., :2], A.detach().expand(3, 5, 5, 2))
 
 
@@ -174,16 +177,18 @@ def test_gradcheck_soft_mode_float64():
     model = small_dntm(read_heads=2, write_heads=2, addressing_steps=2, nop=True, lru=False)
     x = seq(b=2, t=3).requires_grad_()
     assert torch.autograd.gradcheck(lambda inp: model(inp)[0], (x,))
-    lru = small_dntm(read_heads=2, write_heads=2, nop=True)        # v_0 = 0: exact at t = 1
+    lru = small_dntm(read_heads=2, write_heads=2, nop=True)  # v_0 = 0: exact at t = 1
     assert torch.autograd.gradcheck(lambda inp: lru(inp)[0], (seq(b=2, t=1).requires_grad_(),))
     params = dict(model.named_parameters())
     A = params.pop("cell.address").detach().clone().requires_grad_()
     xs = seq(b=2, t=3)
     assert torch.autograd.gradcheck(
-        lambda a: functional_call(model, {**params, "cell.address": a}, (xs,))[0], (A,))
+        lambda a: functional_call(model, {**params, "cell.address": a}, (xs,))[0], (A,)
+    )
 
 
 # ---------------------------------------------------------------- discrete modes
+
 
 def test_argmax_mode_is_deterministic_one_hot_and_equals_reinforce_at_evaluation():
     model = small_dntm(addressing="argmax", read_heads=2)
@@ -195,8 +200,7 @@ def test_argmax_mode_is_deterministic_one_hot_and_equals_reinforce_at_evaluation
         assert set(w.unique().tolist()) <= {0.0, 1.0}
         assert torch.equal(w.sum(-1), torch.ones_like(w[..., 0]))
         assert not w.requires_grad
-    assert torch.equal(tr.read_weights, torch.nn.functional.one_hot(
-        tr.read_probs.argmax(-1), 5).double())
+    assert torch.equal(tr.read_weights, torch.nn.functional.one_hot(tr.read_probs.argmax(-1), 5).double())
     reinforce = small_dntm(addressing="reinforce", read_heads=2)
     reinforce.load_state_dict(model.state_dict())
     reinforce.eval()
@@ -210,7 +214,7 @@ def test_soft_model_tested_discretely():
     hard.load_state_dict(soft.state_dict())
     _, _, ts = soft(seq(), return_trace=True)
     _, _, th = hard(seq(), return_trace=True)
-    assert torch.allclose(ts.read_probs[:, 0], th.read_probs[:, 0])   # same first step
+    assert torch.allclose(ts.read_probs[:, 0], th.read_probs[:, 0])  # same first step
     assert not torch.equal(ts.read_weights, th.read_weights)
 
 
@@ -220,15 +224,16 @@ def test_reinforce_samples_in_training_and_keys_learn_only_through_aux_loss():
     y, _, tr = model(seq(), return_trace=True)
     assert tr.sampled.eq(1).all()
     assert set(tr.write_weights.unique().tolist()) == {0.0, 1.0}
-    runs = {tuple(model(seq(), return_trace=True)[2].read_weights.argmax(-1).flatten().tolist())
-            for _ in range(5)}
-    assert len(runs) > 1                                    # samples differ between calls
-    key_rows = model.cell.head_params.weight[:2 * 5]        # the read keys' rows
-    grad, = torch.autograd.grad(y.pow(2).sum(), model.cell.head_params.weight, retain_graph=True)
-    assert grad[:2 * 5].abs().sum() == 0                    # one-hot reads: no backprop path
+    runs = {
+        tuple(model(seq(), return_trace=True)[2].read_weights.argmax(-1).flatten().tolist()) for _ in range(5)
+    }
+    assert len(runs) > 1  # samples differ between calls
+    key_rows = model.cell.head_params.weight[: 2 * 5]  # the read keys' rows
+    (grad,) = torch.autograd.grad(y.pow(2).sum(), model.cell.head_params.weight, retain_graph=True)
+    assert grad[: 2 * 5].abs().sum() == 0  # one-hot reads: no backprop path
     nll = torch.rand(3, 5, dtype=torch.float64)
-    grad, = torch.autograd.grad(model.aux_loss(tr, nll), model.cell.head_params.weight)
-    assert grad[:2 * 5].abs().sum() > 0 and key_rows.shape[0] == 10
+    (grad,) = torch.autograd.grad(model.aux_loss(tr, nll), model.cell.head_params.weight)
+    assert grad[: 2 * 5].abs().sum() > 0 and key_rows.shape[0] == 10
 
 
 def test_reinforce_term_by_hand():
@@ -239,16 +244,18 @@ def test_reinforce_term_by_hand():
     terms = model.aux_terms(tr, nll)
     reward = -nll.sum(1)
     advantage = (reward - reward.mean()) / torch.sqrt(reward.var(unbiased=False) + 1e-4)
-    log_p = (torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum((1, 2))
-             + torch.log((tr.write_weights * tr.write_probs).sum(-1)).sum((1, 2)))
-    scored = 5 * 3                                        # every step scored, 3 outputs
+    log_p = torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum((1, 2)) + torch.log(
+        (tr.write_weights * tr.write_probs).sum(-1)
+    ).sum((1, 2))
+    scored = 5 * 3  # every step scored, 3 outputs
     # float64 throughout: the first minibatch's own moments are not rounded to float32
     assert torch.allclose(terms["reinforce"], -(advantage * log_p).mean() / scored, rtol=1e-12, atol=0)
-    ent = (-(tr.read_probs * tr.read_probs.log()).sum(-1).sum((1, 2))
-           - (tr.write_probs * tr.write_probs.log()).sum(-1).sum((1, 2)))
+    ent = -(tr.read_probs * tr.read_probs.log()).sum(-1).sum((1, 2)) - (
+        tr.write_probs * tr.write_probs.log()
+    ).sum(-1).sum((1, 2))
     assert torch.allclose(terms["entropy"], -0.1 * ent.mean() / scored)
     assert model.reward_stats.count.item() == 1
-    model.eval()                                          # evaluation never moves the moments
+    model.eval()  # evaluation never moves the moments
     model.aux_terms(tr, nll)
     assert model.reward_stats.count.item() == 1
     assert {"reward_stats.mean", "reward_stats.var", "reward_stats.count"} <= set(model.state_dict())
@@ -261,15 +268,16 @@ def test_reward_to_go_term_by_hand():
     torch.manual_seed(1)
     _, _, tr = model(seq(), return_trace=True)
     nll = torch.rand(3, 5, dtype=torch.float64)
-    nll[:, 0] = 0                                         # step 0 not scored: no reward there
+    nll[:, 0] = 0  # step 0 not scored: no reward there
     rewards = -nll
-    others = (rewards.sum(0, keepdim=True) - rewards) / 2   # b_j: mean of the other 2 sequences
+    others = (rewards.sum(0, keepdim=True) - rewards) / 2  # b_j: mean of the other 2 sequences
     centred = (rewards - others) * (nll > 0)
-    returns = centred.flip(1).cumsum(1).flip(1)            # G_t = sum_{j >= t}
+    returns = centred.flip(1).cumsum(1).flip(1)  # G_t = sum_{j >= t}
     advantage = (returns - returns.mean()) / torch.sqrt(returns.var(unbiased=False) + 1e-4)
-    log_p = (torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum(2)
-             + torch.log((tr.write_weights * tr.write_probs).sum(-1)).sum(2))      # (B, T)
-    scored = 4 * 3                                        # 4 scored steps, 3 outputs
+    log_p = torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum(2) + torch.log(
+        (tr.write_weights * tr.write_probs).sum(-1)
+    ).sum(2)  # (B, T)
+    scored = 4 * 3  # 4 scored steps, 3 outputs
     expected = -(advantage * log_p).sum(1).mean() / scored
     assert torch.allclose(model.aux_terms(tr, nll)["reinforce"], expected, rtol=1e-12, atol=0)
     with pytest.raises(ConfigError, match="reward must be one of"):
@@ -306,17 +314,18 @@ def test_read_discount_scores_reads_by_nearer_rewards():
 def test_same_input_samples_reward_term_by_hand():
     model = small_dntm(addressing="reinforce", reward="samples")
     torch.manual_seed(1)
-    x = seq(2, 5).repeat_interleave(3, dim=0)             # 2 inputs, 3 samples each
+    x = seq(2, 5).repeat_interleave(3, dim=0)  # 2 inputs, 3 samples each
     _, _, tr = model(x, return_trace=True)
     nll = torch.rand(6, 5, dtype=torch.float64)
     reward = -nll.sum(1)
     groups = reward.view(2, 3)
-    others = ((groups.sum(1, keepdim=True) - groups) / 2).flatten()   # the input's other 2
+    others = ((groups.sum(1, keepdim=True) - groups) / 2).flatten()  # the input's other 2
     centred = reward - others
     advantage = (centred - centred.mean()) / torch.sqrt(centred.var(unbiased=False) + 1e-4)
-    log_p = (torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum((1, 2))
-             + torch.log((tr.write_weights * tr.write_probs).sum(-1)).sum((1, 2)))
-    expected = -(advantage * log_p).mean() / (5 * 3)     # 5 scored steps, 3 outputs
+    log_p = torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum((1, 2)) + torch.log(
+        (tr.write_weights * tr.write_probs).sum(-1)
+    ).sum((1, 2))
+    expected = -(advantage * log_p).mean() / (5 * 3)  # 5 scored steps, 3 outputs
     assert torch.allclose(model.aux_terms(tr, nll)["reinforce"], expected, rtol=1e-12, atol=0)
     _, _, single = model(seq(2, 5), return_trace=True)
     with pytest.raises(ValueError, match="samples_per_input"):
@@ -346,6 +355,7 @@ def test_soft_model_has_no_aux_loss_unless_a_regulariser_is_on():
 
 # ------------------------------------------------------------------- curriculum
 
+
 def test_curriculum_probability_schedule():
     assert schedules.inverse_sqrt(1.0, 0) == 1.0
     assert schedules.inverse_sqrt(1.0, 3) == 0.5
@@ -358,25 +368,25 @@ def test_curriculum_probability_schedule():
     torch.manual_seed(0)
     soft = []
     for _ in range(2000):
-        schedules.start_minibatch(model, 3)               # p_3 = 1 / sqrt(4) = 0.5
+        schedules.start_minibatch(model, 3)  # p_3 = 1 / sqrt(4) = 0.5
         soft.append(model.soft_minibatch)
     assert abs(sum(soft) / 2000 - 0.5) < 0.04
-    schedules.start_minibatch(model, 0)                   # p_0 = 1: always soft
+    schedules.start_minibatch(model, 0)  # p_0 = 1: always soft
     assert model.soft_minibatch
     blocks = small_dntm(addressing="reinforce", curriculum_p0=1.0, curriculum_every=1000)
     for _ in range(50):
-        schedules.start_minibatch(blocks, 999)            # t = 999 // 1000 = 0: p = 1
+        schedules.start_minibatch(blocks, 999)  # t = 999 // 1000 = 0: p = 1
         assert blocks.soft_minibatch
     soft = []
     for _ in range(2000):
-        schedules.start_minibatch(blocks, 3999)           # t = 3: p = 0.5
+        schedules.start_minibatch(blocks, 3999)  # t = 3: p = 0.5
         soft.append(blocks.soft_minibatch)
     assert abs(sum(soft) / 2000 - 0.5) < 0.04
     with pytest.raises(ConfigError, match="curriculum_every"):
         small_dntm(addressing="reinforce", curriculum_p0=1.0, curriculum_every=0)
     plain = small_dntm(addressing="reinforce")
     state = torch.get_rng_state()
-    schedules.start_minibatch(plain, 0)                   # no curriculum: untouched, no draw
+    schedules.start_minibatch(plain, 0)  # no curriculum: untouched, no draw
     assert not plain.soft_minibatch and torch.equal(state, torch.get_rng_state())
 
 
@@ -390,7 +400,7 @@ def test_curriculum_switches_between_soft_and_sampled_weights():
     _, _, tr = model(seq(), return_trace=True)
     assert tr.sampled.eq(1).all()
     model.soft_minibatch = True
-    model.eval()                                          # evaluation is always discrete
+    model.eval()  # evaluation is always discrete
     _, _, tr = model(seq(), return_trace=True)
     assert set(tr.read_weights.unique().tolist()) == {0.0, 1.0} and tr.sampled.eq(0).all()
 
@@ -398,6 +408,7 @@ def test_curriculum_switches_between_soft_and_sampled_weights():
 def test_training_loop_drives_the_curriculum(tmp_path, monkeypatch):
     from mannlab.config import RunConfig, TrainConfig
     from mannlab.training import loop, train
+
     monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
     seen = []
     original = mannlab.DNTM.run
@@ -406,31 +417,50 @@ def test_training_loop_drives_the_curriculum(tmp_path, monkeypatch):
         if self.training:
             seen.append(self.soft_minibatch)
         return original(self, x, state, with_trace)
+
     monkeypatch.setattr(mannlab.DNTM, "run", spy)
-    config = RunConfig(model="dntm", task="copy", seed=0, run_dir=str(tmp_path / "run"),
-                       model_args={**SMALL, "addressing": "reinforce", "curriculum_p0": 1.0,
-                                   "entropy_weight": 0.01, "input_baseline": True},
-                       task_args={"width": 3, "max_length": 3},
-                       train=TrainConfig(steps=6, batch_size=4, val_every=6, val_batch_size=4,
-                                         val_batches=1, val_length_multiples=(1,),
-                                         checkpoint_every=6, progress=False, optimizer="adam"))
+    config = RunConfig(
+        model="dntm",
+        task="copy",
+        seed=0,
+        run_dir=str(tmp_path / "run"),
+        model_args={
+            **SMALL,
+            "addressing": "reinforce",
+            "curriculum_p0": 1.0,
+            "entropy_weight": 0.01,
+            "input_baseline": True,
+        },
+        task_args={"width": 3, "max_length": 3},
+        train=TrainConfig(
+            steps=6,
+            batch_size=4,
+            val_every=6,
+            val_batch_size=4,
+            val_batches=1,
+            val_length_multiples=(1,),
+            checkpoint_every=6,
+            progress=False,
+            optimizer="adam",
+        ),
+    )
     summary = train(config)
-    assert seen[0] is True and len(seen) == 6             # p_0 = 1: the first minibatch is soft
+    assert seen[0] is True and len(seen) == 6  # p_0 = 1: the first minibatch is soft
     assert summary["steps"] == 6
 
 
 # ------------------------------------------------------------------ regularisers
 
+
 def test_read_write_consistency_by_hand():
-    u = torch.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]])          # (B=1, T=2, H=1, N=2)
+    u = torch.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]])  # (B=1, T=2, H=1, N=2)
     w = torch.tensor([[[[1.0, 0.0]], [[0.5, 0.5]]]])
     # t'=1: mean u = [1, 0], overlap 1 -> 0; t'=2: mean u = [.5, .5], overlap .5 -> .25; / T' = 2
     assert torch.allclose(read_write_consistency(w, u, 1, 1), torch.tensor([0.125]))
 
 
 def test_regularisers_switch_on_from_the_config_and_get_gradients():
-    model = build_model("dntm", 4, 3, **SMALL, read_write_consistency=0.5,
-                        next_input_prediction=1.0).double()
+    model = build_model("dntm", 4, 3, **SMALL, read_write_consistency=0.5, next_input_prediction=1.0).double()
     _, _, tr = model(seq(), return_trace=True)
     terms = model.aux_terms(tr, torch.zeros(3, 5, dtype=torch.float64))
     assert set(terms) == {"read_write", "next_input"}
@@ -447,6 +477,7 @@ def test_regularisers_switch_on_from_the_config_and_get_gradients():
 
 
 # ---------------------------------------------------------- the compiled path
+
 
 @pytest.fixture
 def kernels_enabled():
@@ -472,8 +503,14 @@ def random_state(model, batch):
 
     def rand(t):
         return torch.rand(t.shape, dtype=t.dtype, generator=gen).requires_grad_()
-    return DNTMState(tuple(rand(t) for t in state.controller), rand(state.content),
-                     rand(state.read_vectors), rand(state.read_lru), rand(state.write_lru))
+
+    return DNTMState(
+        tuple(rand(t) for t in state.controller),
+        rand(state.content),
+        rand(state.read_vectors),
+        rand(state.read_lru),
+        rand(state.write_lru),
+    )
 
 
 def both_paths(model, x, state=None, soft_minibatch=False, nll_seed=0):
@@ -487,17 +524,36 @@ def both_paths(model, x, state=None, soft_minibatch=False, nll_seed=0):
         model.soft_minibatch = soft_minibatch
         model.load_state_dict(buffers, strict=False)
         model.zero_grad()
-        start = None if state is None else DNTMState(*(
-            tuple(t.detach().clone().requires_grad_() for t in s) if isinstance(s, tuple)
-            else s.detach().clone().requires_grad_() for s in state))
+        start = (
+            None
+            if state is None
+            else DNTMState(
+                *(
+                    tuple(t.detach().clone().requires_grad_() for t in s)
+                    if isinstance(s, tuple)
+                    else s.detach().clone().requires_grad_()
+                    for s in state
+                )
+            )
+        )
         torch.manual_seed(5)
         with use_kernels(kernels):
             y, final, tr = model(x, start, return_trace=True)
-        loss = (y.sin().sum() + sum((t * (i + 1)).cos().sum() for i, t in enumerate(leaves(final)))
-                + tr.read_probs.pow(2).sum() + tr.write_probs.sin().sum() + tr.key_strengths.sum()
-                + tr.lru_gates.cos().sum() + tr.erase_vectors.pow(2).sum()
-                + tr.candidates.sin().sum() + tr.input_gates.sum() + tr.memory.pow(2).sum()
-                + tr.hidden.sum() + tr.read_vectors.cos().sum() + model.aux_loss(tr, nll))
+        loss = (
+            y.sin().sum()
+            + sum((t * (i + 1)).cos().sum() for i, t in enumerate(leaves(final)))
+            + tr.read_probs.pow(2).sum()
+            + tr.write_probs.sin().sum()
+            + tr.key_strengths.sum()
+            + tr.lru_gates.cos().sum()
+            + tr.erase_vectors.pow(2).sum()
+            + tr.candidates.sin().sum()
+            + tr.input_gates.sum()
+            + tr.memory.pow(2).sum()
+            + tr.hidden.sum()
+            + tr.read_vectors.cos().sum()
+            + model.aux_loss(tr, nll)
+        )
         loss.backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         if start is not None:
@@ -534,23 +590,38 @@ def test_compiled_path_equals_tensor_path(mode, steps, lru, nop, controller):
     every trace field and every gradient (parameters and initial state, through the task loss,
     the trace and aux_loss: REINFORCE, entropy, read-write consistency, next-input
     prediction), with the same one-hot samples for the same seed."""
-    model = randomise(small_dntm(controller=controller, addressing=mode, addressing_steps=steps,
-                                 lru=lru, nop=nop, read_heads=2, **AUX))
+    model = randomise(
+        small_dntm(
+            controller=controller,
+            addressing=mode,
+            addressing_steps=steps,
+            lru=lru,
+            nop=nop,
+            read_heads=2,
+            **AUX,
+        )
+    )
     x = seq(t=7)
     assert dispatch.sequence_applies(model.cell, x)
     results = both_paths(model, x, random_state(model, 3))
     assert_paths_equal(results)
     if mode == "reinforce":
         assert results[1][2].sampled.eq(1).all()
-        assert {tuple(r[2].write_weights.argmax(-1).flatten().tolist()) for r in results} \
-            == {tuple(results[0][2].write_weights.argmax(-1).flatten().tolist())}
+        assert {tuple(r[2].write_weights.argmax(-1).flatten().tolist()) for r in results} == {
+            tuple(results[0][2].write_weights.argmax(-1).flatten().tolist())
+        }
 
 
 @pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("kw", [dict(write_keys="memory"), dict(read_heads=2, write_heads=3),
-                                dict(write_heads=2, addressing="reinforce", write_keys="memory"),
-                                dict(addressing="reinforce", input_baseline=True,
-                                     curriculum_p0=1.0)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(write_keys="memory"),
+        dict(read_heads=2, write_heads=3),
+        dict(write_heads=2, addressing="reinforce", write_keys="memory"),
+        dict(addressing="reinforce", input_baseline=True, curriculum_p0=1.0),
+    ],
+)
 def test_compiled_path_equals_tensor_path_heads_and_keys(kw):
     """Several write heads (erasures multiply), write keys over [A; C], the input baseline."""
     model = randomise(small_dntm(addressing_steps=2, nop=True, **{**AUX, **kw}))
@@ -572,8 +643,9 @@ def test_compiled_path_without_trace_equals_tensor_path(mode):
         with use_kernels(kernels):
             y, state = model(x)
         (y.sin().sum() + sum(t.pow(2).sum() for t in leaves(state))).backward()
-        results.append([y, *leaves(state), *(p.grad.clone() for p in model.parameters()
-                                             if p.grad is not None)])
+        results.append(
+            [y, *leaves(state), *(p.grad.clone() for p in model.parameters() if p.grad is not None)]
+        )
     for a, b in zip(*results, strict=True):
         assert torch.allclose(a, b, atol=1e-10, rtol=1e-9)
 
@@ -599,9 +671,9 @@ def test_compiled_samples_are_torch_multinomial_draws():
     for seed in range(5):
         torch.manual_seed(seed)
         a = sampling.sample_one_hot(p)
-        b = sampling.sample_one_hot(p[:3])                   # two calls ...
+        b = sampling.sample_one_hot(p[:3])  # two calls ...
         torch.manual_seed(seed)
-        e = torch.empty(10, 11, dtype=torch.float64).exponential_()   # ... one draw
+        e = torch.empty(10, 11, dtype=torch.float64).exponential_()  # ... one draw
         assert torch.equal(a.argmax(-1), (p / e[:7]).argmax(-1))
         assert torch.equal(b.argmax(-1), (p[:3] / e[7:]).argmax(-1))
 
@@ -649,8 +721,11 @@ def test_gradcheck_compiled_path_float64(controller):
     (LRU off for T > 1: v is cut from the graph on purpose, see test_gradcheck_soft_mode_float64);
     the discrete modes with the samples fixed by the seed (no path from the outputs to w), the
     trace's probabilities included."""
-    model = randomise(small_dntm(controller=controller, read_heads=2, write_heads=2,
-                                 addressing_steps=2, nop=True, lru=False))
+    model = randomise(
+        small_dntm(
+            controller=controller, read_heads=2, write_heads=2, addressing_steps=2, nop=True, lru=False
+        )
+    )
     assert dispatch.sequence_applies(model.cell, seq())
     x = seq(b=2, t=3).requires_grad_()
     state = random_state(model, 2)
@@ -659,21 +734,23 @@ def test_gradcheck_compiled_path_float64(controller):
         start = state._replace(controller=ctrl, content=content, read_vectors=reads)
         y, final = model(inp, start)
         return y, final.content
+
     assert torch.autograd.gradcheck(run, (x, *leaves(state)[-4:-2], *state.controller))
     params = dict(model.named_parameters())
     A = params.pop("cell.address").detach().clone().requires_grad_()
     assert torch.autograd.gradcheck(
-        lambda a: functional_call(model, {**params, "cell.address": a}, (x.detach(),))[0], (A,))
+        lambda a: functional_call(model, {**params, "cell.address": a}, (x.detach(),))[0], (A,)
+    )
     lru = randomise(small_dntm(controller=controller, read_heads=2, nop=True))
     assert torch.autograd.gradcheck(lambda inp: lru(inp)[0], (seq(b=2, t=1).requires_grad_(),))
     for mode in ("reinforce", "argmax"):
-        hard = randomise(small_dntm(controller=controller, addressing=mode, addressing_steps=2,
-                                    lru=False))
+        hard = randomise(small_dntm(controller=controller, addressing=mode, addressing_steps=2, lru=False))
 
         def run_hard(inp):
             torch.manual_seed(1)
             y, _, tr = hard(inp, return_trace=True)
             return y, tr.read_probs, tr.write_probs
+
         assert torch.autograd.gradcheck(run_hard, (x,))
 
 
@@ -687,6 +764,7 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
     def spy(self, *args):
         calls.append(type(self.controller).__name__)
         return original(self, *args)
+
     monkeypatch.setattr(dntm_module.DNTMCell, "run_fused", spy)
     x = seq()
     for controller in ("gru", "fnn", "lstm", "elman", "pnr-lstm"):
@@ -715,8 +793,7 @@ def test_compiled_outputs_are_freed_without_garbage_collection(with_trace):
         outputs = [y, *leaves(state), *(leaves(tuple(trace[0])) if trace else [])]
         refs = [weakref.ref(t) for t in outputs]
         del outputs
-        loss = y.sum() + (model.aux_loss(trace[0], torch.rand(3, 5, dtype=torch.float64))
-                          if trace else 0)
+        loss = y.sum() + (model.aux_loss(trace[0], torch.rand(3, 5, dtype=torch.float64)) if trace else 0)
         loss.backward()
         del y, state, trace, loss
         assert all(ref() is None for ref in refs)
@@ -725,6 +802,7 @@ def test_compiled_outputs_are_freed_without_garbage_collection(with_trace):
 
 
 # ------------------------------------------------------------------- bad input
+
 
 def test_aux_loss_checks_its_arguments():
     model = small_dntm(addressing="reinforce")
@@ -737,10 +815,19 @@ def test_aux_loss_checks_its_arguments():
 
 # --------------------------------------------------------------------- learning
 
+
 def test_learns_tiny_copy_soft():
-    before, after = tiny_copy_losses(lambda task: build_model(
-        "dntm", task.input_size, task.output_size, controller_size=24, memory_slots=8,
-        address_size=4, content_size=6))
+    before, after = tiny_copy_losses(
+        lambda task: build_model(
+            "dntm",
+            task.input_size,
+            task.output_size,
+            controller_size=24,
+            memory_slots=8,
+            address_size=4,
+            content_size=6,
+        )
+    )
     assert after < 0.75 * before, f"validation BCE {before:.3f} -> {after:.3f}"
 
 
@@ -749,6 +836,7 @@ def test_training_with_several_samples_per_input(tmp_path, monkeypatch):
     so reward = "samples" trains end to end; a batch size that K does not divide is refused."""
     from mannlab.config import RunConfig, TrainConfig
     from mannlab.training import loop, train
+
     monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
     seen = []
     original = mannlab.DNTM.aux_terms
@@ -756,16 +844,35 @@ def test_training_with_several_samples_per_input(tmp_path, monkeypatch):
     def spy(self, trace, nll, outputs_per_step=None):
         seen.append(trace.inputs)
         return original(self, trace, nll, outputs_per_step)
+
     monkeypatch.setattr(mannlab.DNTM, "aux_terms", spy)
-    config = RunConfig(model="dntm", task="copy", seed=0, run_dir=str(tmp_path / "run"),
-                       model_args={"controller_size": 6, "memory_slots": 4, "address_size": 2,
-                                   "content_size": 2, "addressing": "reinforce",
-                                   "reward": "samples"},
-                       task_args={"width": 3, "max_length": 3},
-                       train=TrainConfig(steps=3, batch_size=6, samples_per_input=3, val_every=3,
-                                         val_batch_size=4, val_batches=1,
-                                         val_length_multiples=(1,), checkpoint_every=3,
-                                         progress=False, optimizer="adam"))
+    config = RunConfig(
+        model="dntm",
+        task="copy",
+        seed=0,
+        run_dir=str(tmp_path / "run"),
+        model_args={
+            "controller_size": 6,
+            "memory_slots": 4,
+            "address_size": 2,
+            "content_size": 2,
+            "addressing": "reinforce",
+            "reward": "samples",
+        },
+        task_args={"width": 3, "max_length": 3},
+        train=TrainConfig(
+            steps=3,
+            batch_size=6,
+            samples_per_input=3,
+            val_every=3,
+            val_batch_size=4,
+            val_batches=1,
+            val_length_multiples=(1,),
+            checkpoint_every=3,
+            progress=False,
+            optimizer="adam",
+        ),
+    )
     assert train(config)["steps"] == 3
     for inputs in seen:
         groups = inputs.view(2, 3, *inputs.shape[1:])

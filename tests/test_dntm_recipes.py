@@ -3,6 +3,7 @@ a real batch of the recipe's task, the read and write distributions, at the firs
 after it, are not uniform and the log-probability of the cells they pick has a non-zero gradient. (Write
 keys over the content part alone fail this: with C_0 = 0 every write weighting is uniform with
 a zero gradient.) Data-set tasks read small generated fixtures, never the network."""
+
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ from mannlab import tasks
 from mannlab.building import build_run
 from mannlab.config import load_config
 from mannlab.models.dntm import DNTM
-
 from test_data_babi import write_archive
 from test_data_mnist import write_mnist
 
@@ -58,10 +58,9 @@ def test_addressing_is_not_uniform_and_has_a_gradient(recipe, tmp_path):
     for name in ("read", "write"):
         for when, steps in (("at the first step", slice(0, 1)), ("after it", slice(1, None))):
             probs = getattr(trace, f"{name}_probs")[:, steps]
-            picked = getattr(trace, f"{name}_weights")[:, steps]     # samples, or soft weights
+            picked = getattr(trace, f"{name}_weights")[:, steps]  # samples, or soft weights
             # the largest probability of each step, against uniform 1/N
-            assert (probs.amax(-1) - 1 / cells).abs().max() > 1e-3, \
-                f"{name} weights are uniform {when}"
+            assert (probs.amax(-1) - 1 / cells).abs().max() > 1e-3, f"{name} weights are uniform {when}"
             chosen = torch.nn.functional.one_hot(picked.argmax(-1), cells).to(probs.dtype)
             log_p = (chosen * probs.clamp_min(1e-30).log()).sum()
             grads = torch.autograd.grad(log_p, parameters, allow_unused=True, retain_graph=True)

@@ -44,6 +44,7 @@ estimators are unbiased conditionally on it); no dropout, no zoneout.
 The values measured with the seeds of the tests are in each test's docstring. The file runs
 in ~12 s (2 busy cores), once numba has cached the compiled kernels.
 """
+
 import itertools
 
 import torch
@@ -68,6 +69,7 @@ NEGLIGIBLE = 1e-30
 
 
 # ------------------------------------------------------------------ helpers
+
 
 def all_paths(steps: int, decisions: int, options: int) -> torch.Tensor:
     """Every sequence of choices: (options ** (steps * decisions), steps, decisions) long, the
@@ -102,8 +104,8 @@ def training_loss(model, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
         return masked_bce(y, targets, mask)
     y, _, trace = model(x, return_trace=True)
     return masked_bce(y, targets, mask) + model_aux_loss(
-        model, trace, step_nll(y, targets, mask).detach(),
-        lambda out: step_nll(out, targets, mask), OUTPUTS)
+        model, trace, step_nll(y, targets, mask).detach(), lambda out: step_nll(out, targets, mask), OUTPUTS
+    )
 
 
 def flat_grads(loss: torch.Tensor, *selections) -> list[torch.Tensor]:
@@ -111,17 +113,22 @@ def flat_grads(loss: torch.Tensor, *selections) -> list[torch.Tensor]:
     is a list of pairs (parameter, rows), rows an index into the parameter (slice(None): all)."""
     params = list({id(p): p for selection in selections for p, _ in selection}.values())
     grads = dict(zip(map(id, params), torch.autograd.grad(loss, params, allow_unused=True)))
+
     def entries(p, rows):
         grad = grads[id(p)]
         return (torch.zeros_like(p) if grad is None else grad)[rows].flatten()
+
     return [torch.cat([entries(p, rows) for p, rows in selection]) for selection in selections]
 
 
 def parameters_except(model, prefix: str | None = None):
     """The parameters of ``model``, less those whose name starts with ``prefix``, as a
     selection."""
-    return [(p, slice(None)) for name, p in model.named_parameters()
-            if prefix is None or not name.startswith(prefix)]
+    return [
+        (p, slice(None))
+        for name, p in model.named_parameters()
+        if prefix is None or not name.startswith(prefix)
+    ]
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -134,16 +141,19 @@ def exact_expectation(run_forced, x, targets, paths):
     run_forced(x_rows, targets_rows, choices_rows) -> (loss (rows,), log p(path) (rows,)) runs
     the model with every row forced down its path; here the rows are every (sequence, path)."""
     B, P = x.shape[0], paths.shape[0]
-    loss, log_p = run_forced(x.repeat_interleave(P, 0), targets.repeat_interleave(P, 0),
-                             paths.repeat(B, 1, 1))
+    loss, log_p = run_forced(
+        x.repeat_interleave(P, 0), targets.repeat_interleave(P, 0), paths.repeat(B, 1, 1)
+    )
     p = log_p.exp().view(B, P)
-    assert torch.allclose(p.sum(1), torch.ones(B, dtype=p.dtype), atol=1e-12), \
+    assert torch.allclose(p.sum(1), torch.ones(B, dtype=p.dtype), atol=1e-12), (
         f"the path probabilities must sum to 1 over every path, got {p.sum(1).tolist()}"
+    )
     return (p * loss.view(B, P)).sum(1).mean(), p.detach()
 
 
-def monte_carlo_grads(model, x, targets, selections, samples: int, chunk: int, seed: int = 5,
-                      before=None) -> list[torch.Tensor]:
+def monte_carlo_grads(
+    model, x, targets, selections, samples: int, chunk: int, seed: int = 5, before=None
+) -> list[torch.Tensor]:
     """The training loss's gradient on each selection, averaged over ``samples`` replicas of
     each sequence (in calls of ``chunk`` replicas), ``before()`` run before each call (to put
     the running moments in their fixed state)."""
@@ -190,8 +200,17 @@ def dntm(**kw):
     """D-NTM, GRU controller of 4, 2 cells of [a; c] = [2; 2], one read and one write head,
     LRU, REINFORCE: 2 decisions per step, 4^3 = 64 paths over 3 steps."""
     torch.manual_seed(0)
-    model = build_model("dntm", INPUTS, OUTPUTS, controller_size=4, memory_slots=DNTM_CELLS,
-                        address_size=2, content_size=2, addressing="reinforce", **kw).double()
+    model = build_model(
+        "dntm",
+        INPUTS,
+        OUTPUTS,
+        controller_size=4,
+        memory_slots=DNTM_CELLS,
+        address_size=2,
+        content_size=2,
+        addressing="reinforce",
+        **kw,
+    ).double()
     return model.train()
 
 
@@ -206,22 +225,24 @@ def force_dntm(m, model, choices: torch.Tensor) -> None:
     exp.scatter_(-1, choices.transpose(0, 1).unsqueeze(-1), EXP_CHOSEN)
     noise = torch.cat([exp[:, :, :R].flatten(1), exp[:, :, R:].flatten(1)], dim=1)
     apply = DNTMSequence.apply
-    m.setattr(DNTMSequence, "apply",
-              lambda xp, _noise, *rest: apply(xp, noise.to(xp.dtype), *rest))
+    m.setattr(DNTMSequence, "apply", lambda xp, _noise, *rest: apply(xp, noise.to(xp.dtype), *rest))
     draws = iter([part for t in range(steps) for part in (choices[:, t, :R], choices[:, t, R:])])
-    m.setattr(sampling, "sample_one_hot",
-              lambda probs, generator=None: F.one_hot(next(draws), N).to(probs.dtype))
+    m.setattr(
+        sampling, "sample_one_hot", lambda probs, generator=None: F.one_hot(next(draws), N).to(probs.dtype)
+    )
 
 
 def dntm_log_p(trace) -> torch.Tensor:
     """log p(path) of each row: every head's sampled cell at every step."""
-    return (sampling.log_prob(trace.read_weights, trace.read_probs).sum((1, 2))
-            + sampling.log_prob(trace.write_weights, trace.write_probs).sum((1, 2)))
+    return sampling.log_prob(trace.read_weights, trace.read_probs).sum((1, 2)) + sampling.log_prob(
+        trace.write_weights, trace.write_probs
+    ).sum((1, 2))
 
 
 def dntm_forced_run(monkeypatch, model):
     """run_forced for ``exact_expectation``: the task loss of each row (its NLL / (T O), the
     per-sequence share of the training task loss) and log p(path)."""
+
     def run(x, targets, choices):
         with monkeypatch.context() as m:
             force_dntm(m, model, choices)
@@ -229,6 +250,7 @@ def dntm_forced_run(monkeypatch, model):
         chosen = torch.cat([trace.read_weights.argmax(-1), trace.write_weights.argmax(-1)], -1)
         assert torch.equal(chosen, choices), "the D-NTM did not take the forced cells"
         return sequence_nll(y, targets) / (x.shape[1] * OUTPUTS), dntm_log_p(trace)
+
     return run
 
 
@@ -237,12 +259,13 @@ def dntm_policy_rows(model):
     only through the sampled cells (reads and writes use the one-hots), so the task loss has no
     gradient there and the estimator's is REINFORCE's alone."""
     cell = model.cell
-    rows = slice(0, sum(cell.split_sizes[:4]))       # [k^r | k^w | β | γ]
+    rows = slice(0, sum(cell.split_sizes[:4]))  # [k^r | k^w | β | γ]
     return [(cell.head_params.weight, rows), (cell.head_params.bias, rows)]
 
 
-def check_dntm_estimator(monkeypatch, model, baseline_prefix=None, set_baseline=None,
-                         prime_mean=None, samples=8000):
+def check_dntm_estimator(
+    monkeypatch, model, baseline_prefix=None, set_baseline=None, prime_mean=None, samples=8000
+):
     """(a) Monte Carlo and (b) the exact batch-1 expectation of a D-NTM REINFORCE estimator
     against the exact gradient of the expected task loss; returns the measured numbers."""
     x, targets = data(DNTM_STEPS)
@@ -260,19 +283,24 @@ def check_dntm_estimator(monkeypatch, model, baseline_prefix=None, set_baseline=
     eps = model.reward_stats.eps
 
     def primed():
-        prime(model.reward_stats, mean, 1 - eps)     # scale 1/sqrt(v + eps) = 1
+        prime(model.reward_stats, mean, 1 - eps)  # scale 1/sqrt(v + eps) = 1
 
-    mc_policy, mc_all = monte_carlo_grads(model, x, targets, [policy, everything], samples,
-                                          samples, before=primed)
+    mc_policy, mc_all = monte_carlo_grads(
+        model, x, targets, [policy, everything], samples, samples, before=primed
+    )
     # (b): batch 1, the first sequence, every path
     x1, t1 = x[:1], targets[:1]
     expected1, p1 = exact_expectation(run, x1, t1, paths)
-    exact1, = flat_grads(expected1, everything)
-    estimate1 = estimator_expectation(monkeypatch, force_dntm, model, x1, t1, paths, p1[0],
-                                      everything, primed)
-    return dict(mc_policy=cosine(mc_policy, exact_policy), mc_all=cosine(mc_all, exact_all),
-                exact_cos=cosine(estimate1, exact1),
-                exact_rel=float((estimate1 - exact1).norm() / exact1.norm()))
+    (exact1,) = flat_grads(expected1, everything)
+    estimate1 = estimator_expectation(
+        monkeypatch, force_dntm, model, x1, t1, paths, p1[0], everything, primed
+    )
+    return dict(
+        mc_policy=cosine(mc_policy, exact_policy),
+        mc_all=cosine(mc_all, exact_all),
+        exact_cos=cosine(estimate1, exact1),
+        exact_rel=float((estimate1 - exact1).norm() / exact1.norm()),
+    )
 
 
 def assert_dntm_unbiased(name, got):
@@ -280,13 +308,16 @@ def assert_dntm_unbiased(name, got):
     assert got["exact_rel"] < 1e-9, (
         f"{name}: the exact expectation of the estimator at batch 1 (every path, fixed "
         f"moments, scale 1) differs from the exact gradient of the expected task loss by "
-        f"{got['exact_rel']:.3g} of its norm (cosine {got['exact_cos']:.12f}): biased")
+        f"{got['exact_rel']:.3g} of its norm (cosine {got['exact_cos']:.12f}): biased"
+    )
     assert got["mc_policy"] > 0.95, (
         f"{name}: the Monte Carlo mean of the REINFORCE gradient on the key/strength/gate rows "
-        f"has cosine {got['mc_policy']:.4f} with the exact gradient of the expected task loss")
+        f"has cosine {got['mc_policy']:.4f} with the exact gradient of the expected task loss"
+    )
     assert got["mc_all"] > 0.95, (
         f"{name}: the Monte Carlo mean of the full training gradient has cosine "
-        f"{got['mc_all']:.4f} with the exact gradient of the expected task loss")
+        f"{got['mc_all']:.4f} with the exact gradient of the expected task loss"
+    )
 
 
 def test_dntm_reinforce_moving_average_baseline(monkeypatch):
@@ -317,8 +348,10 @@ def test_dntm_reinforce_input_baseline(monkeypatch):
         with torch.no_grad():
             b = model.baseline
             b.out.bias.add_(expected_reward - b(data(DNTM_STEPS)[0]).mean())
-    got = check_dntm_estimator(monkeypatch, model, baseline_prefix="baseline.",
-                               set_baseline=set_baseline, prime_mean=0.0)
+
+    got = check_dntm_estimator(
+        monkeypatch, model, baseline_prefix="baseline.", set_baseline=set_baseline, prime_mean=0.0
+    )
     assert_dntm_unbiased("D-NTM REINFORCE, input baseline", got)
 
 
@@ -345,9 +378,18 @@ def tardis(**kw):
     a slot twice in a row); steps 0-2 fill the memory, step 3 writes the slot it read. C_0 is
     drawn at random so that unwritten slots differ in content too."""
     torch.manual_seed(0)
-    model = build_model("tardis", INPUTS, OUTPUTS, hidden_size=4, memory_slots=TARDIS_SLOTS,
-                        address_size=2, content_size=2, read_mlp_size=3, fusion_size=3,
-                        **kw).double()
+    model = build_model(
+        "tardis",
+        INPUTS,
+        OUTPUTS,
+        hidden_size=4,
+        memory_slots=TARDIS_SLOTS,
+        address_size=2,
+        content_size=2,
+        read_mlp_size=3,
+        fusion_size=3,
+        **kw,
+    ).double()
     with torch.no_grad():
         model.cell.initial_content.normal_()
     return model.train()
@@ -360,16 +402,18 @@ def force_tardis(m, model, choices=None) -> None:
     cell = model.cell
     forced, start = None, [0]
     if choices is not None:
-        forced = torch.full((choices.shape[1], choices.shape[0], cell.slots), -GUMBEL_CHOSEN,
-                            dtype=torch.float64)
+        forced = torch.full(
+            (choices.shape[1], choices.shape[0], cell.slots), -GUMBEL_CHOSEN, dtype=torch.float64
+        )
         forced.scatter_(-1, choices.t().unsqueeze(-1), GUMBEL_CHOSEN)
 
     def draws(steps, batch, like, read=True):
         gumbel, logistic, mask = TARDISCell.draws(cell, steps, batch, like, read)
         if forced is not None and gumbel is not None:
-            gumbel = forced[start[0]:start[0] + steps].to(like.dtype)
+            gumbel = forced[start[0] : start[0] + steps].to(like.dtype)
             start[0] += steps
         return gumbel, None if logistic is None else torch.zeros_like(logistic), mask
+
     m.setattr(cell, "draws", draws)
 
 
@@ -381,14 +425,15 @@ def force_tardis_path(m, model, path):
 def tardis_forced_run(monkeypatch, model, objective):
     """run_forced for ``exact_expectation``: objective(logits, trace, targets) -> per-row loss,
     and log p(path) = sum_t log softmax(π_t)[chosen slot]."""
+
     def run(x, targets, choices):
         with monkeypatch.context() as m:
             force_tardis(m, model, choices[..., 0])
             y, _, trace = model(x, return_trace=True)
-        assert torch.equal(trace.read_weights.argmax(-1), choices), \
-            "TARDIS did not read the forced slots"
+        assert torch.equal(trace.read_weights.argmax(-1), choices), "TARDIS did not read the forced slots"
         log_p = sampling.log_prob(trace.read_weights.detach(), trace.read_probs).sum((1, 2))
         return objective(y, trace, targets), log_p
+
     return run
 
 
@@ -422,36 +467,42 @@ def test_tardis_reinforce_auxiliary_reward(monkeypatch):
     model = tardis(addressing="reinforce", discount=1.0)
     x, targets = data(TARDIS_STEPS)
     paths = all_paths(TARDIS_STEPS, 1, TARDIS_SLOTS)
-    run = tardis_forced_run(monkeypatch, model,
-                            lambda y, trace, t: sequence_nll(model.aux_logits(trace), t))
+    run = tardis_forced_run(monkeypatch, model, lambda y, trace, t: sequence_nll(model.aux_logits(trace), t))
     expected, _ = exact_expectation(run, x, targets, paths)
     head = read_mlp(model)
-    exact, = flat_grads(expected, head)
+    (exact,) = flat_grads(expected, head)
     stats = model.return_stats
     with monkeypatch.context() as m:
-        force_tardis(m, model)                    # the gates' noise at 0, the reads sampled
-        mc, = monte_carlo_grads(model, x, targets, [head], 8000, 8000,
-                                before=lambda: prime(stats, 0.0, 1 - stats.eps))
+        force_tardis(m, model)  # the gates' noise at 0, the reads sampled
+        (mc,) = monte_carlo_grads(
+            model, x, targets, [head], 8000, 8000, before=lambda: prime(stats, 0.0, 1 - stats.eps)
+        )
     # (b): batch 1, the first sequence. The moments of the returns G_t = sum_{j >= t} R'_j
     # (no leave-one-out baseline at batch 1) over steps and paths: where the running moments
     # settle while the parameters stay put.
     x1, t1 = x[:1], targets[:1]
-    per_step = lambda y, trace, t: -step_nll(model.aux_logits(trace), t, ones_mask(t))
+
+    def per_step(y, trace, t):
+        return -step_nll(model.aux_logits(trace), t, ones_mask(t))
+
     with torch.no_grad():
         rewards, log_p = tardis_forced_run(monkeypatch, model, per_step)(
-            x1.repeat(len(paths), 1, 1), t1.repeat(len(paths), 1, 1), paths)
+            x1.repeat(len(paths), 1, 1), t1.repeat(len(paths), 1, 1), paths
+        )
     returns, weight = rewards.flip(1).cumsum(1).flip(1), log_p.exp()[:, None] / TARDIS_STEPS
     mean = float((weight * returns).sum())
     var = float((weight * (returns - mean) ** 2).sum())
     expected1, p1 = exact_expectation(run, x1, t1, paths)
-    exact1, = flat_grads(expected1, head)
-    estimate1 = estimator_expectation(monkeypatch, force_tardis_path, model, x1, t1, paths,
-                                      p1[0], head, lambda: prime(stats, mean, var))
+    (exact1,) = flat_grads(expected1, head)
+    estimate1 = estimator_expectation(
+        monkeypatch, force_tardis_path, model, x1, t1, paths, p1[0], head, lambda: prime(stats, mean, var)
+    )
     got = dict(mc=cosine(mc, exact), exact_cos=cosine(estimate1, exact1))
     print(f"TARDIS REINFORCE: {got}, return moments {mean:.4f}, {var:.4f}")
     assert got["mc"] > 0.95, (
         f"TARDIS REINFORCE: the Monte Carlo mean of the read MLP's gradient has cosine "
-        f"{got['mc']:.4f} with the exact gradient of the expected auxiliary NLL")
+        f"{got['mc']:.4f} with the exact gradient of the expected auxiliary NLL"
+    )
     assert 1 - got["exact_cos"] < 1e-9, (
         f"TARDIS REINFORCE is biased: at batch 1 the exact expectation of its read-MLP gradient "
         f"(every path, the return moments reset to their settled values m={mean:.3f}, "
@@ -460,7 +511,8 @@ def test_tardis_reinforce_auxiliary_reward(monkeypatch):
         f"show). TARDIS.aux_terms calls return_stats.update(returns) before "
         f"return_stats.normalise(returns), so a minibatch's own returns enter its baseline m and "
         f"scale σ (with weight 1 - reward_momentum); DNTM._normalised normalises with the "
-        f"earlier minibatches' moments and updates them afterwards")
+        f"earlier minibatches' moments and updates them afterwards"
+    )
 
 
 def test_tardis_gumbel_straight_through(monkeypatch):
@@ -483,16 +535,20 @@ def test_tardis_gumbel_straight_through(monkeypatch):
     x, targets = data(TARDIS_STEPS)
     paths = all_paths(TARDIS_STEPS, 1, TARDIS_SLOTS)
     steps_outputs = TARDIS_STEPS * OUTPUTS
-    run = tardis_forced_run(monkeypatch, model,
-                            lambda y, trace, t: sequence_nll(y, t) / steps_outputs)
+    run = tardis_forced_run(monkeypatch, model, lambda y, trace, t: sequence_nll(y, t) / steps_outputs)
     expected, _ = exact_expectation(run, x, targets, paths)
     head, everything = read_mlp(model), parameters_except(model)
     exact_head, exact_all = flat_grads(expected, head, everything)
     with monkeypatch.context() as m:
         force_tardis(m, model)
         mc_head, mc_all = monte_carlo_grads(model, x, targets, [head, everything], 8000, 8000)
-    assert_straight_through("TARDIS", "the read MLP", cosine(mc_head, exact_head),
-                            cosine(mc_all, exact_all), measured=(0.9999, 0.9995))
+    assert_straight_through(
+        "TARDIS",
+        "the read MLP",
+        cosine(mc_head, exact_head),
+        cosine(mc_all, exact_all),
+        measured=(0.9999, 0.9995),
+    )
 
 
 # ------------------------------------------------------------------ ARMIN
@@ -505,8 +561,7 @@ def armin(**kw):
     configuration, so training passes take the compiled path): 3^4 = 81 paths over 4 steps;
     steps 0-2 fill the memory, step 3 writes the slot it read. M_0 drawn at random."""
     torch.manual_seed(0)
-    model = build_model("armin", INPUTS, OUTPUTS, hidden_size=4, memory_slots=ARMIN_SLOTS,
-                        **kw).double()
+    model = build_model("armin", INPUTS, OUTPUTS, hidden_size=4, memory_slots=ARMIN_SLOTS, **kw).double()
     with torch.no_grad():
         model.cell.initial_memory.normal_()
     return model.train()
@@ -515,12 +570,14 @@ def armin(**kw):
 def force_armin(m, choices: torch.Tensor) -> None:
     """Make ARMIN read the slots ``choices`` (rows, T) (Gumbel noise +-690): the compiled path
     draws all steps' noise (T, rows, n) at once, the tensor path one step (rows, n) at a time."""
-    noise = torch.full((choices.shape[1], choices.shape[0], ARMIN_SLOTS), -GUMBEL_CHOSEN,
-                       dtype=torch.float64)
+    noise = torch.full((choices.shape[1], choices.shape[0], ARMIN_SLOTS), -GUMBEL_CHOSEN, dtype=torch.float64)
     noise.scatter_(-1, choices.t().unsqueeze(-1), GUMBEL_CHOSEN)
     steps = iter(noise)
-    m.setattr(sampling, "gumbel_noise", lambda like, generator=None:
-              (noise if like.dim() == 3 else next(steps)).to(like.dtype).clone())
+    m.setattr(
+        sampling,
+        "gumbel_noise",
+        lambda like, generator=None: (noise if like.dim() == 3 else next(steps)).to(like.dtype).clone(),
+    )
 
 
 def read_logit_rows(model):
@@ -528,8 +585,11 @@ def read_logit_rows(model):
     of control_h): the read logits and nothing else."""
     cell = model.cell
     rows = slice(cell.sizes[0] + cell.sizes[1], cell.sizes[0] + cell.sizes[1] + cell.sizes[2])
-    return [(cell.input_proj.weight, rows), (cell.input_proj.bias, rows),
-            (cell.control_h.weight, slice(cell.sizes[0], None))]
+    return [
+        (cell.input_proj.weight, rows),
+        (cell.input_proj.bias, rows),
+        (cell.control_h.weight, slice(cell.sizes[0], None)),
+    ]
 
 
 def test_armin_gumbel_straight_through(monkeypatch):
@@ -551,29 +611,33 @@ def test_armin_gumbel_straight_through(monkeypatch):
     def run(x, targets, choices):
         with monkeypatch.context() as m:
             force_armin(m, choices[..., 0])
-            y, _, trace = model(x, return_trace=True)        # the trace: the tensor path
-        assert torch.equal(trace.read_weights.argmax(-1), choices), \
-            "ARMIN did not read the forced slots"
+            y, _, trace = model(x, return_trace=True)  # the trace: the tensor path
+        assert torch.equal(trace.read_weights.argmax(-1), choices), "ARMIN did not read the forced slots"
         log_p = torch.log_softmax(trace.read_logits, -1).gather(-1, choices[..., None])
         return sequence_nll(y, targets) / steps_outputs, log_p.sum((1, 2, 3))
+
     expected, _ = exact_expectation(run, x, targets, paths)
     logits, everything = read_logit_rows(model), parameters_except(model)
     exact_logits, exact_all = flat_grads(expected, logits, everything)
     # no trace: the compiled path, which pays (and so runs) up to batch x hidden = 4096
     mc_logits, mc_all = monte_carlo_grads(model, x, targets, [logits, everything], 8192, 512)
-    assert_straight_through("ARMIN", "W_s", cosine(mc_logits, exact_logits),
-                            cosine(mc_all, exact_all), measured=(0.947, 0.9986))
+    assert_straight_through(
+        "ARMIN", "W_s", cosine(mc_logits, exact_logits), cosine(mc_all, exact_all), measured=(0.947, 0.9986)
+    )
 
 
-def assert_straight_through(model: str, reads: str, reads_cosine: float, all_cosine: float,
-                            measured: tuple[float, float]) -> None:
+def assert_straight_through(
+    model: str, reads: str, reads_cosine: float, all_cosine: float, measured: tuple[float, float]
+) -> None:
     """Straight-through is biased: its mean gradient of the read parameters must only point
     the right way (cosine > 0.5); over all parameters the task loss dominates (> 0.95)."""
     assert reads_cosine > 0.5, (
         f"{model} gumbel straight-through: the mean ST gradient of {reads} has cosine "
         f"{reads_cosine:.4f} with the exact gradient of the expected task loss "
-        f"(measured {measured[0]})")
+        f"(measured {measured[0]})"
+    )
     assert all_cosine > 0.95, (
         f"{model} gumbel straight-through: the mean training gradient has cosine "
         f"{all_cosine:.4f} with the exact gradient of the expected task loss "
-        f"(measured {measured[1]})")
+        f"(measured {measured[1]})"
+    )

@@ -7,6 +7,7 @@ Each kill is a forked child that trains with one write patched to die (``os._exi
 cleanup, like a SIGKILL) at its k-th call; the parent then resumes the run, as
 `mannlab train --resume` would, or starts it anew if no checkpoint was saved yet.
 """
+
 import os
 
 import pytest
@@ -20,11 +21,23 @@ from mannlab.training import loop, train
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 KILLED = 77
-CONFIG = RunConfig(model="lstm", task="copy", model_args={"hidden_size": 4},
-                   task_args={"width": 2, "max_length": 2}, seed=3,
-                   train=TrainConfig(steps=6, batch_size=2, val_every=2, val_batch_size=2,
-                                     val_batches=1, val_length_multiples=(1,),
-                                     checkpoint_every=3, progress=False))
+CONFIG = RunConfig(
+    model="lstm",
+    task="copy",
+    model_args={"hidden_size": 4},
+    task_args={"width": 2, "max_length": 2},
+    seed=3,
+    train=TrainConfig(
+        steps=6,
+        batch_size=2,
+        val_every=2,
+        val_batch_size=2,
+        val_batches=1,
+        val_length_multiples=(1,),
+        checkpoint_every=3,
+        progress=False,
+    ),
+)
 
 
 def half_line(log, *args, **kwargs):
@@ -35,7 +48,7 @@ def half_line(log, *args, **kwargs):
 
 # stage -> (object, attribute, what the write has done when the kill comes, or None)
 STAGES = {
-    "checkpoint": (os, "rename", None),          # before either rename of a checkpoint swap
+    "checkpoint": (os, "rename", None),  # before either rename of a checkpoint swap
     "metrics": (MetricsLog, "log", half_line),
     "config/summary/figures": (os, "replace", None),  # temporary file written, not renamed
 }
@@ -56,6 +69,7 @@ def counting(monkeypatch, target, name):
     def wrapper(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
+
     monkeypatch.setattr(target, name, wrapper)
     return calls
 
@@ -74,6 +88,7 @@ def killed_at(run_dir, target, name, partial, k):
                         partial(*args, **kwargs)
                     os._exit(KILLED)
                 return real(*args, **kwargs)
+
             setattr(target, name, dying)
             train(CONFIG.replace(run_dir=str(run_dir)))
         finally:
@@ -83,13 +98,18 @@ def killed_at(run_dir, target, name, partial, k):
 
 
 def state_of(run_dir):
-    rows = [{k: v for k, v in row.items() if k not in ("wall", "cpu")}
-            for row in read_metrics(run_dir / "metrics.jsonl")]
+    rows = [
+        {k: v for k, v in row.items() if k not in ("wall", "cpu")}
+        for row in read_metrics(run_dir / "metrics.jsonl")
+    ]
     out = {"metrics": rows}
     for kind in ("last", "best"):
         _, state = load_checkpoint(run_dir / "checkpoints" / kind)
-        out[kind] = {"weights": (run_dir / "checkpoints" / kind / "weights.safetensors").read_bytes(),
-                     "optimizer": state["optimizer"], "step": state["step"]}
+        out[kind] = {
+            "weights": (run_dir / "checkpoints" / kind / "weights.safetensors").read_bytes(),
+            "optimizer": state["optimizer"],
+            "step": state["step"],
+        }
     return out
 
 
@@ -121,7 +141,7 @@ def test_a_kill_at_any_write_then_resume_is_bit_identical(tmp_path, monkeypatch)
             config = CONFIG.replace(run_dir=str(run_dir))
             try:
                 train(config, resume=True)
-            except CheckpointError:   # killed before the first checkpoint: start again
+            except CheckpointError:  # killed before the first checkpoint: start again
                 train(config, force=True)
             results.append((stage, k, equal(state_of(run_dir), reference)))
     identical = sum(ok for *_, ok in results)

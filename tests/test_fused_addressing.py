@@ -1,4 +1,5 @@
 """The fused NTM addressing equals the composition of the primitives, in value and gradient."""
+
 import pytest
 import torch
 
@@ -16,17 +17,22 @@ def inputs(B=2, H=3, N=7, W=4, S=3, zero_rows=False, seed=0):
     d = dict(dtype=torch.float64)
     memory = torch.randn(B, N, W, generator=g, **d)
     if zero_rows:
-        memory[:, 1] = 0                        # exercises the eps guard of the cosine
-    args = (torch.randn(B, H, W, generator=g, **d), memory,
-            torch.softmax(torch.randn(B, H, N, generator=g, **d), -1),
-            torch.rand(B, H, generator=g, **d) * 5, torch.rand(B, H, generator=g, **d),
-            torch.softmax(torch.randn(B, H, S, generator=g, **d), -1),
-            1 + torch.rand(B, H, generator=g, **d) * 3)
+        memory[:, 1] = 0  # exercises the eps guard of the cosine
+    args = (
+        torch.randn(B, H, W, generator=g, **d),
+        memory,
+        torch.softmax(torch.randn(B, H, N, generator=g, **d), -1),
+        torch.rand(B, H, generator=g, **d) * 5,
+        torch.rand(B, H, generator=g, **d),
+        torch.softmax(torch.randn(B, H, S, generator=g, **d), -1),
+        1 + torch.rand(B, H, generator=g, **d) * 3,
+    )
     return [a.requires_grad_() for a in args]
 
 
-@pytest.mark.parametrize("shape", [dict(), dict(H=1, N=5, S=5), dict(B=1, H=2, N=9, W=2, S=1),
-                                   dict(zero_rows=True)])
+@pytest.mark.parametrize(
+    "shape", [dict(), dict(H=1, N=5, S=5), dict(B=1, H=2, N=9, W=2, S=1), dict(zero_rows=True)]
+)
 def test_fused_matches_composition(shape):
     args = inputs(**shape)
     fused, ref = ntm_address(*args), reference(*args)

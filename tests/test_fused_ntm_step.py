@@ -1,4 +1,5 @@
 """The fused NTM memory step equals the composition of the primitives, in value and gradient."""
+
 import gc
 import weakref
 
@@ -22,11 +23,11 @@ def reference(params, memory, read_prev, write_prev, width, num_shifts):
     """Steps (ii)-(iii) written with the unfused primitives of mannlab.nn.addressing."""
     batch, heads_w, heads_r = params.shape[0], write_prev.shape[1], read_prev.shape[1]
     size = width + 3 + num_shifts
-    address = params[:, :(heads_w + heads_r) * size].view(batch, heads_w + heads_r, size)
+    address = params[:, : (heads_w + heads_r) * size].view(batch, heads_w + heads_r, size)
     key, beta, gate, shift, gamma = address.split([width, 1, 1, num_shifts, 1], dim=-1)
     beta, gate = F.softplus(beta.squeeze(-1)), torch.sigmoid(gate.squeeze(-1))
     shift, gamma = torch.softmax(shift, -1), 1 + F.softplus(gamma.squeeze(-1))
-    erase, add = params[:, (heads_w + heads_r) * size:].view(batch, heads_w, 2 * width).split(width, -1)
+    erase, add = params[:, (heads_w + heads_r) * size :].view(batch, heads_w, 2 * width).split(width, -1)
     erase = torch.sigmoid(erase)
 
     def address_heads(sel, mem, prev):
@@ -46,14 +47,16 @@ def inputs(B=2, H=1, R=1, N=7, W=4, S=3, seed=0, zero_rows=False):
     params = torch.randn(B, (H + R) * (W + 3 + S) + H * 2 * W, generator=g, **d) * 1.5
     memory = torch.randn(B, N, W, generator=g, **d)
     if zero_rows:
-        memory[:, 2] = 0                       # exercises the eps guard of the cosine
+        memory[:, 2] = 0  # exercises the eps guard of the cosine
     read_prev = torch.softmax(torch.randn(B, R, N, generator=g, **d), -1)
     write_prev = torch.softmax(torch.randn(B, H, N, generator=g, **d), -1)
     return [t.requires_grad_() for t in (params, memory, read_prev, write_prev)], (W, S)
 
 
-@pytest.mark.parametrize("shape", [dict(), dict(H=2, R=3), dict(H=3, R=1, N=5, S=5),
-                                   dict(B=1, R=2, N=9, W=2, S=1), dict(zero_rows=True)])
+@pytest.mark.parametrize(
+    "shape",
+    [dict(), dict(H=2, R=3), dict(H=3, R=1, N=5, S=5), dict(B=1, R=2, N=9, W=2, S=1), dict(zero_rows=True)],
+)
 def test_fused_step_matches_composition(shape):
     tensors, sizes = inputs(**shape)
     fused = ntm_memory_step(*tensors, *sizes)
@@ -90,8 +93,9 @@ def test_float32_matches_composition():
     for a, b in zip(fused, ref):
         assert a.dtype == torch.float32 and torch.allclose(a, b, atol=1e-5)
     upstream = [torch.randn_like(t) for t in ref]
-    for a, b in zip(torch.autograd.grad(fused, tensors, upstream),
-                    torch.autograd.grad(ref, tensors, upstream)):
+    for a, b in zip(
+        torch.autograd.grad(fused, tensors, upstream), torch.autograd.grad(ref, tensors, upstream)
+    ):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
 
 
@@ -99,15 +103,18 @@ def test_non_contiguous_and_expanded_inputs():
     # The first step's memory and weightings are learned values expanded over the batch.
     tensors, sizes = inputs(B=3)
     params, memory, read_prev, write_prev = tensors
-    shared = [memory[:1].detach().expand(3, -1, -1).requires_grad_(),
-              read_prev[:1].detach().expand(3, -1, -1).requires_grad_()]
+    shared = [
+        memory[:1].detach().expand(3, -1, -1).requires_grad_(),
+        read_prev[:1].detach().expand(3, -1, -1).requires_grad_(),
+    ]
     args = (params, shared[0], shared[1], write_prev.transpose(1, 2).contiguous().transpose(1, 2))
     fused, ref = ntm_memory_step(*args, *sizes), reference(*args, *sizes)
     for a, b in zip(fused, ref):
         assert torch.allclose(a, b, atol=1e-12)
     upstream = [torch.randn_like(t) for t in ref]
-    for a, b in zip(torch.autograd.grad(fused, args[:3], upstream),
-                    torch.autograd.grad(ref, args[:3], upstream)):
+    for a, b in zip(
+        torch.autograd.grad(fused, args[:3], upstream), torch.autograd.grad(ref, args[:3], upstream)
+    ):
         assert torch.allclose(a, b, atol=1e-10)
 
 

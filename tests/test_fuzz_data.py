@@ -10,6 +10,7 @@ reproducible; setting the variable also draws new cases on every run:
 
     MANNLAB_FUZZ_EXAMPLES=5000 pytest tests/test_fuzz_data.py -s     # prints the counts
 """
+
 import collections
 import contextlib
 import gzip
@@ -34,16 +35,41 @@ from mannlab.errors import DataError
 from mannlab.tasks import charlm
 
 EXAMPLES = int(os.environ.get("MANNLAB_FUZZ_EXAMPLES", "100"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=timedelta(seconds=5), database=None,
-                derandomize="MANNLAB_FUZZ_EXAMPLES" not in os.environ,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=timedelta(seconds=5),
+    database=None,
+    derandomize="MANNLAB_FUZZ_EXAMPLES" not in os.environ,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 HANG_SECONDS = 30
-COUNTS = collections.defaultdict(collections.Counter)   # target -> cases, valid, data_errors, other
+COUNTS = collections.defaultdict(collections.Counter)  # target -> cases, valid, data_errors, other
 
 # ------------------------------------------------------------------ corruptions
 
-TOKENS = [b"\x00", b"\xff", b"\x80", b"\xc3", b"\t", b"\n", b"\r", b" ", b"?", b"-", b"-1", b"1e999",
-          b"nan", b"inf", b"9" * 20, b"9" * 5000, b"[" * 5000, b'{"a":' * 3000, b"\t\t\t", b"1 ", b"-" * 100]
+TOKENS = [
+    b"\x00",
+    b"\xff",
+    b"\x80",
+    b"\xc3",
+    b"\t",
+    b"\n",
+    b"\r",
+    b" ",
+    b"?",
+    b"-",
+    b"-1",
+    b"1e999",
+    b"nan",
+    b"inf",
+    b"9" * 20,
+    b"9" * 5000,
+    b"[" * 5000,
+    b'{"a":' * 3000,
+    b"\t\t\t",
+    b"1 ",
+    b"-" * 100,
+]
 
 
 @st.composite
@@ -63,15 +89,16 @@ def corrupt(draw, data: bytes) -> bytes:
         elif kind == "insert":
             out[pos:pos] = draw(st.binary(min_size=1, max_size=16))
         elif kind == "delete":
-            del out[pos:pos + draw(st.integers(1, 64))]
+            del out[pos : pos + draw(st.integers(1, 64))]
         elif kind == "repeat":
-            out[pos:pos] = out[pos:pos + draw(st.integers(1, 64))] * draw(st.integers(1, 50))
+            out[pos:pos] = out[pos : pos + draw(st.integers(1, 64))] * draw(st.integers(1, 50))
         elif kind == "token":
             out[pos:pos] = draw(st.sampled_from(TOKENS))
     return bytes(out)
 
 
 # ------------------------------------------------------------------ running a case
+
 
 class Hang(BaseException):
     """Not an Exception: no parser's ``except`` can swallow it."""
@@ -81,6 +108,7 @@ class Hang(BaseException):
 def no_hang(seconds=HANG_SECONDS):
     def stop(signum, frame):
         raise Hang(f"no result after {seconds} s")
+
     previous = signal.signal(signal.SIGALRM, stop)
     signal.alarm(seconds)
     try:
@@ -102,7 +130,7 @@ def files_under(root: Path) -> set:
 def base(tmp_path_factory):
     """The directory holding every case's directory; the counts are printed at the end."""
     root = tmp_path_factory.mktemp("fuzz")
-    cache = Path.home() / ".cache" / "mannlab"   # where loaders would go without a data_dir
+    cache = Path.home() / ".cache" / "mannlab"  # where loaders would go without a data_dir
     cwd, cache_before = set(Path.cwd().iterdir()), cache.exists() and files_under(cache)
     yield root
     assert files_under(root) == set(), "a case left files behind"
@@ -166,6 +194,7 @@ def write_files(files: dict):
         for name, data in files.items():
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_bytes(data)
+
     return write
 
 
@@ -186,13 +215,20 @@ def layout(draw, members: dict, pack, name: str, directory: str | None = None):
 
 # ------------------------------------------------------------------ MNIST (IDX)
 
+
 def idx(array, code=0x08):
-    return bytes([0, 0, code, array.ndim]) + b"".join(struct.pack(">I", n) for n in array.shape) + array.tobytes()
+    return (
+        bytes([0, 0, code, array.ndim])
+        + b"".join(struct.pack(">I", n) for n in array.shape)
+        + array.tobytes()
+    )
 
 
 _rng = np.random.default_rng(0)
-MNIST_FILES = {"train-images-idx3-ubyte.gz": idx(_rng.integers(0, 256, (3, 28, 28), dtype=np.uint8)),
-               "train-labels-idx1-ubyte.gz": idx(np.array([3, 0, 9], np.uint8))}
+MNIST_FILES = {
+    "train-images-idx3-ubyte.gz": idx(_rng.integers(0, 256, (3, 28, 28), dtype=np.uint8)),
+    "train-labels-idx1-ubyte.gz": idx(np.array([3, 0, 9], np.uint8)),
+}
 
 
 @st.composite
@@ -215,8 +251,13 @@ def check_mnist(result):
 @FUZZ
 @given(files=mnist_case())
 def test_mnist_idx(base, files):
-    run_case("mnist-idx", base, write_files(files),
-             lambda d: mnist.load_mnist("train", str(d), fetch=refuse), check_mnist)
+    run_case(
+        "mnist-idx",
+        base,
+        write_files(files),
+        lambda d: mnist.load_mnist("train", str(d), fetch=refuse),
+        check_mnist,
+    )
 
 
 @FUZZ
@@ -224,16 +265,21 @@ def test_mnist_idx(base, files):
 def test_idx_bytes(base, data):
     def check(array):
         assert array.size * array.dtype.itemsize <= len(data)
+
     run_case("idx-bytes", base, write_files({}), lambda d: mnist.parse_idx(data, "f.idx"), check)
 
 
 # ------------------------------------------------------------------ bAbI
 
-QA = {"tasks_1-20_v1-2/en/qa1_single-supporting-fact_train.txt":
-      b"1 Mary moved to the bathroom.\n2 John went to the hallway.\n3 Where is Mary? \tbathroom\t1\n"
-      b"1 Sandra travelled to the office.\n2 Where is Sandra? \toffice\t1\n",
-      "tasks_1-20_v1-2/en/qa1_single-supporting-fact_test.txt":
-      b"1 Daniel went back to the hallway.\n2 Where is Daniel? \thallway\t1\n"}
+QA = {
+    "tasks_1-20_v1-2/en/qa1_single-supporting-fact_train.txt": (
+        b"1 Mary moved to the bathroom.\n2 John went to the hallway.\n3 Where is Mary? \tbathroom\t1\n"
+        b"1 Sandra travelled to the office.\n2 Where is Sandra? \toffice\t1\n"
+    ),
+    "tasks_1-20_v1-2/en/qa1_single-supporting-fact_test.txt": (
+        b"1 Daniel went back to the hallway.\n2 Where is Daniel? \thallway\t1\n"
+    ),
+}
 
 
 def check_babi(result):
@@ -245,16 +291,23 @@ def check_babi(result):
 @FUZZ
 @given(files=layout(QA, tar_bytes, "tasks_1-20_v1-2.tar.gz", directory="."))
 def test_babi(base, files):
-    run_case("babi", base, write_files(files),
-             lambda d: babi.load_babi([1], "en", str(d), fetch=refuse), check_babi)
+    run_case(
+        "babi",
+        base,
+        write_files(files),
+        lambda d: babi.load_babi([1], "en", str(d), fetch=refuse),
+        check_babi,
+    )
 
 
 # ------------------------------------------------------------------ pen strokes
 
-STROKE_TEXT = {"sequences/trainimg-0-inputdata.txt": b"5 7 0 0\n1 0 0 0\n0 1 1 0\n-1 1 1 1\n",
-               "sequences/trainimg-0-targetdata.txt": b"0 0 0 1 0 0 0 0 0 0 1 0 0 0\n0 0 0 1 0 0 0 0 0 0 0 1 1 0\n",
-               "sequences/trainimg-1-inputdata.txt": b"9 3 0 0\n0 -1 1 1\n",
-               "sequences/trainimg-1-targetdata.txt": b"0 0 0 0 0 0 0 0 1 0 0 -1 1 1\n"}
+STROKE_TEXT = {
+    "sequences/trainimg-0-inputdata.txt": b"5 7 0 0\n1 0 0 0\n0 1 1 0\n-1 1 1 1\n",
+    "sequences/trainimg-0-targetdata.txt": b"0 0 0 1 0 0 0 0 0 0 1 0 0 0\n0 0 0 1 0 0 0 0 0 0 0 1 1 0\n",
+    "sequences/trainimg-1-inputdata.txt": b"9 3 0 0\n0 -1 1 1\n",
+    "sequences/trainimg-1-targetdata.txt": b"0 0 0 0 0 0 0 0 1 0 0 -1 1 1\n",
+}
 
 
 def check_strokes(result):
@@ -265,9 +318,10 @@ def check_strokes(result):
 @FUZZ
 @given(files=layout(STROKE_TEXT, lambda m: tar_bytes(m, "w"), "sequences.tar", directory="."))
 def test_strokes_text(base, files):
-    def load(folder):   # the .tar is named as data_dir, an unpacked sequences/ found in it
+    def load(folder):  # the .tar is named as data_dir, an unpacked sequences/ found in it
         source = folder / "sequences.tar" if "sequences.tar" in files else folder
         return strokes.load_text("train", str(source), fetch=refuse)
+
     run_case("strokes-text", base, write_files(files), load, check_strokes)
 
 
@@ -287,29 +341,46 @@ STROKE_NPY = {"train-padded-leading": npy(_lead), "train-labels": npy(np.array([
 def strokes_numpy_case(draw):
     """Both .npy files, in .tar.gz files or bare; one of them corrupted inside or outside."""
     bare = draw(st.booleans())
-    files = {f"strokes/{stem}.npy" if bare else f"strokes/{stem}.tar.gz":
-             data if bare else tar_bytes({f"{stem}.npy": data}) for stem, data in STROKE_NPY.items()}
+    files = {
+        f"strokes/{stem}.npy" if bare else f"strokes/{stem}.tar.gz": data
+        if bare
+        else tar_bytes({f"{stem}.npy": data})
+        for stem, data in STROKE_NPY.items()
+    }
     victim = draw(st.sampled_from(sorted(STROKE_NPY)))
     if bare:
         files[f"strokes/{victim}.npy"] = draw(corrupt(STROKE_NPY[victim]))
     else:
-        files[f"strokes/{victim}.tar.gz"] = draw(layout({f"{victim}.npy": STROKE_NPY[victim]}, tar_bytes, "x"))["x"]
+        files[f"strokes/{victim}.tar.gz"] = draw(
+            layout({f"{victim}.npy": STROKE_NPY[victim]}, tar_bytes, "x")
+        )["x"]
     return files
 
 
 @FUZZ
 @given(files=strokes_numpy_case())
 def test_strokes_numpy(base, files):
-    run_case("strokes-numpy", base, write_files(files),
-             lambda d: strokes.load_numpy("train", str(d), fetch=refuse), check_strokes)
+    run_case(
+        "strokes-numpy",
+        base,
+        write_files(files),
+        lambda d: strokes.load_numpy("train", str(d), fetch=refuse),
+        check_strokes,
+    )
 
 
 # ------------------------------------------------------------------ SNLI
 
-SNLI = {"snli_1.0/snli_1.0_dev.jsonl": "".join(
-    json.dumps({"gold_label": g, "sentence1": p, "sentence2": h, "annotator_labels": [g]}) + "\n"
-    for g, p, h in [("entailment", "A man plays.", "A man plays music."), ("-", "Kids read.", "Kids."),
-                    ("contradiction", "A dog runs.", "A cat sleeps.")]).encode()}
+SNLI = {
+    "snli_1.0/snli_1.0_dev.jsonl": "".join(
+        json.dumps({"gold_label": g, "sentence1": p, "sentence2": h, "annotator_labels": [g]}) + "\n"
+        for g, p, h in [
+            ("entailment", "A man plays.", "A man plays music."),
+            ("-", "Kids read.", "Kids."),
+            ("contradiction", "A dog runs.", "A cat sleeps."),
+        ]
+    ).encode()
+}
 
 
 def check_snli(result):
@@ -319,8 +390,13 @@ def check_snli(result):
 @FUZZ
 @given(files=layout(SNLI, zip_bytes, "snli_1.0.zip", directory="."))
 def test_snli(base, files):
-    run_case("snli", base, write_files(files),
-             lambda d: snli.load_snli(["valid"], str(d), fetch=refuse), check_snli)
+    run_case(
+        "snli",
+        base,
+        write_files(files),
+        lambda d: snli.load_snli(["valid"], str(d), fetch=refuse),
+        check_snli,
+    )
 
 
 # ------------------------------------------------------------------ enwik8 and PTB text
@@ -333,8 +409,14 @@ ENWIK8 = {"enwik8": bytes(range(32, 127)) * 2}
 def test_enwik8(base, files):
     def check(parts):
         assert [len(parts[s]) for s in ("train", "valid", "test")] == [150, 20, 20]
-    run_case("enwik8", base, write_files(files),
-             lambda d: enwik8.load_enwik8(str(d), sizes=(150, 20, 20), fetch=refuse), check)
+
+    run_case(
+        "enwik8",
+        base,
+        write_files(files),
+        lambda d: enwik8.load_enwik8(str(d), sizes=(150, 20, 20), fetch=refuse),
+        check,
+    )
 
 
 PTB = {f"ptb.{split}.txt": b" the cat sat \n on the <unk> mat N \n" for split in ("train", "valid", "test")}

@@ -1,6 +1,7 @@
 """What an install without the extras gets: Python 3.10's TOML parser, the models and a
 training step without numba (one line says how to get the kernels), and the line before a
 first compile."""
+
 import os
 import re
 import subprocess
@@ -15,24 +16,37 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 def run_python(code, tmp_path, **env):
     """Run ``code`` in a fresh interpreter with the sources of this checkout first."""
-    environ = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               "OMP_NUM_THREADS": "1", **env}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
-                          env=environ, capture_output=True, text=True, timeout=300)
+    environ = {
+        **os.environ,
+        "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_config_reads_toml_through_tomli_without_tomllib(tmp_path):
     # Python 3.10 has no tomllib; config falls back to the tomli package (the same parser,
     # aliased here so the test runs on any Python)
     (tmp_path / "run.toml").write_text('[model]\nname = "lstm"\n[task]\nname = "copy"\n')
-    done = run_python("""
+    done = run_python(
+        """
         import sys, tomllib
         sys.modules["tomli"], sys.modules["tomllib"] = tomllib, None
         from mannlab import config
         assert config.tomllib.__name__ == "tomllib"  # the module imported as tomli
         c = config.load_config("run.toml", ["train.lr=3e-4"])
         print(c.model, c.train.lr)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["lstm", "0.0003"]
 
@@ -50,7 +64,9 @@ sys.meta_path.insert(0, NoNumba())
 
 
 def test_models_and_a_training_step_without_numba_say_one_line(tmp_path):
-    done = run_python(NO_NUMBA + textwrap.dedent("""
+    done = run_python(
+        NO_NUMBA
+        + textwrap.dedent("""
         import torch, mannlab
         from mannlab.cli import main
         for name in ("ntm", "dnc", "dntm", "tardis", "armin", "lstm"):
@@ -61,7 +77,9 @@ def test_models_and_a_training_step_without_numba_say_one_line(tmp_path):
                      "--set", "task.max_length=3", "--set", "train.val_batch_size=2",
                      "--set", "train.val_batches=1", "--no-progress"]) == 0
         print("trained")
-    """), tmp_path)
+    """),
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "trained" in done.stdout
     lines = [line for line in done.stderr.splitlines() if "mannlab[fast]" in line]
@@ -74,13 +92,15 @@ def test_first_compile_is_announced_once(tmp_path):
     # a one-function kernel module compiled through ops.numba_cache.njit into an empty
     # cache: the line comes before the first compile, not once it is in the cache
     pytest.importorskip("numba")
-    (tmp_path / "toy_kernels.py").write_text(textwrap.dedent("""
+    (tmp_path / "toy_kernels.py").write_text(
+        textwrap.dedent("""
         from mannlab.ops.numba_cache import njit
 
         @njit
         def double(x):
             return 2 * x
-    """))
+    """)
+    )
     code = """
         import logging, sys
         logging.basicConfig(format="%(message)s")
@@ -95,7 +115,8 @@ def test_first_compile_is_announced_once(tmp_path):
     assert first.returncode == 0, first.stderr
     lines = first.stderr.strip().splitlines()
     assert len(lines) == 1 and re.fullmatch(
-        r"mannlab: compiling the NTM kernels, about \d+ s, once \(cached on disk after\)", lines[0])
+        r"mannlab: compiling the NTM kernels, about \d+ s, once \(cached on disk after\)", lines[0]
+    )
     again = run_python(code, tmp_path, **env)
     assert again.returncode == 0 and again.stderr == "", again.stderr
 
@@ -108,7 +129,7 @@ def test_progress_bar_rate_starts_after_the_warm_up_step():
 
     out = io.StringIO()
     bar = WarmupBar(total=100, file=out, mininterval=0)
-    time.sleep(0.3)                       # the warm-up step (a compile) before the first update
+    time.sleep(0.3)  # the warm-up step (a compile) before the first update
     bar.set_postfix({"loss": "0.5"}, refresh=False)
     bar.update(1)
     for _ in range(3):
@@ -116,5 +137,5 @@ def test_progress_bar_rate_starts_after_the_warm_up_step():
     meter = bar._bar.format_dict
     bar.close()
     assert meter["n"] == 4 and meter["initial"] == 1
-    assert meter["elapsed"] < 0.25        # the warm-up is not in the rate, so not in the ETA
+    assert meter["elapsed"] < 0.25  # the warm-up is not in the rate, so not in the ETA
     assert "loss=0.5" in out.getvalue()

@@ -2,6 +2,7 @@
 
 Full solves at the papers' sizes are recipes (recipes/, docs/RESULTS.md), not tests.
 """
+
 import pytest
 
 from mannlab.models import build_model
@@ -19,5 +20,7 @@ def test_loss_falls_on_tiny_copy(name):
     model_name, kwargs = TINY[name]
     before, after = tiny_copy_losses(
         lambda task: build_model(model_name, task.input_size, task.output_size, **kwargs),
-        steps=300, max_length=4)
+        steps=300,
+        max_length=4,
+    )
     assert after < 0.6 * before, f"{name}: validation BCE {before:.3f} -> {after:.3f}"

@@ -1,5 +1,6 @@
 """mannlab.load: a trained run's model (weights only, eval mode, its config), `mannlab eval`
 without the optimizer state, and run files readable like any other file."""
+
 import os
 import stat
 
@@ -12,11 +13,36 @@ from mannlab.config import RunConfig
 from mannlab.errors import CheckpointError
 from mannlab.training import loop
 
-TINY = ["train", "--model", "ntm", "--task", "copy", "--set", "model.controller_size=8",
-        "--set", "model.memory_slots=8", "--set", "model.memory_width=4",
-        "--set", "task.max_length=3", "--set", "task.width=3", "--batch-size", "4",
-        "--set", "train.val_every=2", "--set", "train.val_batch_size=4",
-        "--set", "train.val_batches=1", "--steps", "4", "--no-progress", "--run-dir", "run"]
+TINY = [
+    "train",
+    "--model",
+    "ntm",
+    "--task",
+    "copy",
+    "--set",
+    "model.controller_size=8",
+    "--set",
+    "model.memory_slots=8",
+    "--set",
+    "model.memory_width=4",
+    "--set",
+    "task.max_length=3",
+    "--set",
+    "task.width=3",
+    "--batch-size",
+    "4",
+    "--set",
+    "train.val_every=2",
+    "--set",
+    "train.val_batch_size=4",
+    "--set",
+    "train.val_batches=1",
+    "--steps",
+    "4",
+    "--no-progress",
+    "--run-dir",
+    "run",
+]
 
 
 @pytest.fixture
@@ -28,6 +54,7 @@ def trained(tmp_path, monkeypatch):
     def keep_model(self):  # called by finish() once the best checkpoint is loaded
         kept["model"] = self.model
         return {}
+
     monkeypatch.setattr(loop._Trainer, "_figures", keep_model)
     assert main(TINY) == 0
     return tmp_path / "run", kept["model"]

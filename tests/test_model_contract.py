@@ -3,6 +3,7 @@ builds it and rejects misspelled options and invalid sizes with a ConfigError na
 bad input gives a clear error, output_size=None gives the features, cell == sequence,
 chunked == whole, calls do not share memory, batch elements are independent,
 batch_first=False, gradcheck. The model files keep what only their model does."""
+
 import contextlib
 import re
 
@@ -43,9 +44,14 @@ def test_every_registered_model_has_a_small_configuration():
 
 # ---------------------------------------------------------------- the registry
 
-MISSPELLED = {"ntm": ("memory_slot", "memory_slots"), "dnc": ("memory_slot", "memory_slots"),
-              "dntm": ("adress_size", "address_size"), "lstm": ("hiden_size", "hidden_size"),
-              "tardis": ("hiden_size", "hidden_size"), "armin": ("memory_slot", "memory_slots")}
+MISSPELLED = {
+    "ntm": ("memory_slot", "memory_slots"),
+    "dnc": ("memory_slot", "memory_slots"),
+    "dntm": ("adress_size", "address_size"),
+    "lstm": ("hiden_size", "hidden_size"),
+    "tardis": ("hiden_size", "hidden_size"),
+    "armin": ("memory_slot", "memory_slots"),
+}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -53,11 +59,17 @@ def test_registry_builds_the_model_and_rejects_unknown_names_and_options(name):
     assert type(build_model(name, 5, 4, **SMALL[name])) is MODELS[name]
     assert type(build_model(name.upper(), 5, 4, **SMALL[name])) is MODELS[name]
     typo, right = MISSPELLED[name]
-    with pytest.raises(ConfigError, match=rf"^unknown option\(s\) \['{typo}'\] for model "
-                                          rf"'{name}'; valid options: (.*, )?{right}(,|$)"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^unknown option\(s\) \['{typo}'\] for model "
+        rf"'{name}'; valid options: (.*, )?{right}(,|$)",
+    ):
         build_model(name, 5, 4, **{**SMALL[name], typo: 3})
-    with pytest.raises(ConfigError, match=rf"^unknown model '{name}{name[-1]}'; valid models: "
-                                          rf"{', '.join(NAMES)}$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^unknown model '{name}{name[-1]}'; valid models: "
+        rf"{', '.join(NAMES)}$",
+    ):
         build_model(name + name[-1], 5, 4)
 
 
@@ -68,15 +80,24 @@ def test_registry_builds_the_model_and_rejects_unknown_names_and_options(name):
 SIZES = {
     "ntm": ["controller_size", "memory_slots", "memory_width", "read_heads", "write_heads"],
     "dnc": ["controller_size", "memory_slots", "memory_width", "read_heads"],
-    "dntm": ["controller_size", "memory_slots", "address_size", "content_size", "read_heads",
-             "write_heads", "addressing_steps"],
+    "dntm": [
+        "controller_size",
+        "memory_slots",
+        "address_size",
+        "content_size",
+        "read_heads",
+        "write_heads",
+        "addressing_steps",
+    ],
     "lstm": ["hidden_size", "num_layers"],
     "tardis": ["hidden_size", "memory_slots", "address_size", "content_size", "temperature_every"],
     "armin": ["hidden_size", "memory_slots"],
 }
 # Optional sizes (None: derived from the others) and the options that make them apply
-OPTIONAL_SIZES = {"tardis": ({}, ["read_mlp_size", "fusion_size"]),
-                  "armin": ({"read": "tardis"}, ["memory_width", "address_size", "read_mlp_size"])}
+OPTIONAL_SIZES = {
+    "tardis": ({}, ["read_mlp_size", "fusion_size"]),
+    "armin": ({"read": "tardis"}, ["memory_width", "address_size", "read_mlp_size"]),
+}
 
 
 def size_cases():
@@ -90,7 +111,7 @@ def size_cases():
 
 @pytest.mark.parametrize("name, options, option", list(size_cases()))
 def test_sizes_must_be_positive_integers(name, options, option):
-    for value in (0, -1, 2.5, True, "3"):   # 0 is not "the default" (None is)
+    for value in (0, -1, 2.5, True, "3"):  # 0 is not "the default" (None is)
         sizes = dict(input_size=5, output_size=4, **SMALL[name], **options)
         sizes[option] = value
         message = f"{option} must be a positive integer, got {value!r}"
@@ -106,37 +127,47 @@ def test_unknown_controller_names_the_valid_ones(name):
         build_model(name, 5, 4, **SMALL[name], controller="gru2")
 
 
-@pytest.mark.parametrize("name, kwargs, message", [
-    ("ntm", dict(shift_range=4), r"shift_range must be an integer in \[0, \(memory_slots - 1\) / 2\] "
-                                 r"= \[0, 3\], got 4"),
-    ("dntm", dict(addressing="gumbel"), "addressing must be one of 'soft', 'reinforce', 'argmax'"),
-    ("dntm", dict(write_keys="address"), "write_keys must be one of"),
-    ("dntm", dict(lru="yes"), "lru must be true or false"),
-    ("dntm", dict(addressing="reinforce", curriculum_p0=1.5),
-     "curriculum_p0 must be a number >= 0 and <= 1"),
-    ("dntm", dict(curriculum_p0=1.0), "need addressing='reinforce'"),
-    ("dntm", dict(input_baseline=True), "need addressing='reinforce'"),
-    ("dntm", dict(entropy_weight=-1), "entropy_weight"),
-    ("dntm", dict(reinforce_weight=-0.1), "reinforce_weight"),
-    ("dntm", dict(reward_momentum=1.0), "reward_momentum"),
-    ("dntm", dict(next_input_distribution="poisson"), "next_input_distribution"),
-    ("lstm", dict(layer_norm="yes"), "layer_norm must be true or false"),
-    ("lstm", dict(zoneout=1.0), r"zoneout must be a probability in \[0, 1\)"),
-    ("lstm", dict(fused=True, recurrent_dropout=0.1), "fused=true cannot run layer_norm"),
-    ("tardis", dict(addressing="soft"), "addressing"),
-    ("tardis", dict(temperature="fixed"), "temperature"),
-    ("tardis", dict(discount=1.5), "discount"),
-    ("tardis", dict(address_size=2, address_nonzeros=3), "nonzeros"),
-    ("tardis", dict(recurrent_dropout=1.5), "recurrent_dropout"),
-    ("armin", dict(addressing="reinforce"), "addressing"),
-    ("armin", dict(read="content"), "read"),
-    ("armin", dict(write="lru"), "write"),
-    ("armin", dict(zoneout=1.5), "zoneout"),
-    ("armin", dict(control_gates="yes"), "control_gates"),
-    ("armin", dict(temperature_every=-1), "temperature_every"),
-    ("armin", dict(address_size=4), "sizes of the TARDIS read"),
-    ("armin", dict(read_mlp_size=8), "sizes of the TARDIS read"),
-])
+@pytest.mark.parametrize(
+    "name, kwargs, message",
+    [
+        (
+            "ntm",
+            dict(shift_range=4),
+            r"shift_range must be an integer in \[0, \(memory_slots - 1\) / 2\] "
+            r"= \[0, 3\], got 4",
+        ),
+        ("dntm", dict(addressing="gumbel"), "addressing must be one of 'soft', 'reinforce', 'argmax'"),
+        ("dntm", dict(write_keys="address"), "write_keys must be one of"),
+        ("dntm", dict(lru="yes"), "lru must be true or false"),
+        (
+            "dntm",
+            dict(addressing="reinforce", curriculum_p0=1.5),
+            "curriculum_p0 must be a number >= 0 and <= 1",
+        ),
+        ("dntm", dict(curriculum_p0=1.0), "need addressing='reinforce'"),
+        ("dntm", dict(input_baseline=True), "need addressing='reinforce'"),
+        ("dntm", dict(entropy_weight=-1), "entropy_weight"),
+        ("dntm", dict(reinforce_weight=-0.1), "reinforce_weight"),
+        ("dntm", dict(reward_momentum=1.0), "reward_momentum"),
+        ("dntm", dict(next_input_distribution="poisson"), "next_input_distribution"),
+        ("lstm", dict(layer_norm="yes"), "layer_norm must be true or false"),
+        ("lstm", dict(zoneout=1.0), r"zoneout must be a probability in \[0, 1\)"),
+        ("lstm", dict(fused=True, recurrent_dropout=0.1), "fused=true cannot run layer_norm"),
+        ("tardis", dict(addressing="soft"), "addressing"),
+        ("tardis", dict(temperature="fixed"), "temperature"),
+        ("tardis", dict(discount=1.5), "discount"),
+        ("tardis", dict(address_size=2, address_nonzeros=3), "nonzeros"),
+        ("tardis", dict(recurrent_dropout=1.5), "recurrent_dropout"),
+        ("armin", dict(addressing="reinforce"), "addressing"),
+        ("armin", dict(read="content"), "read"),
+        ("armin", dict(write="lru"), "write"),
+        ("armin", dict(zoneout=1.5), "zoneout"),
+        ("armin", dict(control_gates="yes"), "control_gates"),
+        ("armin", dict(temperature_every=-1), "temperature_every"),
+        ("armin", dict(address_size=4), "sizes of the TARDIS read"),
+        ("armin", dict(read_mlp_size=8), "sizes of the TARDIS read"),
+    ],
+)
 def test_invalid_options_raise_config_error(name, kwargs, message):
     with pytest.raises(ConfigError, match=message):
         build_model(name, 5, 4, **{**SMALL[name], **kwargs})
@@ -145,25 +176,48 @@ def test_invalid_options_raise_config_error(name, kwargs, message):
 # ------------------------------------------------------------------ bad input
 
 OTHER_FLOAT = {torch.float32: torch.float64, torch.float64: torch.float32}
-BAD_INPUTS = {   # for a model with input_size=5 and parameters of dtype d
-    "features": (lambda d: torch.rand(2, 3, 6, dtype=d), ValueError,
-                 r"expects input_size=5 features in the last dimension, got shape \(2, 3, 6\)"),
-    "2-D": (lambda d: torch.rand(3, 5, dtype=d), ValueError,
-            r"expects a 3-D input \(batch, time, features\), got shape \(3, 5\)"),
+BAD_INPUTS = {  # for a model with input_size=5 and parameters of dtype d
+    "features": (
+        lambda d: torch.rand(2, 3, 6, dtype=d),
+        ValueError,
+        r"expects input_size=5 features in the last dimension, got shape \(2, 3, 6\)",
+    ),
+    "2-D": (
+        lambda d: torch.rand(3, 5, dtype=d),
+        ValueError,
+        r"expects a 3-D input \(batch, time, features\), got shape \(3, 5\)",
+    ),
     "4-D": (lambda d: torch.rand(2, 3, 5, 1, dtype=d), ValueError, "expects a 3-D input"),
-    "integer": (lambda d: torch.ones(2, 3, 5, dtype=torch.long), TypeError,
-                "expects a floating-point input, got torch.int64"),
-    "other float": (lambda d: torch.rand(2, 3, 5, dtype=OTHER_FLOAT[d]), TypeError,
-                    "has {d} parameters but got a {other} input"),
-    "NaN": (lambda d: torch.full((2, 3, 5), float("nan"), dtype=d), ValueError,
-            "got an input containing NaN"),
-    "infinity": (lambda d: torch.rand(2, 3, 5, dtype=d).index_fill(1, torch.tensor([2]),
-                                                                   -float("inf")),
-                 ValueError, "got an input containing NaN or infinity"),
-    "no batch": (lambda d: torch.rand(0, 3, 5, dtype=d), ValueError,
-                 r"got an empty input of shape \(0, 3, 5\)"),
-    "no steps": (lambda d: torch.rand(2, 0, 5, dtype=d), ValueError,
-                 r"got an empty input of shape \(2, 0, 5\)"),
+    "integer": (
+        lambda d: torch.ones(2, 3, 5, dtype=torch.long),
+        TypeError,
+        "expects a floating-point input, got torch.int64",
+    ),
+    "other float": (
+        lambda d: torch.rand(2, 3, 5, dtype=OTHER_FLOAT[d]),
+        TypeError,
+        "has {d} parameters but got a {other} input",
+    ),
+    "NaN": (
+        lambda d: torch.full((2, 3, 5), float("nan"), dtype=d),
+        ValueError,
+        "got an input containing NaN",
+    ),
+    "infinity": (
+        lambda d: torch.rand(2, 3, 5, dtype=d).index_fill(1, torch.tensor([2]), -float("inf")),
+        ValueError,
+        "got an input containing NaN or infinity",
+    ),
+    "no batch": (
+        lambda d: torch.rand(0, 3, 5, dtype=d),
+        ValueError,
+        r"got an empty input of shape \(0, 3, 5\)",
+    ),
+    "no steps": (
+        lambda d: torch.rand(2, 0, 5, dtype=d),
+        ValueError,
+        r"got an empty input of shape \(2, 0, 5\)",
+    ),
     "non-tensor": (lambda d: [[1.0]], TypeError, "expects a torch.Tensor input, got list"),
 }
 
@@ -187,14 +241,18 @@ def test_bad_layout_error_names_the_time_major_layout(name):
 
 # -------------------------------------------------------------------- outputs
 
-@pytest.mark.parametrize("name, kw, features", [
-    ("ntm", dict(read_heads=2), 6 + 2 * 3),           # controller + read vectors
-    ("dnc", dict(read_heads=2), 6 + 2 * 3),
-    ("dntm", dict(read_heads=2), 6 + 2 * (2 + 3)),    # controller + read heads x (address + content)
-    ("lstm", {}, 8),
-    ("tardis", {}, 6),                                # the fusion layer
-    ("armin", {}, 6 + 6),                             # hidden + read vector (width = hidden)
-])
+
+@pytest.mark.parametrize(
+    "name, kw, features",
+    [
+        ("ntm", dict(read_heads=2), 6 + 2 * 3),  # controller + read vectors
+        ("dnc", dict(read_heads=2), 6 + 2 * 3),
+        ("dntm", dict(read_heads=2), 6 + 2 * (2 + 3)),  # controller + read heads x (address + content)
+        ("lstm", {}, 8),
+        ("tardis", {}, 6),  # the fusion layer
+        ("armin", {}, 6 + 6),  # hidden + read vector (width = hidden)
+    ],
+)
 def test_output_size_none_gives_the_features(name, kw, features):
     model = build_model(name, 5, None, **{**SMALL[name], **kw})
     assert model.head is None and model.output_features == features
@@ -204,16 +262,20 @@ def test_output_size_none_gives_the_features(name, kw, features):
 
 # -------------------------------------------------------------- equivalences
 
-@pytest.mark.parametrize("name, kw", [
-    ("ntm", dict(controller="lstm", read_heads=2, write_heads=2)),
-    ("ntm", dict(controller="fnn", read_heads=2, write_heads=2)),
-    ("dnc", dict(controller="lstm", read_heads=2)),
-    ("dnc", dict(controller="fnn", read_heads=2)),
-    ("dntm", dict(controller="gru", read_heads=2, addressing_steps=2, nop=True)),
-    ("dntm", dict(controller="fnn", read_heads=2, addressing_steps=2, nop=True)),
-    ("tardis", {}),
-    ("armin", {}),
-])                                                     # LSTM: no cell (torch.nn.LSTM inside)
+
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("ntm", dict(controller="lstm", read_heads=2, write_heads=2)),
+        ("ntm", dict(controller="fnn", read_heads=2, write_heads=2)),
+        ("dnc", dict(controller="lstm", read_heads=2)),
+        ("dnc", dict(controller="fnn", read_heads=2)),
+        ("dntm", dict(controller="gru", read_heads=2, addressing_steps=2, nop=True)),
+        ("dntm", dict(controller="fnn", read_heads=2, addressing_steps=2, nop=True)),
+        ("tardis", {}),
+        ("armin", {}),
+    ],
+)  # LSTM: no cell (torch.nn.LSTM inside)
 def test_cell_loop_equals_sequence_module(name, kw):
     model = small(name, **kw)
     if name in SAMPLING:
@@ -239,19 +301,28 @@ def use_kernels(model, kernels, x):
     return switch
 
 
-@pytest.mark.parametrize("name, kw, kernels, cuts", [
-    ("ntm", {}, None, [4]),
-    ("dnc", dict(read_heads=2), None, [4]),
-    ("lstm", {}, None, [5]),
-    *[("dntm", dict(read_heads=2, addressing=mode, addressing_steps=2, nop=True), kernels, [4])
-      for mode in ("soft", "argmax", "reinforce") for kernels in (True, False)],
-    *[("tardis", dict(addressing=mode), kernels, [3])     # across the k-th step: the step
-      for mode in ("gumbel", "reinforce") for kernels in (True, False)],   # counter is state
-    ("armin", {}, True, [3]),
-    ("armin", {}, False, [3]),
-    ("armin", dict(addressing="soft"), None, [3]),
-    ("armin", dict(read="tardis", zoneout=0.2), None, [3]),
-])
+@pytest.mark.parametrize(
+    "name, kw, kernels, cuts",
+    [
+        ("ntm", {}, None, [4]),
+        ("dnc", dict(read_heads=2), None, [4]),
+        ("lstm", {}, None, [5]),
+        *[
+            ("dntm", dict(read_heads=2, addressing=mode, addressing_steps=2, nop=True), kernels, [4])
+            for mode in ("soft", "argmax", "reinforce")
+            for kernels in (True, False)
+        ],
+        *[
+            ("tardis", dict(addressing=mode), kernels, [3])  # across the k-th step: the step
+            for mode in ("gumbel", "reinforce")
+            for kernels in (True, False)
+        ],  # counter is state
+        ("armin", {}, True, [3]),
+        ("armin", {}, False, [3]),
+        ("armin", dict(addressing="soft"), None, [3]),
+        ("armin", dict(read="tardis", zoneout=0.2), None, [3]),
+    ],
+)
 def test_chunked_run_with_carried_state_equals_one_run(name, kw, kernels, cuts):
     """The draws of each chunk continue where the previous chunk stopped."""
     model = small(name, **kw)
@@ -290,7 +361,7 @@ def test_batch_elements_are_independent(name):
     y1, state1 = model(x[2:3])
     assert torch.allclose(y[2:3], y1, atol=1e-12)
     for a, b in zip(leaves(state), leaves(state1), strict=True):
-        batch_axis = 1 if name == "lstm" else 0       # (layers, batch, hidden) as torch.nn.LSTM
+        batch_axis = 1 if name == "lstm" else 0  # (layers, batch, hidden) as torch.nn.LSTM
         assert torch.allclose(a.narrow(batch_axis, 2, 1).double(), b.double(), atol=1e-12)
 
 
@@ -310,12 +381,15 @@ def test_batch_first_false_matches(name, train):
 
 # The D-NTM, TARDIS and ARMIN gradchecks need model-specific settings (LRU off, argmax reads
 # in evaluation, soft reads, fixed noise): their files keep them.
-@pytest.mark.parametrize("name, kw", [
-    ("ntm", dict(read_heads=2, write_heads=2)),
-    ("dnc", dict(read_heads=2)),
-    ("lstm", {}),
-    ("lstm", dict(layer_norm=True)),                   # the per-step loop instead of nn.LSTM
-])
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("ntm", dict(read_heads=2, write_heads=2)),
+        ("dnc", dict(read_heads=2)),
+        ("lstm", {}),
+        ("lstm", dict(layer_norm=True)),  # the per-step loop instead of nn.LSTM
+    ],
+)
 def test_gradcheck_through_the_whole_model(name, kw):
     model = small(name, **kw)
     x = seq(b=2, t=3).requires_grad_()

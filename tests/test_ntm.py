@@ -1,5 +1,6 @@
 """NTM and LSTM modules: shapes and trace, the learned initial state (what every model
 promises, bad input included, is in test_model_contract.py)."""
+
 import pytest
 import torch
 

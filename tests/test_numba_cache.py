@@ -1,6 +1,7 @@
 """numba's disk cache follows edits of the shared helpers: a kernel cached against a helper
 of ops/numba_math.py compiles again once that helper changes (ops/numba_cache.py), and
 kernels take helpers from numba_math.py only, the one file that stamp covers."""
+
 import ast
 import os
 import pathlib
@@ -13,7 +14,7 @@ import mannlab
 OPS = pathlib.Path(mannlab.__file__).parent / "ops"
 
 # One kernel through mannlab's njit, one through numba's own cache (which misses the edit).
-PROBE = '''
+PROBE = """
 import numba
 
 from mannlab.ops.numba_cache import njit
@@ -28,7 +29,7 @@ def tracked(x):
 @numba.njit(cache=True)
 def untracked(x):
     return sigmoid(x)
-'''
+"""
 RUN = "from mannlab.ops import probe; print(probe.tracked(0.0), probe.untracked(0.0))"
 
 
@@ -48,8 +49,9 @@ def copy_ops(root: pathlib.Path) -> pathlib.Path:
 def run(root: pathlib.Path) -> tuple[list[float], str]:
     env = {**os.environ, "PYTHONPATH": str(root), "NUMBA_DEBUG_CACHE": "1"}
     env.pop("NUMBA_CACHE_DIR", None)
-    done = subprocess.run([sys.executable, "-c", RUN], env=env, cwd=root, capture_output=True,
-                          text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", RUN], env=env, cwd=root, capture_output=True, text=True, check=True
+    )
     *log, values = done.stdout.strip().splitlines()
     return [float(v) for v in values.split()], "\n".join(log)
 
@@ -57,7 +59,7 @@ def run(root: pathlib.Path) -> tuple[list[float], str]:
 def test_editing_a_shared_helper_recompiles_the_kernels_that_use_it(tmp_path):
     ops = copy_ops(tmp_path)
     assert run(tmp_path)[0] == [0.5, 0.5]
-    values, log = run(tmp_path)                     # a fresh process: both from the cache
+    values, log = run(tmp_path)  # a fresh process: both from the cache
     assert values == [0.5, 0.5]
     assert "data loaded from" in log and "probe.tracked" in log
     math_file = ops / "numba_math.py"
@@ -66,16 +68,16 @@ def test_editing_a_shared_helper_recompiles_the_kernels_that_use_it(tmp_path):
     assert source.count(original) == 1
     math_file.write_text(source.replace(original, "        return 2.0 / (1.0 + math.exp(-x))"))
     tracked, untracked = run(tmp_path)[0]
-    assert tracked == 1.0                           # compiled again with the edited helper
-    assert untracked == 0.5                         # numba's own stamp: the stale machine code
+    assert tracked == 1.0  # compiled again with the edited helper
+    assert untracked == 0.5  # numba's own stamp: the stale machine code
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:
     tree = ast.parse(path.read_text())
-    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-             for alias in node.names}
-    return names | {node.module for node in ast.walk(tree)
-                    if isinstance(node, ast.ImportFrom) and node.module}
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return names | {
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
 
 
 def test_kernels_import_shared_helpers_only_from_numba_math():

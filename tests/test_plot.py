@@ -1,4 +1,5 @@
 """Figures are written, accept torch and numpy, and reject wrong inputs clearly."""
+
 import json
 from typing import NamedTuple
 
@@ -10,8 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from mannlab.reporting import figures as plot  # noqa: E402
 from mannlab.errors import DataError  # noqa: E402
+from mannlab.reporting import figures as plot  # noqa: E402
 
 B, T, C_IN, C_OUT, R, H = 2, 7, 5, 4, 1, 2
 
@@ -127,8 +128,15 @@ def metrics_rows():
     for step in range(0, 500, 50):
         rows.append({"step": step, "split": "train", "bce": 0.7 * 0.99**step, "loss": 0.7 * 0.99**step})
         for length in (20, 40):
-            rows.append({"step": step, "split": "val", "length": length, "bce": 0.6 * 0.99**step,
-                         "bit_error_rate": max(0.0, 0.4 - step / 1000)})
+            rows.append(
+                {
+                    "step": step,
+                    "split": "val",
+                    "length": length,
+                    "bce": 0.6 * 0.99**step,
+                    "bit_error_rate": max(0.0, 0.4 - step / 1000),
+                }
+            )
     return rows
 
 
@@ -174,8 +182,14 @@ def _val_run(directory, values, cpu_per_step=None, multiples=(1, 2)):
     rows = []
     for step, value in enumerate(values, start=1):
         for multiple in multiples:
-            row = {"step": step * 100, "split": "val", "length": 20 * multiple,
-                   "multiple": multiple, "bce": value * multiple, "wall": step * 60.0}
+            row = {
+                "step": step * 100,
+                "split": "val",
+                "length": 20 * multiple,
+                "multiple": multiple,
+                "bce": value * multiple,
+                "wall": step * 60.0,
+            }
             if cpu_per_step:
                 row["cpu"] = step * cpu_per_step
             rows.append(row)
@@ -191,12 +205,12 @@ def test_compare_curves_one_line_per_run_at_the_training_length(tmp_path):
         ax = fig.axes[0]
         assert ax.get_legend_handles_labels()[1] == ["A", "B", "threshold 0.02"]
         line_a, line_b = ax.get_lines()[:2]
-        assert list(line_a.get_xdata()) == [0.5, 1.0, 1.5]          # CPU minutes
-        assert list(line_a.get_ydata()) == [0.6, 0.3, 0.1]          # multiple 1 only
+        assert list(line_a.get_xdata()) == [0.5, 1.0, 1.5]  # CPU minutes
+        assert list(line_a.get_ydata()) == [0.6, 0.3, 0.1]  # multiple 1 only
         assert list(line_b.get_xdata()) == [2.0, 4.0] and ax.get_xlabel() == "CPU minutes"
     finally:
         plt.close(fig)
-    with pytest.raises(DataError, match="cpu"):      # an older run logged no CPU seconds
+    with pytest.raises(DataError, match="cpu"):  # an older run logged no CPU seconds
         plot.compare_curves({"old": _val_run(tmp_path / "old", [0.5])}, x="cpu")
     with pytest.raises(ValueError, match="x must be"):
         plot.compare_curves({"A": a}, x="epoch")
@@ -204,6 +218,7 @@ def test_compare_curves_one_line_per_run_at_the_training_length(tmp_path):
 
 def test_compare_command_writes_the_figure(tmp_path, capsys):
     from mannlab.cli import main
+
     a = _val_run(tmp_path / "a", [0.6, 0.3])
     b = _val_run(tmp_path / "b", [0.5, 0.2])
     out = tmp_path / "cmp.png"

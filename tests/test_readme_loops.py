@@ -1,4 +1,5 @@
 """The README's "Your own training loop" and "Lightning" snippets run as written (fewer steps)."""
+
 import importlib.util
 import re
 from pathlib import Path
@@ -13,7 +14,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def snippet(heading):
     """The first python block after ``heading`` in the README."""
     text = README.read_text(encoding="utf-8")
-    return re.search(r"```python\n(.*?)```", text[text.index(heading):], re.DOTALL).group(1)
+    return re.search(r"```python\n(.*?)```", text[text.index(heading) :], re.DOTALL).group(1)
 
 
 def test_own_loop_snippet_runs():
@@ -24,12 +25,16 @@ def test_own_loop_snippet_runs():
     assert namespace["step"] == 1 and namespace["loss"].isfinite()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
-                    reason="lightning is not installed: pip install 'mannlab[lightning]'")
+@pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None,
+    reason="lightning is not installed: pip install 'mannlab[lightning]'",
+)
 def test_lightning_snippet_runs(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)   # lightning_logs/ and checkpoints land here
-    code = snippet("### Lightning").replace("max_steps=5000, val_check_interval=500",
-                                            "max_steps=2, val_check_interval=1, enable_progress_bar=False")
+    monkeypatch.chdir(tmp_path)  # lightning_logs/ and checkpoints land here
+    code = snippet("### Lightning").replace(
+        "max_steps=5000, val_check_interval=500",
+        "max_steps=2, val_check_interval=1, enable_progress_bar=False",
+    )
     assert "max_steps=2" in code
     namespace = {}
     with use_kernels(False):

@@ -1,8 +1,11 @@
 """The shipped recipes: every one parses, and the ARMIN Table 1 set (recipes/table1) covers
 the paper's models and tasks with its appendix C.1 training and table 5 sizes.
 (Table 2's recipes are checked in test_report.py, the char-LM ones in test_charlm.py.)"""
+
 from pathlib import Path
+
 import pytest
+
 from mannlab import tasks
 from mannlab.building import build_run
 from mannlab.config import load_config
@@ -30,8 +33,13 @@ def test_table1_recipe_has_the_paper_set_up_and_builds(recipe):
     config = load_config(recipe)
     model_name = recipe.stem.removesuffix("-" + config.task)
     train = config.train
-    assert (train.optimizer, train.lr, train.momentum, train.clip_grad_norm, train.batch_size) \
-        == ("rmsprop", 1e-4, 0.9, 10.0, 1)
+    assert (train.optimizer, train.lr, train.momentum, train.clip_grad_norm, train.batch_size) == (
+        "rmsprop",
+        1e-4,
+        0.9,
+        10.0,
+        1,
+    )
     assert (train.steps, train.solve_bce, train.budget_clock) == (100_000, 0.01, "cpu")
     assert config.task in tasks.TASKS and config.run_dir == f"runs/table1/{recipe.stem}"
     task, model = build_run(config)

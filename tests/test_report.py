@@ -1,5 +1,6 @@
 """`mannlab report`: tables over fake run directories (no training), the paper's data, the
 CLI, and the Table 2 recipes (they parse and build with every controller)."""
+
 import json
 from pathlib import Path
 
@@ -7,12 +8,20 @@ import pytest
 import tomli_w
 import tomllib
 
-from mannlab.cli import main
 from mannlab.building import build_run
+from mannlab.cli import main
 from mannlab.config import load_config
 from mannlab.errors import DataError
-from mannlab.reporting.run_tables import (PAPER_COLUMNS, PAPER_TABLE2, bit_error_percent, build_report,
-                            error_table, find_runs, last_val_bce, runs_table)
+from mannlab.reporting.run_tables import (
+    PAPER_COLUMNS,
+    PAPER_TABLE2,
+    bit_error_percent,
+    build_report,
+    error_table,
+    find_runs,
+    last_val_bce,
+    runs_table,
+)
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "table2"
 PAPER_CONTROLLERS = ("fnn", "elman", "pnr-elman", "lstm", "pnr-lstm")
@@ -25,25 +34,56 @@ def rows(ber, multiple_first=1):
     return [train, longer] if multiple_first == 1 else [longer, train]
 
 
-def fake_run(root, group, seed, model="ntm", controller="lstm", task="copy", ber=0.0,
-             final_ber=0.3, best_rows=True, steps=1000, wall=100.0, solved=False, finished=True):
+def fake_run(
+    root,
+    group,
+    seed,
+    model="ntm",
+    controller="lstm",
+    task="copy",
+    ber=0.0,
+    final_ber=0.3,
+    best_rows=True,
+    steps=1000,
+    wall=100.0,
+    solved=False,
+    finished=True,
+):
     """<root>/<group>/seed<seed>/ with config.toml and (if finished) summary.json."""
     run = Path(root) / group / f"seed{seed}"
     run.mkdir(parents=True)
     model_table = {"name": model, "controller_size": 8}
     if controller is not None:
         model_table["controller"] = controller
-    config = {"seed": seed, "run_dir": str(run), "model": model_table,
-              "task": {"name": task, "max_length": 20}, "train": {"steps": steps}}
+    config = {
+        "seed": seed,
+        "run_dir": str(run),
+        "model": model_table,
+        "task": {"name": task, "max_length": 20},
+        "train": {"steps": steps},
+    }
     (run / "config.toml").write_text(tomli_w.dumps(config))
     (run / "metrics.jsonl").write_text("")
     if finished:
-        summary = {"model": model, "task": task, "seed": seed, "run_dir": str(run),
-                   "steps": steps, "configured_steps": steps, "wall_seconds": wall, "cpu_seconds": wall / 2,
-                   "solved": solved, "solved_at_step": None, "solved_at_seconds": None,
-                   "best_val": {"step": steps // 2, "bce": 0.1,
-                                "rows": rows(ber, multiple_first=2) if best_rows else None},
-                   "final_val": rows(final_ber)}
+        summary = {
+            "model": model,
+            "task": task,
+            "seed": seed,
+            "run_dir": str(run),
+            "steps": steps,
+            "configured_steps": steps,
+            "wall_seconds": wall,
+            "cpu_seconds": wall / 2,
+            "solved": solved,
+            "solved_at_step": None,
+            "solved_at_seconds": None,
+            "best_val": {
+                "step": steps // 2,
+                "bce": 0.1,
+                "rows": rows(ber, multiple_first=2) if best_rows else None,
+            },
+            "final_val": rows(final_ber),
+        }
         (run / "summary.json").write_text(json.dumps(summary))
     return run
 
@@ -115,28 +155,53 @@ def test_a_method_switch_is_its_own_column(tmp_path):
     reinforce = fake_run(tmp_path, "reinforce", 0, model="dntm", controller=None, ber=0.3)
     armin = fake_run(tmp_path, "armin", 0, model="armin", controller=None, ber=0.2)
     tardis_read = fake_run(tmp_path, "armin-tardis", 0, model="armin", controller=None, ber=0.4)
-    for run, table in ((reinforce, {"addressing": "reinforce"}), (armin, {"read": "auto"}),
-                       (tardis_read, {"read": "tardis"})):
+    for run, table in (
+        (reinforce, {"addressing": "reinforce"}),
+        (armin, {"read": "auto"}),
+        (tardis_read, {"read": "tardis"}),
+    ):
         config = tomllib.loads((run / "config.toml").read_text())
-        config["model"].update(table)                     # "auto" is ARMIN's default read
+        config["model"].update(table)  # "auto" is ARMIN's default read
         (run / "config.toml").write_text(tomli_w.dumps(config))
     found, warnings = find_runs(tmp_path)
     assert sorted((r.column for r in found), key=str) == [
-        ("armin", "read=tardis"), ("armin", None), ("dntm", "gru"), ("dntm", "gru, addressing=reinforce")]
+        ("armin", "read=tardis"),
+        ("armin", None),
+        ("dntm", "gru"),
+        ("dntm", "gru, addressing=reinforce"),
+    ]
     assert table_cells(error_table(found), "copy") == {
-        "task": "copy", "armin": "20.0 (0)", "armin read=tardis": "40.0 (0)", "dntm gru": "10.0 (0)",
-        "dntm gru, addressing=reinforce": "30.0 (0)"}
+        "task": "copy",
+        "armin": "20.0 (0)",
+        "armin read=tardis": "40.0 (0)",
+        "dntm gru": "10.0 (0)",
+        "dntm gru, addressing=reinforce": "30.0 (0)",
+    }
 
 
 def test_runs_table_counts_seeds_steps_and_wall_time(runs):
     table = runs_table(find_runs(runs)[0], runs)
-    lines = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): line
-             for line in table.splitlines()[2:]}
+    lines = {
+        tuple(c.strip() for c in line.strip("|").split("|")[:3]): line for line in table.splitlines()[2:]
+    }
     ntm_lstm = [c.strip() for c in lines[("copy", "ntm", "lstm")].strip("|").split("|")]
     # seeds, seed ids, unfinished, steps, best step, solved, solved at, wall to solve,
     # unsolved last-10 bce, wall per seed, wall total, CPU per seed, directory
-    assert ntm_lstm[3:] == ["3", "0, 1, 2", "0", "1000", "500", "0/3", "-", "-", "-", "2.0 min",
-                            "6.0 min", "60.0 s", "`ntm-lstm-copy`"]
+    assert ntm_lstm[3:] == [
+        "3",
+        "0, 1, 2",
+        "0",
+        "1000",
+        "500",
+        "0/3",
+        "-",
+        "-",
+        "-",
+        "2.0 min",
+        "6.0 min",
+        "60.0 s",
+        "`ntm-lstm-copy`",
+    ]
     dnc = [c.strip() for c in lines[("copy", "dnc", "lstm")].strip("|").split("|")]
     assert dnc[3:6] == ["1", "1", "1"]  # one finished (seed 1), one unfinished
     assert lines[("copy", "ntm", "pnr-lstm")].count("3/3") == 1
@@ -163,9 +228,11 @@ def test_runs_table_gives_the_armin_table1_figures(tmp_path):
     for seed, bces in ((0, [0.9, 0.9] + [0.3] * 10), (1, [0.5] * 12)):
         write_validations(fake_run(tmp_path, "lstm-copy", seed, model="lstm", controller=None), bces)
     assert last_val_bce(tmp_path / "lstm-copy" / "seed0") == pytest.approx(0.3)
-    assert last_val_bce(tmp_path / "armin-copy" / "seed0") is None   # no validations
-    lines = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line
-             for line in runs_table(find_runs(tmp_path)[0], tmp_path).splitlines()[2:]}
+    assert last_val_bce(tmp_path / "armin-copy" / "seed0") is None  # no validations
+    lines = {
+        tuple(c.strip() for c in line.strip("|").split("|")[:2]): line
+        for line in runs_table(find_runs(tmp_path)[0], tmp_path).splitlines()[2:]
+    }
     armin = [c.strip() for c in lines[("copy", "armin")].strip("|").split("|")]
     lstm = [c.strip() for c in lines[("copy", "lstm")].strip("|").split("|")]
     assert armin[8:11] == ["2/2", "2000", "3.3 min"] and armin[11] == "-"
@@ -190,8 +257,14 @@ def test_paper_rows(runs):
 
 
 def test_paper_table_data():
-    assert set(PAPER_TABLE2) == {"copy", "reverse", "bigram_flip", "odd_first", "repeat_copy",
-                                 "priority_sort"}
+    assert set(PAPER_TABLE2) == {
+        "copy",
+        "reverse",
+        "bigram_flip",
+        "odd_first",
+        "repeat_copy",
+        "priority_sort",
+    }
     assert len(PAPER_COLUMNS) == 12
     for task, cells in PAPER_TABLE2.items():
         assert list(cells) == list(PAPER_COLUMNS)
@@ -228,6 +301,7 @@ def test_summary_without_config_is_skipped_with_a_warning(tmp_path):
 
 # ------------------------------------------------------------- data-set runs
 
+
 def fake_babi_eval(root, group, seed, errors, evaluated=True, controller="gru"):
     """A finished bAbI run under <root>/<group>/seed<seed> trained on the tasks of ``errors``,
     with its eval-test.json (errors per task)."""
@@ -238,9 +312,17 @@ def fake_babi_eval(root, group, seed, errors, evaluated=True, controller="gru"):
     if evaluated:
         per_group = {f"qa{n} name{n}": {"error": e, "examples": 1000} for n, e in errors.items()}
         overall = sum(errors.values()) / len(errors) if errors else None
-        (run / "eval-test.json").write_text(json.dumps(
-            {"split": "test", "task": "babi", "per_group": per_group, "error": overall,
-             "fail_threshold": 0.05}))
+        (run / "eval-test.json").write_text(
+            json.dumps(
+                {
+                    "split": "test",
+                    "task": "babi",
+                    "per_group": per_group,
+                    "error": overall,
+                    "fail_threshold": 0.05,
+                }
+            )
+        )
     return run
 
 
@@ -261,8 +343,11 @@ def test_babi_runs_get_a_test_error_table_per_task(tmp_path):
     rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| qa")]
     assert rows == ["qa1 name1", "qa2 name2", "qa10 name10"]  # natural order
     assert table_cells(text, "**mean**") == {"group": "**mean**", "`dntm`": "11.3", "`joint`": "37.5"}
-    assert table_cells(text, "failed (> 5 %)") == {"group": "failed (> 5 %)", "`dntm`": "1 of 3",
-                                                     "`joint`": "2 of 2"}
+    assert table_cells(text, "failed (> 5 %)") == {
+        "group": "failed (> 5 %)",
+        "`dntm`": "1 of 3",
+        "`joint`": "2 of 2",
+    }
     assert "Not evaluated (1" in text and "joint/seed2" in text
     # reported from inside the per-task directory, the column is named after it
     inside = build_report(tmp_path / "dntm")
@@ -272,8 +357,15 @@ def test_babi_runs_get_a_test_error_table_per_task(tmp_path):
 def test_each_task_gets_its_own_table_and_mnist_has_no_failed_row(tmp_path):
     fake_babi_eval(tmp_path, "babi", 0, {1: 0.5, 2: 0.1})
     run = fake_run(tmp_path, "pmnist", 0, model="lstm", controller=None, task="mnist")
-    (run / "eval-test.json").write_text(json.dumps(
-        {"task": "mnist", "error": 0.25, "per_group": {str(d): {"error": 0.2 + d / 100} for d in range(10)}}))
+    (run / "eval-test.json").write_text(
+        json.dumps(
+            {
+                "task": "mnist",
+                "error": 0.25,
+                "per_group": {str(d): {"error": 0.2 + d / 100} for d in range(10)},
+            }
+        )
+    )
     text = build_report(tmp_path)
     babi_part, mnist_part = text.split("## mnist")
     assert "## babi" in babi_part and table_cells(babi_part, "all examples")["`babi`"] == "30.0"
@@ -299,6 +391,7 @@ def test_malformed_eval_file_is_a_data_error(tmp_path):
 
 
 # ------------------------------------------------------------------------ CLI
+
 
 def test_cli_prints_and_writes(runs, tmp_path, capsys):
     assert main(["report", str(runs)]) == 0
@@ -328,11 +421,17 @@ def test_cli_help(capsys):
     assert "report" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda root: None, "runs directory not found"),
-    (lambda root: root.mkdir(), "no runs in"),
-    (lambda root: (fake_run(root, "g", 0) / "summary.json").write_text("{broken"), "truncated or not JSON"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda root: None, "runs directory not found"),
+        (lambda root: root.mkdir(), "no runs in"),
+        (
+            lambda root: (fake_run(root, "g", 0) / "summary.json").write_text("{broken"),
+            "truncated or not JSON",
+        ),
+    ],
+)
 def test_cli_user_errors_exit_2(tmp_path, capsys, make, message):
     root = tmp_path / "runs"
     make(root)
@@ -344,6 +443,7 @@ def test_cli_user_errors_exit_2(tmp_path, capsys, make, message):
 
 
 # -------------------------------------------------------------- the recipes
+
 
 def test_table2_recipes_cover_models_and_tasks():
     names = sorted(p.stem for p in RECIPES.glob("*.toml"))
@@ -360,8 +460,13 @@ def test_table2_recipe_parses_and_builds_with_every_controller(recipe):
     assert base.model_args["read_heads"] == (4 if base.task == "priority_sort" else 1)
     assert base.train.clip_grad_norm == 5.0 and base.train.momentum == 0.9
     if recipe.stem.endswith("-batched"):
-        assert (base.train.batch_size, base.train.lr, base.train.lr_after_solve,
-                base.train.val_every, base.train.steps) == (16, 3e-4, 3e-5, 100, 3000)
+        assert (
+            base.train.batch_size,
+            base.train.lr,
+            base.train.lr_after_solve,
+            base.train.val_every,
+            base.train.steps,
+        ) == (16, 3e-4, 3e-5, 100, 3000)
     else:
         assert (base.train.batch_size, base.train.lr, base.train.val_every) == (1, 1e-4, 1000)
     for controller in PAPER_CONTROLLERS:

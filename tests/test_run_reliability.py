@@ -1,5 +1,6 @@
 """Run directories that survive crashes and nonsense: atomic files, resume of a finished run,
 divergence as an outcome, range-checked config values, one-line CLI errors."""
+
 import json
 import math
 
@@ -14,11 +15,33 @@ from mannlab.training import DivergedError, loop, train
 from mannlab.training.sampled import SampledBatches
 from mannlab.training.source import Validation
 
-TINY = ["--model", "lstm", "--task", "copy", "--set", "model.hidden_size=4",
-        "--set", "task.max_length=2", "--set", "task.width=2", "--batch-size", "2",
-        "--set", "train.val_every=2", "--set", "train.val_batch_size=2",
-        "--set", "train.val_batches=1", "--set", "train.checkpoint_every=2",
-        "--set", "train.val_length_multiples=[1]", "--no-progress", "--steps", "4"]
+TINY = [
+    "--model",
+    "lstm",
+    "--task",
+    "copy",
+    "--set",
+    "model.hidden_size=4",
+    "--set",
+    "task.max_length=2",
+    "--set",
+    "task.width=2",
+    "--batch-size",
+    "2",
+    "--set",
+    "train.val_every=2",
+    "--set",
+    "train.val_batch_size=2",
+    "--set",
+    "train.val_batches=1",
+    "--set",
+    "train.checkpoint_every=2",
+    "--set",
+    "train.val_length_multiples=[1]",
+    "--no-progress",
+    "--steps",
+    "4",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -28,19 +51,36 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def config(run_dir="run", **train_args):
-    args = dict(steps=4, batch_size=2, val_every=2, val_batch_size=2, val_batches=1,
-                val_length_multiples=(1,), checkpoint_every=2, progress=False)
-    return RunConfig(model="lstm", task="copy", model_args={"hidden_size": 4},
-                     task_args={"width": 2, "max_length": 2}, seed=0,
-                     train=TrainConfig(**{**args, **train_args}), run_dir=run_dir)
+    args = dict(
+        steps=4,
+        batch_size=2,
+        val_every=2,
+        val_batch_size=2,
+        val_batches=1,
+        val_length_multiples=(1,),
+        checkpoint_every=2,
+        progress=False,
+    )
+    return RunConfig(
+        model="lstm",
+        task="copy",
+        model_args={"hidden_size": 4},
+        task_args={"width": 2, "max_length": 2},
+        seed=0,
+        train=TrainConfig(**{**args, **train_args}),
+        run_dir=run_dir,
+    )
 
 
 def rows(run_dir="run"):
-    return [{k: v for k, v in r.items() if k not in ("wall", "cpu")}
-            for r in read_metrics(f"{run_dir}/metrics.jsonl")]
+    return [
+        {k: v for k, v in r.items() if k not in ("wall", "cpu")}
+        for r in read_metrics(f"{run_dir}/metrics.jsonl")
+    ]
 
 
 # ------------------------------------------------------------- atomic files
+
 
 def test_a_failed_write_leaves_the_old_file(tmp_path):
     path = tmp_path / "summary.json"
@@ -52,6 +92,7 @@ def test_a_failed_write_leaves_the_old_file(tmp_path):
 
 
 # ------------------------------------------------------------------ resume
+
 
 def test_resuming_a_finished_run_does_nothing_until_the_budget_is_raised(capsys):
     first = train(config())
@@ -68,7 +109,7 @@ def test_resuming_a_finished_run_does_nothing_until_the_budget_is_raised(capsys)
 def test_a_resume_after_the_last_checkpoint_repeats_no_row_and_no_cpu_time(tmp_path):
     whole = train(config("whole"))
     train(config("cut"))
-    (tmp_path / "cut" / "summary.json").unlink()   # killed after the last checkpoint
+    (tmp_path / "cut" / "summary.json").unlink()  # killed after the last checkpoint
     with open(tmp_path / "cut" / "metrics.jsonl", "a") as fh:
         fh.write('{"step": 4, "split": "val", "bce": 1.0}\n')  # and after one more row
     cpu = load_checkpoint(tmp_path / "cut" / "checkpoints" / "last")[1]["cpu"]
@@ -91,22 +132,31 @@ def test_a_nan_best_in_the_training_state_does_not_freeze_the_best_checkpoint(tm
 
 # -------------------------------------------------------------- divergence
 
+
 def exploding(values):
     """SampledBatches.validate giving ``values`` in turn (the first: the untrained model)."""
     it = iter(values)
 
     def validate(self, model):
         value = next(it)
-        return Validation([({"bce": value}, {"length": 2, "multiple": 1})], value, value,
-                          [{"bce": value, "length": 2, "multiple": 1}])
+        return Validation(
+            [({"bce": value}, {"length": 2, "multiple": 1})],
+            value,
+            value,
+            [{"bce": value, "length": 2, "multiple": 1}],
+        )
+
     return validate
 
 
-@pytest.mark.parametrize("values, patience, match", [
-    ([0.7, 0.5, math.nan], 3, "validation loss nan at step 4"),
-    ([0.7, 8.0, 9.0, 10.0], 3, r"above 10 x the untrained model's \(0.7\) for 3 validations"),
-    ([0.7, 8.0, 0.5, 8.0, 9.0], 2, "for 2 validations in a row"),
-])
+@pytest.mark.parametrize(
+    "values, patience, match",
+    [
+        ([0.7, 0.5, math.nan], 3, "validation loss nan at step 4"),
+        ([0.7, 8.0, 9.0, 10.0], 3, r"above 10 x the untrained model's \(0.7\) for 3 validations"),
+        ([0.7, 8.0, 0.5, 8.0, 9.0], 2, "for 2 validations in a row"),
+    ],
+)
 def test_divergence_stops_the_run_and_the_summary_says_so(monkeypatch, values, patience, match):
     monkeypatch.setattr(SampledBatches, "validate", exploding(values))
     with pytest.raises(DivergedError, match=match):
@@ -125,22 +175,50 @@ def test_no_divergence_check_with_patience_zero_but_nan_still_stops(monkeypatch)
 
 def test_a_diverged_run_exits_1_with_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", *TINY, "--force", "--lr", "1000", "--set", "train.clip_grad_norm=0",
-              "--steps", "20"])
+        main(["train", *TINY, "--force", "--lr", "1000", "--set", "train.clip_grad_norm=0", "--steps", "20"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 1 and err.count("\n") == 1 and "diverge" in err
 
 
 # ------------------------------------------------------------ config ranges
 
-BAD_TRAIN = ["clip_grad_norm=-1", "clip_grad_norm=nan", "momentum=-0.1", "momentum=nan",
-             "momentum=2", "momentum=1", "alpha=-1", "alpha=nan", "eps=0", "eps=-1e-8",
-             "eps=nan", "weight_decay=-1", "weight_decay=nan", "lr=0", "lr=-1", "lr=nan",
-             "lr=inf", "lr_after_solve=nan", "lr_after_solve=-1", "solve_bce=nan",
-             "solve_bce=-1", "max_minutes=nan", "max_minutes=-1", "max_minutes=inf",
-             "diverge_patience=-1", "diverge_factor=1", "diverge_factor=nan", "steps=-1",
-             "stop_after_solve=-1", "threads=-1", "batch_size=0", "val_every=0",
-             "checkpoint_every=0", "val_batches=0", "val_batch_size=0"]
+BAD_TRAIN = [
+    "clip_grad_norm=-1",
+    "clip_grad_norm=nan",
+    "momentum=-0.1",
+    "momentum=nan",
+    "momentum=2",
+    "momentum=1",
+    "alpha=-1",
+    "alpha=nan",
+    "eps=0",
+    "eps=-1e-8",
+    "eps=nan",
+    "weight_decay=-1",
+    "weight_decay=nan",
+    "lr=0",
+    "lr=-1",
+    "lr=nan",
+    "lr=inf",
+    "lr_after_solve=nan",
+    "lr_after_solve=-1",
+    "solve_bce=nan",
+    "solve_bce=-1",
+    "max_minutes=nan",
+    "max_minutes=-1",
+    "max_minutes=inf",
+    "diverge_patience=-1",
+    "diverge_factor=1",
+    "diverge_factor=nan",
+    "steps=-1",
+    "stop_after_solve=-1",
+    "threads=-1",
+    "batch_size=0",
+    "val_every=0",
+    "checkpoint_every=0",
+    "val_batches=0",
+    "val_batch_size=0",
+]
 
 
 @pytest.mark.parametrize("override", BAD_TRAIN)
@@ -159,6 +237,7 @@ def test_seeds_are_range_checked(seed):
 
 
 # ---------------------------------------------------------------- CLI lines
+
 
 def one_line_failure(argv, capsys, status=2):
     with pytest.raises(SystemExit) as exit_info:
@@ -183,6 +262,7 @@ def drop_entry(key):
         load_checkpoint(last, model)
         state.pop(key)
         save_checkpoint(last, model, meta, state)
+
     return damage
 
 
@@ -201,40 +281,63 @@ def write(path, content):
 
 DEEP = b"x = " + b"[" * 100_000 + b"]" * 100_000 + b"\n"
 CLI_CASES = {
-    "non-UTF-8 config": (write("bad.toml", b"seed = 1 # \xff\xfe\n"), ["train", "--config", "bad.toml"],
-                         "not valid TOML in UTF-8"),
-    "deep TOML config": (write("deep.toml", DEEP), ["train", "--config", "deep.toml"],
-                         "RecursionError"),
-    "config is a directory": (lambda: __import__("os").mkdir("adir"),
-                              ["train", "--config", "adir"], "is a directory"),
-    "run dir is a file": (write("afile", b""), ["train", *TINY, "--run-dir", "afile"],
-                          "afile is a file, not a directory"),
+    "non-UTF-8 config": (
+        write("bad.toml", b"seed = 1 # \xff\xfe\n"),
+        ["train", "--config", "bad.toml"],
+        "not valid TOML in UTF-8",
+    ),
+    "deep TOML config": (write("deep.toml", DEEP), ["train", "--config", "deep.toml"], "RecursionError"),
+    "config is a directory": (
+        lambda: __import__("os").mkdir("adir"),
+        ["train", "--config", "adir"],
+        "is a directory",
+    ),
+    "run dir is a file": (
+        write("afile", b""),
+        ["train", *TINY, "--run-dir", "afile"],
+        "afile is a file, not a directory",
+    ),
     "eval a file": (write("afile", b""), ["eval", "afile"], "is a file; expected a run directory"),
-    "deep --set": (None, ["train", *TINY, "--set", "train.lr=" + "[" * 100_000],
-                   "nested too deeply"),
-    "huge --seed": (None, ["train", *TINY, "--seed", "99999999999999999999"],
-                    "expected an integer in [0,"),
+    "deep --set": (None, ["train", *TINY, "--set", "train.lr=" + "[" * 100_000], "nested too deeply"),
+    "huge --seed": (None, ["train", *TINY, "--seed", "99999999999999999999"], "expected an integer in [0,"),
     "eval --batches 0": (None, ["eval", "run", "--batches", "0"], "expected an integer >= 1"),
     "eval --lengths 0": (None, ["eval", "run", "--lengths", "0"], "expected integers >= 1"),
     "eval --seed -1": (None, ["eval", "run", "--seed", "-1"], "expected an integer in [0,"),
     "plot --length 0": (None, ["plot", "run", "--length", "0"], "expected an integer >= 1"),
-    "clip -1": (None, ["train", *TINY, "--set", "train.clip_grad_norm=-1"],
-                "train.clip_grad_norm must be >= 0"),
+    "clip -1": (
+        None,
+        ["train", *TINY, "--set", "train.clip_grad_norm=-1"],
+        "train.clip_grad_norm must be >= 0",
+    ),
     "lr nan": (None, ["train", *TINY, "--lr", "nan"], "train.lr must be > 0 and finite, got nan"),
 }
 RUN_CASES = {  # damage a finished run, then the command
-    "non-UTF-8 run config": (write("run/config.toml", b"\xff\xfe"), ["eval", "run"],
-                             "not valid TOML in UTF-8"),
-    "non-UTF-8 metrics": (write("run/metrics.jsonl", b"\xff\xfe\n"), ["plot", "run"],
-                          "not UTF-8 text"),
-    "deep JSON metrics": (write("run/metrics.jsonl", b"[" * 100_000 + b"\n{}\n"), ["plot", "run"],
-                          "line 1: not a JSON object"),
-    "deep JSON summary": (write("run/summary.json", b"[" * 100_000), ["report", "."],
-                          "truncated or not JSON"),
-    "no optimizer entry": (drop_entry("optimizer"), ["train", "--run-dir", "run", "--resume", "--steps", "6"],
-                           "has no optimizer entry"),
-    "no RNG entry": (drop_entry("torch_rng_state"), ["train", "--run-dir", "run", "--resume", "--steps", "6"],
-                     "has no torch_rng_state entry"),
+    "non-UTF-8 run config": (
+        write("run/config.toml", b"\xff\xfe"),
+        ["eval", "run"],
+        "not valid TOML in UTF-8",
+    ),
+    "non-UTF-8 metrics": (write("run/metrics.jsonl", b"\xff\xfe\n"), ["plot", "run"], "not UTF-8 text"),
+    "deep JSON metrics": (
+        write("run/metrics.jsonl", b"[" * 100_000 + b"\n{}\n"),
+        ["plot", "run"],
+        "line 1: not a JSON object",
+    ),
+    "deep JSON summary": (
+        write("run/summary.json", b"[" * 100_000),
+        ["report", "."],
+        "truncated or not JSON",
+    ),
+    "no optimizer entry": (
+        drop_entry("optimizer"),
+        ["train", "--run-dir", "run", "--resume", "--steps", "6"],
+        "has no optimizer entry",
+    ),
+    "no RNG entry": (
+        drop_entry("torch_rng_state"),
+        ["train", "--run-dir", "run", "--resume", "--steps", "6"],
+        "has no torch_rng_state entry",
+    ),
     "NaN weights": (nan_weights, ["eval", "run"], "non-finite weights"),
 }
 
@@ -260,6 +363,7 @@ def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(capsys, mo
 
     def broken(args):
         raise ZeroDivisionError("boom")
+
     monkeypatch.setattr(results, "cmd_report", broken)
     parser_argv = ["report", "."]
     assert "ZeroDivisionError: boom (rerun with --debug" in one_line_failure(parser_argv, capsys, 1)

@@ -1,5 +1,6 @@
 """Sampling helpers: one-hot samples, log-probabilities, entropy, Huber, running moments,
 and the REINFORCE estimator against an exact gradient."""
+
 import math
 
 import pytest
@@ -16,22 +17,22 @@ def test_sample_one_hot_is_one_hot_and_follows_the_distribution():
     assert torch.equal(samples.sum(-1), torch.ones(20000, 2))
     assert set(samples.unique().tolist()) == {0.0, 1.0}
     freq = samples.mean((0, 1))
-    assert freq[2] == 0                                   # never a zero-probability cell
+    assert freq[2] == 0  # never a zero-probability cell
     assert torch.allclose(freq, probs[0, 0], atol=0.01)
 
 
 def test_argmax_one_hot_takes_the_first_maximum():
     probs = torch.tensor([[0.2, 0.5, 0.3], [0.4, 0.2, 0.4]])
-    assert torch.equal(sampling.argmax_one_hot(probs), torch.tensor([[0., 1., 0.], [1., 0., 0.]]))
+    assert torch.equal(sampling.argmax_one_hot(probs), torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
 
 
 def test_log_prob_and_entropy_by_hand():
     probs = torch.tensor([[0.25, 0.75], [1.0, 0.0]], requires_grad=True)
-    one_hot = torch.tensor([[0., 1.], [1., 0.]])
+    one_hot = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
     assert torch.allclose(sampling.log_prob(one_hot, probs), torch.tensor([math.log(0.75), 0.0]))
     ent = sampling.entropy(probs)
     expected = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
-    assert torch.allclose(ent, torch.tensor([expected, 0.0]))     # 0 log 0 = 0, not NaN
+    assert torch.allclose(ent, torch.tensor([expected, 0.0]))  # 0 log 0 = 0, not NaN
     assert torch.allclose(sampling.entropy(torch.full((5,), 0.2)), torch.tensor(math.log(5)))
     (sampling.log_prob(one_hot, probs).sum() + ent.sum()).backward()
     assert torch.isfinite(probs.grad[0]).all()
@@ -47,13 +48,14 @@ def test_huber_as_in_the_paper():
 
 def test_running_moments_update_normalise_and_checkpoint():
     stats = sampling.RunningMoments(momentum=0.5)
-    stats.update(torch.tensor([1.0, 3.0]))                # first batch: its own moments
+    stats.update(torch.tensor([1.0, 3.0]))  # first batch: its own moments
     assert stats.mean.item() == 2.0 and stats.var.item() == 1.0 and stats.count.item() == 1
     stats.update(torch.tensor([6.0, 6.0]))
     # mean 0.5*2 + 0.5*6 = 4; var 0.5 (1 + 0.5 * 4^2) + 0.5 * 0 = 4.5
     assert stats.mean.item() == 4.0 and stats.var.item() == pytest.approx(4.5)
-    assert torch.allclose(stats.normalise(torch.tensor([4.0 + 3.0])),
-                          torch.tensor([3.0 / math.sqrt(4.5 + stats.eps)]))
+    assert torch.allclose(
+        stats.normalise(torch.tensor([4.0 + 3.0])), torch.tensor([3.0 / math.sqrt(4.5 + stats.eps)])
+    )
     restored = sampling.RunningMoments(momentum=0.5)
     restored.load_state_dict(stats.state_dict())
     assert restored.mean.item() == 4.0 and restored.count.item() == 2
@@ -67,14 +69,13 @@ def test_reinforce_estimate_matches_the_exact_gradient_and_finds_the_optimum():
     torch.manual_seed(0)
     reward = torch.tensor([1.0, 3.0, 0.0, 2.0])
     theta = torch.tensor([0.3, -0.2, 0.5, 0.0], requires_grad=True)
-    exact, = torch.autograd.grad(-(torch.softmax(theta, -1) * reward).sum(), theta)
+    (exact,) = torch.autograd.grad(-(torch.softmax(theta, -1) * reward).sum(), theta)
     probs = torch.softmax(theta, -1).expand(200000, 4)
     samples = sampling.sample_one_hot(probs)
     r = samples @ reward
-    baseline, scale = 1.5, 2.0                             # a constant centre and scale
-    surrogate = sampling.reinforce_surrogate(sampling.log_prob(samples, probs),
-                                             (r - baseline) / scale).mean()
-    estimate, = torch.autograd.grad(surrogate, theta)
+    baseline, scale = 1.5, 2.0  # a constant centre and scale
+    surrogate = sampling.reinforce_surrogate(sampling.log_prob(samples, probs), (r - baseline) / scale).mean()
+    (estimate,) = torch.autograd.grad(surrogate, theta)
     assert torch.allclose(estimate * scale, exact, atol=0.02), (estimate * scale, exact)
     # gradient descent on the surrogate reaches the optimum j = 1
     theta = torch.zeros(4, requires_grad=True)

@@ -2,6 +2,7 @@
 it: wrong batch, sizes, layout, type, dtype or non-finite values are clear errors naming the
 field, never memory corruption, silent broadcasting or a kernel typing error. A generated
 corpus of damaged states (hypothesis) checks that nothing else gets through."""
+
 import os
 
 import pytest
@@ -44,6 +45,7 @@ def test_non_finite_state_is_refused(name):
                 first[0] = False
                 return t.clone().fill_(bad)
             return t
+
         with pytest.raises(ValueError, match="NaN or infinity"):
             model(torch.rand(2, 6, 5, dtype=torch.float64), map_state(spoil, state))
 
@@ -56,7 +58,7 @@ def test_state_type_and_dtype_are_checked(name):
         model(x, tuple(state))
     with pytest.raises(TypeError, match="must be torch.float64"):
         model(x, map_state(lambda t: t.float() if t.is_floating_point() else t, state))
-    model(x, state)                                   # the state it returned is accepted
+    model(x, state)  # the state it returned is accepted
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -100,19 +102,28 @@ def damage(state, field, how):
         if how == "dtype":
             return t.float() if t.dtype == torch.float64 else t.double()
         if how == "int":
-            return t.long() if t.is_floating_point() else t.double()   # the other kind
+            return t.long() if t.is_floating_point() else t.double()  # the other kind
         if how == "not_tensor":
             return t.tolist()
         raise AssertionError(how)
+
     return map_state(hit, state)
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(field=st.integers(0, 64),
-       how=st.sampled_from(["batch", "drop_batch", "extra_dim", "flatten", "transpose", "nan",
-                            "dtype", "int", "not_tensor"]))
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    field=st.integers(0, 64),
+    how=st.sampled_from(
+        ["batch", "drop_batch", "extra_dim", "flatten", "transpose", "nan", "dtype", "int", "not_tensor"]
+    ),
+)
 def test_damaged_states_are_clear_errors(name, field, how):
     model, state = MODEL_STATES[name]
     with pytest.raises(CLEAR, match="state"):

@@ -3,17 +3,18 @@ gumbel and REINFORCE estimators, the temperature, layer norm and recurrent dropo
 the compiled path against the tensor path, the training loop and a learning check (what every
 model promises, cell == sequence, chunked == whole and bad input included, is in
 test_model_contract.py)."""
+
 import pytest
 import torch
 
 import mannlab
-from conftest import SMALL as SMALL_CONFIGS, float64_seq, small_model
+from conftest import SMALL as SMALL_CONFIGS
+from conftest import float64_seq, small_model
 from mannlab import ConfigError, detach_state
+from mannlab.models import TARDISState, TARDISTrace, build_model
+from mannlab.models.tardis import LAST_READ_PENALTY, TardisAddressing, normalise_usage, sparse_addresses
 from mannlab.nn import sampling
 from mannlab.ops import dispatch, use_kernels
-from mannlab.models import TARDISState, TARDISTrace, build_model
-from mannlab.models.tardis import (LAST_READ_PENALTY, TardisAddressing, normalise_usage,
-                                   sparse_addresses)
 from mannlab.tasks.base import step_nll
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
@@ -36,12 +37,13 @@ def slots(weights):
 
 # ------------------------------------------------------------------ primitives
 
+
 def test_usage_normalisation_by_hand():
     counts = torch.tensor([[1.0, 0.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0]])
     u = normalise_usage(counts, eps=0.0 + 1e-12)
     # mean 1, centred [0, -1, 2, -1], variance 6 / 4
-    assert torch.allclose(u[0], torch.tensor([0.0, -1.0, 2.0, -1.0]) / 1.5 ** 0.5)
-    assert torch.equal(u[1], torch.zeros(4))              # equal use (or none yet): 0
+    assert torch.allclose(u[0], torch.tensor([0.0, -1.0, 2.0, -1.0]) / 1.5**0.5)
+    assert torch.equal(u[1], torch.zeros(4))  # equal use (or none yet): 0
     assert torch.allclose(u.mean(-1), torch.zeros(2), atol=1e-7)
 
 
@@ -72,10 +74,19 @@ def test_read_logits_by_hand():
     x, h = torch.randn(1, 2, dtype=torch.float64), torch.randn(1, 3, dtype=torch.float64)
     memory, counts = torch.randn(1, 5, 4, dtype=torch.float64), torch.rand(1, 5, dtype=torch.float64)
     u = normalise_usage(counts)
-    expected = torch.stack([
-        head.score.weight[0] @ torch.tanh(head.hidden_part.weight @ h[0] + head.input_part.weight @ x[0]
-                                          + head.input_part.bias + head.memory_part.weight @ memory[0, i]
-                                          + head.usage_part.weight @ u[0]) for i in range(5)])
+    expected = torch.stack(
+        [
+            head.score.weight[0]
+            @ torch.tanh(
+                head.hidden_part.weight @ h[0]
+                + head.input_part.weight @ x[0]
+                + head.input_part.bias
+                + head.memory_part.weight @ memory[0, i]
+                + head.usage_part.weight @ u[0]
+            )
+            for i in range(5)
+        ]
+    )
     got = head.logits(head.precompute(x), h, memory, counts, torch.zeros(1, 5, dtype=torch.float64))
     assert torch.allclose(got[0], expected)
 
@@ -97,8 +108,8 @@ def test_gumbel_softmax_forward_one_hot_gradient_of_the_soft_sample():
     assert torch.equal(hard.detach().sum(-1), torch.ones(4, dtype=torch.float64))
     assert set(hard.detach().unique().tolist()) == {0.0, 1.0}
     assert torch.equal(hard.detach().argmax(-1), soft.detach().argmax(-1))
-    g_hard, = torch.autograd.grad((hard * c).sum(), logits)
-    g_soft, = torch.autograd.grad((soft * c).sum(), logits)
+    (g_hard,) = torch.autograd.grad((hard * c).sum(), logits)
+    (g_soft,) = torch.autograd.grad((soft * c).sum(), logits)
     assert torch.allclose(g_hard, g_soft)
     assert torch.allclose(soft, torch.softmax((logits + noise) * 2.5, -1))
 
@@ -109,10 +120,11 @@ def test_gumbel_sigmoid_noise_free_at_evaluation():
     torch.manual_seed(0)
     noisy = sampling.gumbel_sigmoid(z.expand(2000, 3), 0.3)
     assert ((noisy >= 0) & (noisy <= 1)).all()
-    assert ((noisy < 0.05) | (noisy > 0.95)).float().mean() > 0.6    # close to binary
+    assert ((noisy < 0.05) | (noisy > 0.95)).float().mean() > 0.6  # close to binary
 
 
 # ------------------------------------------------------------- model behaviour
+
 
 def test_shapes_and_trace():
     model = small_tardis()
@@ -121,7 +133,7 @@ def test_shapes_and_trace():
     assert trace.read_weights.shape == (3, 7, 1, 4) == trace.write_weights.shape
     assert state.content.shape == (3, 4, 5) and trace.read_vectors.shape == (3, 7, 3 + 5)
     assert torch.equal(trace.read_weights.sum(-1), torch.ones(3, 7, 1, dtype=torch.float64))
-    assert (trace.inverse_temperature >= 1).all()                   # eq. 18: softplus + 1
+    assert (trace.inverse_temperature >= 1).all()  # eq. 18: softplus + 1
     assert ((trace.resets > 0) & (trace.resets < 1)).all()
     assert torch.equal(state.steps, torch.full((3,), 7))
 
@@ -135,7 +147,7 @@ def test_sequential_then_tied_writes(mode):
     written, read = slots(trace.write_weights), slots(trace.read_weights)
     assert torch.equal(written[:, :k], torch.arange(k).expand(3, k))
     assert torch.equal(written[:, k:], read[:, k:])
-    micro = model.cell.micro_state(trace.hidden)                      # (B, T, c)
+    micro = model.cell.micro_state(trace.hidden)  # (B, T, c)
     for b in range(3):
         for j in range(k):
             last = max(t for t in range(9) if written[b, t] == j)
@@ -153,7 +165,7 @@ def test_never_reads_the_slot_read_at_the_previous_step(mode):
 def test_usage_in_trace_is_normalised_count_of_earlier_reads():
     model = small_tardis()
     _, _, trace = model(seq(t=6), return_trace=True)
-    counts = trace.read_weights[:, :, 0].cumsum(1) - trace.read_weights[:, :, 0]   # reads before t
+    counts = trace.read_weights[:, :, 0].cumsum(1) - trace.read_weights[:, :, 0]  # reads before t
     assert torch.allclose(trace.usage, normalise_usage(counts))
 
 
@@ -194,13 +206,13 @@ def test_evaluation_takes_the_argmax_and_is_deterministic():
 
 def test_scheduled_temperature_follows_the_training_step():
     model = small_tardis(temperature="scheduled", temperature_every=10)
-    assert model.temperature_schedule == (10, 3)                       # up to k - 1
+    assert model.temperature_schedule == (10, 3)  # up to k - 1
     for step, expected in [(0, 1.0), (9, 1.0), (10, 2.0), (25, 3.0), (1000, 3.0)]:
         schedules.start_minibatch(model, step)
         assert model.inverse_temperature == expected
     _, _, trace = model(seq(), return_trace=True)
     assert torch.equal(trace.inverse_temperature, torch.full((3, 7), 3.0, dtype=torch.float64))
-    assert small_tardis().temperature_schedule is None                 # learned τ
+    assert small_tardis().temperature_schedule is None  # learned τ
 
 
 def test_inverse_temperature_schedule_checks():
@@ -210,6 +222,7 @@ def test_inverse_temperature_schedule_checks():
 
 
 # ----------------------------------------------------------------- REINFORCE
+
 
 def reinforce_terms(model, x, targets, mask):
     y, _, trace = model(x, return_trace=True)
@@ -225,15 +238,16 @@ def test_reinforce_read_mlp_learns_only_through_aux_loss():
     y, trace, terms = reinforce_terms(model, x, targets, mask)
     assert set(terms) == {"auxiliary", "reinforce"} and bool(trace.sampled.all())
     head = model.cell.read_head.score.weight
-    g_task, = torch.autograd.grad(step_nll(y, targets, mask).sum(), head, retain_graph=True,
-                                  allow_unused=True)
+    (g_task,) = torch.autograd.grad(
+        step_nll(y, targets, mask).sum(), head, retain_graph=True, allow_unused=True
+    )
     assert g_task is None or g_task.abs().sum() == 0
-    g_rl, = torch.autograd.grad(terms["reinforce"], head, retain_graph=True)
+    (g_rl,) = torch.autograd.grad(terms["reinforce"], head, retain_graph=True)
     assert g_rl.abs().sum() > 0
     # the auxiliary predictor is trained by its own loss only, and not through r
-    aux_grads = torch.autograd.grad(terms["auxiliary"], [model.aux_read.weight,
-                                                         model.cell.micro_state.weight],
-                                    allow_unused=True)
+    aux_grads = torch.autograd.grad(
+        terms["auxiliary"], [model.aux_read.weight, model.cell.micro_state.weight], allow_unused=True
+    )
     assert aux_grads[0].abs().sum() > 0 and aux_grads[1] is None
 
 
@@ -255,16 +269,16 @@ def test_reinforce_term_by_hand():
     torch.manual_seed(3)
     y, trace, terms = reinforce_terms(model, x, targets, mask)
     aux_nll = step_nll(model.aux_logits(trace), targets, mask)
-    reward = -aux_nll.detach()                                          # eq. 17
+    reward = -aux_nll.detach()  # eq. 17
     returns = torch.zeros_like(reward)
     running = torch.zeros(3, dtype=torch.float64)
-    for t in reversed(range(7)):                                        # eq. 16
+    for t in reversed(range(7)):  # eq. 16
         baseline = (reward[:, t].sum() - reward[:, t]) / 2 * mask[:, t]  # the other two's mean
         running = (reward[:, t] - baseline) + 0.5 * running
         returns[:, t] = running
     advantage = (returns - returns.mean()) / torch.sqrt(returns.var(unbiased=False) + 1e-4)
     log_p = torch.log((trace.read_weights * trace.read_probs).sum(-1))[..., 0]
-    S = 4 * 3                                                           # scored steps x outputs
+    S = 4 * 3  # scored steps x outputs
     expected = -(advantage * log_p).sum(1).mean() / S
     assert torch.allclose(terms["reinforce"], expected)
     assert torch.allclose(terms["auxiliary"], aux_nll.sum(1).mean() / S)
@@ -288,6 +302,7 @@ def test_aux_loss_zero_for_gumbel_and_checks_its_arguments():
 def test_training_loop_passes_the_score_and_drives_the_schedule(tmp_path, monkeypatch):
     from mannlab.config import RunConfig, TrainConfig
     from mannlab.training import loop, train
+
     monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
     seen = []
     original = mannlab.TARDIS.aux_terms
@@ -295,22 +310,36 @@ def test_training_loop_passes_the_score_and_drives_the_schedule(tmp_path, monkey
     def spy(self, trace, nll, score=None, outputs_per_step=None):
         seen.append((score is not None, self.inverse_temperature, outputs_per_step))
         return original(self, trace, nll, score, outputs_per_step)
+
     monkeypatch.setattr(mannlab.TARDIS, "aux_terms", spy)
-    config = RunConfig(model="tardis", task="copy", seed=0, run_dir=str(tmp_path / "run"),
-                       model_args={**SMALL, "addressing": "reinforce", "temperature": "scheduled",
-                                   "temperature_every": 2},
-                       task_args={"width": 3, "max_length": 3},
-                       train=TrainConfig(steps=5, batch_size=4, val_every=5, val_batch_size=4,
-                                         val_batches=1, val_length_multiples=(1,),
-                                         checkpoint_every=5, progress=False, optimizer="adam"))
+    config = RunConfig(
+        model="tardis",
+        task="copy",
+        seed=0,
+        run_dir=str(tmp_path / "run"),
+        model_args={**SMALL, "addressing": "reinforce", "temperature": "scheduled", "temperature_every": 2},
+        task_args={"width": 3, "max_length": 3},
+        train=TrainConfig(
+            steps=5,
+            batch_size=4,
+            val_every=5,
+            val_batch_size=4,
+            val_batches=1,
+            val_length_multiples=(1,),
+            checkpoint_every=5,
+            progress=False,
+            optimizer="adam",
+        ),
+    )
     summary = train(config)
     assert summary["steps"] == 5
     assert [s for s, _, _ in seen] == [True] * 5
     assert [t for _, t, _ in seen] == [1.0, 1.0, 2.0, 2.0, 3.0]
-    assert [n for _, _, n in seen] == [3] * 5           # copy's BCE averages over the 3 bits
+    assert [n for _, _, n in seen] == [3] * 5  # copy's BCE averages over the 3 bits
 
 
 # ------------------------------------------------------------ equivalences
+
 
 def test_gradcheck_float64():
     """The differentiable parts: the whole model with argmax reads and noise-free gates
@@ -324,12 +353,14 @@ def test_gradcheck_float64():
     counts = torch.tensor([[1.0, 0, 2, 0], [0, 0, 0, 0]], dtype=torch.float64)
     assert torch.autograd.gradcheck(
         lambda m, hh: head.logits(head.precompute(x[:, 0]), hh, m, counts, torch.zeros_like(counts)),
-        (memory, h))
+        (memory, h),
+    )
     logits = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
     noise = sampling.gumbel_noise(logits)
     temp = torch.rand(3, 1, dtype=torch.float64).add(1).requires_grad_()
     assert torch.autograd.gradcheck(
-        lambda lg, tt: sampling.gumbel_softmax(lg, tt, hard=False, noise=noise), (logits, temp))
+        lambda lg, tt: sampling.gumbel_softmax(lg, tt, hard=False, noise=noise), (logits, temp)
+    )
 
 
 def test_layer_norm_controller_step_by_hand():
@@ -339,7 +370,7 @@ def test_layer_norm_controller_step_by_hand():
     d = cell.hidden_size
     assert torch.all(cell.ln_gates.bias[:d] == 1) and torch.all(cell.ln_gates.bias[d:] == 0)
     torch.manual_seed(3)
-    for p in cell.parameters():          # non-trivial LN gains and biases
+    for p in cell.parameters():  # non-trivial LN gains and biases
         p.data.uniform_(-0.5, 0.5)
     x_gates = torch.randn(2, 4 * d + 2, dtype=torch.float64)
     h, c = torch.randn(2, d, dtype=torch.float64), torch.randn(2, d, dtype=torch.float64)
@@ -347,15 +378,20 @@ def test_layer_norm_controller_step_by_hand():
     h_new, c_new, resets = cell.controller(x_gates, h, c, r)
 
     def ln(v, layer):
-        z = (v - v.mean(-1, keepdim=True)) / torch.sqrt(v.var(-1, unbiased=False, keepdim=True)
-                                                         + layer.eps)
+        z = (v - v.mean(-1, keepdim=True)) / torch.sqrt(v.var(-1, unbiased=False, keepdim=True) + layer.eps)
         return z * layer.weight + layer.bias
+
     hp, rp = h @ cell.hidden_gates.weight.t(), r @ cell.read_gates.weight.t()
     alpha, beta = resets[:, :1], resets[:, 1:]
-    f, i, o = torch.sigmoid(ln(x_gates[:, :3 * d] + hp[:, :3 * d] + rp[:, :3 * d],
-                               cell.ln_gates)).chunk(3, -1)
-    cand = torch.tanh(ln(beta * hp[:, 3 * d:4 * d] + x_gates[:, 3 * d:4 * d]
-                         + alpha * rp[:, 3 * d:4 * d], cell.ln_candidate))
+    f, i, o = torch.sigmoid(ln(x_gates[:, : 3 * d] + hp[:, : 3 * d] + rp[:, : 3 * d], cell.ln_gates)).chunk(
+        3, -1
+    )
+    cand = torch.tanh(
+        ln(
+            beta * hp[:, 3 * d : 4 * d] + x_gates[:, 3 * d : 4 * d] + alpha * rp[:, 3 * d : 4 * d],
+            cell.ln_candidate,
+        )
+    )
     c_hand = f * c + i * cand
     assert torch.allclose(c_new, c_hand, atol=1e-12)
     assert torch.allclose(h_new, o * torch.tanh(ln(c_hand, cell.ln_cell)), atol=1e-12)
@@ -367,14 +403,14 @@ def test_recurrent_dropout_drops_candidate_units_in_training_only():
     dropped = small_tardis(layer_norm=True, recurrent_dropout=0.5)
     dropped.load_state_dict(plain.state_dict())
     x = seq()
-    assert torch.equal(plain.eval()(x)[0], dropped.eval()(x)[0])      # off at evaluation
+    assert torch.equal(plain.eval()(x)[0], dropped.eval()(x)[0])  # off at evaluation
     cell = dropped.cell.train()
     d = cell.hidden_size
     x_gates = torch.randn(64, 4 * d + 2, dtype=torch.float64)
     h = torch.randn(64, d, dtype=torch.float64)
     zero_c = torch.zeros(64, d, dtype=torch.float64)
     r = torch.randn(64, cell.width, dtype=torch.float64)
-    _, c_new, _ = cell.controller(x_gates, h, zero_c, r)                # c = i * d(c̃)
+    _, c_new, _ = cell.controller(x_gates, h, zero_c, r)  # c = i * d(c̃)
     dropped_fraction = (c_new == 0).double().mean().item()
     assert 0.35 < dropped_fraction < 0.65
 
@@ -396,6 +432,7 @@ def test_layer_norm_cell_loop_chunked_and_gradcheck():
 
 # ----------------------------------------------------------- invalid options
 
+
 def test_reinforce_needs_an_output_size():
     with pytest.raises(ConfigError, match="output_size"):
         mannlab.TARDIS(4, None, addressing="reinforce")
@@ -403,14 +440,25 @@ def test_reinforce_needs_an_output_size():
 
 # --------------------------------------------------------------------- learning
 
+
 def test_learns_tiny_copy_gumbel():
-    before, after = tiny_copy_losses(lambda task: build_model(
-        "tardis", task.input_size, task.output_size, hidden_size=24, memory_slots=4,
-        address_size=2, content_size=8), steps=150)
+    before, after = tiny_copy_losses(
+        lambda task: build_model(
+            "tardis",
+            task.input_size,
+            task.output_size,
+            hidden_size=24,
+            memory_slots=4,
+            address_size=2,
+            content_size=8,
+        ),
+        steps=150,
+    )
     assert after < 0.75 * before, f"validation BCE {before:.3f} -> {after:.3f}"
 
 
 # ------------------------------------------------------------ compiled path
+
 
 @pytest.fixture
 def kernels_enabled():
@@ -438,39 +486,37 @@ def both_paths(model, x, loss_of, seed=2, trace=False, state=None):
         with use_kernels(use):
             out = model(x, state, return_trace=trace)
         loss_of(out).backward()
-        results.append((out, {n: p.grad.clone() for n, p in model.named_parameters()
-                              if p.grad is not None}))
+        results.append((out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
     return results
 
 
 def assert_same(results, atol=1e-10):
     (out0, g0), (out1, g1) = results
-    for a, b in zip(out0, out1):          # y, state (and trace): tensors or NamedTuples
+    for a, b in zip(out0, out1):  # y, state (and trace): tensors or NamedTuples
         pairs = zip(a, b) if isinstance(a, tuple) else [(a, b)]
         for u, v in pairs:
             assert u.dtype == v.dtype and u.shape == v.shape
             assert torch.allclose(u.double(), v.double(), atol=atol, rtol=0)
-    assert g0.keys() == g1.keys()          # the same parameters reached (None stays None)
+    assert g0.keys() == g1.keys()  # the same parameters reached (None stays None)
     for name in g0:
         assert torch.allclose(g0[name], g1[name], atol=atol, rtol=0), name
 
 
 def state_loss(out):
     y, state = out[0], out[1]
-    return (y.sin().sum() + state.hidden.sum() + state.cell.pow(2).sum()
-            + state.content.pow(2).sum())
+    return y.sin().sum() + state.hidden.sum() + state.cell.pow(2).sum() + state.content.pow(2).sum()
 
 
 @pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("mode, train", [("gumbel", True), ("gumbel", False), ("argmax", True),
-                                         ("reinforce", True), ("scheduled", True)])
-@pytest.mark.parametrize("layer_norm, dropout", [(False, 0.0), (True, 0.0), (True, 0.3),
-                                                 (False, 0.4)])
+@pytest.mark.parametrize(
+    "mode, train",
+    [("gumbel", True), ("gumbel", False), ("argmax", True), ("reinforce", True), ("scheduled", True)],
+)
+@pytest.mark.parametrize("layer_norm, dropout", [(False, 0.0), (True, 0.0), (True, 0.3), (False, 0.4)])
 def test_compiled_sequence_equals_tensor_path(mode, train, layer_norm, dropout):
     """The compiled whole-sequence kernels give the per-step path's outputs, final state and
     every parameter gradient (the same draws for the same seed), past the filling phase."""
-    kw = dict(addressing="gumbel", temperature="scheduled") if mode == "scheduled" else \
-        dict(addressing=mode)
+    kw = dict(addressing="gumbel", temperature="scheduled") if mode == "scheduled" else dict(addressing=mode)
     model = randomise(small_tardis(layer_norm=layer_norm, recurrent_dropout=dropout, **kw))
     model.train(train)
     model.inverse_temperature = 2.5
@@ -485,8 +531,9 @@ def test_compiled_sequence_equals_tensor_path(mode, train, layer_norm, dropout):
 def test_compiled_trace_and_aux_loss_equal_tensor_path(mode, layer_norm, dropout):
     """With the trace (what REINFORCE's aux_loss reads): every trace field, the aux terms and
     every gradient of task loss + aux_loss + a loss on every trace field are the tensor path's."""
-    model = randomise(small_tardis(addressing=mode, layer_norm=layer_norm,
-                                   recurrent_dropout=dropout, discount=0.8))
+    model = randomise(
+        small_tardis(addressing=mode, layer_norm=layer_norm, recurrent_dropout=dropout, discount=0.8)
+    )
     x = seq(t=10)
     targets = (torch.rand(3, 10, 3, generator=torch.Generator().manual_seed(2)) > 0.5).double()
     mask = torch.ones(3, 10, dtype=torch.float64)
@@ -499,15 +546,24 @@ def test_compiled_trace_and_aux_loss_equal_tensor_path(mode, layer_norm, dropout
         nll = step_nll(y, targets, mask)
         aux = model.aux_terms(trace, nll.detach(), score=lambda o: step_nll(o, targets, mask))
         terms.append(aux)
-        return (nll.sum() + sum(aux.values(), y.new_zeros(())) + state_loss(out)
-                + trace.read_probs.cos().sum() + (trace.read_weights * slot_weights).pow(2).sum()
-                + (trace.write_weights * slot_weights).sum() + trace.read_vectors.sin().sum()
-                + trace.hidden.pow(3).sum() + trace.resets.pow(2).sum()
-                + trace.inverse_temperature.sin().sum())
+        return (
+            nll.sum()
+            + sum(aux.values(), y.new_zeros(()))
+            + state_loss(out)
+            + trace.read_probs.cos().sum()
+            + (trace.read_weights * slot_weights).pow(2).sum()
+            + (trace.write_weights * slot_weights).sum()
+            + trace.read_vectors.sin().sum()
+            + trace.hidden.pow(3).sum()
+            + trace.resets.pow(2).sum()
+            + trace.inverse_temperature.sin().sum()
+        )
+
     results = both_paths(model, x, loss, trace=True)
     assert_same(results)
-    assert terms[0].keys() == terms[1].keys() == ({"auxiliary", "reinforce"} if mode == "reinforce"
-                                                   else set())
+    assert (
+        terms[0].keys() == terms[1].keys() == ({"auxiliary", "reinforce"} if mode == "reinforce" else set())
+    )
     for key in terms[0]:
         assert torch.allclose(terms[0][key], terms[1][key], atol=1e-12)
 
@@ -516,11 +572,11 @@ def test_compiled_trace_and_aux_loss_equal_tensor_path(mode, layer_norm, dropout
 @pytest.mark.parametrize("mode", ["gumbel", "reinforce"])
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("layer_norm, dropout", [(False, 0.0), (True, 0.3)])
-def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train, layer_norm,
-                                                                     dropout):
+def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train, layer_norm, dropout):
     """Under no_grad the kernels keep one step's scratch only: same outputs and final state."""
-    model = randomise(small_tardis(addressing=mode, layer_norm=layer_norm,
-                                   recurrent_dropout=dropout)).train(train)
+    model = randomise(small_tardis(addressing=mode, layer_norm=layer_norm, recurrent_dropout=dropout)).train(
+        train
+    )
     x = seq(t=11)
     results = []
     for use in (False, True):
@@ -552,8 +608,9 @@ def test_compiled_path_runs_float32():
 
 @pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("compiled", [True, False])
-@pytest.mark.parametrize("kw", [dict(), dict(addressing="reinforce"),
-                                dict(layer_norm=True, recurrent_dropout=0.3)])
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(addressing="reinforce"), dict(layer_norm=True, recurrent_dropout=0.3)]
+)
 def test_chunked_run_equals_one_run_on_both_paths(compiled, kw):
     """Chunks with the carried (detached) state give one run's outputs and final state, across
     the k-th step (the step counter keeps the write order) and with the draws of one run."""
@@ -590,6 +647,7 @@ def test_gradcheck_float64_both_paths(compiled):
         with use_kernels(compiled):
             y, state = noisy(inp, state._replace(hidden=h0, cell=c0))
         return y, state.content, state.cell
+
     h0 = torch.rand(2, 8, dtype=torch.float64, requires_grad=True)
     c0 = torch.rand(2, 8, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(run, (x, h0, c0))
@@ -598,6 +656,7 @@ def test_gradcheck_float64_both_paths(compiled):
     def run_plain(inp):
         with use_kernels(compiled):
             return plain(inp)[0]
+
     assert torch.autograd.gradcheck(run_plain, (x,))
     rl = randomise(small_tardis(addressing="reinforce"))
 
@@ -606,6 +665,7 @@ def test_gradcheck_float64_both_paths(compiled):
         with use_kernels(compiled):
             y, state, trace = rl(inp, return_trace=True)
         return y, trace.read_probs, trace.inverse_temperature
+
     assert torch.autograd.gradcheck(run_rl, (x,))
 
 

@@ -1,6 +1,7 @@
 """TARDIS's fixed sparse address rows (also ARMIN+TARDIS-addr's): every memory cell gets its
 own row, a clear ConfigError where the sizes cannot give that, and the same rows as the plain
 random draw wherever that draw had no repeats."""
+
 import math
 
 import pytest
@@ -16,7 +17,7 @@ def plain_draw(slots, size, nonzeros, seed=0):
     gen = torch.Generator().manual_seed(seed)
     rank = torch.rand(slots, size, generator=gen).argsort(-1).argsort(-1)
     signs = torch.randint(0, 2, (slots, size), generator=gen) * 2.0 - 1.0
-    return torch.where(rank < nonzeros, signs, torch.zeros(())) / nonzeros ** 0.5
+    return torch.where(rank < nonzeros, signs, torch.zeros(())) / nonzeros**0.5
 
 
 def distinct(rows):
@@ -25,7 +26,7 @@ def distinct(rows):
 
 def check_sparse(a, nonzeros):
     assert ((a != 0).sum(-1) == nonzeros).all()
-    assert torch.allclose(a[a != 0].abs(), torch.full_like(a[a != 0], nonzeros ** -0.5))
+    assert torch.allclose(a[a != 0].abs(), torch.full_like(a[a != 0], nonzeros**-0.5))
 
 
 @pytest.mark.parametrize("slots, size, nonzeros, plain", [(16, 4, 2, 13), (50, 6, 3, 42)])
@@ -51,14 +52,16 @@ def test_rows_distinct_across_sizes_up_to_every_possible_row():
 def test_possible_rows_count_positions_and_signs():
     assert distinct_address_rows(4, 2) == math.comb(4, 2) * 4 == 24
     assert distinct_address_rows(6, 3) == 160
-    assert distinct(sparse_addresses(24, 4, 2)) == 24       # all of them: the count is reachable
-    assert smallest_address_size(32) == 5                   # C(5, 2) * 4 = 40
-    assert smallest_address_size(32, nonzeros=1) == 16      # 2 * 16 = 32
+    assert distinct(sparse_addresses(24, 4, 2)) == 24  # all of them: the count is reachable
+    assert smallest_address_size(32) == 5  # C(5, 2) * 4 = 40
+    assert smallest_address_size(32, nonzeros=1) == 16  # 2 * 16 = 32
 
 
 def test_more_slots_than_possible_rows_is_a_config_error():
-    message = (r"32 memory slots need 32 different address rows, but address_size=4 at "
-               r"nonzeros=2 has only 24 .*address_size >= 5 at nonzeros=2; nonzeros in \[3\]")
+    message = (
+        r"32 memory slots need 32 different address rows, but address_size=4 at "
+        r"nonzeros=2 has only 24 .*address_size >= 5 at nonzeros=2; nonzeros in \[3\]"
+    )
     with pytest.raises(ConfigError, match=message):
         sparse_addresses(32, 4, 2)
     with pytest.raises(ConfigError, match="has only 24"):
@@ -71,9 +74,8 @@ def test_armin_default_address_size_is_large_enough_for_its_slots():
     """d_r / 5 is 1 feature at d_r = 6: two rows only, so the default grows to 2 (4 rows)."""
     model = build_model("armin", 3, 2, hidden_size=6, memory_slots=4, read="tardis")
     assert model.cell.address.shape == (4, 2) and distinct(model.cell.address) == 4
-    wide = build_model("armin", 3, 2, hidden_size=8, memory_slots=50, memory_width=32,
-                       read="tardis")
-    assert wide.cell.address.shape == (50, 6)              # the Table 1 size: d_r / 5 suffices
+    wide = build_model("armin", 3, 2, hidden_size=8, memory_slots=50, memory_width=32, read="tardis")
+    assert wide.cell.address.shape == (50, 6)  # the Table 1 size: d_r / 5 suffices
 
 
 def test_deterministic_per_seed():

@@ -1,5 +1,6 @@
 """Tests of the algorithmic tasks: targets recomputed from decoded inputs, seeds,
 padding, length overrides, loss/metrics on hand-made numbers, rendering, errors."""
+
 import json
 import math
 
@@ -11,8 +12,17 @@ import torch
 from mannlab.errors import ConfigError
 from mannlab.tasks import make, names
 
-ALL = ["copy", "repeat_copy", "associative_recall", "ngrams", "priority_sort",
-       "reverse", "bigram_flip", "odd_first", "priority_sort_columns"]
+ALL = [
+    "copy",
+    "repeat_copy",
+    "associative_recall",
+    "ngrams",
+    "priority_sort",
+    "reverse",
+    "bigram_flip",
+    "odd_first",
+    "priority_sort_columns",
+]
 SEEDS = range(25)
 
 
@@ -26,6 +36,7 @@ def check_padding(x, y, m, steps):
 
 
 # ------------------------------------------------------------------ registry
+
 
 def test_names_and_aliases():
     assert names() == ALL
@@ -50,19 +61,31 @@ def test_unknown_param_names_key_and_valid_keys():
     assert "lenght" in msg and "min_length" in msg and "end_marker" in msg
 
 
-@pytest.mark.parametrize("name, params", [
-    ("copy", {"width": 0}), ("copy", {"min_length": 0}), ("copy", {"max_length": -3}),
-    ("copy", {"min_length": 5, "max_length": 3}), ("copy", {"width": 2.5}),
-    ("copy", {"width": True}), ("copy", {"end_marker": "yes"}),
-    ("reverse", {"min_length": 4, "max_length": 2}),
-    ("repeat_copy", {"min_repeats": 0}), ("repeat_copy", {"min_repeats": 5, "max_repeats": 2}),
-    ("associative_recall", {"min_items": 1}), ("associative_recall", {"item_bits": 0}),
-    ("associative_recall", {"item_bits": 1, "item_length": 1, "max_items": 3}),
-    ("ngrams", {"n": 0}), ("ngrams", {"length": 1}),
-    ("priority_sort", {"num_outputs": 21}), ("priority_sort", {"num_inputs": 0}),
-    ("priority_sort_columns", {"num_outputs": 41, "num_inputs": 40}),
-    ("priority_sort_columns", {"width": 0}), ("priority_sort_columns", {"num_inputs": 2.5}),
-])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("copy", {"width": 0}),
+        ("copy", {"min_length": 0}),
+        ("copy", {"max_length": -3}),
+        ("copy", {"min_length": 5, "max_length": 3}),
+        ("copy", {"width": 2.5}),
+        ("copy", {"width": True}),
+        ("copy", {"end_marker": "yes"}),
+        ("reverse", {"min_length": 4, "max_length": 2}),
+        ("repeat_copy", {"min_repeats": 0}),
+        ("repeat_copy", {"min_repeats": 5, "max_repeats": 2}),
+        ("associative_recall", {"min_items": 1}),
+        ("associative_recall", {"item_bits": 0}),
+        ("associative_recall", {"item_bits": 1, "item_length": 1, "max_items": 3}),
+        ("ngrams", {"n": 0}),
+        ("ngrams", {"length": 1}),
+        ("priority_sort", {"num_outputs": 21}),
+        ("priority_sort", {"num_inputs": 0}),
+        ("priority_sort_columns", {"num_outputs": 41, "num_inputs": 40}),
+        ("priority_sort_columns", {"width": 0}),
+        ("priority_sort_columns", {"num_inputs": 2.5}),
+    ],
+)
 def test_invalid_values_raise(name, params):
     with pytest.raises(ConfigError, match="must|expected"):
         make(name, **params)
@@ -79,16 +102,23 @@ def test_params_resolved_and_serialisable(name):
 
 
 def test_sizes_and_train_lengths():
-    sizes = {name: (make(name).input_size, make(name).output_size, make(name).train_length)
-             for name in ALL}
+    sizes = {name: (make(name).input_size, make(name).output_size, make(name).train_length) for name in ALL}
     assert sizes == {
-        "copy": (9, 8, 20), "reverse": (9, 8, 20), "bigram_flip": (9, 8, 20), "odd_first": (9, 8, 20),
-        "repeat_copy": (10, 9, 10), "associative_recall": (8, 6, 6), "ngrams": (1, 1, 200),
-        "priority_sort": (10, 8, 20), "priority_sort_columns": (9, 8, 20)}
+        "copy": (9, 8, 20),
+        "reverse": (9, 8, 20),
+        "bigram_flip": (9, 8, 20),
+        "odd_first": (9, 8, 20),
+        "repeat_copy": (10, 9, 10),
+        "associative_recall": (8, 6, 6),
+        "ngrams": (1, 1, 200),
+        "priority_sort": (10, 8, 20),
+        "priority_sort_columns": (9, 8, 20),
+    }
     assert make("copy", end_marker=True).output_size == 9
 
 
 # ------------------------------------------------------- seeds and sampling
+
 
 @pytest.mark.parametrize("name", ALL)
 def test_same_seed_same_batch_different_seed_different(name):
@@ -122,6 +152,7 @@ def test_bad_length_override(name, length):
 
 
 # ----------------------------------------------------------- copy family
+
 
 def expected_output(name, seq):
     rows = list(seq)
@@ -165,13 +196,13 @@ def test_copy_family_targets(name, end_marker):
             assert 1 <= n <= 12
             seq = x[b, :n, :5]
             assert set(np.unique(seq)) <= {0.0, 1.0}
-            assert not x[b, n, :5].any() and not x[b, n + 1:].any()
+            assert not x[b, n, :5].any() and not x[b, n + 1 :].any()
             steps = 2 * n + 1 + end
-            assert np.array_equal(y[b, n + 1:2 * n + 1, :5], expected_output(name, seq))
-            assert not y[b, :n + 1].any()
+            assert np.array_equal(y[b, n + 1 : 2 * n + 1, :5], expected_output(name, seq))
+            assert not y[b, : n + 1].any()
             assert np.array_equal(m[b, :steps], [0] * (n + 1) + [1] * (n + end))
             if end_marker:
-                assert not y[b, n + 1:2 * n + 1, 5].any()
+                assert not y[b, n + 1 : 2 * n + 1, 5].any()
                 assert np.array_equal(y[b, 2 * n + 1], [0] * 5 + [1])
             check_padding(x[b], y[b], m[b], steps)
         assert x.shape[1] == max(2 * int(np.flatnonzero(r[:, 5])[0]) + 1 + end for r in x)
@@ -186,6 +217,7 @@ def test_copy_length_override():
 
 # ---------------------------------------------------------------- repeat copy
 
+
 def test_repeat_normalisation():
     task = make("repeat_copy", min_repeats=1, max_repeats=10)
     values = np.array([task.normalise_repeats(r) for r in range(1, 11)])
@@ -193,8 +225,14 @@ def test_repeat_normalisation():
     assert make("repeat_copy", min_repeats=3, max_repeats=3).normalise_repeats(3) == 0.0
 
 
-@pytest.mark.parametrize("params", [{}, {"min_repeats": 4, "max_repeats": 4},
-                                    {"width": 3, "max_length": 5, "min_repeats": 2, "max_repeats": 7}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"min_repeats": 4, "max_repeats": 4},
+        {"width": 3, "max_length": 5, "min_repeats": 2, "max_repeats": 7},
+    ],
+)
 def test_repeat_copy_targets(params):
     task = make("repeat_copy", **params)
     w, lo, hi = task.params["width"], task.params["min_repeats"], task.params["max_repeats"]
@@ -209,10 +247,10 @@ def test_repeat_copy_targets(params):
             assert lo <= reps <= hi and abs((reps - mean) / (std or 1) - z) < 1e-5
             repeats.add(reps)
             seq = x[b, :n, :w]
-            assert not x[b, :n, w:].any() and not x[b, n + 1:].any()
+            assert not x[b, :n, w:].any() and not x[b, n + 1 :].any()
             steps = n + 1 + n * reps + 1
-            assert np.array_equal(y[b, n + 1:steps - 1, :w], np.tile(seq, (reps, 1)))
-            assert not y[b, :steps - 1, w].any() and np.array_equal(y[b, steps - 1], [0] * w + [1])
+            assert np.array_equal(y[b, n + 1 : steps - 1, :w], np.tile(seq, (reps, 1)))
+            assert not y[b, : steps - 1, w].any() and np.array_equal(y[b, steps - 1], [0] * w + [1])
             assert np.array_equal(m[b, :steps], [0] * (n + 1) + [1] * (n * reps + 1))
             check_padding(x[b], y[b], m[b], steps)
     assert len(repeats) == hi - lo + 1
@@ -224,6 +262,7 @@ def test_repeat_copy_length_override():
 
 
 # ----------------------------------------------------------- associative recall
+
 
 @pytest.mark.parametrize("params", [{}, {"item_bits": 2, "item_length": 1, "min_items": 3, "max_items": 4}])
 def test_associative_recall_targets(params):
@@ -237,16 +276,16 @@ def test_associative_recall_targets(params):
             k = len(starts)
             counts.add(k)
             assert np.array_equal(starts, np.arange(k) * (span + 1))
-            items = [x[b, s + 1:s + 1 + span, :bits] for s in starts]
+            items = [x[b, s + 1 : s + 1 + span, :bits] for s in starts]
             assert len({it.tobytes() for it in items}) == k  # distinct
             q0, q1 = np.flatnonzero(x[b, :, bits + 1])
             assert q0 == k * (span + 1) and q1 == q0 + span + 1
-            query = x[b, q0 + 1:q1, :bits]
+            query = x[b, q0 + 1 : q1, :bits]
             matches = [i for i, it in enumerate(items) if np.array_equal(it, query)]
             assert len(matches) == 1 and matches[0] < k - 1
             steps = q1 + 1 + span
-            assert np.array_equal(y[b, q1 + 1:steps], items[matches[0] + 1])
-            assert not y[b, :q1 + 1].any() and not x[b, q1 + 1:].any()
+            assert np.array_equal(y[b, q1 + 1 : steps], items[matches[0] + 1])
+            assert not y[b, : q1 + 1].any() and not x[b, q1 + 1 :].any()
             assert np.array_equal(m[b, :steps], [0] * (q1 + 1) + [1] * span)
             check_padding(x[b], y[b], m[b], steps)
     lo, hi = task.params["min_items"], task.params["max_items"]
@@ -259,6 +298,7 @@ def test_associative_recall_length_override():
 
 
 # ----------------------------------------------------------------------- ngrams
+
 
 def test_ngrams_layout():
     task = make("ngrams", n=3, length=30)
@@ -274,8 +314,11 @@ def test_ngrams_follow_a_context_table():
     # With n=2 each sequence is a Markov chain with P(1 | previous bit) ~ Beta(1/2, 1/2)
     # per context, so the two conditional frequencies differ by E|U - V| = 4/pi^2 ~ 0.41.
     x, y, _ = np3(make("ngrams", n=2, length=1000).sample(40, 0))
-    gaps = [abs(y[b, x[b, :, 0] == 0].mean() - y[b, x[b, :, 0] == 1].mean()) for b in range(40)
-            if 0 < x[b, :, 0].mean() < 1]
+    gaps = [
+        abs(y[b, x[b, :, 0] == 0].mean() - y[b, x[b, :, 0] == 1].mean())
+        for b in range(40)
+        if 0 < x[b, :, 0].mean() < 1
+    ]
     assert 0.3 < np.mean(gaps) < 0.55
 
 
@@ -312,9 +355,17 @@ def test_ngrams_optimal_bce_on_samples_and_metrics():
 
 # ---------------------------------------------------------------- priority sort
 
-@pytest.mark.parametrize("params, length, outputs", [
-    ({}, None, 16), ({"width": 4, "num_inputs": 40, "num_outputs": 30}, None, 30),
-    ({"num_inputs": 40, "num_outputs": 30}, 80, 60), ({}, 5, 4), ({}, 1, 1)])
+
+@pytest.mark.parametrize(
+    "params, length, outputs",
+    [
+        ({}, None, 16),
+        ({"width": 4, "num_inputs": 40, "num_outputs": 30}, None, 30),
+        ({"num_inputs": 40, "num_outputs": 30}, 80, 60),
+        ({}, 5, 4),
+        ({}, 1, 1),
+    ],
+)
 def test_priority_sort_targets(params, length, outputs):
     task = make("priority_sort", **params)
     w = task.params["width"]
@@ -327,12 +378,13 @@ def test_priority_sort_targets(params, length, outputs):
             assert (np.abs(prio) <= 1).all() and len(set(prio)) == n
             assert np.array_equal(np.flatnonzero(x[b, :, w + 1]), [n])
             order = sorted(range(n), key=lambda i: -prio[i])[:outputs]
-            assert np.array_equal(y[b, n + 1:], vectors[order])
-            assert not y[b, :n + 1].any() and not x[b, n + 1:].any()
+            assert np.array_equal(y[b, n + 1 :], vectors[order])
+            assert not y[b, : n + 1].any() and not x[b, n + 1 :].any()
             assert np.array_equal(m[b], [0] * (n + 1) + [1] * outputs)
 
 
 # ---------------------------------------------------------------- loss, metrics
+
 
 def tiny():
     logits = torch.tensor([[[0.0, 2.0], [-1.0, 5.0]]], requires_grad=True)
@@ -364,9 +416,13 @@ def test_metrics_by_hand():
     # Two sequences, 3 steps, 2 bits; step 2 of sequence 0 and step 0 of sequence 1 not scored.
     targets = torch.tensor([[[1, 0], [0, 1], [1, 1]], [[0, 0], [1, 1], [0, 1]]], dtype=torch.float32)
     mask = torch.tensor([[1, 1, 0], [0, 1, 1]], dtype=torch.float32)
-    logits = torch.tensor([[[3, -3], [3, 3], [-3, -3]],      # 1 wrong scored, 2 wrong masked
-                           [[3, 3], [3, -3], [-3, -3]]],     # 2 wrong scored, 2 wrong masked
-                          dtype=torch.float32)
+    logits = torch.tensor(
+        [
+            [[3, -3], [3, 3], [-3, -3]],  # 1 wrong scored, 2 wrong masked
+            [[3, 3], [3, -3], [-3, -3]],
+        ],  # 2 wrong scored, 2 wrong masked
+        dtype=torch.float32,
+    )
     out = task.metrics(logits, targets, mask)
     assert out["bit_error_rate"] == pytest.approx(3 / 8)
     assert out["seq_bit_errors"] == pytest.approx(1.5)
@@ -376,6 +432,7 @@ def test_metrics_by_hand():
 
 
 # ---------------------------------------------------------------------- render
+
 
 def test_render_copy_rows():
     task = make("copy", width=2)
@@ -415,6 +472,7 @@ def test_render_continuous_channels():
 
 
 # ---------------------------------------- priority sort, each column sorted (ARMIN's code)
+
 
 def test_priority_sort_columns_target_by_hand():
     # Column 0 holds three ones, column 1 one, column 2 none; the priorities do not matter.

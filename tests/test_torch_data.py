@@ -1,13 +1,14 @@
 """Tasks as torch datasets (mannlab.tasks.torch_data): the trainer's batches through a
 DataLoader (any number of workers), a data-set split example by example, char-LM segments."""
+
 import pytest
 import torch
-from test_charlm import write_ptb_words
 from torch.utils.data import DataLoader
 
 from mannlab import tasks
 from mannlab.tasks.charlm import segments
 from mannlab.tasks.torch_data import TaskBatches, TaskSplit, TextSegments
+from test_charlm import write_ptb_words
 
 
 def equal(a, b):
@@ -17,8 +18,7 @@ def equal(a, b):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batches_are_the_trainers_batches_for_any_number_of_workers(workers):
     task = tasks.make("copy", width=4, max_length=5)
-    loader = DataLoader(TaskBatches(task, 3, seed=7, start=2, stop=7), batch_size=None,
-                        num_workers=workers)
+    loader = DataLoader(TaskBatches(task, 3, seed=7, start=2, stop=7), batch_size=None, num_workers=workers)
     batches = list(loader)
     assert len(loader) == len(batches) == 5
     for i, batch in zip(range(2, 7), batches):
@@ -53,8 +53,9 @@ def test_split_dataset_pads_like_the_task(tmp_path):
 
 
 def test_text_segments_follow_the_streams_in_order(tmp_path):
-    task = tasks.make("ptb-char", data_dir=str(write_ptb_words(tmp_path)), bptt=4,
-                      valid_batch_size=1, test_batch_size=1)
+    task = tasks.make(
+        "ptb-char", data_dir=str(write_ptb_words(tmp_path)), bptt=4, valid_batch_size=1, test_batch_size=1
+    )
     data = TextSegments(task, "train", 2)
     got = list(DataLoader(data, batch_size=None))
     want = list(segments(task.streams("train", 2), 4))

@@ -1,18 +1,19 @@
 """The training loop: exact resume, NaN handling, run directories, early stop, evaluation."""
+
 import importlib.util
 import json
 
 import pytest
 import torch
 
+from mannlab.building import build_run
 from mannlab.config import RunConfig, TrainConfig
 from mannlab.errors import CheckpointError, ConfigError, DataError
-from mannlab.models.lstm import LSTM
-from mannlab.tasks.base import Task
-from mannlab.building import build_run
 from mannlab.evaluation import evaluate_lengths, evaluate_run
+from mannlab.models.lstm import LSTM
 from mannlab.reporting.text_tables import format_table
 from mannlab.rundir import load_checkpoint, load_run, read_metrics, truncate_metrics
+from mannlab.tasks.base import Task
 from mannlab.training import NonFiniteLossError, loop, train
 from mannlab.training.sampled import validation_sets
 
@@ -26,11 +27,26 @@ def no_figures(monkeypatch):
 
 
 def tiny_config(tmp_path, name="run", model="lstm", **train_args):
-    defaults = dict(steps=12, batch_size=4, val_every=4, val_batch_size=4, val_batches=1,
-                    val_length_multiples=(1, 2), checkpoint_every=4, progress=False)
+    defaults = dict(
+        steps=12,
+        batch_size=4,
+        val_every=4,
+        val_batch_size=4,
+        val_batches=1,
+        val_length_multiples=(1, 2),
+        checkpoint_every=4,
+        progress=False,
+    )
     model_args = TINY_NTM if model == "ntm" else {"hidden_size": 8}
-    return RunConfig(model=model, task="copy", model_args=model_args, task_args=TINY_TASK, seed=1,
-                     train=TrainConfig(**{**defaults, **train_args}), run_dir=str(tmp_path / name))
+    return RunConfig(
+        model=model,
+        task="copy",
+        model_args=model_args,
+        task_args=TINY_TASK,
+        seed=1,
+        train=TrainConfig(**{**defaults, **train_args}),
+        run_dir=str(tmp_path / name),
+    )
 
 
 def with_train(config, **changes):
@@ -114,7 +130,9 @@ def test_nan_loss_stops_with_a_clear_error(tmp_path, monkeypatch, no_figures):
 
     monkeypatch.setattr(Task, "loss", loss_going_nan)
     config = tiny_config(tmp_path, steps=10, checkpoint_every=2, val_every=100)
-    with pytest.raises(NonFiniteLossError, match=r"step 5 .*loss is nan.*not updated.*checkpoints/last \(step 4\)"):
+    with pytest.raises(
+        NonFiniteLossError, match=r"step 5 .*loss is nan.*not updated.*checkpoints/last \(step 4\)"
+    ):
         train(config)
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last")[0]["step"] == 4
 
@@ -140,13 +158,17 @@ def test_time_budget_stops_training_and_a_resume_with_more_time_continues(tmp_pa
 
 
 def test_lr_drops_after_solve_and_after_solve_record(tmp_path, no_figures):
-    config = tiny_config(tmp_path, steps=50, val_every=2, solve_bce=100.0, stop_after_solve=4,
-                         lr=1e-3, lr_after_solve=1e-5)
+    config = tiny_config(
+        tmp_path, steps=50, val_every=2, solve_bce=100.0, stop_after_solve=4, lr=1e-3, lr_after_solve=1e-5
+    )
     summary = train(config)
     _, state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last")
     assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [1e-5]
-    assert summary["after_solve"] == {"validations": 2, "solved": 2,
-                                      "max_bce": summary["after_solve"]["max_bce"]}
+    assert summary["after_solve"] == {
+        "validations": 2,
+        "solved": 2,
+        "max_bce": summary["after_solve"]["max_bce"],
+    }
     assert summary["best_val"]["rows"][0]["multiple"] == 1
 
 
@@ -187,6 +209,7 @@ def test_evaluate_and_table(tmp_path, no_figures):
 def test_evaluation_uses_the_runs_thread_count(tmp_path, monkeypatch):
     """Evaluations run on train.threads, as training did (0: leave torch's setting alone)."""
     from mannlab.rundir import use_run_threads
+
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     use_run_threads(tiny_config(tmp_path, threads=1))
@@ -196,8 +219,10 @@ def test_evaluation_uses_the_runs_thread_count(tmp_path, monkeypatch):
 
 def test_metrics_reader_tolerates_a_cut_last_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 1, "split": "train", "loss": 0.5}\n{"step": 2, "split": "train", "loss": 0.4}\n'
-                    '{"step": 3, "spl')
+    path.write_text(
+        '{"step": 1, "split": "train", "loss": 0.5}\n{"step": 2, "split": "train", "loss": 0.4}\n'
+        '{"step": 3, "spl'
+    )
     assert [r["step"] for r in read_metrics(path)] == [1, 2]
     truncate_metrics(path, 1)
     assert [r["step"] for r in read_metrics(path)] == [1]

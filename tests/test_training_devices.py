@@ -1,5 +1,6 @@
 """train.device and train.precision on a CPU-only machine: auto falls back to the CPU, a
 missing GPU is a clear error, --device cpu changes nothing, bf16 autocast trains the LSTM."""
+
 import json
 
 import pytest
@@ -14,11 +15,34 @@ from mannlab.training import loop
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
-TINY = ["train", "--model", "ntm", "--task", "copy", "--set", "model.controller_size=8",
-        "--set", "model.memory_slots=8", "--set", "model.memory_width=4",
-        "--set", "task.max_length=3", "--set", "task.width=3", "--batch-size", "4",
-        "--set", "train.val_every=2", "--set", "train.val_batch_size=4",
-        "--set", "train.val_batches=1", "--steps", "3", "--no-progress"]
+TINY = [
+    "train",
+    "--model",
+    "ntm",
+    "--task",
+    "copy",
+    "--set",
+    "model.controller_size=8",
+    "--set",
+    "model.memory_slots=8",
+    "--set",
+    "model.memory_width=4",
+    "--set",
+    "task.max_length=3",
+    "--set",
+    "task.width=3",
+    "--batch-size",
+    "4",
+    "--set",
+    "train.val_every=2",
+    "--set",
+    "train.val_batch_size=4",
+    "--set",
+    "train.val_batches=1",
+    "--steps",
+    "3",
+    "--no-progress",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -46,14 +70,16 @@ def test_device_cpu_is_bit_identical_to_no_flag(tmp_path):
     assert main([*TINY, "--run-dir", "plain"]) == 0
     assert main([*TINY, "--run-dir", "cpu", "--device", "cpu"]) == 0
     for name in ("best", "last"):
-        weights = [(tmp_path / run / "checkpoints" / name / "weights.safetensors").read_bytes()
-                   for run in ("plain", "cpu")]
+        weights = [
+            (tmp_path / run / "checkpoints" / name / "weights.safetensors").read_bytes()
+            for run in ("plain", "cpu")
+        ]
         assert weights[0] == weights[1]
 
     def rows(run):
         lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
-        return [{k: v for k, v in json.loads(line).items() if k not in ("wall", "cpu")}
-                for line in lines]
+        return [{k: v for k, v in json.loads(line).items() if k not in ("wall", "cpu")} for line in lines]
+
     assert rows("plain") == rows("cpu")
 
 
@@ -71,12 +97,36 @@ def test_bf16_mixed_trains_the_lstm_with_a_float32_loss(tmp_path):
     loss.backward()
     assert all(p.grad.dtype == torch.float32 for p in model.parameters())
     # and one run of the trainer
-    lstm = ["train", "--model", "lstm", "--task", "copy", "--set", "model.hidden_size=8",
-            "--set", "model.fused=false",
-            "--set", "task.max_length=3", "--set", "task.width=3", "--batch-size", "4",
-            "--set", "train.val_every=2", "--set", "train.val_batch_size=4",
-            "--set", "train.val_batches=1", "--steps", "2", "--no-progress",
-            "--precision", "bf16-mixed", "--run-dir", "bf16"]
+    lstm = [
+        "train",
+        "--model",
+        "lstm",
+        "--task",
+        "copy",
+        "--set",
+        "model.hidden_size=8",
+        "--set",
+        "model.fused=false",
+        "--set",
+        "task.max_length=3",
+        "--set",
+        "task.width=3",
+        "--batch-size",
+        "4",
+        "--set",
+        "train.val_every=2",
+        "--set",
+        "train.val_batch_size=4",
+        "--set",
+        "train.val_batches=1",
+        "--steps",
+        "2",
+        "--no-progress",
+        "--precision",
+        "bf16-mixed",
+        "--run-dir",
+        "bf16",
+    ]
     assert main(lstm) == 0
     saved = (tmp_path / "bf16" / "config.toml").read_text()
     assert 'precision = "bf16-mixed"' in saved
@@ -99,14 +149,15 @@ def test_16_mixed_needs_cuda_and_precision_names_are_checked(capsys):
 def test_a_grad_scaler_skips_an_overflowing_step_instead_of_failing():
     # the 16-mixed update path (a GradScaler on CUDA), run with torch's CPU scaler
     from mannlab.training.update import apply_update
+
     torch.manual_seed(0)
     layer = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
     before = [p.detach().clone() for p in layer.parameters()]
-    huge = layer(torch.full((1, 2), 3e38)).sum()          # finite loss, gradients overflow
+    huge = layer(torch.full((1, 2), 3e38)).sum()  # finite loss, gradients overflow
     apply_update(layer, optimizer, huge, clip=10.0, scaler=scaler)
     assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
-    assert scaler.get_scale() < 2.0**10                    # the scale went down
+    assert scaler.get_scale() < 2.0**10  # the scale went down
     apply_update(layer, optimizer, layer(torch.ones(1, 2)).sum(), clip=10.0, scaler=scaler)
     assert not all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))

@@ -1,4 +1,5 @@
 """The short learning check shared by the model and controller tests."""
+
 import torch
 
 from mannlab import tasks

@@ -6,6 +6,7 @@ needs a blank line before an indented block to read it as preformatted text,
 otherwise the block is folded into the paragraph above and loses its layout.
 This inserts that blank line; the docstrings themselves stay as they are.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,23 +1,41 @@
 """mannlab: memory-augmented neural networks in PyTorch.
 
-    model = mannlab.NTM(input_size=9, output_size=8)
-    y, state = model(x)                       # x (B, T, 9) -> logits (B, T, 8)
-    y, state, trace = model(x, return_trace=True)
+model = mannlab.NTM(input_size=9, output_size=8)
+y, state = model(x)                       # x (B, T, 9) -> logits (B, T, 8)
+y, state, trace = model(x, return_trace=True)
 """
+
 import importlib
 
 from mannlab import tasks
 from mannlab.errors import CheckpointError, ConfigError, DataError
-from mannlab.models import (ARMIN, DNC, DNTM, LSTM, NTM, TARDIS, NTMCell, NTMState, NTMTrace,
-                            build_model)
+from mannlab.models import ARMIN, DNC, DNTM, LSTM, NTM, TARDIS, NTMCell, NTMState, NTMTrace, build_model
 from mannlab.nn import addressing
 from mannlab.state import detach_state, map_state
 
 __version__ = "0.1.0"
 
-__all__ = ["addressing", "tasks", "plot", "load", "build_model", "detach_state", "map_state", "LSTM",
-           "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNTM", "TARDIS", "ARMIN", "ConfigError", "CheckpointError",
-           "DataError"]
+__all__ = [
+    "addressing",
+    "tasks",
+    "plot",
+    "load",
+    "build_model",
+    "detach_state",
+    "map_state",
+    "LSTM",
+    "NTM",
+    "NTMCell",
+    "NTMState",
+    "NTMTrace",
+    "DNC",
+    "DNTM",
+    "TARDIS",
+    "ARMIN",
+    "ConfigError",
+    "CheckpointError",
+    "DataError",
+]
 
 
 def __getattr__(name):

@@ -3,6 +3,7 @@
 It sits above tasks, models and wrappers (it uses all three) and below everything
 that trains, evaluates or analyses a run.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,8 +19,10 @@ from mannlab.wrappers import model_for_task
 def build_run(config: RunConfig) -> tuple[Any, nn.Module]:
     """(task, model) of ``config``; ConfigError on a bad name or argument."""
     if config.train.val_lengths == "max_length" and config.task not in tasks.TASKS:
-        raise ConfigError(f"train.val_lengths = 'max_length' needs a generated task with a "
-                          f"length range ({', '.join(tasks.names())}); {config.task!r} "
-                          f"validates on its held-out split")
+        raise ConfigError(
+            f"train.val_lengths = 'max_length' needs a generated task with a "
+            f"length range ({', '.join(tasks.names())}); {config.task!r} "
+            f"validates on its held-out split"
+        )
     task = tasks.make(config.task, **config.task_args)
     return task, model_for_task(task, config.model, **config.model_args)

@@ -22,6 +22,7 @@ Layers are merged in this order: TrainConfig's defaults, then (only for
 file, then ``--set key=value`` overrides. Unknown keys fail naming the valid
 ones; model and task arguments are checked by building them (mannlab.building).
 """
+
 from __future__ import annotations
 
 import copy
@@ -56,30 +57,55 @@ DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("ntm", "copy"): {"train": {"val_every": 50, "stop_after_solve": 200, "lr_after_solve": 3e-5}},
     # Char-level LM (trained with truncated BPTT): Adam 2e-3 and clip 1.0 as in ARMIN C.2, 32
     # streams of 150 symbols per step; recipes/ptb-char-*.toml hold the compared setups.
-    **{("*", name): {"train": {"optimizer": "adam", "lr": 2e-3, "clip_grad_norm": 1.0,
-                               "batch_size": 32, "steps": 2000, "val_every": 200,
-                               "checkpoint_every": 200}}
-       for name in ("ptb-char", "text8", "enwik8-char")},
+    **{
+        ("*", name): {
+            "train": {
+                "optimizer": "adam",
+                "lr": 2e-3,
+                "clip_grad_norm": 1.0,
+                "batch_size": 32,
+                "steps": 2000,
+                "val_every": 200,
+                "checkpoint_every": 200,
+            }
+        }
+        for name in ("ptb-char", "text8", "enwik8-char")
+    },
 }
 
 OPTIMIZERS = ("rmsprop", "adam")
-LOGGERS = ("tensorboard", "csv", "wandb")   # rundir/loggers.py writes them
+LOGGERS = ("tensorboard", "csv", "wandb")  # rundir/loggers.py writes them
 
-MAX_SEED = 2**63 - 1   # seeds are TOML integers (int64); the data seeds want them >= 0
+MAX_SEED = 2**63 - 1  # seeds are TOML integers (int64); the data seeds want them >= 0
 
 # The valid range of each number of TrainConfig: (low, high, low included, high included).
 INF = math.inf
 RANGES: dict[str, tuple[float, float, bool, bool]] = {
-    "lr": (0, INF, False, False), "lr_after_solve": (0, INF, True, False),
-    "momentum": (0, 1, True, False), "alpha": (0, 1, True, False),
-    "eps": (0, INF, False, False), "weight_decay": (0, INF, True, False),
-    "clip_grad_norm": (0, INF, True, False), "solve_bce": (0, INF, True, False),
-    "max_minutes": (0, INF, True, False), "diverge_factor": (1, INF, False, False),
-    "steps": (0, INF, True, False), "threads": (0, INF, True, False),
-    "diverge_patience": (0, INF, True, False), "stop_after_solve": (0, INF, True, False),
-    **{name: (1, INF, True, False) for name in (
-        "batch_size", "samples_per_input", "val_every", "val_batch_size", "val_batches",
-        "checkpoint_every")},
+    "lr": (0, INF, False, False),
+    "lr_after_solve": (0, INF, True, False),
+    "momentum": (0, 1, True, False),
+    "alpha": (0, 1, True, False),
+    "eps": (0, INF, False, False),
+    "weight_decay": (0, INF, True, False),
+    "clip_grad_norm": (0, INF, True, False),
+    "solve_bce": (0, INF, True, False),
+    "max_minutes": (0, INF, True, False),
+    "diverge_factor": (1, INF, False, False),
+    "steps": (0, INF, True, False),
+    "threads": (0, INF, True, False),
+    "diverge_patience": (0, INF, True, False),
+    "stop_after_solve": (0, INF, True, False),
+    **{
+        name: (1, INF, True, False)
+        for name in (
+            "batch_size",
+            "samples_per_input",
+            "val_every",
+            "val_batch_size",
+            "val_batches",
+            "checkpoint_every",
+        )
+    },
 }
 TOP_LEVEL_KEYS = ("seed", "seeds", "run_dir", "model", "task", "train")
 SECTIONS = ("model", "task", "train")
@@ -89,13 +115,13 @@ SECTIONS = ("model", "task", "train")
 class TrainConfig:
     """How to train: optimizer, budget, validation, checkpoints and stopping."""
 
-    optimizer: str = "rmsprop"          # "rmsprop" | "adam"
+    optimizer: str = "rmsprop"  # "rmsprop" | "adam"
     lr: float = 1e-4
     # lr from the first solve on (0: keep lr). A solved NTM at full lr tends to collapse and
     # relearn over and over (docs/RESULTS.md); a smaller step once solved keeps it solved.
     lr_after_solve: float = 0.0
-    momentum: float = 0.9               # rmsprop only
-    alpha: float = 0.95                 # rmsprop smoothing, as in the NTM implementations
+    momentum: float = 0.9  # rmsprop only
+    alpha: float = 0.95  # rmsprop smoothing, as in the NTM implementations
     eps: float = 1e-8
     weight_decay: float = 0.0
     clip_grad_norm: float | None = 10.0  # global norm; 0 (or None, stored as 0) turns clipping off
@@ -104,7 +130,7 @@ class TrainConfig:
     # samples_per_input different sequences): the draws of a stochastic model (REINFORCE)
     # on the same input then baseline each other (the D-NTM's reward = "samples")
     samples_per_input: int = 1
-    steps: int = 2000                   # total optimizer steps of the run
+    steps: int = 2000  # total optimizer steps of the run
     val_every: int = 200
     val_batch_size: int = 32
     val_batches: int = 2
@@ -160,27 +186,35 @@ class TrainConfig:
         if self.clip_grad_norm is None:  # one spelling of "off", so the TOML round trip is exact
             object.__setattr__(self, "clip_grad_norm", 0.0)
         if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+            raise ConfigError(
+                f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
+            )
         if self.val_lengths not in ("train_lengths", "max_length"):
-            raise ConfigError(f"train.val_lengths must be 'train_lengths' or 'max_length', "
-                              f"got {self.val_lengths!r}")
+            raise ConfigError(
+                f"train.val_lengths must be 'train_lengths' or 'max_length', got {self.val_lengths!r}"
+            )
         unknown = [n for n in self.logger.split(",") if n.strip() and n.strip() not in LOGGERS]
         if unknown:
-            raise ConfigError(f"train.logger: unknown logger(s) {', '.join(unknown)}; valid: "
-                              f"{', '.join(LOGGERS)} (comma-separated)")
+            raise ConfigError(
+                f"train.logger: unknown logger(s) {', '.join(unknown)}; valid: "
+                f"{', '.join(LOGGERS)} (comma-separated)"
+            )
         if self.budget_clock not in ("wall", "cpu"):
             raise ConfigError(f"train.budget_clock must be 'wall' or 'cpu', got {self.budget_clock!r}")
         for name, bounds in RANGES.items():
             if getattr(self, name) is not None:
                 check_range(f"train.{name}", getattr(self, name), *bounds)
         if self.batch_size % self.samples_per_input:
-            raise ConfigError(f"train.batch_size ({self.batch_size}) must be a multiple of "
-                              f"train.samples_per_input ({self.samples_per_input})")
+            raise ConfigError(
+                f"train.batch_size ({self.batch_size}) must be a multiple of "
+                f"train.samples_per_input ({self.samples_per_input})"
+            )
         multiples = self.val_length_multiples
         if not multiples or 1 not in multiples or any(m < 1 for m in multiples):
             raise ConfigError(
                 "train.val_length_multiples must be positive integers including 1 "
-                f"(the training length, used to pick the best checkpoint), got {list(multiples)}")
+                f"(the training length, used to pick the best checkpoint), got {list(multiples)}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -199,7 +233,7 @@ class RunConfig:
     seed: int = 0
     train: TrainConfig = field(default_factory=TrainConfig)
     run_dir: str | None = None
-    seeds: tuple[int, ...] | None = None   # several seeds for `mannlab run`
+    seeds: tuple[int, ...] | None = None  # several seeds for `mannlab run`
 
     def __post_init__(self) -> None:
         check_range("seed", self.seed, 0, MAX_SEED)
@@ -211,7 +245,9 @@ class RunConfig:
         """Build from the TOML-shaped dict; unknown keys raise ConfigError."""
         for key in values:
             if key not in TOP_LEVEL_KEYS:
-                raise ConfigError(f"unknown key '{key}' at the top level; valid keys: {', '.join(TOP_LEVEL_KEYS)}")
+                raise ConfigError(
+                    f"unknown key '{key}' at the top level; valid keys: {', '.join(TOP_LEVEL_KEYS)}"
+                )
         model_args, model = _named_section(values, "model")
         task_args, task = _named_section(values, "task")
         train = values.get("train", {})
@@ -223,7 +259,10 @@ class RunConfig:
             if not seeds:
                 raise ConfigError("'seeds' must list at least one seed")
         return cls(
-            model=model, task=task, model_args=model_args, task_args=task_args,
+            model=model,
+            task=task,
+            model_args=model_args,
+            task_args=task_args,
             seed=_coerce("seed", values.get("seed", 0), "int"),
             train=TrainConfig.from_dict(train),
             run_dir=_coerce("run_dir", values.get("run_dir"), "str | None"),
@@ -278,8 +317,9 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     except IsADirectoryError:
         raise ConfigError(f"{path} is a directory; expected a TOML file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{path} is not valid TOML in UTF-8 ({type(exc).__name__}: "
-                          f"{str(exc)[:200]})") from None
+        raise ConfigError(
+            f"{path} is not valid TOML in UTF-8 ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
 
 
 def config_toml(config: RunConfig) -> str:
@@ -314,18 +354,23 @@ def apply_overrides(values: Mapping[str, Any], overrides: Iterable[str]) -> dict
             if path[0] in SECTIONS:
                 raise ConfigError(f"'{path[0]}' is a section; set one of its keys, e.g. {path[0]}.name=...")
             if path[0] not in TOP_LEVEL_KEYS:
-                raise ConfigError(f"unknown key '{path[0]}' at the top level; valid keys: {', '.join(TOP_LEVEL_KEYS)}")
+                raise ConfigError(
+                    f"unknown key '{path[0]}' at the top level; valid keys: {', '.join(TOP_LEVEL_KEYS)}"
+                )
             out[path[0]] = value
         else:
             section, key = path
             if section not in SECTIONS:
-                raise ConfigError(f"unknown section '{section}' in override {text!r}; valid sections: {', '.join(SECTIONS)}")
+                raise ConfigError(
+                    f"unknown section '{section}' in override {text!r}; valid sections: {', '.join(SECTIONS)}"
+                )
             out.setdefault(section, {})[key] = value
     return out
 
 
-def check_range(key: str, value: float, low: float, high: float, low_in: bool = True,
-                high_in: bool = True) -> None:
+def check_range(
+    key: str, value: float, low: float, high: float, low_in: bool = True, high_in: bool = True
+) -> None:
     """ConfigError naming the valid range unless low <= value <= high (< where not ``_in``);
     NaN is never in range."""
     above = value >= low if low_in else value > low
@@ -339,6 +384,7 @@ def check_range(key: str, value: float, low: float, high: float, low_in: bool = 
 
 
 # --- helpers -----------------------------------------------------------------
+
 
 def _named_section(values: Mapping[str, Any], section: str) -> tuple[dict[str, Any], str]:
     table = values.get(section)
@@ -355,10 +401,12 @@ def _valid_names(section: str) -> str:
     try:
         if section == "model":
             from mannlab.models import MODELS
+
             names = list(MODELS)
         else:
             from mannlab.tasks import data_names, text_names
             from mannlab.tasks import names as task_names
+
             names = list(task_names()) + list(data_names()) + list(text_names())
     except ImportError:
         return ""

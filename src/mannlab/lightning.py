@@ -19,6 +19,7 @@ an integer ``val_check_interval``. Validation logs the task's metrics (``val/bce
 fixed batches, or ``val/bpc`` over the valid split for char-LM tasks. ``import mannlab``
 never imports this module, so Lightning stays optional.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -49,8 +50,14 @@ class MannModule(L.LightningModule):
     adapter the task needs, or a module) trained on ``task`` with mannlab's optimizer
     (``optimizer`` "rmsprop" or "adam", ``lr``; the other settings are TrainConfig's)."""
 
-    def __init__(self, model: str | torch.nn.Module, task: Any, lr: float = 1e-4,
-                 optimizer: str = "rmsprop", **model_args: Any):
+    def __init__(
+        self,
+        model: str | torch.nn.Module,
+        task: Any,
+        lr: float = 1e-4,
+        optimizer: str = "rmsprop",
+        **model_args: Any,
+    ):
         super().__init__()
         if isinstance(model, str):
             model = model_for_task(task, model, **model_args)
@@ -58,7 +65,7 @@ class MannModule(L.LightningModule):
             raise TypeError(f"model arguments {sorted(model_args)} need a model name, not a module")
         self.model, self.task = model, task
         self.optimizer_config = TrainConfig(optimizer=optimizer, lr=lr)
-        self.carried: dict[str, Any] = {}   # TBPTT state per split, detached
+        self.carried: dict[str, Any] = {}  # TBPTT state per split, detached
 
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         return self.model(x, state)
@@ -68,12 +75,12 @@ class MannModule(L.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if _streams(self.task):
-            start_minibatch(self.model.core, self.global_step)   # gumbel temperature
+            start_minibatch(self.model.core, self.global_step)  # gumbel temperature
             loss, task_loss, state = segment_loss(self.model, *batch, self.carried.get("train"))
             self.carried["train"] = detach_state(state)
             name = "ce"
         else:
-            start_minibatch(self.model, self.global_step)        # e.g. the D-NTM curriculum
+            start_minibatch(self.model, self.global_step)  # e.g. the D-NTM curriculum
             loss, task_loss = sequence_loss(self.model, self.task, *batch[:3])
             name = self.task.loss_key
         self.log("train/loss", loss, batch_size=len(batch[0]))
@@ -108,8 +115,15 @@ class TaskDataModule(L.LightningDataModule):
     task, the train and valid splits as ``batch_size`` (``task.valid_batch_size``) streams
     in TBPTT segments."""
 
-    def __init__(self, task: Any, batch_size: int = 16, seed: int = 0, val_batch_size: int = 32,
-                 val_batches: int = 2, num_workers: int = 0):
+    def __init__(
+        self,
+        task: Any,
+        batch_size: int = 16,
+        seed: int = 0,
+        val_batch_size: int = 32,
+        val_batches: int = 2,
+        num_workers: int = 0,
+    ):
         super().__init__()
         self.task, self.batch_size, self.seed = task, batch_size, seed
         self.val_batch_size, self.val_batches, self.num_workers = val_batch_size, val_batches, num_workers
@@ -124,16 +138,26 @@ class TaskDataModule(L.LightningDataModule):
             return self._loader(TextSegments(self.task, "train", self.batch_size), 0)
         start = self.trainer.global_step if self.trainer is not None else 0
         split = {"split": "train"} if self.splits else {}
-        return self._loader(TaskBatches(self.task, self.batch_size, self.seed, start=start, **split),
-                            self.num_workers)
+        return self._loader(
+            TaskBatches(self.task, self.batch_size, self.seed, start=start, **split), self.num_workers
+        )
 
     def val_dataloader(self) -> DataLoader:
         if _streams(self.task):
             batch = self.task.params["valid_batch_size"]
             return self._loader(TextSegments(self.task, "valid", batch), 0)
         split = {"split": "valid"} if self.splits else {}
-        return self._loader(TaskBatches(self.task, self.val_batch_size, self.seed, start=VAL_SEED_OFFSET,
-                                        stop=VAL_SEED_OFFSET + self.val_batches, **split), 0)
+        return self._loader(
+            TaskBatches(
+                self.task,
+                self.val_batch_size,
+                self.seed,
+                start=VAL_SEED_OFFSET,
+                stop=VAL_SEED_OFFSET + self.val_batches,
+                **split,
+            ),
+            0,
+        )
 
 
 __all__ = ["MannModule", "TaskDataModule"]

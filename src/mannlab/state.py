@@ -1,4 +1,5 @@
 """Helpers over recurrent states: nested NamedTuples (or tuples) of tensors."""
+
 from __future__ import annotations
 
 from typing import Any, Callable

@@ -7,13 +7,32 @@
 
 Computation only: their figures and CSV files are mannlab.reporting's.
 """
+
 import importlib
 
-from mannlab.analysis.wormhole import (SCHEMES, UNWRITTEN, HeadRun, LengthCurves, length_curves,
-                                       path_sweep, shortest_paths, simulate)
+from mannlab.analysis.wormhole import (
+    SCHEMES,
+    UNWRITTEN,
+    HeadRun,
+    LengthCurves,
+    length_curves,
+    path_sweep,
+    shortest_paths,
+    simulate,
+)
 
-__all__ = ["SCHEMES", "UNWRITTEN", "HeadRun", "LengthCurves", "simulate", "shortest_paths",
-           "length_curves", "path_sweep", "gradflow", "wormhole"]
+__all__ = [
+    "SCHEMES",
+    "UNWRITTEN",
+    "HeadRun",
+    "LengthCurves",
+    "simulate",
+    "shortest_paths",
+    "length_curves",
+    "path_sweep",
+    "gradflow",
+    "wormhole",
+]
 
 
 def __getattr__(name):

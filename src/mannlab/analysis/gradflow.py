@@ -23,6 +23,7 @@ samples costs one forward and one backward of a batch of B*O sequences
 (``chunk`` bounds the rows per pass). Models run in eval() mode, which is where
 models with discrete reads use argmax reads (exact wormholes).
 """
+
 from __future__ import annotations
 
 import copy
@@ -39,6 +40,7 @@ QUANTITY_LABELS = {"output": "||dy_t1 / dx_t0||_F", "loss": "||dL_t1 / dx_t0||"}
 class GradientFlow(NamedTuple):
     """Norms against distance: ``distances`` (D,) = 0..max_distance, ``norms`` (S, D) one
     row per sample, ``mean`` and ``sem`` (D,) over samples, ``median`` (D,)."""
+
     distances: np.ndarray
     norms: np.ndarray
     mean: np.ndarray
@@ -46,9 +48,15 @@ class GradientFlow(NamedTuple):
     median: np.ndarray
 
 
-def input_gradient_norms(model: torch.nn.Module, inputs: torch.Tensor, max_distance: int,
-                         quantity: str = "output", targets: torch.Tensor | None = None,
-                         loss_fn: Any = None, chunk: int = 16) -> np.ndarray:
+def input_gradient_norms(
+    model: torch.nn.Module,
+    inputs: torch.Tensor,
+    max_distance: int,
+    quantity: str = "output",
+    targets: torch.Tensor | None = None,
+    loss_fn: Any = None,
+    chunk: int = 16,
+) -> np.ndarray:
     """(B, max_distance + 1) norms of dy_t1/dx_t0 (or dL_t1/dx_t0) for t0 = t1 - d.
 
     Args:
@@ -68,8 +76,10 @@ def input_gradient_norms(model: torch.nn.Module, inputs: torch.Tensor, max_dista
     if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 0:
         raise ValueError(f"max_distance must be an integer >= 0; got {max_distance!r}")
     if steps <= max_distance:
-        raise ValueError(f"sequences of {steps} steps are too short for distances up to "
-                         f"{max_distance}: need at least {max_distance + 1} steps (a longer length)")
+        raise ValueError(
+            f"sequences of {steps} steps are too short for distances up to "
+            f"{max_distance}: need at least {max_distance + 1} steps (a longer length)"
+        )
     if quantity == "loss" and (targets is None or loss_fn is None):
         raise ValueError("quantity 'loss' needs targets and loss_fn")
     t1 = steps - 1
@@ -82,7 +92,7 @@ def input_gradient_norms(model: torch.nn.Module, inputs: torch.Tensor, max_dista
             squares = _loss_gradient_squares(model, inputs, targets, loss_fn, t1, chunk)
     finally:
         model.train(was_training)
-    window = squares[:, t1 - max_distance:t1 + 1].flip(1)       # column d is t0 = t1 - d
+    window = squares[:, t1 - max_distance : t1 + 1].flip(1)  # column d is t0 = t1 - d
     return window.sqrt().numpy()
 
 
@@ -90,15 +100,15 @@ def _output_jacobian_squares(model, inputs, t1: int, chunk: int) -> torch.Tensor
     """(B, T) sum over o and input features of (dy_t1[o] / dx_t0)^2, by O copies per sample."""
     with torch.no_grad():
         outputs = model(inputs[:1, :1])[0].shape[-1]
-    rows = inputs.repeat_interleave(outputs, dim=0)             # row b*O + o: sample b, output o
+    rows = inputs.repeat_interleave(outputs, dim=0)  # row b*O + o: sample b, output o
     component = torch.arange(rows.shape[0]) % outputs
     squares = torch.empty(rows.shape[:2], dtype=inputs.dtype)
     for start in range(0, rows.shape[0], max(chunk, 1)):
-        x = rows[start:start + chunk].detach().clone().requires_grad_(True)
+        x = rows[start : start + chunk].detach().clone().requires_grad_(True)
         y = model(x)[0]
-        picked = y[torch.arange(x.shape[0]), t1, component[start:start + chunk]]
-        grad, = torch.autograd.grad(picked.sum(), x)
-        squares[start:start + chunk] = grad.pow(2).sum(-1)
+        picked = y[torch.arange(x.shape[0]), t1, component[start : start + chunk]]
+        (grad,) = torch.autograd.grad(picked.sum(), x)
+        squares[start : start + chunk] = grad.pow(2).sum(-1)
     return squares.view(inputs.shape[0], outputs, -1).sum(1)
 
 
@@ -106,9 +116,9 @@ def _loss_gradient_squares(model, inputs, targets, loss_fn, t1: int, chunk: int)
     """(B, T) squared norm of dL_t1 / dx_t0 over input features."""
     squares = []
     for start in range(0, inputs.shape[0], max(chunk, 1)):
-        x = inputs[start:start + chunk].detach().clone().requires_grad_(True)
-        loss = loss_fn(model(x)[0], targets[start:start + chunk])[:, t1]
-        grad, = torch.autograd.grad(loss.sum(), x)
+        x = inputs[start : start + chunk].detach().clone().requires_grad_(True)
+        loss = loss_fn(model(x)[0], targets[start : start + chunk])[:, t1]
+        (grad,) = torch.autograd.grad(loss.sum(), x)
         squares.append(grad.pow(2).sum(-1))
     return torch.cat(squares)
 
@@ -117,12 +127,12 @@ def summarise(norms: np.ndarray) -> GradientFlow:
     """A GradientFlow from per-sample norms (S, D)."""
     samples = norms.shape[0]
     sem = norms.std(axis=0, ddof=1) / np.sqrt(samples) if samples > 1 else np.zeros(norms.shape[1])
-    return GradientFlow(np.arange(norms.shape[1]), norms, norms.mean(axis=0), sem,
-                        np.median(norms, axis=0))
+    return GradientFlow(np.arange(norms.shape[1]), norms, norms.mean(axis=0), sem, np.median(norms, axis=0))
 
 
 def length_for_steps(task: Any, steps: int, limit: int = 1 << 14) -> int:
     """The smallest task length (``task.sample(length=...)``) whose sequences have >= steps steps."""
+
     def steps_at(length: int) -> int:
         return task.sample(1, 0, length=length)[0].shape[1]
 
@@ -130,17 +140,25 @@ def length_for_steps(task: Any, steps: int, limit: int = 1 << 14) -> int:
     while steps_at(high) < steps:
         low, high = high + 1, high * 2
         if high > limit:
-            raise ValueError(f"task {task.name!r} gives no sequence of {steps} steps up to "
-                             f"length {limit}")
-    while low < high:                                   # steps_at(high) >= steps
+            raise ValueError(f"task {task.name!r} gives no sequence of {steps} steps up to length {limit}")
+    while low < high:  # steps_at(high) >= steps
         middle = (low + high) // 2
         low, high = (middle + 1, high) if steps_at(middle) < steps else (low, middle)
     return high
 
 
-def gradient_flow(model: torch.nn.Module, task: Any, max_distance: int = 200, samples: int = 32,
-                  batch_size: int = 16, seed: int = 0, length: int | None = None,
-                  quantity: str = "output", chunk: int = 16, float64: bool = True) -> GradientFlow:
+def gradient_flow(
+    model: torch.nn.Module,
+    task: Any,
+    max_distance: int = 200,
+    samples: int = 32,
+    batch_size: int = 16,
+    seed: int = 0,
+    length: int | None = None,
+    quantity: str = "output",
+    chunk: int = 16,
+    float64: bool = True,
+) -> GradientFlow:
     """Mean norm of dy_t1/dx_t0 (or dL_t1/dx_t0) over ``samples`` sequences of ``task``
     against the distance t1 - t0 = 0..max_distance, t1 the last step of each batch.
 
@@ -162,15 +180,19 @@ def gradient_flow(model: torch.nn.Module, task: Any, max_distance: int = 200, sa
         inputs, targets, _ = task.sample(min(batch_size, samples - start), [seed, k], length=length)
         loss_fn = None
         if quantity == "loss":
+
             def loss_fn(logits, y):
                 return task.step_nll(logits, y, torch.ones(y.shape[:2], dtype=logits.dtype))
-        norms.append(input_gradient_norms(model, inputs.to(dtype), max_distance, quantity,
-                                          targets.to(dtype), loss_fn, chunk))
+
+        norms.append(
+            input_gradient_norms(
+                model, inputs.to(dtype), max_distance, quantity, targets.to(dtype), loss_fn, chunk
+            )
+        )
     return summarise(np.concatenate(norms))
 
 
-def load_model(spec: str, task: Any, seed: int = 0, checkpoint: str = "best"
-               ) -> tuple[str, torch.nn.Module]:
+def load_model(spec: str, task: Any, seed: int = 0, checkpoint: str = "best") -> tuple[str, torch.nn.Module]:
     """(label, model) for a registry name (freshly initialised with torch seed ``seed``)
     or a run directory (its ``checkpoint``, best by default).
 
@@ -188,22 +210,24 @@ def load_model(spec: str, task: Any, seed: int = 0, checkpoint: str = "best"
 
         config, run_task, model, meta = load_run(path, checkpoint)
         if (run_task.input_size, run_task.output_size) != (task.input_size, task.output_size):
-            raise ValueError(f"run {spec} was trained on {config.task} (input {run_task.input_size}, "
-                             f"output {run_task.output_size}); the task here has input "
-                             f"{task.input_size}, output {task.output_size}")
+            raise ValueError(
+                f"run {spec} was trained on {config.task} (input {run_task.input_size}, "
+                f"output {run_task.output_size}); the task here has input "
+                f"{task.input_size}, output {task.output_size}"
+            )
         return f"{config.model} ({path.name}, step {meta.get('step')})", model
     name, _, options = spec.partition(":")
     if name.lower().replace("-", "_") not in MODELS:
-        raise ValueError(f"{spec!r} is neither a run directory nor a model name; "
-                         f"models: {', '.join(sorted(MODELS))}")
+        raise ValueError(
+            f"{spec!r} is neither a run directory nor a model name; models: {', '.join(sorted(MODELS))}"
+        )
     kwargs = dict(_option(item) for item in options.split(",") if item.strip())
     torch.manual_seed(seed)
-    return f"{spec} (untrained, seed {seed})", build_model(name, task.input_size, task.output_size,
-                                                           **kwargs)
+    return f"{spec} (untrained, seed {seed})", build_model(name, task.input_size, task.output_size, **kwargs)
 
 
 def _option(item: str) -> tuple[str, Any]:
-    """"key=value" -> (key, value as int, float, bool or str)."""
+    """ "key=value" -> (key, value as int, float, bool or str)."""
     key, equals, text = item.partition("=")
     if not equals or not key.strip():
         raise ValueError(f"model options are key=value pairs separated by commas; got {item!r}")

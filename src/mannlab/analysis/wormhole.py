@@ -40,6 +40,7 @@ Dependency graph of section 6 / figure 4
     edges is kept, and that count is "the length travelled outside wormhole
     connections" (figure 5 b).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Sequence
@@ -60,6 +61,7 @@ class HeadRun(NamedTuple):
              never-written cell).
     lengths  (S, T, k) int: eq. 40 path length of every cell after step t.
     """
+
     reads: np.ndarray
     writes: np.ndarray
     sources: np.ndarray
@@ -84,8 +86,9 @@ def _check_count(name: str, value: int, minimum: int = 1) -> int:
     return int(value)
 
 
-def _fixed_heads(name: str, value: np.ndarray | None, shape: tuple[int, int], cells: int,
-                 allow_none: bool) -> np.ndarray | None:
+def _fixed_heads(
+    name: str, value: np.ndarray | None, shape: tuple[int, int], cells: int, allow_none: bool
+) -> np.ndarray | None:
     """Validate caller-given head choices (S, T) with values in [0, k) (or -1 if allowed)."""
     if value is None:
         return None
@@ -93,12 +96,16 @@ def _fixed_heads(name: str, value: np.ndarray | None, shape: tuple[int, int], ce
     if array.ndim == 1:
         array = array[None, :]
     if array.shape != shape or not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(f"{name} must be an integer array of shape (simulations, steps) = {shape}; "
-                         f"got {array.dtype} {array.shape}")
+        raise ValueError(
+            f"{name} must be an integer array of shape (simulations, steps) = {shape}; "
+            f"got {array.dtype} {array.shape}"
+        )
     low = -1 if allow_none else 0
     if array.min() < low or array.max() >= cells:
-        raise ValueError(f"{name} must hold cell indices in [{low}, {cells - 1}]; "
-                         f"got values in [{array.min()}, {array.max()}]")
+        raise ValueError(
+            f"{name} must hold cell indices in [{low}, {cells - 1}]; "
+            f"got values in [{array.min()}, {array.max()}]"
+        )
     return array.astype(np.int64)
 
 
@@ -108,14 +115,21 @@ def _uniform_read(rng: np.random.Generator, written: np.ndarray, unwritten: str)
     if unwritten == "empty":
         return rng.integers(0, cells, size=sims)
     count = written.sum(axis=1)
-    rank = np.floor(rng.random(sims) * count).astype(np.int64)        # which written cell
+    rank = np.floor(rng.random(sims) * count).astype(np.int64)  # which written cell
     pick = np.argmax(written.cumsum(axis=1) > rank[:, None], axis=1)  # index of that cell
     return np.where(count > 0, pick, -1)
 
 
-def simulate(scheme: str, steps: int, cells: int, simulations: int = 100,
-             seed: int | Sequence[int] | np.random.Generator = 0, unwritten: str = "empty",
-             reads: np.ndarray | None = None, writes: np.ndarray | None = None) -> HeadRun:
+def simulate(
+    scheme: str,
+    steps: int,
+    cells: int,
+    simulations: int = 100,
+    seed: int | Sequence[int] | np.random.Generator = 0,
+    unwritten: str = "empty",
+    reads: np.ndarray | None = None,
+    writes: np.ndarray | None = None,
+) -> HeadRun:
     """Simulate the read/write heads of ``scheme`` for ``steps`` steps with ``cells`` cells.
 
     ``reads`` / ``writes`` (S, T) fix the head choices instead of sampling them
@@ -135,11 +149,15 @@ def simulate(scheme: str, steps: int, cells: int, simulations: int = 100,
         raise ValueError(f"writes can only be given for scheme 'umann'; {scheme} writes by rule")
     rng = np.random.default_rng(seed)
     rows = np.arange(sims)
-    stored = np.zeros((sims, cells), np.int64)    # step whose micro-state each cell holds (0 = none)
-    length = np.zeros((sims, cells), np.int64)    # eq. 40 len of each cell
+    stored = np.zeros((sims, cells), np.int64)  # step whose micro-state each cell holds (0 = none)
+    length = np.zeros((sims, cells), np.int64)  # eq. 40 len of each cell
     written = np.zeros((sims, cells), bool)
-    out = HeadRun(np.empty((sims, steps), np.int64), np.empty((sims, steps), np.int64),
-                  np.empty((sims, steps), np.int64), np.empty((sims, steps, cells), np.int64))
+    out = HeadRun(
+        np.empty((sims, steps), np.int64),
+        np.empty((sims, steps), np.int64),
+        np.empty((sims, steps), np.int64),
+        np.empty((sims, steps, cells), np.int64),
+    )
     for t in range(1, steps + 1):
         j = reads[:, t - 1] if reads is not None else _uniform_read(rng, written, unwritten)
         has_read = j >= 0
@@ -147,8 +165,10 @@ def simulate(scheme: str, steps: int, cells: int, simulations: int = 100,
         source = np.where(has_read, stored[rows, jj], 0)
         if scheme == "tardis":
             if t > cells and not has_read.all():
-                raise ValueError(f"TARDIS needs a read at every step after the memory is full "
-                                 f"(t > k = {cells}); reads hold -1 at step {t}")
+                raise ValueError(
+                    f"TARDIS needs a read at every step after the memory is full "
+                    f"(t > k = {cells}); reads hold -1 at step {t}"
+                )
             i = np.full(sims, t - 1) if t <= cells else jj
         elif scheme == "urmann":
             i = np.full(sims, (t - 1) % cells)
@@ -180,12 +200,12 @@ def shortest_paths(sources: np.ndarray, t0: int, t1: int) -> tuple[np.ndarray, n
     # key = edges * base + recurrent edges: minimising it is the lexicographic minimum.
     base = t1 + 1
     unreachable = np.iinfo(np.int64).max // 2
-    key = np.full((sources.shape[0], t1 + 1), unreachable, np.int64)   # nodes h_0..h_t1
+    key = np.full((sources.shape[0], t1 + 1), unreachable, np.int64)  # nodes h_0..h_t1
     key[:, t0] = 0
     rows = np.arange(sources.shape[0])
     for t in range(t0 + 1, t1 + 1):
         src = sources[:, t - 1]
-        skips = (src >= t0) & (src < t - 1)       # h_{t-1} read at t is a recurrent edge
+        skips = (src >= t0) & (src < t - 1)  # h_{t-1} read at t is a recurrent edge
         via_wormhole = np.where(skips, key[rows, np.minimum(src, t1)] + base, unreachable)
         key[:, t] = np.minimum(key[:, t - 1] + base + 1, via_wormhole)
     return key[:, t1] // base, key[:, t1] % base
@@ -196,40 +216,53 @@ def check_dependency(t0: int, t1: int, steps: int | None = None) -> None:
     for name, value in (("t0", t0), ("t1", t1)):
         _check_count(name, value)
     if t0 >= t1:
-        raise ValueError(f"expected t0 < t1 (a dependency of step t1 on an earlier step t0); "
-                         f"got t0={t0}, t1={t1}")
+        raise ValueError(
+            f"expected t0 < t1 (a dependency of step t1 on an earlier step t0); got t0={t0}, t1={t1}"
+        )
     if steps is not None and t1 > steps:
         raise ValueError(f"t1={t1} is beyond the {steps} simulated steps")
 
 
 # ------------------------------------------------------------------ the two figures
 
+
 class LengthCurves(NamedTuple):
     """Figure 3 data for one scheme: ``cells_mean`` (T, k) mean over simulations of the
     eq. 40 length of each cell after step t; ``mean`` (T,) its mean over cells;
     ``sem`` (T,) standard error over simulations of the mean over cells;
     ``analytic`` (T,) max(t/k - 1, 0)."""
+
     cells_mean: np.ndarray
     mean: np.ndarray
     sem: np.ndarray
     analytic: np.ndarray
 
 
-def length_curves(scheme: str, steps: int = 200, cells: int = 50, simulations: int = 100,
-                  seed: int = 0, unwritten: str = "empty") -> LengthCurves:
+def length_curves(
+    scheme: str,
+    steps: int = 200,
+    cells: int = 50,
+    simulations: int = 100,
+    seed: int = 0,
+    unwritten: str = "empty",
+) -> LengthCurves:
     """Expected wormhole path length stored in each cell over time (eq. 40, figure 3)."""
     run = simulate(scheme, steps, cells, simulations, [seed, SCHEMES.index(scheme)], unwritten)
-    per_sim = run.lengths.mean(axis=2)                                    # (S, T)
-    sem = per_sim.std(axis=0, ddof=1) / np.sqrt(simulations) if simulations > 1 else \
-        np.full(steps, np.nan)
+    per_sim = run.lengths.mean(axis=2)  # (S, T)
+    sem = per_sim.std(axis=0, ddof=1) / np.sqrt(simulations) if simulations > 1 else np.full(steps, np.nan)
     t = np.arange(1, steps + 1)
-    return LengthCurves(run.lengths.mean(axis=0), per_sim.mean(axis=0), sem,
-                        np.maximum(t / cells - 1.0, 0.0))
+    return LengthCurves(run.lengths.mean(axis=0), per_sim.mean(axis=0), sem, np.maximum(t / cells - 1.0, 0.0))
 
 
-def path_sweep(memory_sizes: Sequence[int], t0: int = 5, t1: int = 50, simulations: int = 200,
-               seed: int = 0, schemes: Sequence[str] = SCHEMES,
-               unwritten: Sequence[str] = UNWRITTEN) -> list[dict]:
+def path_sweep(
+    memory_sizes: Sequence[int],
+    t0: int = 5,
+    t1: int = 50,
+    simulations: int = 200,
+    seed: int = 0,
+    schemes: Sequence[str] = SCHEMES,
+    unwritten: Sequence[str] = UNWRITTEN,
+) -> list[dict]:
     """Figure 5: expected shortest-path length h_t0 -> h_t1 and length outside wormholes.
 
     One row per (scheme, unwritten policy, memory size k): ``scheme``, ``unwritten``,
@@ -246,14 +279,26 @@ def path_sweep(memory_sizes: Sequence[int], t0: int = 5, t1: int = 50, simulatio
     for scheme in schemes:
         for policy in unwritten:
             for k in sizes:
-                stream = [seed, SCHEMES.index(check_scheme(scheme)),
-                          UNWRITTEN.index(check_unwritten(policy)), k]
+                stream = [
+                    seed,
+                    SCHEMES.index(check_scheme(scheme)),
+                    UNWRITTEN.index(check_unwritten(policy)),
+                    k,
+                ]
                 run = simulate(scheme, t1, k, simulations, stream, policy)
                 total, outside = shortest_paths(run.sources, t0, t1)
-                rows.append({"scheme": scheme, "unwritten": policy, "cells": k,
-                             "total_mean": total.mean(), "total_sem": _sem(total),
-                             "outside_mean": outside.mean(), "outside_sem": _sem(outside),
-                             "unshortened": float((total == t1 - t0).mean())})
+                rows.append(
+                    {
+                        "scheme": scheme,
+                        "unwritten": policy,
+                        "cells": k,
+                        "total_mean": total.mean(),
+                        "total_sem": _sem(total),
+                        "outside_mean": outside.mean(),
+                        "outside_sem": _sem(outside),
+                        "unshortened": float((total == t1 - t0).mean()),
+                    }
+                )
     return rows
 
 

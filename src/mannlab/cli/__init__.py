@@ -5,6 +5,7 @@
 
 Every command is one function call a user can make from Python as well.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DivergedError as exc:
         _fail(exc, 1, args.debug)
     except KeyboardInterrupt:
-        print("\nmannlab: interrupted; continue a run with --resume (from its last checkpoint)",
-              file=sys.stderr)
+        print(
+            "\nmannlab: interrupted; continue a run with --resume (from its last checkpoint)", file=sys.stderr
+        )
         raise SystemExit(130) from None
     except Exception as exc:  # noqa: BLE001 - a bug or the system (disk full): one line still
         _fail(exc, 1, args.debug, unexpected=True)
@@ -63,22 +65,30 @@ def _fail(exc: BaseException, status: int, debug: bool, unexpected: bool = False
     if isinstance(exc, FileNotFoundError) and exc.filename is not None:  # raised by open()
         message = f"file not found: {exc.filename}"
     elif unexpected:
-        message = (f"{type(exc).__name__}: {message.splitlines()[0] if message else ''} "
-                   "(rerun with --debug for the traceback)")
+        message = (
+            f"{type(exc).__name__}: {message.splitlines()[0] if message else ''} "
+            "(rerun with --debug for the traceback)"
+        )
     print(f"mannlab: error: {message}", file=sys.stderr)
     raise SystemExit(status) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mannlab", description=MAIN_HELP,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mannlab", description=MAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"mannlab {mannlab.__version__}")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     def command(name: str, summary: str, description: str, epilog: str | None = None):
-        sub = commands.add_parser(name, help=summary, description=description, epilog=epilog,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = commands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
         return sub
 

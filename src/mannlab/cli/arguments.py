@@ -1,21 +1,31 @@
 """Argument types and options shared by several commands."""
+
 from __future__ import annotations
 
 import argparse
 import json
 
 
-def add_override(parser: argparse.ArgumentParser,
-                  help_text: str = "change the run's config before loading its weights, e.g. "
-                              "model.addressing=argmax (repeatable)") -> None:
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text)
+def add_override(
+    parser: argparse.ArgumentParser,
+    help_text: str = "change the run's config before loading its weights, e.g. "
+    "model.addressing=argmax (repeatable)",
+) -> None:
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
 
 
 def add_set(parser: argparse.ArgumentParser) -> None:
     add_override(parser, "override a config value, e.g. train.lr=3e-4 or model.controller=fnn (repeatable)")
-    parser.add_argument("--data-dir", dest="overrides", action=DataDir, metavar="DIR",
-                        help="where data-set tasks (babi, mnist, strokes, ...) find their files: "
-                             "same as --set task.data_dir=DIR (default $MANNLAB_DATA, else ~/.cache/mannlab)")
+    parser.add_argument(
+        "--data-dir",
+        dest="overrides",
+        action=DataDir,
+        metavar="DIR",
+        help="where data-set tasks (babi, mnist, strokes, ...) find their files: "
+        "same as --set task.data_dir=DIR (default $MANNLAB_DATA, else ~/.cache/mannlab)",
+    )
 
 
 class DataDir(argparse.Action):
@@ -27,9 +37,14 @@ class DataDir(argparse.Action):
 
 
 def add_logger(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--logger", dest="overrides", action=LoggerNames, metavar="NAME[,NAME]",
-                        help="also log the metrics to tensorboard, csv (metrics.csv) and/or wandb "
-                             "(repeatable or comma-separated; same as --set train.logger=NAMES)")
+    parser.add_argument(
+        "--logger",
+        dest="overrides",
+        action=LoggerNames,
+        metavar="NAME[,NAME]",
+        help="also log the metrics to tensorboard, csv (metrics.csv) and/or wandb "
+        "(repeatable or comma-separated; same as --set train.logger=NAMES)",
+    )
 
 
 class LoggerNames(argparse.Action):
@@ -56,6 +71,7 @@ def positive_int(text: str) -> int:
 def seed(text: str) -> int:
     """A seed: an integer in [0, MAX_SEED]."""
     from mannlab.config import MAX_SEED
+
     try:
         value = int(text)
     except ValueError:
@@ -91,12 +107,18 @@ def name_list(text: str) -> list[str]:
 
 def add_device(parser: argparse.ArgumentParser) -> None:
     """--device and --precision, the shortcuts of train.device and train.precision."""
-    parser.add_argument("--device", metavar="auto|cpu|cuda|mps",
-                        help="where to train (train.device; default auto: CUDA if present, else "
-                             "MPS, else the CPU; cuda:N picks a GPU)")
-    parser.add_argument("--precision", choices=("32", "bf16-mixed", "16-mixed"),
-                        help="train.precision: 32 (default), or mixed precision under "
-                             "torch.autocast with the loss in float32 (16-mixed: CUDA only)")
+    parser.add_argument(
+        "--device",
+        metavar="auto|cpu|cuda|mps",
+        help="where to train (train.device; default auto: CUDA if present, else "
+        "MPS, else the CPU; cuda:N picks a GPU)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("32", "bf16-mixed", "16-mixed"),
+        help="train.precision: 32 (default), or mixed precision under "
+        "torch.autocast with the loss in float32 (16-mixed: CUDA only)",
+    )
 
 
 def device_changes(args: argparse.Namespace) -> dict[str, str]:

@@ -1,4 +1,5 @@
 """`mannlab recipes`: the packaged recipes, one line each, or one recipe's file."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,9 +14,13 @@ each, or print one recipe's TOML to copy and change. Run one by name from anywhe
 
 
 def add_commands(command) -> None:
-    parser = command("recipes", "list the packaged recipes, or print one", RECIPES_HELP,
-                     "examples:\n  mannlab recipes\n"
-                     "  mannlab recipes ntm-copy-lstm > my.toml   # then: mannlab run my.toml\n")
+    parser = command(
+        "recipes",
+        "list the packaged recipes, or print one",
+        RECIPES_HELP,
+        "examples:\n  mannlab recipes\n"
+        "  mannlab recipes ntm-copy-lstm > my.toml   # then: mannlab run my.toml\n",
+    )
     parser.add_argument("name", nargs="?", help="print this recipe's TOML (e.g. table1/ntm-copy)")
     parser.set_defaults(func=cmd_recipes)
 
@@ -28,6 +33,5 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     width = max(map(len, names))
     for name in names:
         print(f"{name:<{width}}  {recipes.describe(recipes.path(name))}")
-    print(f"\n{len(names)} recipes; run one with `mannlab run NAME`, "
-          "print one with `mannlab recipes NAME`")
+    print(f"\n{len(names)} recipes; run one with `mannlab run NAME`, print one with `mannlab recipes NAME`")
     return 0

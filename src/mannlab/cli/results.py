@@ -1,4 +1,5 @@
 """`mannlab eval`, `plot`, `compare` and `report`: look at finished runs."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,8 @@ is the mean over seeds of the bit error rate (%) at the training length of the b
 validation checkpoint and, in brackets, the number of seeds with 0 bit errors ("37.5 (0)");
 "-" where no run finished. Second table: seeds, steps and wall time per cell. Runs of data-set
 tasks (bAbI, MNIST, SNLI, strokes) get a table of test error per group instead, one per task
-(bAbI: per task, with the mean and the failed tasks, error > 5%), read from each run's eval-test.json (written by
+(bAbI: per task, with the mean and the failed tasks, error > 5%), read from each run's eval-test.json
+(written by
 `mannlab eval RUN --split test`), a column per configuration: runs alike but
 for the seed, the directory and the bAbI tasks share one (a jointly trained model's seeds, or
 the D-NTM paper's one model per bAbI task, e.g. DIR/qa<N>/seed0), named by their common
@@ -54,62 +56,115 @@ printed and written to RUNS_DIR/report.md (or --out).
 
 
 def add_commands(command) -> None:
-    evaluate = command("eval", "evaluate a run the way its task is scored", EVAL_HELP,
-                       "examples:\n  mannlab eval runs/ntm-copy-seed0 --lengths 20,40,80 --batches 8\n"
-                       "  mannlab eval runs/dntm-copy-soft/seed0 --set model.addressing=argmax\n"
-                       "  mannlab eval runs/babi-dnc-lstm/seed0 --split test --data-dir DIR\n"
-                       "  mannlab eval runs/ptb-char-lstm/seed0\n")
+    evaluate = command(
+        "eval",
+        "evaluate a run the way its task is scored",
+        EVAL_HELP,
+        "examples:\n  mannlab eval runs/ntm-copy-seed0 --lengths 20,40,80 --batches 8\n"
+        "  mannlab eval runs/dntm-copy-soft/seed0 --set model.addressing=argmax\n"
+        "  mannlab eval runs/babi-dnc-lstm/seed0 --split test --data-dir DIR\n"
+        "  mannlab eval runs/ptb-char-lstm/seed0\n",
+    )
     evaluate.add_argument("run_dir", metavar="RUN", help="a run directory (written by train or run)")
-    evaluate.add_argument("--lengths", type=positive_int_list, metavar="L1,L2,...",
-                          help="lengths to test (default: the training length times train.val_length_multiples)")
+    evaluate.add_argument(
+        "--lengths",
+        type=positive_int_list,
+        metavar="L1,L2,...",
+        help="lengths to test (default: the training length times train.val_length_multiples)",
+    )
     evaluate.add_argument("--batches", type=positive_int, default=4, help="batches per length (default 4)")
-    evaluate.add_argument("--batch-size", type=positive_int,
-                          help="sequences per batch (default 32; data-set splits 100)")
+    evaluate.add_argument(
+        "--batch-size", type=positive_int, help="sequences per batch (default 32; data-set splits 100)"
+    )
     evaluate.add_argument("--seed", type=seed, help="seed of the evaluation data (default: the run's seed)")
-    evaluate.add_argument("--checkpoint", choices=("best", "last"), default="best",
-                          help="which checkpoint to load (default best; falls back to last)")
-    evaluate.add_argument("--split", default="test", choices=("train", "valid", "test"),
-                          help="data-set tasks: the split to evaluate (default test)")
+    evaluate.add_argument(
+        "--checkpoint",
+        choices=("best", "last"),
+        default="best",
+        help="which checkpoint to load (default best; falls back to last)",
+    )
+    evaluate.add_argument(
+        "--split",
+        default="test",
+        choices=("train", "valid", "test"),
+        help="data-set tasks: the split to evaluate (default test)",
+    )
     evaluate.add_argument("--limit", type=positive_int, help="data-set tasks: only the first N examples")
     add_override(evaluate)
-    evaluate.add_argument("--data-dir", dest="overrides", action=DataDir, metavar="DIR",
-                          help="data-set and char-LM tasks: where the data files are "
-                               "(default: the run's task.data_dir)")
+    evaluate.add_argument(
+        "--data-dir",
+        dest="overrides",
+        action=DataDir,
+        metavar="DIR",
+        help="data-set and char-LM tasks: where the data files are (default: the run's task.data_dir)",
+    )
     evaluate.set_defaults(func=cmd_eval)
 
-    plot = command("plot", "draw memory-access and learning-curve figures of a run", PLOT_HELP,
-                   "example:\n  mannlab plot runs/ntm-copy-seed0 --length 40 --out figs/\n")
+    plot = command(
+        "plot",
+        "draw memory-access and learning-curve figures of a run",
+        PLOT_HELP,
+        "example:\n  mannlab plot runs/ntm-copy-seed0 --length 40 --out figs/\n",
+    )
     plot.add_argument("run_dir", metavar="RUN", help="a run directory")
-    plot.add_argument("--length", type=positive_int, help="sequence length of the memory-access figure (default: training length)")
+    plot.add_argument(
+        "--length",
+        type=positive_int,
+        help="sequence length of the memory-access figure (default: training length)",
+    )
     plot.add_argument("--out", metavar="DIR", help="directory for the figures (default RUN/figures)")
-    plot.add_argument("--checkpoint", choices=("best", "last"), default="best",
-                      help="which checkpoint to draw (default best; falls back to last)")
+    plot.add_argument(
+        "--checkpoint",
+        choices=("best", "last"),
+        default="best",
+        help="which checkpoint to draw (default best; falls back to last)",
+    )
     add_override(plot)
     plot.set_defaults(func=cmd_plot)
 
-    compare = command("compare", "validation curves of several runs in one figure", COMPARE_HELP,
-                      "examples:\n  mannlab compare ARMIN=runs/ptb/armin/seed0 LSTM=runs/ptb/lstm/seed0 "
-                      "--x cpu --out ptb.png\n"
-                      "  mannlab compare runs/ntm-copy/seed0 runs/ntm-copy/seed1 --threshold 0.02\n")
+    compare = command(
+        "compare",
+        "validation curves of several runs in one figure",
+        COMPARE_HELP,
+        "examples:\n  mannlab compare ARMIN=runs/ptb/armin/seed0 LSTM=runs/ptb/lstm/seed0 "
+        "--x cpu --out ptb.png\n"
+        "  mannlab compare runs/ntm-copy/seed0 runs/ntm-copy/seed1 --threshold 0.02\n",
+    )
     compare.add_argument("runs", metavar="[LABEL=]RUN", nargs="+", help="run directories")
-    compare.add_argument("--x", choices=("step", "wall", "cpu"), default="step",
-                         help="x axis: training step (default), wall or CPU minutes of training")
+    compare.add_argument(
+        "--x",
+        choices=("step", "wall", "cpu"),
+        default="step",
+        help="x axis: training step (default), wall or CPU minutes of training",
+    )
     compare.add_argument("--metric", help="validation metric (default: bce, bpc or ce, what the runs log)")
     compare.add_argument("--threshold", type=float, help="draw a dashed line at this value (e.g. 0.02)")
     compare.add_argument("--title", help="figure title")
-    compare.add_argument("--out", metavar="FILE.png", default="compare.png", help="where to write the figure "
-                         "(default compare.png)")
+    compare.add_argument(
+        "--out",
+        metavar="FILE.png",
+        default="compare.png",
+        help="where to write the figure (default compare.png)",
+    )
     compare.set_defaults(func=cmd_compare)
 
-    report = command("report", "tables over many runs: bit error rates (Table 2 layout), bAbI errors per task",
-                     REPORT_HELP,
-                     "examples:\n  mannlab report runs/table2\n"
-                     "  mannlab report runs/table2-batched --paper --out docs/table2-batched.md\n"
-                     "  mannlab report runs/babi-dntm-soft-1step   # bAbI: test error per task\n")
+    report = command(
+        "report",
+        "tables over many runs: bit error rates (Table 2 layout), bAbI errors per task",
+        REPORT_HELP,
+        "examples:\n  mannlab report runs/table2\n"
+        "  mannlab report runs/table2-batched --paper --out docs/table2-batched.md\n"
+        "  mannlab report runs/babi-dntm-soft-1step   # bAbI: test error per task\n",
+    )
     report.add_argument("runs_dir", metavar="RUNS_DIR", help="directory searched for run directories")
-    report.add_argument("--out", metavar="FILE.md", help="where to write the markdown (default RUNS_DIR/report.md)")
-    report.add_argument("--paper", action="store_true",
-                        help="add a row with the paper's Table 2 numbers (10 models per cell) below each task")
+    report.add_argument(
+        "--out", metavar="FILE.md", help="where to write the markdown (default RUNS_DIR/report.md)"
+    )
+    report.add_argument(
+        "--paper",
+        action="store_true",
+        help="add a row with the paper's Table 2 numbers (10 models per cell) below each task",
+    )
     report.set_defaults(func=cmd_report)
 
 
@@ -117,9 +172,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mannlab.evaluation import evaluate_run
     from mannlab.reporting.text_tables import format_evaluation
 
-    result = evaluate_run(args.run_dir, args.checkpoint, args.overrides, lengths=args.lengths,
-                          batches=args.batches, batch_size=args.batch_size, seed=args.seed,
-                          split=args.split, limit=args.limit)
+    result = evaluate_run(
+        args.run_dir,
+        args.checkpoint,
+        args.overrides,
+        lengths=args.lengths,
+        batches=args.batches,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        split=args.split,
+        limit=args.limit,
+    )
     print(format_evaluation(result))
     return 0
 
@@ -137,8 +200,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if saved.is_file() and tasks.batching(load_config(saved).task) == "streams":
         # a char-LM run has a learning curve (BPC), no memory picture
         config = load_config(saved)
-        figures.learning_curve(run_dir / "metrics.jsonl", out / "learning_curve.png", metric="bpc",
-                               title=f"{config.model} on {config.task} (bits per character)")
+        figures.learning_curve(
+            run_dir / "metrics.jsonl",
+            out / "learning_curve.png",
+            metric="bpc",
+            title=f"{config.model} on {config.task} (bits per character)",
+        )
         print(f"learning curve: {out / 'learning_curve.png'}")
         return 0
     config, task, model, meta = load_run(run_dir, args.checkpoint, args.overrides)
@@ -154,8 +221,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if not metrics.is_file():
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
     path = out / "learning_curve.png"
-    figures.learning_curve(metrics, path, title=f"{config.model} on {config.task}",
-                           threshold=config.train.solve_bce)
+    figures.learning_curve(
+        metrics, path, title=f"{config.model} on {config.task}", threshold=config.train.solve_bce
+    )
     print(f"learning curve: {path}")
     return 0
 
@@ -167,13 +235,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for spec in args.runs:
         label, _, run = spec.rpartition("=")
         runs[label or run] = run
-    figures.compare_curves(runs, args.out, metric=args.metric, x=args.x, title=args.title,
-                        threshold=args.threshold)
+    figures.compare_curves(
+        runs, args.out, metric=args.metric, x=args.x, title=args.title, threshold=args.threshold
+    )
     print(f"comparison: {args.out}")
     return 0
 
 
 # ------------------------------------------------------------------ report
+
 
 def cmd_report(args: argparse.Namespace) -> int:
     from mannlab.reporting.run_tables import write_report

@@ -1,4 +1,5 @@
 """`mannlab train` and `mannlab run`: a run config from the command line, trained."""
+
 from __future__ import annotations
 
 import argparse
@@ -61,30 +62,52 @@ def add_commands(command) -> None:
     train = command("train", "train one model on one task", TRAIN_HELP, TRAIN_EXAMPLES)
     train.add_argument("--model", help="model name (e.g. ntm, lstm)")
     train.add_argument("--task", help="task name (e.g. copy, repeat_copy, associative_recall, ptb-char)")
-    train.add_argument("--config", metavar="FILE.toml", help="start from this run config instead of the defaults")
+    train.add_argument(
+        "--config", metavar="FILE.toml", help="start from this run config instead of the defaults"
+    )
     add_set(train)
-    train.add_argument("--seed", type=arguments.seed, help="random seed of initialisation and data (default 0)")
+    train.add_argument(
+        "--seed", type=arguments.seed, help="random seed of initialisation and data (default 0)"
+    )
     train.add_argument("--steps", type=int, help="total training steps (train.steps)")
     train.add_argument("--batch-size", type=positive_int, help="sequences per step (train.batch_size)")
     train.add_argument("--lr", type=float, help="learning rate (train.lr)")
-    train.add_argument("--run-dir", metavar="DIR", help="where to write the run (default runs/<model>-<task>-seed<seed>)")
-    train.add_argument("--resume", action="store_true",
-                       help="continue the run in the run directory from checkpoints/last (its config.toml is the base)")
+    train.add_argument(
+        "--run-dir", metavar="DIR", help="where to write the run (default runs/<model>-<task>-seed<seed>)"
+    )
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in the run directory from checkpoints/last (its config.toml is the base)",
+    )
     train.add_argument("--force", action="store_true", help="overwrite an existing run in the run directory")
     train.add_argument("--no-progress", action="store_true", help="no progress bar (train.progress=false)")
     add_logger(train)
     add_device(train)
     train.set_defaults(func=cmd_train)
 
-    run = command("run", "run a recipe over several seeds", RUN_HELP,
-                  "examples:\n  mannlab run ntm-copy-lstm\n"
-                  "  mannlab run recipes/ntm-copy-lstm.toml --seeds 0,1,2 --set train.steps=500\n")
-    run.add_argument("recipe", metavar="RECIPE", help="a run config file (.toml), or the name of a "
-                     "packaged recipe (`mannlab recipes` lists them)")
+    run = command(
+        "run",
+        "run a recipe over several seeds",
+        RUN_HELP,
+        "examples:\n  mannlab run ntm-copy-lstm\n"
+        "  mannlab run recipes/ntm-copy-lstm.toml --seeds 0,1,2 --set train.steps=500\n",
+    )
+    run.add_argument(
+        "recipe",
+        metavar="RECIPE",
+        help="a run config file (.toml), or the name of a packaged recipe (`mannlab recipes` lists them)",
+    )
     add_set(run)
-    run.add_argument("--seeds", type=int_list, metavar="S1,S2,...", help="seeds to train (overrides the recipe)")
-    run.add_argument("--run-dir", metavar="DIR", help="parent directory of the seed runs (default: the recipe's run_dir)")
-    run.add_argument("--resume", action="store_true", help="continue seeds that have a checkpoint, start the others")
+    run.add_argument(
+        "--seeds", type=int_list, metavar="S1,S2,...", help="seeds to train (overrides the recipe)"
+    )
+    run.add_argument(
+        "--run-dir", metavar="DIR", help="parent directory of the seed runs (default: the recipe's run_dir)"
+    )
+    run.add_argument(
+        "--resume", action="store_true", help="continue seeds that have a checkpoint, start the others"
+    )
     run.add_argument("--force", action="store_true", help="overwrite existing seed runs")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_logger(run)
@@ -102,16 +125,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume and (done := finished_run(config)) is not None:
         print(finished_line(config.run_dir, done))
         return 0
-    print(f"training {config.model} on {config.task} (seed {config.seed}) into {config.run_dir}"
-          + (" (resuming)" if args.resume else ""))
+    print(
+        f"training {config.model} on {config.task} (seed {config.seed}) into {config.run_dir}"
+        + (" (resuming)" if args.resume else "")
+    )
     summary = train(config, resume=args.resume, force=args.force)
     print(describe(summary))
     return 0
 
 
 def finished_line(run_dir: str | Path, summary: dict[str, Any]) -> str:
-    return (f"{run_dir} is finished ({summary['steps']} steps, stopped by "
-            f"{summary.get('stopped_by', 'steps')}); nothing to do (raise --steps to continue)")
+    return (
+        f"{run_dir} is finished ({summary['steps']} steps, stopped by "
+        f"{summary.get('stopped_by', 'steps')}); nothing to do (raise --steps to continue)"
+    )
 
 
 def train_config(args: argparse.Namespace) -> RunConfig:
@@ -128,8 +155,9 @@ def train_config(args: argparse.Namespace) -> RunConfig:
         elif args.model and args.task:
             base = default_config_dict(args.model, args.task)
         else:
-            raise ConfigError("give --model and --task (or --config FILE, or --run-dir DIR --resume)"
-                              + _valid_names_hint())
+            raise ConfigError(
+                "give --model and --task (or --config FILE, or --run-dir DIR --resume)" + _valid_names_hint()
+            )
     for section in ("model", "task"):
         name = getattr(args, section)
         if name and base.get(section, {}).get("name") != name:
@@ -157,6 +185,7 @@ def _valid_names_hint() -> str:
     try:
         from mannlab.models import MODELS
         from mannlab.tasks import names
+
         return f"; models: {', '.join(sorted(MODELS))}; tasks: {', '.join(sorted(names()))}"
     except ImportError:
         return ""
@@ -174,8 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     parent = Path(args.run_dir or config.run_dir or Path("runs") / recipe.stem)
     run_changes = {**({"progress": False} if args.no_progress else {}), **device_changes(args)}
     if run_changes:
-        config = config.replace(train=type(config.train).from_dict(
-            {**config.train.to_dict(), **run_changes}))
+        config = config.replace(train=type(config.train).from_dict({**config.train.to_dict(), **run_changes}))
     summaries = []
     for seed in seeds:
         seed_dir = parent / f"seed{seed}"
@@ -190,8 +218,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[{recipe.name}] seed {seed}: {'resuming' if resume else 'training'} into {seed_dir}")
         summaries.append(train(seed_config, resume=resume, force=force))
     table = seeds_table(summaries)
-    header = (f"# {recipe.name}: {config.model} on {config.task}\n\n"
-              f"Recipe `{args.recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n")
+    header = (
+        f"# {recipe.name}: {config.model} on {config.task}\n\n"
+        f"Recipe `{args.recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n"
+    )
     write_atomic(parent / "summary.md", header + table + "\n")
     print(table)
     print(f"summary: {parent / 'summary.md'}")

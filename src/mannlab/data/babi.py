@@ -17,6 +17,7 @@ before it in its story.
 The archive is read in place (no extraction) from ``tasks_1-20_v1-2.tar.gz`` or an
 unpacked ``tasks_1-20_v1-2`` (or ``en``/``en-10k``) directory; see ``mannlab.data.download``.
 """
+
 from __future__ import annotations
 
 import re
@@ -33,14 +34,28 @@ from mannlab.errors import DataError
 ARCHIVE = RemoteFile("https://dl.fbaipublicfiles.com/babi/tasks_1-20_v1-2.tar.gz")
 LANGUAGES = ("en", "en-10k")
 TASK_NAMES = {
-    1: "single-supporting-fact", 2: "two-supporting-facts", 3: "three-supporting-facts",
-    4: "two-arg-relations", 5: "three-arg-relations", 6: "yes-no-questions", 7: "counting",
-    8: "lists-sets", 9: "simple-negation", 10: "indefinite-knowledge", 11: "basic-coreference",
-    12: "conjunction", 13: "compound-coreference", 14: "time-reasoning", 15: "basic-deduction",
-    16: "basic-induction", 17: "positional-reasoning", 18: "size-reasoning", 19: "path-finding",
+    1: "single-supporting-fact",
+    2: "two-supporting-facts",
+    3: "three-supporting-facts",
+    4: "two-arg-relations",
+    5: "three-arg-relations",
+    6: "yes-no-questions",
+    7: "counting",
+    8: "lists-sets",
+    9: "simple-negation",
+    10: "indefinite-knowledge",
+    11: "basic-coreference",
+    12: "conjunction",
+    13: "compound-coreference",
+    14: "time-reasoning",
+    15: "basic-deduction",
+    16: "basic-induction",
+    17: "positional-reasoning",
+    18: "size-reasoning",
+    19: "path-finding",
     20: "agents-motivations",
 }
-_LINE = re.compile(r"(\d{1,9}) (.*)")     # bounded: int() refuses numbers of 4,300+ digits
+_LINE = re.compile(r"(\d{1,9}) (.*)")  # bounded: int() refuses numbers of 4,300+ digits
 _WORD = re.compile(r"[a-z0-9']+")
 
 
@@ -48,6 +63,7 @@ _WORD = re.compile(r"[a-z0-9']+")
 class Question:
     """One question with its story: ``facts`` are the statements before it (tokenised),
     ``supporting`` indexes into ``facts``; ``task`` is the bAbI task number."""
+
     facts: tuple[tuple[str, ...], ...]
     question: tuple[str, ...]
     answer: str
@@ -68,7 +84,7 @@ def parse(text: str, source: str, task: int) -> list[Question]:
     """
     questions: list[Question] = []
     facts: list[tuple[str, ...]] = []
-    fact_at_line: dict[int, int] = {}   # line number in the story -> index into facts
+    fact_at_line: dict[int, int] = {}  # line number in the story -> index into facts
     previous = 0
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -81,28 +97,36 @@ def parse(text: str, source: str, task: int) -> list[Question]:
         if number == 1:
             facts, fact_at_line = [], {}
         elif number != previous + 1:
-            raise DataError(f"{where}: line number {number} does not follow {previous} "
-                            f"(numbers restart at 1 for each story)")
+            raise DataError(
+                f"{where}: line number {number} does not follow {previous} "
+                f"(numbers restart at 1 for each story)"
+            )
         previous = number
         if "\t" not in body:
-            if "?" in body:   # bAbI statements never ask: a question that lost its tabs
-                raise DataError(f"{where}: a question must be '<question>\\t<answer>\\t<supporting ids>' "
-                                f"(tab-separated), got {body!r}")
+            if "?" in body:  # bAbI statements never ask: a question that lost its tabs
+                raise DataError(
+                    f"{where}: a question must be '<question>\\t<answer>\\t<supporting ids>' "
+                    f"(tab-separated), got {body!r}"
+                )
             fact_at_line[number] = len(facts)
             facts.append(tokenize(body))
             continue
         parts = body.split("\t")
         if len(parts) != 3 or not parts[1].strip():
-            raise DataError(f"{where}: a question must be '<question>\\t<answer>\\t<supporting ids>', "
-                            f"got {body!r}")
+            raise DataError(
+                f"{where}: a question must be '<question>\\t<answer>\\t<supporting ids>', got {body!r}"
+            )
         try:
             ids = [int(i) for i in parts[2].split()]
             supporting = tuple(fact_at_line[i] for i in ids)
         except (ValueError, KeyError):
-            raise DataError(f"{where}: supporting ids must be numbers of earlier statements of "
-                            f"the story, got {parts[2]!r}") from None
-        questions.append(Question(tuple(facts), tokenize(parts[0]), parts[1].strip().lower(),
-                                  supporting, task))
+            raise DataError(
+                f"{where}: supporting ids must be numbers of earlier statements of "
+                f"the story, got {parts[2]!r}"
+            ) from None
+        questions.append(
+            Question(tuple(facts), tokenize(parts[0]), parts[1].strip().lower(), supporting, task)
+        )
     return questions
 
 
@@ -111,8 +135,13 @@ def task_file_pattern(task: int, language: str, split: str) -> re.Pattern:
     return re.compile(rf"(^|.*/){re.escape(language)}/qa{task}_[a-z-]+_{split}\.txt$")
 
 
-def load_babi(tasks: Iterable[int], language: str = "en-10k", data_dir: str | None = None,
-              splits: Iterable[str] = ("train", "test"), fetch=None) -> dict[str, list[Question]]:
+def load_babi(
+    tasks: Iterable[int],
+    language: str = "en-10k",
+    data_dir: str | None = None,
+    splits: Iterable[str] = ("train", "test"),
+    fetch=None,
+) -> dict[str, list[Question]]:
     """Questions of the given task numbers, by split ("train", "test"), read in one pass.
 
     A task whose file is missing from the archive raises DataError naming it (the copy on
@@ -132,9 +161,11 @@ def load_babi(tasks: Iterable[int], language: str = "en-10k", data_dir: str | No
     for (task, split), pattern in wanted.items():
         names = [n for n in files if pattern.match(n)]
         if not names:
-            raise DataError(f"{source} has no {language} file for bAbI task {task} "
-                            f"({TASK_NAMES[task]}), split {split}; leave the task out or use "
-                            f"a complete copy of {ARCHIVE.name}")
+            raise DataError(
+                f"{source} has no {language} file for bAbI task {task} "
+                f"({TASK_NAMES[task]}), split {split}; leave the task out or use "
+                f"a complete copy of {ARCHIVE.name}"
+            )
         name = sorted(names)[0]
         where = f"{Path(source) / name}"
         out[split].extend(parse(decode_text(files[name], where), where, task))
@@ -150,15 +181,16 @@ def check_tasks(tasks: list[int], language: str) -> None:
         raise DataError(f"bAbI tasks are numbers 1-20, got {list(tasks)}")
 
 
-def validation_split(questions: list[Question], fraction: float = 0.1, seed: int = 0
-                     ) -> tuple[list[Question], list[Question]]:
+def validation_split(
+    questions: list[Question], fraction: float = 0.1, seed: int = 0
+) -> tuple[list[Question], list[Question]]:
     """(train, valid): a seeded random ``fraction`` of each task's questions is held out."""
     rng = np.random.default_rng(seed)
     train: list[Question] = []
     valid: list[Question] = []
     for task in sorted({q.task for q in questions}):
         items = [q for q in questions if q.task == task]
-        held = set(rng.permutation(len(items))[:int(round(fraction * len(items)))].tolist())
+        held = set(rng.permutation(len(items))[: int(round(fraction * len(items)))].tolist())
         for i, q in enumerate(items):
             (valid if i in held else train).append(q)
     return train, valid

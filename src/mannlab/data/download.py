@@ -28,6 +28,7 @@ cannot make a loader read, say, a key file. The data directory itself may be a s
 
 Errors are ``DataError`` and say what to do (offline: where to put a copy).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,6 +56,7 @@ class RemoteFile:
 
     ``name`` defaults to the last part of the URL.
     """
+
     url: str
     sha256: Optional[str] = None
     md5: Optional[str] = None
@@ -70,8 +72,13 @@ def data_root(data_dir: str | os.PathLike | None = None) -> Path:
     return Path(data_dir or os.environ.get(ENV_VAR) or Path.home() / ".cache" / "mannlab").expanduser()
 
 
-def locate(dataset: str, remote: RemoteFile, data_dir: str | os.PathLike | None = None,
-           extracted: Iterable[str] = (), fetch: Callable[[str, Path], None] | None = None) -> Path:
+def locate(
+    dataset: str,
+    remote: RemoteFile,
+    data_dir: str | os.PathLike | None = None,
+    extracted: Iterable[str] = (),
+    fetch: Callable[[str, Path], None] | None = None,
+) -> Path:
     """The local path of ``remote`` (a file, or one of the ``extracted`` directories).
 
     ``fetch(url, path)`` writes the bytes at ``url`` to ``path`` (default: urllib); tests
@@ -86,7 +93,7 @@ def locate(dataset: str, remote: RemoteFile, data_dir: str | os.PathLike | None 
             if candidate.exists():
                 return check_inside(candidate, root)
     target = root / dataset / remote.name
-    check_inside(target.parent, root)   # a symlinked dataset folder would take the download elsewhere
+    check_inside(target.parent, root)  # a symlinked dataset folder would take the download elsewhere
     return download(remote, target, fetch)
 
 
@@ -94,8 +101,10 @@ def check_inside(path: Path, root: Path) -> Path:
     """``path`` unchanged if it resolves inside ``root``; DataError naming both otherwise."""
     real, real_root = Path(path).resolve(), Path(root).resolve()
     if not real.is_relative_to(real_root):
-        raise DataError(f"{path} resolves to {real}, outside the data directory {root}; data is "
-                        f"read only from inside it (copy it there, or use its own directory)")
+        raise DataError(
+            f"{path} resolves to {real}, outside the data directory {root}; data is "
+            f"read only from inside it (copy it there, or use its own directory)"
+        )
     return path
 
 
@@ -105,8 +114,10 @@ def decode_text(data: bytes, source: str, encoding: str = "utf-8") -> str:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise DataError(f"{source}, line {line}: expected {encoding.upper()} text, got byte "
-                        f"{data[exc.start:exc.start + 1]!r} at offset {exc.start}") from None
+        raise DataError(
+            f"{source}, line {line}: expected {encoding.upper()} text, got byte "
+            f"{data[exc.start : exc.start + 1]!r} at offset {exc.start}"
+        ) from None
 
 
 def download(remote: RemoteFile, target: Path, fetch: Callable[[str, Path], None] | None = None) -> Path:
@@ -117,8 +128,10 @@ def download(remote: RemoteFile, target: Path, fetch: Callable[[str, Path], None
         handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
         os.close(handle)
     except OSError as exc:
-        raise DataError(f"cannot write {target} ({exc}); set {ENV_VAR} or data_dir to a writable "
-                        f"directory, or put a copy of {remote.url} there") from None
+        raise DataError(
+            f"cannot write {target} ({exc}); set {ENV_VAR} or data_dir to a writable "
+            f"directory, or put a copy of {remote.url} there"
+        ) from None
     temp = Path(temp_name)
     try:
         try:
@@ -128,7 +141,8 @@ def download(remote: RemoteFile, target: Path, fetch: Callable[[str, Path], None
                 f"could not download {remote.url} ({exc}). If this machine is offline, download "
                 f"the file elsewhere and put it at {target}, or point data_dir (--data-dir, "
                 f"`--set task.data_dir=...`) or ${ENV_VAR} at a directory holding "
-                f"{remote.name} (or its unpacked contents)") from None
+                f"{remote.name} (or its unpacked contents)"
+            ) from None
         verify(temp, remote, shown_as=remote.url)
         temp.replace(target)
     finally:
@@ -163,11 +177,13 @@ def verify(path: Path, remote: RemoteFile, shown_as: str | None = None) -> None:
                 raise DataError(
                     f"{shown_as or path}: {algorithm.upper()} {actual} does not match the published "
                     f"{expected} (a corrupt or changed file; it was not kept). Try again, or put a "
-                    f"good copy of {remote.name} in the data directory")
+                    f"good copy of {remote.name} in the data directory"
+                )
             return
 
 
 # ------------------------------------------------------------ reading archives
+
 
 def is_archive(path: Path) -> bool:
     """True for a .tar.gz, .tgz, .tar or .zip file."""
@@ -205,9 +221,20 @@ def read_members(source: Path, wanted: Callable[[str], bool]) -> dict[str, bytes
         raise
     # what corrupt archives raise: zipfile alone gives ValueError, NotImplementedError (an
     # unknown compression method) and RuntimeError (an encrypted member) besides BadZipFile
-    except (tarfile.TarError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError,
-            ValueError, NotImplementedError, RuntimeError) as exc:
+    except (
+        tarfile.TarError,
+        zipfile.BadZipFile,
+        zlib.error,
+        lzma.LZMAError,
+        EOFError,
+        OSError,
+        ValueError,
+        NotImplementedError,
+        RuntimeError,
+    ) as exc:
         reason = " ".join(str(exc).split())
-        raise DataError(f"{source} cannot be read ({type(exc).__name__}: {reason}); it looks corrupt or "
-                        f"truncated: delete it to download it again, or replace it") from None
+        raise DataError(
+            f"{source} cannot be read ({type(exc).__name__}: {reason}); it looks corrupt or "
+            f"truncated: delete it to download it again, or replace it"
+        ) from None
     return out

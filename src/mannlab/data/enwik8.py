@@ -7,6 +7,7 @@ tested on a generated file with a smaller split.
 
     splits = load_enwik8(data_dir)           # {"train": bytes, "valid": bytes, "test": bytes}
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,13 +23,17 @@ SPLIT = (90_000_000, 5_000_000, 5_000_000)
 def split_bytes(data: bytes, sizes: tuple[int, int, int] = SPLIT, source: str = "enwik8") -> dict[str, bytes]:
     """Consecutive train / valid / test parts of ``data`` with these ``sizes``."""
     if len(data) < sum(sizes):
-        raise DataError(f"{source}: {len(data)} bytes, the split needs {sum(sizes)} "
-                        f"(a truncated file: delete it to download again, or replace it)")
+        raise DataError(
+            f"{source}: {len(data)} bytes, the split needs {sum(sizes)} "
+            f"(a truncated file: delete it to download again, or replace it)"
+        )
     a, b, c = sizes
-    return {"train": data[:a], "valid": data[a:a + b], "test": data[a + b:a + b + c]}
+    return {"train": data[:a], "valid": data[a : a + b], "test": data[a + b : a + b + c]}
 
 
-def load_enwik8(data_dir: str | None = None, sizes: tuple[int, int, int] = SPLIT, fetch=None) -> dict[str, bytes]:
+def load_enwik8(
+    data_dir: str | None = None, sizes: tuple[int, int, int] = SPLIT, fetch=None
+) -> dict[str, bytes]:
     """The three splits, from ``enwik8.zip`` or an unpacked ``enwik8`` file."""
     source = locate("enwik8", ARCHIVE, data_dir, extracted=("enwik8",), fetch=fetch)
     return split_bytes(read_corpus(source, "enwik8"), sizes, str(source))

@@ -7,6 +7,7 @@ IDX layout: a big-endian header (two zero bytes, a type code, the number of dime
 then one 4-byte size per dimension) followed by the data; MNIST uses unsigned bytes
 (type 0x08). Files are found by ``mannlab.data.download.locate`` (``mnist/<name>``).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -22,10 +23,18 @@ from mannlab.errors import DataError
 MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 # MD5s of the .gz files as published with torchvision's MNIST; no SHA-256 is published.
 FILES = {
-    ("train", "images"): RemoteFile(MIRROR + "train-images-idx3-ubyte.gz", md5="f68b3c2dcbeaaa9fbdd348bbdeb94873"),
-    ("train", "labels"): RemoteFile(MIRROR + "train-labels-idx1-ubyte.gz", md5="d53e105ee54ea40749a09fcbcd1e9432"),
-    ("test", "images"): RemoteFile(MIRROR + "t10k-images-idx3-ubyte.gz", md5="9fb629c4189551a2d022fa330f9573f3"),
-    ("test", "labels"): RemoteFile(MIRROR + "t10k-labels-idx1-ubyte.gz", md5="ec29112dd5afa0611ce80d1b7f02629c"),
+    ("train", "images"): RemoteFile(
+        MIRROR + "train-images-idx3-ubyte.gz", md5="f68b3c2dcbeaaa9fbdd348bbdeb94873"
+    ),
+    ("train", "labels"): RemoteFile(
+        MIRROR + "train-labels-idx1-ubyte.gz", md5="d53e105ee54ea40749a09fcbcd1e9432"
+    ),
+    ("test", "images"): RemoteFile(
+        MIRROR + "t10k-images-idx3-ubyte.gz", md5="9fb629c4189551a2d022fa330f9573f3"
+    ),
+    ("test", "labels"): RemoteFile(
+        MIRROR + "t10k-labels-idx1-ubyte.gz", md5="ec29112dd5afa0611ce80d1b7f02629c"
+    ),
 }
 _TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
@@ -33,17 +42,21 @@ _TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 
 def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
     """The array in IDX bytes (uncompressed); DataError naming ``source`` if malformed."""
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _TYPES:
-        raise DataError(f"{source}: not an IDX file (expected 0x00 0x00, a type code and the "
-                        f"number of dimensions, got {data[:4]!r})")
+        raise DataError(
+            f"{source}: not an IDX file (expected 0x00 0x00, a type code and the "
+            f"number of dimensions, got {data[:4]!r})"
+        )
     dtype, ndim = np.dtype(_TYPES[data[2]]), data[3]
     header = 4 + 4 * ndim
     if len(data) < header:
         raise DataError(f"{source}: IDX header truncated ({len(data)} bytes, {ndim} dimensions)")
-    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
-    expected = header + math.prod(shape) * dtype.itemsize     # Python ints: no overflow
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    expected = header + math.prod(shape) * dtype.itemsize  # Python ints: no overflow
     if len(data) != expected:
-        raise DataError(f"{source}: IDX shape {shape} needs {expected} bytes, the file has {len(data)} "
-                        f"(truncated or corrupt: delete it to download again, or replace it)")
+        raise DataError(
+            f"{source}: IDX shape {shape} needs {expected} bytes, the file has {len(data)} "
+            f"(truncated or corrupt: delete it to download again, or replace it)"
+        )
     return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -52,8 +65,10 @@ def read_idx(path: Path) -> np.ndarray:
     try:
         raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
     except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{path}: cannot decompress ({exc}); the file is corrupt or truncated: "
-                        f"delete it to download again, or replace it") from None
+        raise DataError(
+            f"{path}: cannot decompress ({exc}); the file is corrupt or truncated: "
+            f"delete it to download again, or replace it"
+        ) from None
     return parse_idx(raw, str(path))
 
 
@@ -65,16 +80,20 @@ def load_mnist(split: str, data_dir: str | None = None, fetch=None) -> tuple[np.
     label_path = locate("mnist", FILES[split, "labels"], data_dir, fetch=fetch)
     images, labels = read_idx(image_path), read_idx(label_path)
     if images.ndim != 3 or images.shape[1:] != (28, 28) or images.dtype != np.uint8:
-        raise DataError(f"{image_path}: expected (N, 28, 28) unsigned bytes, got shape {images.shape} "
-                        f"of {images.dtype}")
+        raise DataError(
+            f"{image_path}: expected (N, 28, 28) unsigned bytes, got shape {images.shape} of {images.dtype}"
+        )
     if labels.ndim != 1 or labels.dtype.kind not in "iu":
-        raise DataError(f"{label_path}: expected (N,) integer labels, got shape {labels.shape} of {labels.dtype}")
+        raise DataError(
+            f"{label_path}: expected (N,) integer labels, got shape {labels.shape} of {labels.dtype}"
+        )
     bad = np.flatnonzero((labels < 0) | (labels > 9))
     if bad.size:
         raise DataError(f"{label_path}: labels must be digits 0-9, label {bad[0]} is {labels[bad[0]]}")
     if len(images) != len(labels):
-        raise DataError(f"MNIST {split}: {len(images)} images in {image_path} but {len(labels)} labels "
-                        f"in {label_path}")
+        raise DataError(
+            f"MNIST {split}: {len(images)} images in {image_path} but {len(labels)} labels in {label_path}"
+        )
     return images, labels.astype(np.int64)
 
 

@@ -8,6 +8,7 @@ the loader is tested on generated files in this format.
 
     pairs = load_snli("train", data_dir)        # [Pair(premise, hypothesis, label), ...]
 """
+
 from __future__ import annotations
 
 import json
@@ -29,6 +30,7 @@ _WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
 @dataclass(frozen=True)
 class Pair:
     """Tokenised premise and hypothesis, label index into ``LABELS``."""
+
     premise: tuple[str, ...]
     hypothesis: tuple[str, ...]
     label: int
@@ -50,22 +52,29 @@ def parse_jsonl(text: str, source: str) -> list[Pair]:
             label, premise, hypothesis = row["gold_label"], row["sentence1"], row["sentence2"]
         # ValueError: bad JSON or an integer of 4,300+ digits; RecursionError: deep nesting
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            raise DataError(f"{source}, line {lineno}: expected a JSON object with gold_label, "
-                            f"sentence1 and sentence2 ({type(exc).__name__}: {exc})") from None
+            raise DataError(
+                f"{source}, line {lineno}: expected a JSON object with gold_label, "
+                f"sentence1 and sentence2 ({type(exc).__name__}: {exc})"
+            ) from None
         if label == "-":
             continue
         if label not in LABELS:
-            raise DataError(f"{source}, line {lineno}: gold_label must be one of {', '.join(LABELS)} or '-', "
-                            f"got {label!r}")
+            raise DataError(
+                f"{source}, line {lineno}: gold_label must be one of {', '.join(LABELS)} or '-', "
+                f"got {label!r}"
+            )
         if not isinstance(premise, str) or not isinstance(hypothesis, str):
-            raise DataError(f"{source}, line {lineno}: sentence1 and sentence2 must be strings, got "
-                            f"{type(premise).__name__} and {type(hypothesis).__name__}")
+            raise DataError(
+                f"{source}, line {lineno}: sentence1 and sentence2 must be strings, got "
+                f"{type(premise).__name__} and {type(hypothesis).__name__}"
+            )
         pairs.append(Pair(tokenize(premise), tokenize(hypothesis), LABELS.index(label)))
     return pairs
 
 
-def load_snli(splits: Iterable[str] = ("train", "valid", "test"), data_dir: str | None = None,
-              fetch=None) -> dict[str, list[Pair]]:
+def load_snli(
+    splits: Iterable[str] = ("train", "valid", "test"), data_dir: str | None = None, fetch=None
+) -> dict[str, list[Pair]]:
     """Pairs by split ("valid" is SNLI's dev set) from the zip or its unpacked directory."""
     splits = list(splits)
     unknown = [s for s in splits if s not in SPLIT_FILES]

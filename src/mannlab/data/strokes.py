@@ -18,6 +18,7 @@ eos = eod = 0 cannot be told from padding; MNIST's skeletons never start in the 
 
     digits = load_strokes("train", data_dir)           # numpy encoding if present, else text files
 """
+
 from __future__ import annotations
 
 import io
@@ -34,8 +35,11 @@ from mannlab.errors import DataError
 
 REPO = "https://github.com/edwin-de-jong/mnist-digits-stroke-sequence-data/raw/master/"
 # No checksums are published for these files; none is pinned.
-NUMPY_FILES = {(split, kind): RemoteFile(f"{REPO}numpy-encoded/{split}-{kind}.tar.gz")
-               for split in ("train", "test") for kind in ("padded-leading", "labels")}
+NUMPY_FILES = {
+    (split, kind): RemoteFile(f"{REPO}numpy-encoded/{split}-{kind}.tar.gz")
+    for split in ("train", "test")
+    for kind in ("padded-leading", "labels")
+}
 SEQUENCES = RemoteFile(REPO + "sequences.tar.gz")
 _TEXT_NAME = re.compile(r"(^|.*/)(train|test)img-(\d{1,9})-(inputdata|targetdata)\.txt$")
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
@@ -45,6 +49,7 @@ _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.form
 class StrokeSet:
     """Digits as stroke rows: digit i is ``points[offsets[i]:offsets[i + 1]]`` (int8, columns
     dx, dy, eos, eod; first row's dx, dy = 0), its class ``labels[i]``."""
+
     points: np.ndarray
     offsets: np.ndarray
     labels: np.ndarray
@@ -53,7 +58,7 @@ class StrokeSet:
         return len(self.labels)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.points[self.offsets[i]:self.offsets[i + 1]]
+        return self.points[self.offsets[i] : self.offsets[i + 1]]
 
     def subset(self, indices: np.ndarray) -> "StrokeSet":
         """The digits at ``indices``, in that order."""
@@ -82,6 +87,7 @@ def _as_int8(values: np.ndarray, where: str) -> np.ndarray:
 
 # ------------------------------------------------------------- numpy encoding
 
+
 def decode_padded(array: np.ndarray, leading: bool, where: str = "<array>") -> list[np.ndarray]:
     """Per-digit rows of a (N, T, 4) padded array (zero rows before or after each digit)."""
     if array.ndim != 3 or array.shape[2] != 4:
@@ -92,12 +98,12 @@ def decode_padded(array: np.ndarray, leading: bool, where: str = "<array>") -> l
             nonzero = np.flatnonzero((seq != 0).any(1))
             if nonzero.size == 0:
                 raise DataError(f"{where}: sequence {n} is all padding")
-            seq = seq[nonzero[0]:]
+            seq = seq[nonzero[0] :]
         else:
             ends = np.flatnonzero(seq[:, 3] > 0)
             if ends.size == 0:
                 raise DataError(f"{where}: sequence {n} has no end-of-digit row")
-            seq = seq[:ends[0] + 1]
+            seq = seq[: ends[0] + 1]
         out.append(_as_int8(seq, f"{where}, sequence {n}"))
     return out
 
@@ -118,8 +124,10 @@ def parse_npy(data: bytes, where: str) -> np.ndarray:
         raise DataError(f"{where}: expected an integer or float array, got dtype {dtype}")
     size = len(data) - stream.tell()
     if min(shape, default=0) < 0 or math.prod(shape) * dtype.itemsize != size:
-        raise DataError(f"{where}: shape {shape} of {dtype} does not fit the file's {size} data bytes "
-                        f"(truncated or corrupt)")
+        raise DataError(
+            f"{where}: shape {shape} of {dtype} does not fit the file's {size} data bytes "
+            f"(truncated or corrupt)"
+        )
     return np.load(io.BytesIO(data))
 
 
@@ -140,13 +148,14 @@ def load_numpy(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet
     arrays, names = {}, {}
     for kind in ("padded-leading", "labels"):
         stem = f"{split}-{kind}"
-        path = locate("strokes", NUMPY_FILES[split, kind], data_dir, extracted=(f"{stem}.npy",),
-                      fetch=fetch)
+        path = locate("strokes", NUMPY_FILES[split, kind], data_dir, extracted=(f"{stem}.npy",), fetch=fetch)
         arrays[kind], names[kind] = _load_npy(path, stem)
     labels = arrays["labels"].reshape(-1)
     if len(labels) != len(arrays["padded-leading"]):
-        raise DataError(f"strokes {split}: {len(arrays['padded-leading'])} sequences in "
-                        f"{names['padded-leading']} but {len(labels)} labels in {names['labels']}")
+        raise DataError(
+            f"strokes {split}: {len(arrays['padded-leading'])} sequences in "
+            f"{names['padded-leading']} but {len(labels)} labels in {names['labels']}"
+        )
     bad = np.flatnonzero(~np.isin(labels, np.arange(10)))
     if bad.size:
         raise DataError(f"{names['labels']}: labels must be digits 0-9, label {bad[0]} is {labels[bad[0]]}")
@@ -154,6 +163,7 @@ def load_numpy(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet
 
 
 # ---------------------------------------------------------- official text files
+
 
 def parse_rows(text: str, where: str, columns: int = 4) -> np.ndarray:
     """Rows of whitespace-separated integers; DataError naming file and line otherwise."""
@@ -164,14 +174,16 @@ def parse_rows(text: str, where: str, columns: int = 4) -> np.ndarray:
         parts = line.split()
         try:
             values = [int(float(v)) for v in parts][:columns]
-        except (ValueError, OverflowError):   # not a number, NaN, infinity
+        except (ValueError, OverflowError):  # not a number, NaN, infinity
             values = []
         if len(values) < columns:
-            raise DataError(f"{where}, line {lineno}: expected {columns} integers "
-                            f"(dx dy eos eod), got {line!r}")
+            raise DataError(
+                f"{where}, line {lineno}: expected {columns} integers (dx dy eos eod), got {line!r}"
+            )
         if max(abs(v) for v in values) > 127:
-            raise DataError(f"{where}, line {lineno}: stroke values must be small integers "
-                            f"(-127 to 127), got {line!r}")
+            raise DataError(
+                f"{where}, line {lineno}: stroke values must be small integers (-127 to 127), got {line!r}"
+            )
         rows.append(values)
     if not rows:
         raise DataError(f"{where}: no rows")
@@ -200,7 +212,9 @@ def decode_text_files(files: dict[str, bytes], split: str, where: str) -> Stroke
         raise DataError(f"{where} holds no {split}img-<i>-inputdata.txt files")
     missing = sorted(set(inputs) - set(labels))
     if missing:
-        raise DataError(f"{where}: no {split}img-{missing[0]}-targetdata.txt (the class of digit {missing[0]})")
+        raise DataError(
+            f"{where}: no {split}img-{missing[0]}-targetdata.txt (the class of digit {missing[0]})"
+        )
     order = sorted(inputs)
     return from_sequences([inputs[i] for i in order], [labels[i] for i in order])
 
@@ -223,5 +237,6 @@ def load_strokes(split: str, data_dir: str | None = None, fetch=None) -> StrokeS
         try:
             return load_text(split, data_dir, fetch)
         except DataError as text_error:
-            raise DataError(f"no pen-stroke data for {split}: numpy encoding: {numpy_error}; "
-                            f"text files: {text_error}") from None
+            raise DataError(
+                f"no pen-stroke data for {split}: numpy encoding: {numpy_error}; text files: {text_error}"
+            ) from None

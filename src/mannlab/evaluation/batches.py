@@ -1,4 +1,5 @@
 """Task metrics of a model over fixed batches: what validation and evaluation share."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,8 +21,7 @@ def validate(model: torch.nn.Module, task: Any, sets: list[BatchSet]) -> list[di
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             for multiple, length, batches in sets:
-                rows.append({"multiple": multiple, "length": length,
-                             **mean_metrics(model, task, batches)})
+                rows.append({"multiple": multiple, "length": length, **mean_metrics(model, task, batches)})
     finally:
         model.train(was_training)
     return rows

@@ -1,4 +1,5 @@
 """Bits per character of a char-LM over contiguous streams, state carried across segments."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,9 @@ def evaluate_bpc(model: torch.nn.Module, streams: torch.Tensor, length: int) -> 
     try:
         for x, y in segments(streams, length):
             logits, state = model(x, state)
-            total += F.cross_entropy(logits.reshape(-1, model.vocab_size), y.reshape(-1).long(),
-                                     reduction="sum").item()
+            total += F.cross_entropy(
+                logits.reshape(-1, model.vocab_size), y.reshape(-1).long(), reduction="sum"
+            ).item()
             count += y.numel()
     finally:
         model.train(was_training)
@@ -33,5 +35,8 @@ def split_bpc(model: torch.nn.Module, task, split: str) -> dict:
     """BPC of ``split`` with the run's protocol: ``task.valid_batch_size`` (or
     ``test_batch_size``) streams, state carried over ``task.bptt`` segments."""
     batch = task.params["valid_batch_size" if split == "valid" else "test_batch_size"]
-    return {"bpc": evaluate_bpc(model, task.streams(split, batch), task.params["bptt"]),
-            "batch_size": batch, "symbols": int(task.split(split).numel())}
+    return {
+        "bpc": evaluate_bpc(model, task.streams(split, batch), task.params["bptt"]),
+        "batch_size": batch,
+        "symbols": int(task.split(split).numel()),
+    }

@@ -1,10 +1,11 @@
 """One evaluation of a run directory for every task kind.
 
-    generated tasks (copy, recall, ...)    metrics at sequence lengths (fresh sampled batches)
-    data-set tasks (bAbI, MNIST, strokes)  a whole split, with the error per group; written
-                                           to <RUN>/eval-<split>.json
-    char-LM tasks (ptb-char, ...)          valid and test bits per character, state carried
+generated tasks (copy, recall, ...)    metrics at sequence lengths (fresh sampled batches)
+data-set tasks (bAbI, MNIST, strokes)  a whole split, with the error per group; written
+                                       to <RUN>/eval-<split>.json
+char-LM tasks (ptb-char, ...)          valid and test bits per character, state carried
 """
+
 from __future__ import annotations
 
 import json
@@ -18,31 +19,49 @@ from mannlab.tasks.dataset import DatasetTask, evaluate_split
 from mannlab.tasks.strokes import StrokesTask, evaluate_feedback
 
 
-def evaluate_run(run_dir: str | Path, checkpoint: str = "best", overrides: Sequence[str] = (),
-                 lengths: Sequence[int] | None = None, batches: int = 4,
-                 batch_size: int | None = None, seed: int | None = None, split: str = "test",
-                 limit: int | None = None) -> dict[str, Any]:
+def evaluate_run(
+    run_dir: str | Path,
+    checkpoint: str = "best",
+    overrides: Sequence[str] = (),
+    lengths: Sequence[int] | None = None,
+    batches: int = 4,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    split: str = "test",
+    limit: int | None = None,
+) -> dict[str, Any]:
     """Evaluate a run's checkpoint the way its task is scored; the result's ``kind`` says
     which: "lengths" (``rows`` per length), "split" (evaluate_split's result) or "bpc"
     (``valid`` and ``test``). ``overrides`` change the run's config before its weights load."""
     config, task, model, meta = load_run(run_dir, checkpoint, overrides)
     use_run_threads(config)
-    out: dict[str, Any] = {"run_dir": str(run_dir), "model": config.model, "task": config.task,
-                           "checkpoint": meta.get("kind", checkpoint), "step": meta.get("step")}
+    out: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "model": config.model,
+        "task": config.task,
+        "checkpoint": meta.get("kind", checkpoint),
+        "step": meta.get("step"),
+    }
     if getattr(task, "batching", "samples") == "streams":
         return {**out, "kind": "bpc", **{s: split_bpc(model, task, s) for s in ("valid", "test")}}
     if isinstance(task, DatasetTask):
         result = evaluate_split(model, task, split, batch_size or 100, limit)
         if isinstance(task, StrokesTask):
             result["fed_back"] = evaluate_feedback(model, task, split, limit, batch_size or 100)
-        result.update(run_dir=str(run_dir), checkpoint=checkpoint, task=config.task,
-                      model=config.model)
+        result.update(run_dir=str(run_dir), checkpoint=checkpoint, task=config.task, model=config.model)
         path = Path(run_dir) / f"eval-{split}.json"
         write_atomic(path, json.dumps(result, indent=2) + "\n")
         return {**out, "kind": "split", "split": split, "result": result, "path": str(path)}
     lengths = lengths or [task.train_length * m for m in config.train.val_length_multiples]
-    rows = evaluate_lengths(model, task, lengths, batches, batch_size or 32,
-                            config.seed if seed is None else seed)
-    return {**out, "kind": "lengths", "rows": rows, "batches": batches,
-            "batch_size": batch_size or 32, "length_name": task.length_name,
-            "train_length": task.train_length}
+    rows = evaluate_lengths(
+        model, task, lengths, batches, batch_size or 32, config.seed if seed is None else seed
+    )
+    return {
+        **out,
+        "kind": "lengths",
+        "rows": rows,
+        "batches": batches,
+        "batch_size": batch_size or 32,
+        "length_name": task.length_name,
+        "train_length": task.train_length,
+    }

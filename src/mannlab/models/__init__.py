@@ -1,4 +1,5 @@
 """Model registry: every model of the library by its command-line name."""
+
 from __future__ import annotations
 
 import inspect
@@ -14,8 +15,14 @@ from mannlab.models.lstm import LSTM, LSTMState
 from mannlab.models.ntm import NTM, NTMCell, NTMState, NTMTrace
 from mannlab.models.tardis import TARDIS, TARDISCell, TARDISState, TARDISTrace
 
-MODELS: dict[str, type[SequenceModel]] = {"ntm": NTM, "dnc": DNC, "dntm": DNTM, "lstm": LSTM,
-                                      "tardis": TARDIS, "armin": ARMIN}
+MODELS: dict[str, type[SequenceModel]] = {
+    "ntm": NTM,
+    "dnc": DNC,
+    "dntm": DNTM,
+    "lstm": LSTM,
+    "tardis": TARDIS,
+    "armin": ARMIN,
+}
 
 
 def model_kwargs(name: str) -> list[str]:
@@ -32,13 +39,35 @@ def build_model(name: str, input_size: int, output_size: int | None, **kwargs) -
     valid = model_kwargs(key)
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
-        raise ConfigError(f"unknown option(s) {unknown} for model {key!r}; "
-                          f"valid options: {', '.join(valid)}")
+        raise ConfigError(f"unknown option(s) {unknown} for model {key!r}; valid options: {', '.join(valid)}")
     return MODELS[key](input_size, output_size, **kwargs)
 
 
-__all__ = ["MODELS", "build_model", "model_kwargs", "SequenceModel", "LSTM", "LSTMState",
-           "NTM", "NTMCell", "NTMState", "NTMTrace", "DNC", "DNCCell", "DNCState", "DNCTrace",
-           "DNTM", "DNTMCell", "DNTMState", "DNTMTrace",
-           "TARDIS", "TARDISCell", "TARDISState", "TARDISTrace",
-           "ARMIN", "ARMINCell", "ARMINState", "ARMINTrace"]
+__all__ = [
+    "MODELS",
+    "build_model",
+    "model_kwargs",
+    "SequenceModel",
+    "LSTM",
+    "LSTMState",
+    "NTM",
+    "NTMCell",
+    "NTMState",
+    "NTMTrace",
+    "DNC",
+    "DNCCell",
+    "DNCState",
+    "DNCTrace",
+    "DNTM",
+    "DNTMCell",
+    "DNTMState",
+    "DNTMTrace",
+    "TARDIS",
+    "TARDISCell",
+    "TARDISState",
+    "TARDISTrace",
+    "ARMIN",
+    "ARMINCell",
+    "ARMINState",
+    "ARMINTrace",
+]

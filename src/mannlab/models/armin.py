@@ -51,6 +51,7 @@ ungated); and ``read="tardis"``, ARMIN+TARDIS-addr (appendix B.2, eq. 21: the re
 MLP of mannlab.models.tardis over [h_{t-1}, x_t, [A; M(i)], u_t] with a fixed random
 sparse address part A of ``address_size`` features and the last-read penalty).
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
@@ -59,11 +60,26 @@ import torch
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, batched, check_bool,
-                                  check_choice, check_number, check_positive, run_sequence,
-                                  size_or_default)
-from mannlab.models.tardis import (TardisAddressing, default_nonzeros, sequential_slots,
-                                   smallest_address_size, sparse_addresses, write_rows)
+from mannlab.models.base import (
+    CellTemperature,
+    MemoryCell,
+    SequenceModel,
+    batched,
+    check_bool,
+    check_choice,
+    check_number,
+    check_positive,
+    run_sequence,
+    size_or_default,
+)
+from mannlab.models.tardis import (
+    TardisAddressing,
+    default_nonzeros,
+    sequential_slots,
+    smallest_address_size,
+    sparse_addresses,
+    write_rows,
+)
 from mannlab.nn import sampling
 from mannlab.ops.armin import function as compiled
 
@@ -75,6 +91,7 @@ WRITE_MODES = ("tied", "queue", "independent")
 class ARMINState(NamedTuple):
     """Recurrent state: h (B, d_h); memory M (B, n_mem, d_r); read counts (B, n_mem) and
     last read one-hot (B, n_mem) (for TARDIS addressing); steps since M was empty (B,) long."""
+
     hidden: torch.Tensor
     memory: torch.Tensor
     read_counts: torch.Tensor
@@ -83,17 +100,18 @@ class ARMINState(NamedTuple):
 
 
 class ARMINStepTrace(NamedTuple):
-    read_weights: torch.Tensor       # (B, 1, n_mem)  s_t
-    write_weights: torch.Tensor      # (B, 1, n_mem)  slot written
-    read_logits: torch.Tensor        # (B, 1, n_mem)  W_s [x_t, h_{t-1}] + b_s (or eq. 21)
-    read_vectors: torch.Tensor       # (B, d_r)  r_t
-    control_gates: torch.Tensor      # (B, d_h + d_r)  [g^h; g^r]
-    gates: torch.Tensor              # (B, 4 d_h + d_r)  [i; f; g; o^h; o^r] after activation
-    hidden: torch.Tensor             # (B, d_h)  h_t
+    read_weights: torch.Tensor  # (B, 1, n_mem)  s_t
+    write_weights: torch.Tensor  # (B, 1, n_mem)  slot written
+    read_logits: torch.Tensor  # (B, 1, n_mem)  W_s [x_t, h_{t-1}] + b_s (or eq. 21)
+    read_vectors: torch.Tensor  # (B, d_r)  r_t
+    control_gates: torch.Tensor  # (B, d_h + d_r)  [g^h; g^r]
+    gates: torch.Tensor  # (B, 4 d_h + d_r)  [i; f; g; o^h; o^r] after activation
+    hidden: torch.Tensor  # (B, d_h)  h_t
 
 
 class ARMINTrace(NamedTuple):
     """:class:`ARMINStepTrace` stacked over time (B, T, ...)."""
+
     read_weights: torch.Tensor
     write_weights: torch.Tensor
     read_logits: torch.Tensor
@@ -112,7 +130,7 @@ def _orthogonal_blocks(weight: torch.Tensor, block: int) -> None:
     try:
         with torch.no_grad():
             for start in range(0, weight.shape[0], block):
-                nn.init.orthogonal_(weight[start:start + block])
+                nn.init.orthogonal_(weight[start : start + block])
     finally:
         torch.set_num_threads(threads)
 
@@ -121,11 +139,22 @@ class ARMINCell(MemoryCell):
     """One ARMIN step: ``features, state = cell(x_t, state)``; x_t (B, d_i) -> o_t
     (B, d_h + d_r)."""
 
-    def __init__(self, input_size: int, hidden_size: int = 100, memory_slots: int = 50,
-                 memory_width: Optional[int] = None, addressing: str = "gumbel",
-                 read: str = "auto", write: str = "tied", control_gates: bool = True,
-                 layer_norm: bool = True, zoneout: float = 0.0, address_size: Optional[int] = None,
-                 read_mlp_size: Optional[int] = None, address_seed: int = 0):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int = 100,
+        memory_slots: int = 50,
+        memory_width: Optional[int] = None,
+        addressing: str = "gumbel",
+        read: str = "auto",
+        write: str = "tied",
+        control_gates: bool = True,
+        layer_norm: bool = True,
+        zoneout: float = 0.0,
+        address_size: Optional[int] = None,
+        read_mlp_size: Optional[int] = None,
+        address_seed: int = 0,
+    ):
         super().__init__()
         self.input_size = input_size
         check_positive(input_size=input_size, hidden_size=hidden_size, memory_slots=memory_slots)
@@ -134,26 +163,28 @@ class ARMINCell(MemoryCell):
         self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
         self.read_mode = check_choice("read", read, READ_MODES)
         if read != "tardis" and (address_size, read_mlp_size) != (None, None):
-            raise ConfigError("address_size and read_mlp_size are the sizes of the TARDIS read "
-                              f"(read='tardis'); with read={read!r} leave them out")
+            raise ConfigError(
+                "address_size and read_mlp_size are the sizes of the TARDIS read "
+                f"(read='tardis'); with read={read!r} leave them out"
+            )
         self.write_mode = check_choice("write", write, WRITE_MODES)
         self.control_gates = check_bool("control_gates", control_gates)
         self.layer_norm = check_bool("layer_norm", layer_norm)
         self.zoneout = check_number("zoneout", zoneout, 0.0, 1.0)
         self.hidden_size, self.slots, self.width = hidden_size, memory_slots, memory_width
         self.features = hidden_size + memory_width
-        self.inverse_temperature = 1.0        # set by the training schedule
+        self.inverse_temperature = 1.0  # set by the training schedule
         self.fast_inference = True
         dh, dr, n = hidden_size, memory_width, memory_slots
-        self.sizes = [dh + dr, 4 * dh + dr, n, n]        # x parts: eq. 3 | eq. 6 | W_s | write head
-        self.input_proj = nn.Linear(input_size, sum(self.sizes))        # W_{.,x} x_t + b
+        self.sizes = [dh + dr, 4 * dh + dr, n, n]  # x parts: eq. 3 | eq. 6 | W_s | write head
+        self.input_proj = nn.Linear(input_size, sum(self.sizes))  # W_{.,x} x_t + b
         # W_ig and W_s on h_{t-1} as one matrix [W_ig,h; W_s,h] (one product per step)
         self.control_h = nn.Linear(dh, dh + dr + n, bias=False)
-        self.control_r = nn.Linear(dr, dh + dr, bias=False)             # W_ig on r_t
-        self.gates_h = nn.Linear(dh, 4 * dh + dr, bias=False)           # W_go on h^g_{t-1}
-        self.gates_r = nn.Linear(dr, 4 * dh + dr, bias=False)           # W_go on r^g_t
-        self.write_address_h = (nn.Linear(dh, n, bias=False) if write == "independent" else None)
-        self.write_map = nn.Linear(dh, dr, bias=False) if dh != dr else None   # section 3.3
+        self.control_r = nn.Linear(dr, dh + dr, bias=False)  # W_ig on r_t
+        self.gates_h = nn.Linear(dh, 4 * dh + dr, bias=False)  # W_go on h^g_{t-1}
+        self.gates_r = nn.Linear(dr, 4 * dh + dr, bias=False)  # W_go on r^g_t
+        self.write_address_h = nn.Linear(dh, n, bias=False) if write == "independent" else None
+        self.write_map = nn.Linear(dh, dr, bias=False) if dh != dr else None  # section 3.3
         self.ln_control = nn.LayerNorm(dh + dr) if layer_norm else None
         self.ln_gates = nn.LayerNorm(4 * dh + dr) if layer_norm else None
         self.ln_hidden = nn.LayerNorm(dh) if layer_norm else None
@@ -162,15 +193,13 @@ class ARMINCell(MemoryCell):
         self.tardis = None
         if read == "tardis":
             # ~1/5 of the content, but never too few features to give every slot its own address
-            address_size = size_or_default(address_size,
-                                           max(1, round(dr / 5), smallest_address_size(n)))
+            address_size = size_or_default(address_size, max(1, round(dr / 5), smallest_address_size(n)))
             read_mlp_size = size_or_default(read_mlp_size, max(1, dh // 4))
             check_positive(address_size=address_size, read_mlp_size=read_mlp_size)
-            self.register_buffer("address", sparse_addresses(n, address_size,
-                                                             default_nonzeros(address_size),
-                                                             address_seed))
-            self.tardis = TardisAddressing(input_size, dh, address_size + dr, n,
-                                           read_mlp_size)
+            self.register_buffer(
+                "address", sparse_addresses(n, address_size, default_nonzeros(address_size), address_seed)
+            )
+            self.tardis = TardisAddressing(input_size, dh, address_size + dr, n, read_mlp_size)
         self._initialise()
 
     def _initialise(self) -> None:
@@ -182,27 +211,29 @@ class ARMINCell(MemoryCell):
         dh, dr, n = self.hidden_size, self.width, self.slots
         C, G = dh + dr, 4 * dh + dr
         x = self.input_proj.weight
-        blocks = [([x[:C], self.control_h.weight[:C], self.control_r.weight], dh),      # W_ig
-                  ([x[C:C + G], self.gates_h.weight, self.gates_r.weight], dh),        # W_go
-                  ([x[C + G:C + G + n], self.control_h.weight[C:]], n)]               # W_s
+        blocks = [
+            ([x[:C], self.control_h.weight[:C], self.control_r.weight], dh),  # W_ig
+            ([x[C : C + G], self.gates_h.weight, self.gates_r.weight], dh),  # W_go
+            ([x[C + G : C + G + n], self.control_h.weight[C:]], n),
+        ]  # W_s
         if self.write_address_h is not None:
-            blocks.append(([x[C + G + n:], self.write_address_h.weight], n))
+            blocks.append(([x[C + G + n :], self.write_address_h.weight], n))
         for parts, rows in blocks:
             full = torch.cat([p.detach() for p in parts], dim=1)
             _orthogonal_blocks(full, rows)
             with torch.no_grad():
                 start = 0
                 for part in parts:
-                    part.copy_(full[:, start:start + part.shape[1]])
+                    part.copy_(full[:, start : start + part.shape[1]])
                     start += part.shape[1]
         if self.write_map is not None:
             _orthogonal_blocks(self.write_map.weight, dr)
         with torch.no_grad():
             bias = self.input_proj.bias
             bias.zero_()
-            forget = slice(dh + dr + dh, dh + dr + 2 * dh)            # f block of eq. 6
+            forget = slice(dh + dr + dh, dh + dr + 2 * dh)  # f block of eq. 6
             if self.ln_gates is not None:
-                self.ln_gates.bias[dh:2 * dh].fill_(1.0)
+                self.ln_gates.bias[dh : 2 * dh].fill_(1.0)
             else:
                 bias[forget].fill_(1.0)
 
@@ -213,9 +244,13 @@ class ARMINCell(MemoryCell):
         device = ref.device if device is None else device
         dtype = ref.dtype if dtype is None else dtype
         zeros = torch.zeros((), device=device, dtype=dtype).expand(batch_size, self.slots)
-        return ARMINState(batched(self.h0, batch_size, device, dtype),
-                          batched(self.initial_memory, batch_size, device, dtype), zeros, zeros,
-                          torch.zeros(batch_size, dtype=torch.long, device=device))
+        return ARMINState(
+            batched(self.h0, batch_size, device, dtype),
+            batched(self.initial_memory, batch_size, device, dtype),
+            zeros,
+            zeros,
+            torch.zeros(batch_size, dtype=torch.long, device=device),
+        )
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:
         """The input's share of eqs. 3, 6, 9 (and the independent write head) for all steps,
@@ -237,17 +272,15 @@ class ARMINCell(MemoryCell):
             return torch.softmax(logits, -1)
         if self.discrete_eval():
             return sampling.argmax_one_hot(logits)
-        return sampling.gumbel_softmax(logits, self.inverse_temperature,
-                                       hard=self.addressing == "gumbel")
+        return sampling.gumbel_softmax(logits, self.inverse_temperature, hard=self.addressing == "gumbel")
 
     def _read_logits(self, x_s, x_t, h, h_s, memory, counts, last_read) -> torch.Tensor:
         """Read logits (B, n): W_s [x_t, h_{t-1}] + b_s (eq. 9) from its x part x_s and h part
         h_s, or the TARDIS MLP (eq. 21)."""
         if self.tardis is not None:
-            keyed = torch.cat([self.address.to(memory.dtype).expand(memory.shape[0], -1, -1),
-                               memory], dim=-1)
-            return self.tardis.logits(x_t, h, keyed, counts, last_read)        # eq. 21
-        return x_s + h_s                                                       # eq. 9
+            keyed = torch.cat([self.address.to(memory.dtype).expand(memory.shape[0], -1, -1), memory], dim=-1)
+            return self.tardis.logits(x_t, h, keyed, counts, last_read)  # eq. 21
+        return x_s + h_s  # eq. 9
 
     def _random_read(self, like: torch.Tensor) -> torch.Tensor:
         index = torch.randint(0, self.slots, (like.shape[0], 1), device=like.device)
@@ -261,19 +294,19 @@ class ARMINCell(MemoryCell):
         dh, dr = self.hidden_size, self.width
         if self.control_gates:
             pre = x_control + h_control + self.control_r(r)
-            control = torch.sigmoid(self.ln_control(pre) if self.layer_norm else pre)    # eq. 3
-            h_g, r_g = control[:, :dh] * h, control[:, dh:] * r                           # eqs. 4-5
+            control = torch.sigmoid(self.ln_control(pre) if self.layer_norm else pre)  # eq. 3
+            h_g, r_g = control[:, :dh] * h, control[:, dh:] * r  # eqs. 4-5
         else:
             control = h.new_ones(h.shape[0], dh + dr)
             h_g, r_g = h, r
         pre = x_gates + self.gates_h(h_g) + self.gates_r(r_g)
-        pre = self.ln_gates(pre) if self.layer_norm else pre                               # eq. 6
-        sig = torch.sigmoid(pre)                        # i, f, o^h, o^r (the g block is unused)
-        i, f, o = sig[:, :dh], sig[:, dh:2 * dh], sig[:, 3 * dh:]
-        g = torch.tanh(pre[:, 2 * dh:3 * dh])
-        h_new = torch.addcmul(f * h, i, g)                                                 # eq. 7
+        pre = self.ln_gates(pre) if self.layer_norm else pre  # eq. 6
+        sig = torch.sigmoid(pre)  # i, f, o^h, o^r (the g block is unused)
+        i, f, o = sig[:, :dh], sig[:, dh : 2 * dh], sig[:, 3 * dh :]
+        g = torch.tanh(pre[:, 2 * dh : 3 * dh])
+        h_new = torch.addcmul(f * h, i, g)  # eq. 7
         h_new = self.ln_hidden(h_new) if self.layer_norm else h_new
-        out = o * torch.tanh(torch.cat([h_new, r], dim=-1))                                # eq. 8
+        out = o * torch.tanh(torch.cat([h_new, r], dim=-1))  # eq. 8
         return h_new, out, control, (sig, g)
 
     def _zoneout(self, h_prev: torch.Tensor, h_new: torch.Tensor) -> torch.Tensor:
@@ -290,12 +323,12 @@ class ARMINCell(MemoryCell):
     def step(self, inputs: torch.Tensor, state: ARMINState, with_trace: bool = False):
         h, memory, counts, last_read, steps = state
         x_control, x_gates, x_s, x_w, *rest = inputs.split(
-            self.sizes + ([inputs.shape[-1] - sum(self.sizes)] if self.tardis is not None else []),
-            dim=-1)
+            self.sizes + ([inputs.shape[-1] - sum(self.sizes)] if self.tardis is not None else []), dim=-1
+        )
         x_t = rest[0] if rest else None
         fast = self.fast_inference and self.discrete_eval() and not with_trace
-        h_side = self.control_h(h)                               # [W_ig,h h_{t-1} | W_s,h h_{t-1}]
-        h_control, h_s = h_side[:, :self.hidden_size + self.width], h_side[:, -self.slots:]
+        h_side = self.control_h(h)  # [W_ig,h h_{t-1} | W_s,h h_{t-1}]
+        h_control, h_s = h_side[:, : self.hidden_size + self.width], h_side[:, -self.slots :]
         if self.read_mode == "random":
             logits = h.new_zeros(h.shape[0], self.slots)
             read_w = self._random_read(logits)
@@ -303,14 +336,14 @@ class ARMINCell(MemoryCell):
             logits = self._read_logits(x_s, x_t, h, h_s, memory, counts, last_read)
             read_w = None if fast else self._weights(logits)
         batch = torch.arange(h.shape[0], device=h.device)
-        if fast:   # section 5: argmax and an index gather instead of the weighted sum
+        if fast:  # section 5: argmax and an index gather instead of the weighted sum
             read_index = read_w.argmax(-1) if read_w is not None else logits.argmax(-1)
             r = memory[batch, read_index]
         else:
-            r = (read_w.unsqueeze(1) @ memory).squeeze(1)                           # eq. 10
+            r = (read_w.unsqueeze(1) @ memory).squeeze(1)  # eq. 10
         h_new, out, control, gates = self.cell_update(x_control, x_gates, h, h_control, r)
         h_new = self._zoneout(h, h_new)
-        value = self.write_map(h_new) if self.write_map is not None else h_new      # section 3.3
+        value = self.write_map(h_new) if self.write_map is not None else h_new  # section 3.3
         if fast:
             write_index = self._write_index(read_index, steps, x_w, h_new)
             memory = memory.index_put((batch, write_index), value.to(memory.dtype))
@@ -319,7 +352,7 @@ class ARMINCell(MemoryCell):
         else:
             write_w = self._write_weights(read_w, steps, x_w, h_new)
             memory = write_rows(memory, write_w, value)
-        if self.tardis is not None:     # usage counts and the last read: TARDIS addressing only
+        if self.tardis is not None:  # usage counts and the last read: TARDIS addressing only
             hard = read_w.detach()
             counts, last_read = counts + hard, hard
         state = ARMINState(h_new, memory, counts, last_read, steps + 1)
@@ -327,9 +360,10 @@ class ARMINCell(MemoryCell):
         if with_trace:
             sig, g = gates
             dh = self.hidden_size
-            gates = torch.cat([sig[:, :2 * dh], g, sig[:, 3 * dh:]], dim=-1)
-            trace = ARMINStepTrace(read_w.unsqueeze(1), write_w.unsqueeze(1), logits.unsqueeze(1),
-                                   r, control, gates, h_new)
+            gates = torch.cat([sig[:, : 2 * dh], g, sig[:, 3 * dh :]], dim=-1)
+            trace = ARMINStepTrace(
+                read_w.unsqueeze(1), write_w.unsqueeze(1), logits.unsqueeze(1), r, control, gates, h_new
+            )
         return out, state, trace
 
     # ------------------------------------------------------ the fused path
@@ -339,8 +373,13 @@ class ARMINCell(MemoryCell):
     def compiled_covers(self, with_trace: bool) -> bool:
         """The kernels run trace-free passes of the paper's configuration (auto read, tied
         write, control gates, layer norm; zoneout or not)."""
-        return (not with_trace and self.read_mode == "auto" and self.write_mode == "tied"
-                and self.control_gates and self.layer_norm)
+        return (
+            not with_trace
+            and self.read_mode == "auto"
+            and self.write_mode == "tied"
+            and self.control_gates
+            and self.layer_norm
+        )
 
     def compiled_pays(self, batch: int, backward: bool) -> bool:
         return compiled.compiled_pays(batch, self.hidden_size, backward)
@@ -357,14 +396,24 @@ class ARMINCell(MemoryCell):
             mode = self.addressing
         noise, zone = self._fused_draws(x, mode)
         ln = (self.ln_control, self.ln_gates, self.ln_hidden)
-        inputs = (self.precompute(x), noise, zone, h, memory, steps, self.control_h.weight,
-                  self.control_r.weight, self.gates_h.weight, self.gates_r.weight,
-                  None if self.write_map is None else self.write_map.weight,
-                  *(p for layer in ln for p in (layer.weight, layer.bias)))
+        inputs = (
+            self.precompute(x),
+            noise,
+            zone,
+            h,
+            memory,
+            steps,
+            self.control_h.weight,
+            self.control_r.weight,
+            self.gates_h.weight,
+            self.gates_r.weight,
+            None if self.write_map is None else self.write_map.weight,
+            *(p for layer in ln for p in (layer.weight, layer.bias)),
+        )
         # without a backward to come (inference), the kernels keep no per-step intermediates
-        out, h, memory = compiled.ARMINSequence.apply(*inputs, self.ln_gates.eps,
-                                                      float(self.inverse_temperature),
-                                                      compiled.MODES[mode], backward)
+        out, h, memory = compiled.ARMINSequence.apply(
+            *inputs, self.ln_gates.eps, float(self.inverse_temperature), compiled.MODES[mode], backward
+        )
         return out, ARMINState(h, memory, counts, last_read, steps + x.shape[1]), None
 
     def _fused_draws(self, x: torch.Tensor, mode: str) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -383,8 +432,9 @@ class ARMINCell(MemoryCell):
         for _ in range(T):
             if gumbel:
                 noise.append(sampling.gumbel_noise(x.new_empty(B, self.slots)))
-            zone.append((torch.rand(B, self.hidden_size, dtype=x.dtype, device=x.device)
-                         < self.zoneout).to(x.dtype))
+            zone.append(
+                (torch.rand(B, self.hidden_size, dtype=x.dtype, device=x.device) < self.zoneout).to(x.dtype)
+            )
         return (torch.stack(noise) if gumbel else none), torch.stack(zone)
 
     def _write_weights(self, read_w, steps, x_w, h_new) -> torch.Tensor:
@@ -393,7 +443,7 @@ class ARMINCell(MemoryCell):
         if self.write_mode == "queue":
             return sequential_slots(steps % self.slots, self.slots, read_w.dtype)[0]
         if self.write_mode == "independent":
-            chosen = self._weights(x_w + self.write_address_h(h_new))   # over [x_t, h_t]
+            chosen = self._weights(x_w + self.write_address_h(h_new))  # over [x_t, h_t]
         else:
             chosen = read_w
         return torch.where(filling, fill, chosen)
@@ -424,22 +474,50 @@ class ARMIN(CellTemperature, SequenceModel):
     defaults to d_r / 5, or more when that has too few different sparse rows for n_mem slots.
     """
 
-    def __init__(self, input_size: int, output_size: Optional[int] = None, hidden_size: int = 100,
-                 memory_slots: int = 50, memory_width: Optional[int] = None,
-                 addressing: str = "gumbel", read: str = "auto", write: str = "tied",
-                 control_gates: bool = True, layer_norm: bool = True, zoneout: float = 0.0,
-                 temperature_every: int = 200, address_size: Optional[int] = None,
-                 read_mlp_size: Optional[int] = None, address_seed: int = 0,
-                 batch_first: bool = True):
-        cell = ARMINCell(input_size, hidden_size, memory_slots, memory_width, addressing, read,
-                         write, control_gates, layer_norm, zoneout, address_size, read_mlp_size,
-                         address_seed)
+    def __init__(
+        self,
+        input_size: int,
+        output_size: Optional[int] = None,
+        hidden_size: int = 100,
+        memory_slots: int = 50,
+        memory_width: Optional[int] = None,
+        addressing: str = "gumbel",
+        read: str = "auto",
+        write: str = "tied",
+        control_gates: bool = True,
+        layer_norm: bool = True,
+        zoneout: float = 0.0,
+        temperature_every: int = 200,
+        address_size: Optional[int] = None,
+        read_mlp_size: Optional[int] = None,
+        address_seed: int = 0,
+        batch_first: bool = True,
+    ):
+        cell = ARMINCell(
+            input_size,
+            hidden_size,
+            memory_slots,
+            memory_width,
+            addressing,
+            read,
+            write,
+            control_gates,
+            layer_norm,
+            zoneout,
+            address_size,
+            read_mlp_size,
+            address_seed,
+        )
         super().__init__(input_size, output_size, cell.features, batch_first)
         self.cell = cell
-        if isinstance(temperature_every, bool) or not isinstance(temperature_every, int) \
-                or temperature_every < 0:
-            raise ConfigError(f"temperature_every must be an integer >= 0 (0: 1/τ stays 1), "
-                              f"got {temperature_every!r}")
+        if (
+            isinstance(temperature_every, bool)
+            or not isinstance(temperature_every, int)
+            or temperature_every < 0
+        ):
+            raise ConfigError(
+                f"temperature_every must be an integer >= 0 (0: 1/τ stays 1), got {temperature_every!r}"
+            )
         self.temperature_every = temperature_every
 
     @property

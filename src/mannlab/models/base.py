@@ -13,6 +13,7 @@ of per-step tensors stacked on a time axis right after the batch axis.
 The output head (features -> output_size logits) does not feed back into the
 recurrence, so it runs once on the whole sequence after the loop.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -47,15 +48,23 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
-def check_number(name: str, value: Any, low: float, high: float = float("inf"),
-                 low_open: bool = False) -> float:
+def check_number(
+    name: str, value: Any, low: float, high: float = float("inf"), low_open: bool = False
+) -> float:
     """Constructor guard: a real number (not a bool) in [low, high] (``low_open``: > low)."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
-        (value > low if low_open else value >= low) and value <= high
+    ok = (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and (value > low if low_open else value >= low)
+        and value <= high
+    )
     if not ok:
         bound = f"> {low}" if low_open else f">= {low}"
-        raise ConfigError(f"{name} must be a number {bound}" +
-                          (f" and <= {high}" if high != float("inf") else "") + f", got {value!r}")
+        raise ConfigError(
+            f"{name} must be a number {bound}"
+            + (f" and <= {high}" if high != float("inf") else "")
+            + f", got {value!r}"
+        )
     return float(value)
 
 
@@ -90,15 +99,18 @@ def check_input(owner: nn.Module, x: Any, layout: str, input_size: Optional[int]
     if x.dim() != dims:
         raise ValueError(f"{name} expects a {dims}-D input {layout}, got shape {tuple(x.shape)}")
     if input_size is not None and x.shape[-1] != input_size:
-        raise ValueError(f"{name} expects input_size={input_size} features in the last "
-                         f"dimension, got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} expects input_size={input_size} features in the last "
+            f"dimension, got shape {tuple(x.shape)}"
+        )
     if not x.is_floating_point():
-        raise TypeError(f"{name} expects a floating-point input, got {x.dtype}; "
-                        f"convert with x.float()")
+        raise TypeError(f"{name} expects a floating-point input, got {x.dtype}; convert with x.float()")
     dtype = next(owner.parameters()).dtype
     if x.dtype != dtype:
-        raise TypeError(f"{name} has {dtype} parameters but got a {x.dtype} input; "
-                        f"convert the input or the model (model.to({x.dtype}))")
+        raise TypeError(
+            f"{name} has {dtype} parameters but got a {x.dtype} input; "
+            f"convert the input or the model (model.to({x.dtype}))"
+        )
     if x.numel() == 0:
         raise ValueError(f"{name} got an empty input of shape {tuple(x.shape)}")
     if values_checkable(x) and not bool(torch.isfinite(x).all()):
@@ -185,8 +197,7 @@ class SequenceModel(nn.Module):
     #: True for models whose training loss needs ``aux_loss(trace, step_nll)``.
     uses_aux_loss = False
 
-    def __init__(self, input_size: int, output_size: Optional[int], features: int,
-                 batch_first: bool = True):
+    def __init__(self, input_size: int, output_size: Optional[int], features: int, batch_first: bool = True):
         super().__init__()
         check_positive(input_size=input_size)
         if output_size is not None:
@@ -199,13 +210,15 @@ class SequenceModel(nn.Module):
         """The state a sequence starts from (learned initial values, expanded to the batch)."""
         return self.cell.initial_state(batch_size, device=device, dtype=dtype)
 
-    def aux_loss(self, trace: Any, step_nll: torch.Tensor,
-                 outputs_per_step: Optional[int] = None) -> torch.Tensor:
+    def aux_loss(
+        self, trace: Any, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+    ) -> torch.Tensor:
         """Extra training terms (estimators, regularisers); zero for fully differentiable models."""
         return step_nll.new_zeros(())
 
-    def _scored_outputs(self, trace: Any, trace_type: type, step_nll: torch.Tensor,
-                        outputs_per_step: Optional[int] = None) -> torch.Tensor:
+    def _scored_outputs(
+        self, trace: Any, trace_type: type, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+    ) -> torch.Tensor:
         """Checks aux_loss's inputs; returns S, the mean number of terms the task loss averages
         over per sequence: scored steps (where step_nll > 0) times ``outputs_per_step``, at
         least 1. ``outputs_per_step`` is what the task loss averages over at each scored
@@ -214,15 +227,20 @@ class SequenceModel(nn.Module):
         estimator terms to the sequence's summed NLL; the task loss is that sum divided by
         S, so terms divided by S keep the papers' ratio to the NLL."""
         if not isinstance(trace, trace_type):
-            raise TypeError(f"aux_loss expects the {trace_type.__name__} of return_trace=True, "
-                            f"got {type(trace).__name__}")
+            raise TypeError(
+                f"aux_loss expects the {trace_type.__name__} of return_trace=True, got {type(trace).__name__}"
+            )
         if step_nll.shape != trace.sampled.shape:
-            raise ValueError(f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, "
-                             f"got {tuple(step_nll.shape)}")
+            raise ValueError(
+                f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, got {tuple(step_nll.shape)}"
+            )
         if outputs_per_step is None:
             outputs_per_step = self.output_features
-        if isinstance(outputs_per_step, bool) or not isinstance(outputs_per_step, int) \
-                or outputs_per_step < 1:
+        if (
+            isinstance(outputs_per_step, bool)
+            or not isinstance(outputs_per_step, int)
+            or outputs_per_step < 1
+        ):
             raise ValueError(f"outputs_per_step must be a positive integer, got {outputs_per_step!r}")
         steps = (step_nll > 0).sum(1).to(step_nll.dtype).mean()
         return (steps * outputs_per_step).clamp_min(1.0)

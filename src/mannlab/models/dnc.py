@@ -40,6 +40,7 @@ mannlab.nn.addressing functions):
 Every sequence starts from zeros: memory, usage, precedence, links, weightings
 and read vectors (the DNC's reset; the controller's initial state is its own).
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
@@ -56,6 +57,7 @@ class DNCState(NamedTuple):
     """Recurrent state of the last step: controller state, memory M (B, N, W),
     read vectors r (B, R, W), read weightings w^r (B, R, N), write weighting
     w^w (B, 1, N), usage u (B, N), precedence p (B, N) and links L (B, N, N)."""
+
     controller: Any
     memory: torch.Tensor
     read_vectors: torch.Tensor
@@ -68,18 +70,19 @@ class DNCState(NamedTuple):
 
 class DNCTrace(NamedTuple):
     """Per-step internals; stacked by the sequence module to (B, T, ...)."""
-    read_weights: torch.Tensor       # (B, R, N)  w^r_t
-    write_weights: torch.Tensor      # (B, 1, N)  w^w_t
-    read_vectors: torch.Tensor       # (B, R, W)  r_t
-    usage: torch.Tensor              # (B, N)     u_t
-    allocation: torch.Tensor         # (B, N)     a_t
-    precedence: torch.Tensor         # (B, N)     p_t
-    links: torch.Tensor              # (B, N, N)  L_t
-    read_modes: torch.Tensor         # (B, R, 3)  pi_t over (backward, content, forward)
-    free_gates: torch.Tensor         # (B, R)     f_t
-    allocation_gate: torch.Tensor    # (B,)       g^a_t
-    write_gate: torch.Tensor         # (B,)       g^w_t
-    memory: torch.Tensor             # (B, N, W)  M_t after the write
+
+    read_weights: torch.Tensor  # (B, R, N)  w^r_t
+    write_weights: torch.Tensor  # (B, 1, N)  w^w_t
+    read_vectors: torch.Tensor  # (B, R, W)  r_t
+    usage: torch.Tensor  # (B, N)     u_t
+    allocation: torch.Tensor  # (B, N)     a_t
+    precedence: torch.Tensor  # (B, N)     p_t
+    links: torch.Tensor  # (B, N, N)  L_t
+    read_modes: torch.Tensor  # (B, R, 3)  pi_t over (backward, content, forward)
+    free_gates: torch.Tensor  # (B, R)     f_t
+    allocation_gate: torch.Tensor  # (B,)       g^a_t
+    write_gate: torch.Tensor  # (B,)       g^w_t
+    memory: torch.Tensor  # (B, N, W)  M_t after the write
 
 
 class DNCCell(MemoryCell):
@@ -88,16 +91,26 @@ class DNCCell(MemoryCell):
     x_t (B, input_size) -> features H^o_t (B, controller_size + read_heads * memory_width).
     """
 
-    def __init__(self, input_size: int, controller: str = "lstm", controller_size: int = 128,
-                 memory_slots: int = 128, memory_width: int = 20, read_heads: int = 1):
+    def __init__(
+        self,
+        input_size: int,
+        controller: str = "lstm",
+        controller_size: int = 128,
+        memory_slots: int = 128,
+        memory_width: int = 20,
+        read_heads: int = 1,
+    ):
         super().__init__()
         self.input_size = input_size
-        check_positive(input_size=input_size, controller_size=controller_size,
-                       memory_slots=memory_slots, memory_width=memory_width,
-                       read_heads=read_heads)
+        check_positive(
+            input_size=input_size,
+            controller_size=controller_size,
+            memory_slots=memory_slots,
+            memory_width=memory_width,
+            read_heads=read_heads,
+        )
         self.slots, self.width, self.read_heads = memory_slots, memory_width, read_heads
-        self.controller = make_controller(controller, input_size, read_heads * memory_width,
-                                          controller_size)
+        self.controller = make_controller(controller, input_size, read_heads * memory_width, controller_size)
         self.features = controller_size + read_heads * memory_width
         # The interface vector, one linear layer on h_t, grouped by activation
         # (the paper's order differs; only the grouping matters):
@@ -108,16 +121,24 @@ class DNCCell(MemoryCell):
     def initial_state(self, batch_size: int, device=None, dtype=None) -> DNCState:
         """Zero memory, usage, precedence, links, weightings and read vectors."""
         ref = self.interface.weight
-        zero = torch.zeros((), device=ref.device if device is None else device,
-                           dtype=ref.dtype if dtype is None else dtype)
+        zero = torch.zeros(
+            (), device=ref.device if device is None else device, dtype=ref.dtype if dtype is None else dtype
+        )
         R, N, W = self.read_heads, self.slots, self.width
 
         def zeros(*shape: int) -> torch.Tensor:
             return zero.expand(batch_size, *shape)
-        return DNCState(controller=self.controller.initial_state(batch_size, device, dtype),
-                        memory=zeros(N, W), read_vectors=zeros(R, W), read_weights=zeros(R, N),
-                        write_weights=zeros(1, N), usage=zeros(N), precedence=zeros(N),
-                        links=zeros(N, N))
+
+        return DNCState(
+            controller=self.controller.initial_state(batch_size, device, dtype),
+            memory=zeros(N, W),
+            read_vectors=zeros(R, W),
+            read_weights=zeros(R, N),
+            write_weights=zeros(1, N),
+            usage=zeros(N),
+            precedence=zeros(N),
+            links=zeros(N, N),
+        )
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:
         """The controller's input projection for every step at once (B, T, I) -> (B, T, G)."""
@@ -126,19 +147,32 @@ class DNCCell(MemoryCell):
     def step(self, x_proj: torch.Tensor, state: DNCState, with_trace: bool = False):
         """One step from the precomputed input projection; returns (H^o_t, state, trace or None)."""
         ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
-        h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)           # (i)
+        h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)  # (i)
         # (ii) retention, usage, allocation, write weighting, write, links, precedence;
         # (iii) forward/backward/content read weightings and reads: one fused step
         # (mannlab.ops.dnc) from the raw interface vector W_xi h_t + b_i
-        out = dnc_memory_step(self.interface(h), memory, read_w, write_w, usage, precedence,
-                              links, with_trace)
+        out = dnc_memory_step(
+            self.interface(h), memory, read_w, write_w, usage, precedence, links, with_trace
+        )
         reads, memory, read_w, write_w, usage, precedence, links = out[:7]
-        features = torch.cat([h_out, reads.flatten(1)], dim=-1)                        # (iv)
+        features = torch.cat([h_out, reads.flatten(1)], dim=-1)  # (iv)
         trace = None
         if with_trace:
             alloc, modes, free, alloc_gate, write_gate = out[7:]
-            trace = DNCTrace(read_w, write_w, reads, usage, alloc, precedence, links, modes,
-                             free, alloc_gate, write_gate, memory)
+            trace = DNCTrace(
+                read_w,
+                write_w,
+                reads,
+                usage,
+                alloc,
+                precedence,
+                links,
+                modes,
+                free,
+                alloc_gate,
+                write_gate,
+                memory,
+            )
         state = DNCState(ctrl, memory, reads, read_w, write_w, usage, precedence, links)
         return features, state, trace
 
@@ -159,12 +193,17 @@ class DNC(SequenceModel):
     controller: any name in mannlab.nn.controllers.CONTROLLERS ("lstm", "fnn", ...).
     """
 
-    def __init__(self, input_size: int, output_size: Optional[int] = None, controller: str = "lstm",
-                 controller_size: int = 128, memory_slots: int = 128, memory_width: int = 20,
-                 read_heads: int = 1, batch_first: bool = True):
-        check_positive(controller_size=controller_size, read_heads=read_heads,
-                       memory_width=memory_width)
-        super().__init__(input_size, output_size, controller_size + read_heads * memory_width,
-                         batch_first)
-        self.cell = DNCCell(input_size, controller, controller_size, memory_slots, memory_width,
-                            read_heads)
+    def __init__(
+        self,
+        input_size: int,
+        output_size: Optional[int] = None,
+        controller: str = "lstm",
+        controller_size: int = 128,
+        memory_slots: int = 128,
+        memory_width: int = 20,
+        read_heads: int = 1,
+        batch_first: bool = True,
+    ):
+        check_positive(controller_size=controller_size, read_heads=read_heads, memory_width=memory_width)
+        super().__init__(input_size, output_size, controller_size + read_heads * memory_width, batch_first)
+        self.cell = DNCCell(input_size, controller, controller_size, memory_slots, memory_width, read_heads)

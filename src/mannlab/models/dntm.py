@@ -74,6 +74,7 @@ steps (the backward recomputes the rest from the recorded weightings) and is not
 differentiable (its backward is not recorded). The first use compiles the kernels (about
 30 s of CPU per dtype, then cached on disk).
 """
+
 from __future__ import annotations
 
 import math
@@ -85,8 +86,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.base import (MemoryCell, SequenceModel, check_bool, check_choice,
-                                  check_number, check_positive, run_sequence)
+from mannlab.models.base import (
+    MemoryCell,
+    SequenceModel,
+    check_bool,
+    check_choice,
+    check_number,
+    check_positive,
+    run_sequence,
+)
 from mannlab.nn import addressing as ntm_addressing
 from mannlab.nn import sampling
 from mannlab.nn.controllers import FNNController, GRUController, make_controller
@@ -104,6 +112,7 @@ LRU_DECAY = 0.1
 
 # ---------------------------------------------------------------- primitives
 
+
 def similarity(keys: torch.Tensor, memory: torch.Tensor, eps: float = SIMILARITY_EPS) -> torch.Tensor:
     """S(k, m_i) = k . m_i / (|k| |m_i| + ε) for every head and cell (eqs. 10-11).
 
@@ -111,8 +120,9 @@ def similarity(keys: torch.Tensor, memory: torch.Tensor, eps: float = SIMILARITY
     cell (the empty content part at the start of an episode) gives 0, not NaN.
     """
     dots = keys @ memory.transpose(1, 2)
-    norms = torch.linalg.vector_norm(keys, dim=-1).unsqueeze(-1) * \
-        torch.linalg.vector_norm(memory, dim=-1).unsqueeze(-2)
+    norms = torch.linalg.vector_norm(keys, dim=-1).unsqueeze(-1) * torch.linalg.vector_norm(
+        memory, dim=-1
+    ).unsqueeze(-2)
     return dots / (norms + eps)
 
 
@@ -129,10 +139,12 @@ def lru_address(logits: torch.Tensor, gate: torch.Tensor, average: torch.Tensor)
 
 # --------------------------------------------------------------------- state
 
+
 class DNTMState(NamedTuple):
     """Recurrent state after a step: controller state, content part C (B, N', d_c),
     read vectors φ (B, R, d_a + d_c) and the LRU averages v of the read (B, R, N')
     and write (B, H, N') heads. The address part A is a parameter, not state."""
+
     controller: Any
     content: torch.Tensor
     read_vectors: torch.Tensor
@@ -143,23 +155,25 @@ class DNTMState(NamedTuple):
 class DNTMStepTrace(NamedTuple):
     """Per-step internals of the cell. With J addressing steps the head axis holds
     J * heads entries, addressing step major (step 1's heads first)."""
-    read_weights: torch.Tensor     # (B, J*R, N')  w used for reading (one-hot if discrete)
-    write_weights: torch.Tensor    # (B, J*H, N')  u used for writing
-    read_probs: torch.Tensor       # (B, J*R, N')  soft w (the distribution sampled from)
-    write_probs: torch.Tensor      # (B, J*H, N')  soft u
-    read_vectors: torch.Tensor     # (B, R, d_a + d_c)  φ_t of the last addressing step
-    erase_vectors: torch.Tensor    # (B, J*H, d_c)  e_t
-    candidates: torch.Tensor       # (B, J*H, d_c)  c̄_t
-    input_gates: torch.Tensor      # (B, J*H)  α_t
-    key_strengths: torch.Tensor    # (B, J*(R+H))  β, read heads first in each step
-    lru_gates: torch.Tensor        # (B, J*(R+H))  γ
-    hidden: torch.Tensor           # (B, d_h)  h_t (controller output to the features)
-    sampled: torch.Tensor          # (B,)  1 where the weights were sampled (REINFORCE)
-    memory: torch.Tensor           # (B, N', d_a + d_c)  M_t = [A; C_t] after the write
+
+    read_weights: torch.Tensor  # (B, J*R, N')  w used for reading (one-hot if discrete)
+    write_weights: torch.Tensor  # (B, J*H, N')  u used for writing
+    read_probs: torch.Tensor  # (B, J*R, N')  soft w (the distribution sampled from)
+    write_probs: torch.Tensor  # (B, J*H, N')  soft u
+    read_vectors: torch.Tensor  # (B, R, d_a + d_c)  φ_t of the last addressing step
+    erase_vectors: torch.Tensor  # (B, J*H, d_c)  e_t
+    candidates: torch.Tensor  # (B, J*H, d_c)  c̄_t
+    input_gates: torch.Tensor  # (B, J*H)  α_t
+    key_strengths: torch.Tensor  # (B, J*(R+H))  β, read heads first in each step
+    lru_gates: torch.Tensor  # (B, J*(R+H))  γ
+    hidden: torch.Tensor  # (B, d_h)  h_t (controller output to the features)
+    sampled: torch.Tensor  # (B,)  1 where the weights were sampled (REINFORCE)
+    memory: torch.Tensor  # (B, N', d_a + d_c)  M_t = [A; C_t] after the write
 
 
 class DNTMTrace(NamedTuple):
     """:class:`DNTMStepTrace` stacked over time (B, T, ...), plus the input sequence."""
+
     read_weights: torch.Tensor
     write_weights: torch.Tensor
     read_probs: torch.Tensor
@@ -173,21 +187,23 @@ class DNTMTrace(NamedTuple):
     hidden: torch.Tensor
     sampled: torch.Tensor
     memory: torch.Tensor
-    inputs: torch.Tensor           # (B, T, I)  x, for the baseline and next-input prediction
+    inputs: torch.Tensor  # (B, T, I)  x, for the baseline and next-input prediction
 
 
 class _Heads(NamedTuple):
     """Activated head parameters of one addressing step."""
-    read_keys: torch.Tensor        # (B, R, d_a + d_c)
-    write_keys: torch.Tensor       # (B, H, d_c or d_a + d_c)
-    strengths: torch.Tensor        # (B, R + H)  β
-    gates: torch.Tensor            # (B, R + H)  γ
-    erase: torch.Tensor            # (B, H, d_c)  e
-    input_gate: torch.Tensor       # (B, H)  α
-    candidate: torch.Tensor        # (B, H, d_c)  c̄
+
+    read_keys: torch.Tensor  # (B, R, d_a + d_c)
+    write_keys: torch.Tensor  # (B, H, d_c or d_a + d_c)
+    strengths: torch.Tensor  # (B, R + H)  β
+    gates: torch.Tensor  # (B, R + H)  γ
+    erase: torch.Tensor  # (B, H, d_c)  e
+    input_gate: torch.Tensor  # (B, H)  α
+    candidate: torch.Tensor  # (B, H, d_c)  c̄
 
 
 # ---------------------------------------------------------------------- cell
+
 
 class DNTMCell(MemoryCell):
     """One D-NTM time step: ``features, state = cell(x_t, state)``.
@@ -197,23 +213,40 @@ class DNTMCell(MemoryCell):
     use the soft weightings while training.
     """
 
-    def __init__(self, input_size: int, controller: str = "gru", controller_size: int = 100,
-                 memory_slots: int = 128, address_size: int = 8, content_size: int = 8,
-                 read_heads: int = 1, write_heads: int = 1, addressing_steps: int = 1,
-                 lru: bool = True, nop: bool = False, addressing: str = "soft",
-                 write_keys: str = "memory"):
+    def __init__(
+        self,
+        input_size: int,
+        controller: str = "gru",
+        controller_size: int = 100,
+        memory_slots: int = 128,
+        address_size: int = 8,
+        content_size: int = 8,
+        read_heads: int = 1,
+        write_heads: int = 1,
+        addressing_steps: int = 1,
+        lru: bool = True,
+        nop: bool = False,
+        addressing: str = "soft",
+        write_keys: str = "memory",
+    ):
         super().__init__()
         self.input_size = input_size
-        check_positive(input_size=input_size, controller_size=controller_size,
-                       memory_slots=memory_slots, address_size=address_size,
-                       content_size=content_size, read_heads=read_heads,
-                       write_heads=write_heads, addressing_steps=addressing_steps)
+        check_positive(
+            input_size=input_size,
+            controller_size=controller_size,
+            memory_slots=memory_slots,
+            address_size=address_size,
+            content_size=content_size,
+            read_heads=read_heads,
+            write_heads=write_heads,
+            addressing_steps=addressing_steps,
+        )
         self.lru, self.nop = check_bool("lru", lru), check_bool("nop", nop)
         self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
         self.write_keys = check_choice("write_keys", write_keys, WRITE_KEYS)
-        self.slots = memory_slots + int(nop)                                 # N'
+        self.slots = memory_slots + int(nop)  # N'
         self.address_size, self.content_size = address_size, content_size
-        self.width = address_size + content_size                             # d_a + d_c
+        self.width = address_size + content_size  # d_a + d_c
         self.read_heads, self.write_heads = read_heads, write_heads
         self.addressing_steps = addressing_steps
         self.soft_minibatch = False
@@ -229,24 +262,30 @@ class DNTMCell(MemoryCell):
         nn.init.normal_(self.head_params.bias, std=0.01)
         # The input's share of eqs. 3-4, [W_x x_t (H*d_c) | v_α^T x_t (H)], for all steps at once.
         self.input_params = nn.Linear(input_size, H * (dc + 1), bias=False)
-        self.address = nn.Parameter(torch.randn(self.slots, address_size))   # A
+        self.address = nn.Parameter(torch.randn(self.slots, address_size))  # A
         access = torch.ones(self.slots)
         if nop:
-            access[-1] = 0.0            # the NOP cell: reads and writes there are ignored
+            access[-1] = 0.0  # the NOP cell: reads and writes there are ignored
         self.register_buffer("access", access, persistent=False)
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> DNTMState:
         """C_0 = 0, φ_0 = 0, v_0 = 0 (and the controller's learned initial state)."""
         ref = self.address
-        zero = torch.zeros((), device=ref.device if device is None else device,
-                           dtype=ref.dtype if dtype is None else dtype)
+        zero = torch.zeros(
+            (), device=ref.device if device is None else device, dtype=ref.dtype if dtype is None else dtype
+        )
 
         def zeros(*shape: int) -> torch.Tensor:
             return zero.expand(batch_size, *shape)
+
         N, R, H = self.slots, self.read_heads, self.write_heads
-        return DNTMState(controller=self.controller.initial_state(batch_size, device, dtype),
-                         content=zeros(N, self.content_size), read_vectors=zeros(R, self.width),
-                         read_lru=zeros(R, N), write_lru=zeros(H, N))
+        return DNTMState(
+            controller=self.controller.initial_state(batch_size, device, dtype),
+            content=zeros(N, self.content_size),
+            read_vectors=zeros(R, self.width),
+            read_lru=zeros(R, N),
+            write_lru=zeros(H, N),
+        )
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:
         """Input projections for every step at once: (B, T, I) -> (B, T, G + H (d_c + 1)),
@@ -262,8 +301,9 @@ class DNTMCell(MemoryCell):
         -> (B, R, W), in the memory's dtype (φ is state; autocast's product is lower)."""
         return ((weights * self.access) @ memory).to(memory.dtype)
 
-    def write(self, content: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor,
-              candidate: torch.Tensor) -> torch.Tensor:
+    def write(
+        self, content: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor, candidate: torch.Tensor
+    ) -> torch.Tensor:
         """C_t[j] = (1 - e u_j) ∘ C_{t-1}[j] + u_j c̄ (eq. 6) with the NOP cell ignored.
 
         content (B, N', d_c), weights u (B, H, N'), erase e (B, H, d_c), candidate c̄
@@ -285,46 +325,53 @@ class DNTMCell(MemoryCell):
     def _heads(self, h: torch.Tensor, x_write: torch.Tensor) -> _Heads:
         """h_t (B, d_h) and the precomputed [W_x x_t | v_α^T x_t] -> activated head parameters."""
         B, R, H, dc = h.shape[0], self.read_heads, self.write_heads, self.content_size
-        read_keys, write_keys, strengths, gates, erase, gate_h, content_h = \
-            self.head_params(h).split(self.split_sizes, dim=-1)
+        read_keys, write_keys, strengths, gates, erase, gate_h, content_h = self.head_params(h).split(
+            self.split_sizes, dim=-1
+        )
         input_x, gate_x = x_write.split([H * dc, H], dim=-1)
-        alpha = torch.sigmoid(gate_h + gate_x)                                   # eq. 3
-        candidate = torch.relu(content_h + (alpha.unsqueeze(-1) * input_x.view(B, H, dc))
-                               .flatten(1))                                      # eq. 4
-        return _Heads(read_keys.view(B, R, self.width),
-                      write_keys.view(B, H, self.write_key_size),
-                      F.softplus(strengths) + 1,                                # eq. 9: β >= 1
-                      torch.sigmoid(gates),                                      # eq. 12: γ
-                      torch.sigmoid(erase).view(B, H, dc), alpha, candidate.view(B, H, dc))
+        alpha = torch.sigmoid(gate_h + gate_x)  # eq. 3
+        candidate = torch.relu(content_h + (alpha.unsqueeze(-1) * input_x.view(B, H, dc)).flatten(1))  # eq. 4
+        return _Heads(
+            read_keys.view(B, R, self.width),
+            write_keys.view(B, H, self.write_key_size),
+            F.softplus(strengths) + 1,  # eq. 9: β >= 1
+            torch.sigmoid(gates),  # eq. 12: γ
+            torch.sigmoid(erase).view(B, H, dc),
+            alpha,
+            candidate.view(B, H, dc),
+        )
 
     def _address(self, keys, strengths, gates, memory, average):
         """Eqs. 10-13: (probs w (B, K, N'), new LRU average v (B, K, N'))."""
-        logits = strengths.unsqueeze(-1) * similarity(keys, memory)              # eq. 10
+        logits = strengths.unsqueeze(-1) * similarity(keys, memory)  # eq. 10
         if self.lru:
-            return lru_address(logits, gates, average)                           # eqs. 12-13
-        return torch.softmax(logits, dim=-1), average                            # eq. 11
+            return lru_address(logits, gates, average)  # eqs. 12-13
+        return torch.softmax(logits, dim=-1), average  # eq. 11
 
     def step(self, inputs: torch.Tensor, state: DNTMState, with_trace: bool = False):
         """One time step from the precomputed inputs; returns ([h_t; φ_t], state, trace or None)."""
         ctrl, content, reads, read_v, write_v = state
-        x_proj, x_write = inputs.split([inputs.shape[-1] - self.input_params.out_features,
-                                        self.input_params.out_features], dim=-1)
+        x_proj, x_write = inputs.split(
+            [inputs.shape[-1] - self.input_params.out_features, self.input_params.out_features], dim=-1
+        )
         R = self.read_heads
         discrete = self.discrete()
         sample = discrete and self.addressing == "reinforce" and self.training
         record = []
         for _ in range(self.addressing_steps):
-            h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)   # eqs. 1-2
+            h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)  # eqs. 1-2
             heads = self._heads(h, x_write)
-            memory = self.memory(content)                                         # M_{t-1} = [A; C]
-            read_p, read_v = self._address(heads.read_keys, heads.strengths[:, :R],
-                                           heads.gates[:, :R], memory, read_v)
+            memory = self.memory(content)  # M_{t-1} = [A; C]
+            read_p, read_v = self._address(
+                heads.read_keys, heads.strengths[:, :R], heads.gates[:, :R], memory, read_v
+            )
             write_mem = content if self.write_keys == "content" else memory
-            write_p, write_v = self._address(heads.write_keys, heads.strengths[:, R:],
-                                             heads.gates[:, R:], write_mem, write_v)
+            write_p, write_v = self._address(
+                heads.write_keys, heads.strengths[:, R:], heads.gates[:, R:], write_mem, write_v
+            )
             read_w = self._discretise(read_p, sample) if discrete else read_p
             write_w = self._discretise(write_p, sample) if discrete else write_p
-            reads = self.read(memory, read_w)                                    # eq. 5
+            reads = self.read(memory, read_w)  # eq. 5
             content = self.write(content, write_w, heads.erase, heads.candidate)  # eq. 6
             if with_trace:
                 record.append((read_w, write_w, read_p, write_p, heads))
@@ -344,7 +391,8 @@ class DNTMCell(MemoryCell):
         LRU, NOP, write keys and addressing mode, with or without the trace)."""
         controller = self.controller
         return type(controller) is GRUController or (
-            type(controller) is FNNController and controller.activation is torch.tanh)
+            type(controller) is FNNController and controller.activation is torch.tanh
+        )
 
     def run_fused(self, x: torch.Tensor, state: DNTMState, with_trace: bool, backward: bool):
         """All steps of x (B, T, I) in the compiled kernels: (features (B, T, F), final state,
@@ -369,18 +417,38 @@ class DNTMCell(MemoryCell):
         controller = self.controller
         # the memory is checkpointed every ceil(sqrt(T J)) steps for the backward
         every = math.isqrt(T * J - 1) + 1
-        options = (R, H, J, gru, self.lru, self.nop, self.write_keys == "memory", mode,
-                   backward, with_trace, every, (SIMILARITY_EPS, LRU_DECAY))
+        options = (
+            R,
+            H,
+            J,
+            gru,
+            self.lru,
+            self.nop,
+            self.write_keys == "memory",
+            mode,
+            backward,
+            with_trace,
+            every,
+            (SIMILARITY_EPS, LRU_DECAY),
+        )
         sequence = compiled.DNTMSequence.apply
         out, h, reads, content, read_v, write_v, probs, act, memory, index = sequence(
-            self.precompute(x), noise,
-            ctrl[0] if gru else x.new_zeros(B, controller.hidden_size), reads.flatten(1),
-            content, read_v, write_v, controller.read_weight,
+            self.precompute(x),
+            noise,
+            ctrl[0] if gru else x.new_zeros(B, controller.hidden_size),
+            reads.flatten(1),
+            content,
+            read_v,
+            write_v,
+            controller.read_weight,
             controller.recurrent_weight if gru else None,
             controller.recurrent_bias if gru else None,
-            self.head_params.weight, self.head_params.bias, self.address, options)
-        state = DNTMState((h,) if gru else (), content, reads.unflatten(1, (R, self.width)),
-                          read_v, write_v)
+            self.head_params.weight,
+            self.head_params.bias,
+            self.address,
+            options,
+        )
+        state = DNTMState((h,) if gru else (), content, reads.unflatten(1, (R, self.width)), read_v, write_v)
         if not with_trace:
             return out, state, None
         K, dc, dh = R + H, self.content_size, controller.hidden_size
@@ -397,26 +465,47 @@ class DNTMCell(MemoryCell):
         o_gamma, o_e = o_beta + K, o_beta + 2 * K
         o_alpha = o_e + H * dc
         act = act.view(B, T, J, -1)
-        trace = (read_w, write_w, read_p, write_p, out[..., dh:].unflatten(-1, (R, self.width)),
-                 act[..., o_e:o_alpha].reshape(B, T, J * H, dc),
-                 act[..., o_alpha + H:].reshape(B, T, J * H, dc),
-                 act[..., o_alpha:o_alpha + H].reshape(B, T, J * H),
-                 act[..., o_beta:o_gamma].reshape(B, T, J * K),
-                 act[..., o_gamma:o_e].reshape(B, T, J * K),
-                 out[..., :dh], out.new_full((B, T), float(sample)),
-                 memory)
+        trace = (
+            read_w,
+            write_w,
+            read_p,
+            write_p,
+            out[..., dh:].unflatten(-1, (R, self.width)),
+            act[..., o_e:o_alpha].reshape(B, T, J * H, dc),
+            act[..., o_alpha + H :].reshape(B, T, J * H, dc),
+            act[..., o_alpha : o_alpha + H].reshape(B, T, J * H),
+            act[..., o_beta:o_gamma].reshape(B, T, J * K),
+            act[..., o_gamma:o_e].reshape(B, T, J * K),
+            out[..., :dh],
+            out.new_full((B, T), float(sample)),
+            memory,
+        )
         return out, state, trace
 
     def _trace(self, record, reads, h_out, sample, content) -> DNTMStepTrace:
         def cat(i, field=None):
             return torch.cat([r[i] if field is None else getattr(r[4], field) for r in record], 1)
+
         flag = h_out.new_full((h_out.shape[0],), float(sample))
-        return DNTMStepTrace(cat(0), cat(1), cat(2), cat(3), reads, cat(4, "erase"),
-                             cat(4, "candidate"), cat(4, "input_gate"), cat(4, "strengths"),
-                             cat(4, "gates"), h_out, flag, self.memory(content))
+        return DNTMStepTrace(
+            cat(0),
+            cat(1),
+            cat(2),
+            cat(3),
+            reads,
+            cat(4, "erase"),
+            cat(4, "candidate"),
+            cat(4, "input_gate"),
+            cat(4, "strengths"),
+            cat(4, "gates"),
+            h_out,
+            flag,
+            self.memory(content),
+        )
 
 
 # ------------------------------------------------------------- training terms
+
 
 class InputBaseline(nn.Module):
     """Input-based baseline b(x) (Mnih & Gregor 2014): x (B, T, I) -> (B,).
@@ -434,8 +523,9 @@ class InputBaseline(nn.Module):
         return self.out(torch.relu(self.hidden(inputs)).mean(dim=1)).squeeze(-1)
 
 
-def read_write_consistency(read_probs: torch.Tensor, write_probs: torch.Tensor,
-                           read_heads: int, write_heads: int) -> torch.Tensor:
+def read_write_consistency(
+    read_probs: torch.Tensor, write_probs: torch.Tensor, read_heads: int, write_heads: int
+) -> torch.Tensor:
     """Eq. 15 per sequence: sum_{t'} || 1 - ((1/t') sum_{t <= t'} u_t)^T w_{t'} ||^2 / T'.
 
     read_probs (B, T, J*R, N'), write_probs (B, T, J*H, N') -> (B,). Addressing steps
@@ -444,15 +534,16 @@ def read_write_consistency(read_probs: torch.Tensor, write_probs: torch.Tensor,
     loss), which only rescales the coefficient λ.
     """
     B, T, _, N = read_probs.shape
-    reads = read_probs.reshape(B, -1, read_heads, N)                            # (B, T', R, N')
-    writes = write_probs.reshape(B, -1, write_heads, N).mean(2)                  # (B, T', N')
+    reads = read_probs.reshape(B, -1, read_heads, N)  # (B, T', R, N')
+    writes = write_probs.reshape(B, -1, write_heads, N).mean(2)  # (B, T', N')
     steps = torch.arange(1, writes.shape[1] + 1, dtype=writes.dtype, device=writes.device)
-    mean_writes = writes.cumsum(1) / steps.view(1, -1, 1)                        # (1/t') sum u_t
-    overlap = (reads * mean_writes.unsqueeze(2)).sum(-1)                         # (B, T', R)
+    mean_writes = writes.cumsum(1) / steps.view(1, -1, 1)  # (1/t') sum u_t
+    overlap = (reads * mean_writes.unsqueeze(2)).sum(-1)  # (B, T', R)
     return (1 - overlap).pow(2).sum(-1).mean(1)
 
 
 # -------------------------------------------------------------------- module
+
 
 class DNTM(SequenceModel):
     """Dynamic Neural Turing Machine shaped like torch.nn.LSTM.
@@ -492,23 +583,59 @@ class DNTM(SequenceModel):
     next_input_distribution "bernoulli" (binary inputs) or "gaussian".
     """
 
-    def __init__(self, input_size: int, output_size: Optional[int] = None, controller: str = "gru",
-                 controller_size: int = 100, memory_slots: int = 128, address_size: int = 8,
-                 content_size: int = 8, read_heads: int = 1, write_heads: int = 1,
-                 addressing_steps: int = 1, lru: bool = True, nop: bool = False,
-                 addressing: str = "soft", write_keys: str = "memory",
-                 curriculum_p0: float = 0.0, curriculum_every: int = 1, reinforce_weight: float = 1.0,
-                 entropy_weight: float = 0.0,
-                 input_baseline: bool = False, reward_momentum: float = 0.9, reward: str = "sequence",
-                 read_discount: float = 1.0, read_write_consistency: float = 0.0, next_input_prediction: float = 0.0,
-                 next_input_distribution: str = "bernoulli", batch_first: bool = True):
-        check_positive(controller_size=controller_size, read_heads=read_heads,
-                       address_size=address_size, content_size=content_size)
-        super().__init__(input_size, output_size,
-                         controller_size + read_heads * (address_size + content_size), batch_first)
-        self.cell = DNTMCell(input_size, controller, controller_size, memory_slots, address_size,
-                             content_size, read_heads, write_heads, addressing_steps, lru, nop,
-                             addressing, write_keys)
+    def __init__(
+        self,
+        input_size: int,
+        output_size: Optional[int] = None,
+        controller: str = "gru",
+        controller_size: int = 100,
+        memory_slots: int = 128,
+        address_size: int = 8,
+        content_size: int = 8,
+        read_heads: int = 1,
+        write_heads: int = 1,
+        addressing_steps: int = 1,
+        lru: bool = True,
+        nop: bool = False,
+        addressing: str = "soft",
+        write_keys: str = "memory",
+        curriculum_p0: float = 0.0,
+        curriculum_every: int = 1,
+        reinforce_weight: float = 1.0,
+        entropy_weight: float = 0.0,
+        input_baseline: bool = False,
+        reward_momentum: float = 0.9,
+        reward: str = "sequence",
+        read_discount: float = 1.0,
+        read_write_consistency: float = 0.0,
+        next_input_prediction: float = 0.0,
+        next_input_distribution: str = "bernoulli",
+        batch_first: bool = True,
+    ):
+        check_positive(
+            controller_size=controller_size,
+            read_heads=read_heads,
+            address_size=address_size,
+            content_size=content_size,
+        )
+        super().__init__(
+            input_size, output_size, controller_size + read_heads * (address_size + content_size), batch_first
+        )
+        self.cell = DNTMCell(
+            input_size,
+            controller,
+            controller_size,
+            memory_slots,
+            address_size,
+            content_size,
+            read_heads,
+            write_heads,
+            addressing_steps,
+            lru,
+            nop,
+            addressing,
+            write_keys,
+        )
         reinforce = addressing == "reinforce"
         self.curriculum_p0 = check_number("curriculum_p0", curriculum_p0, 0, 1.0)
         check_positive(curriculum_every=curriculum_every)
@@ -518,14 +645,17 @@ class DNTM(SequenceModel):
         self.rw_weight = check_number("read_write_consistency", read_write_consistency, 0)
         self.prediction_weight = check_number("next_input_prediction", next_input_prediction, 0)
         self.next_input_distribution = check_choice(
-            "next_input_distribution", next_input_distribution, NEXT_INPUT_DISTRIBUTIONS)
+            "next_input_distribution", next_input_distribution, NEXT_INPUT_DISTRIBUTIONS
+        )
         if not reinforce and (self.curriculum_p0 or check_bool("input_baseline", input_baseline)):
-            raise ConfigError(f"curriculum_p0 and input_baseline need addressing='reinforce', "
-                              f"got addressing={addressing!r}")
+            raise ConfigError(
+                f"curriculum_p0 and input_baseline need addressing='reinforce', got addressing={addressing!r}"
+            )
         self.reward = check_choice("reward", reward, REWARDS)
         if self.reward != "sequence" and input_baseline:
-            raise ConfigError(f"input_baseline is the baseline of reward='sequence'; "
-                              f"reward={self.reward!r} has its own")
+            raise ConfigError(
+                f"input_baseline is the baseline of reward='sequence'; reward={self.reward!r} has its own"
+            )
         if not (isinstance(reward_momentum, numbers.Real) and 0 <= reward_momentum < 1):
             raise ConfigError(f"reward_momentum must be in [0, 1), got {reward_momentum!r}")
         self.reward_stats = sampling.RunningMoments(momentum=float(reward_momentum))
@@ -535,10 +665,10 @@ class DNTM(SequenceModel):
         if self.read_discount < 1.0:
             self.read_reward_stats = sampling.RunningMoments(momentum=float(reward_momentum))
         self.baseline = InputBaseline(input_size, controller_size) if input_baseline else None
-        self.predictor = (nn.Linear(self.cell.features, input_size)
-                          if self.prediction_weight else None)
-        self.uses_aux_loss = bool(reinforce or self.entropy_weight or self.rw_weight
-                                  or self.prediction_weight)
+        self.predictor = nn.Linear(self.cell.features, input_size) if self.prediction_weight else None
+        self.uses_aux_loss = bool(
+            reinforce or self.entropy_weight or self.rw_weight or self.prediction_weight
+        )
 
     @property
     def soft_minibatch(self) -> bool:
@@ -553,14 +683,15 @@ class DNTM(SequenceModel):
         features, state, steps = run_sequence(self.cell, x, state, with_trace)
         return features, state, (DNTMTrace(*steps, inputs=x) if with_trace else None)
 
-    def aux_loss(self, trace: DNTMTrace, step_nll: torch.Tensor,
-                 outputs_per_step: Optional[int] = None) -> torch.Tensor:
+    def aux_loss(
+        self, trace: DNTMTrace, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+    ) -> torch.Tensor:
         """Training terms besides the task loss, a 0-dim tensor (see :meth:`aux_terms`)."""
-        return sum(self.aux_terms(trace, step_nll, outputs_per_step).values(),
-                   step_nll.new_zeros(()))
+        return sum(self.aux_terms(trace, step_nll, outputs_per_step).values(), step_nll.new_zeros(()))
 
-    def aux_terms(self, trace: DNTMTrace, step_nll: torch.Tensor,
-                  outputs_per_step: Optional[int] = None) -> dict[str, torch.Tensor]:
+    def aux_terms(
+        self, trace: DNTMTrace, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+    ) -> dict[str, torch.Tensor]:
         """Each training term by name, means over the batch.
 
         step_nll (B, T): -log p(y_t | x_{1:t}) of each step summed over its outputs (0
@@ -583,17 +714,21 @@ class DNTM(SequenceModel):
         """
         scored = self._scored_outputs(trace, DNTMTrace, step_nll, outputs_per_step)  # S
         terms: dict[str, torch.Tensor] = {}
-        sampled = trace.sampled.amax(1)                                          # (B,)
+        sampled = trace.sampled.amax(1)  # (B,)
         if self.cell.addressing == "reinforce" and bool(sampled.any()):
             terms.update(self._reinforce(trace, step_nll.detach(), sampled, scored))
         if self.entropy_weight:
-            ent = sampling.entropy(trace.read_probs).sum((1, 2)) + \
-                sampling.entropy(trace.write_probs).sum((1, 2))
+            ent = sampling.entropy(trace.read_probs).sum((1, 2)) + sampling.entropy(trace.write_probs).sum(
+                (1, 2)
+            )
             terms["entropy"] = -self.entropy_weight * ent.mean() / scored
         if self.rw_weight:
-            terms["read_write"] = self.rw_weight * read_write_consistency(
-                trace.read_probs, trace.write_probs, self.cell.read_heads,
-                self.cell.write_heads).mean()
+            terms["read_write"] = (
+                self.rw_weight
+                * read_write_consistency(
+                    trace.read_probs, trace.write_probs, self.cell.read_heads, self.cell.write_heads
+                ).mean()
+            )
         if self.predictor is not None and step_nll.shape[1] > 1:
             terms["next_input"] = self.prediction_weight * self._next_input(trace)
         return terms
@@ -601,18 +736,19 @@ class DNTM(SequenceModel):
     def _reinforce(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
         if self.reward == "to_go":
             return self._reinforce_to_go(trace, step_nll, sampled, scored)
-        reward = -step_nll.sum(1)                                               # R = log p(y|x)
-        if self.reward == "samples":   # less the mean reward of the input's other samples
+        reward = -step_nll.sum(1)  # R = log p(y|x)
+        if self.reward == "samples":  # less the mean reward of the input's other samples
             reward = reward - sampling.same_input_leave_one_out_mean(reward, trace.inputs)
         advantage = self._normalised(reward, sampled)
         terms = {}
         if self.baseline is not None:
-            predicted = self.baseline(trace.inputs.detach())   # never trains an input encoder
+            predicted = self.baseline(trace.inputs.detach())  # never trains an input encoder
             terms["baseline"] = (sampling.huber(predicted - advantage) * sampled).mean()
             advantage = advantage - predicted.detach()
-        log_p = self._step_log_p(trace).sum(1)                                  # (B,)
-        terms["reinforce"] = self.reinforce_weight * \
-            (sampling.reinforce_surrogate(log_p, advantage) * sampled).mean() / scored
+        log_p = self._step_log_p(trace).sum(1)  # (B,)
+        terms["reinforce"] = (
+            self.reinforce_weight * (sampling.reinforce_surrogate(log_p, advantage) * sampled).mean() / scored
+        )
         return terms
 
     def _normalised(self, reward: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
@@ -627,20 +763,21 @@ class DNTM(SequenceModel):
         A step's samples cannot change the outputs before it, so dropping those rewards (and
         subtracting b_j, which does not depend on the sequence's own samples) leaves the
         gradient's expectation that of section 4's R = log p(y|x); its variance is lower."""
-        rewards, scored_steps = -step_nll, (step_nll > 0)                        # r_j (B, T)
-        baseline = sampling.leave_one_out_mean(rewards, scored_steps)            # b_j
+        rewards, scored_steps = -step_nll, (step_nll > 0)  # r_j (B, T)
+        baseline = sampling.leave_one_out_mean(rewards, scored_steps)  # b_j
         centred = (rewards - baseline) * scored_steps
         returns = sampling.discounted_returns(centred, 1.0)
         advantage = self._normalised(returns, sampled)
         read_log_p, write_log_p = self._step_log_p(trace, split=True)
-        if self.read_discount < 1.0:   # reads scored by the nearer rewards, with their own moments
+        if self.read_discount < 1.0:  # reads scored by the nearer rewards, with their own moments
             read_returns = sampling.discounted_returns(centred, self.read_discount)
-            read_advantage = self.read_reward_stats.advantage(read_returns, sampled > 0,
-                                                              update=self.training)
+            read_advantage = self.read_reward_stats.advantage(read_returns, sampled > 0, update=self.training)
         else:
             read_advantage = advantage
-        surrogate = (sampling.reinforce_surrogate(read_log_p, read_advantage)
-                     + sampling.reinforce_surrogate(write_log_p, advantage)).sum(1) * sampled
+        surrogate = (
+            sampling.reinforce_surrogate(read_log_p, read_advantage)
+            + sampling.reinforce_surrogate(write_log_p, advantage)
+        ).sum(1) * sampled
         return {"reinforce": self.reinforce_weight * surrogate.mean() / scored}
 
     @staticmethod
@@ -658,8 +795,10 @@ class DNTM(SequenceModel):
         predicted, target = self.predictor(features[:, :-1]), trace.inputs[:, 1:].detach()
         if self.next_input_distribution == "bernoulli":
             if target.min() < 0 or target.max() > 1:
-                raise ValueError("next_input_distribution='bernoulli' needs inputs in [0, 1]; "
-                                 "use 'gaussian' for real-valued inputs")
+                raise ValueError(
+                    "next_input_distribution='bernoulli' needs inputs in [0, 1]; "
+                    "use 'gaussian' for real-valued inputs"
+                )
             nll = F.binary_cross_entropy_with_logits(predicted, target, reduction="none")
         else:
             nll = 0.5 * (predicted - target).pow(2)

@@ -26,6 +26,7 @@ ARMIN does for its eqs. 6 and 7. Dropout and zoneout are off in eval mode (zoneo
 then uses its expectation). ``fused`` forces a path: ``fused=False`` runs the cell loop
 with every option off (tested equal to nn.LSTM).
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -42,12 +43,14 @@ from mannlab.ops import dispatch
 
 class LSTMState(NamedTuple):
     """Hidden and cell states, each (num_layers, B, hidden_size) as in torch.nn.LSTM."""
+
     hidden: torch.Tensor
     cell: torch.Tensor
 
 
 class LSTMTrace(NamedTuple):
     """Per-step hidden states of the last layer (B, T, hidden_size)."""
+
     hidden: torch.Tensor
 
 
@@ -86,10 +89,19 @@ class LSTM(SequenceModel):
     unless layer_norm, zoneout or recurrent_dropout is on).
     """
 
-    def __init__(self, input_size: int, output_size: Optional[int] = None, hidden_size: int = 100,
-                 num_layers: int = 1, layer_norm: bool = False, zoneout: float = 0.0,
-                 dropout: float = 0.0, recurrent_dropout: float = 0.0,
-                 fused: Optional[bool] = None, batch_first: bool = True):
+    def __init__(
+        self,
+        input_size: int,
+        output_size: Optional[int] = None,
+        hidden_size: int = 100,
+        num_layers: int = 1,
+        layer_norm: bool = False,
+        zoneout: float = 0.0,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        fused: Optional[bool] = None,
+        batch_first: bool = True,
+    ):
         check_positive(hidden_size=hidden_size, num_layers=num_layers)
         if not isinstance(layer_norm, bool):
             raise ConfigError(f"layer_norm must be true or false, got {layer_norm!r}")
@@ -102,8 +114,10 @@ class LSTM(SequenceModel):
         self.output_dropout = nn.Dropout(_probability("dropout", dropout))
         needs_cells = layer_norm or bool(self.zoneout) or bool(self.recurrent_dropout)
         if fused and needs_cells:
-            raise ConfigError("fused=true cannot run layer_norm, zoneout or recurrent_dropout "
-                              "(torch.nn.LSTM has none of them); leave fused unset")
+            raise ConfigError(
+                "fused=true cannot run layer_norm, zoneout or recurrent_dropout "
+                "(torch.nn.LSTM has none of them); leave fused unset"
+            )
         self.fused = not needs_cells if fused is None else fused
         self.lstm = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True)
         self.h0 = nn.Parameter(torch.zeros(num_layers, 1, hidden_size))
@@ -115,13 +129,14 @@ class LSTM(SequenceModel):
     def initial_state(self, batch_size: int, device=None, dtype=None) -> LSTMState:
         def batch(p: torch.Tensor) -> torch.Tensor:
             return p.to(device=device, dtype=dtype).expand(-1, batch_size, -1).contiguous()
+
         return LSTMState(batch(self.h0), batch(self.c0))
 
     def run(self, x: torch.Tensor, state: LSTMState, with_trace: bool):
         if self.fused:
             with _cpu_autocast_off(x):
                 out, (h, c) = self.lstm(x, tuple(state))
-            h, c = h.to(x.dtype), c.to(x.dtype)    # the state in the input's dtype under autocast
+            h, c = h.to(x.dtype), c.to(x.dtype)  # the state in the input's dtype under autocast
         else:
             out, hs, cs = x, [], []
             for layer in range(self.num_layers):

@@ -26,6 +26,7 @@ sharpening: the functions of mannlab.nn.addressing. Steps (ii) and (iii), with t
 head activations, run as one fused autograd function (mannlab.ops.ntm)
 with the same values and gradients.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
@@ -42,6 +43,7 @@ from mannlab.ops.ntm.function import ntm_memory_step
 class NTMState(NamedTuple):
     """Recurrent state: controller state, memory (B, N, W), read vectors (B, R, W),
     read weightings (B, R, N) and write weightings (B, H, N) of the last step."""
+
     controller: Any
     memory: torch.Tensor
     read_vectors: torch.Tensor
@@ -51,16 +53,17 @@ class NTMState(NamedTuple):
 
 class NTMTrace(NamedTuple):
     """Per-step internals; stacked by the sequence module to (B, T, ...)."""
-    read_weights: torch.Tensor       # (B, R, N)  w^r_t
-    write_weights: torch.Tensor      # (B, H, N)  w^w_t
-    read_vectors: torch.Tensor       # (B, R, W)  r_t
-    erase_vectors: torch.Tensor      # (B, H, W)  e_t
-    add_vectors: torch.Tensor        # (B, H, W)  a_t
-    key_strengths: torch.Tensor      # (B, H + R) beta, write heads first
+
+    read_weights: torch.Tensor  # (B, R, N)  w^r_t
+    write_weights: torch.Tensor  # (B, H, N)  w^w_t
+    read_vectors: torch.Tensor  # (B, R, W)  r_t
+    erase_vectors: torch.Tensor  # (B, H, W)  e_t
+    add_vectors: torch.Tensor  # (B, H, W)  a_t
+    key_strengths: torch.Tensor  # (B, H + R) beta, write heads first
     interpolation_gates: torch.Tensor  # (B, H + R) g
-    shift_weights: torch.Tensor      # (B, H + R, S) s
-    sharpening: torch.Tensor         # (B, H + R) gamma
-    memory: torch.Tensor             # (B, N, W) M_t after the write
+    shift_weights: torch.Tensor  # (B, H + R, S) s
+    sharpening: torch.Tensor  # (B, H + R) gamma
+    memory: torch.Tensor  # (B, N, W) M_t after the write
 
 
 class NTMCell(MemoryCell):
@@ -69,29 +72,44 @@ class NTMCell(MemoryCell):
     x_t (B, input_size) -> features H^o_t (B, controller_size + read_heads * memory_width).
     """
 
-    def __init__(self, input_size: int, controller: str = "lstm", controller_size: int = 100,
-                 memory_slots: int = 128, memory_width: int = 20, read_heads: int = 1,
-                 write_heads: int = 1, shift_range: int = 1):
+    def __init__(
+        self,
+        input_size: int,
+        controller: str = "lstm",
+        controller_size: int = 100,
+        memory_slots: int = 128,
+        memory_width: int = 20,
+        read_heads: int = 1,
+        write_heads: int = 1,
+        shift_range: int = 1,
+    ):
         super().__init__()
         self.input_size = input_size
-        check_positive(input_size=input_size, controller_size=controller_size,
-                       memory_slots=memory_slots, memory_width=memory_width,
-                       read_heads=read_heads, write_heads=write_heads)
+        check_positive(
+            input_size=input_size,
+            controller_size=controller_size,
+            memory_slots=memory_slots,
+            memory_width=memory_width,
+            read_heads=read_heads,
+            write_heads=write_heads,
+        )
         if not isinstance(shift_range, int) or shift_range < 0 or 2 * shift_range + 1 > memory_slots:
-            raise ConfigError(f"shift_range must be an integer in [0, (memory_slots - 1) / 2] "
-                              f"= [0, {(memory_slots - 1) // 2}], got {shift_range!r}")
+            raise ConfigError(
+                f"shift_range must be an integer in [0, (memory_slots - 1) / 2] "
+                f"= [0, {(memory_slots - 1) // 2}], got {shift_range!r}"
+            )
         self.slots, self.width = memory_slots, memory_width
         self.read_heads, self.write_heads = read_heads, write_heads
         self.num_shifts = 2 * shift_range + 1
-        self.controller = make_controller(controller, input_size, read_heads * memory_width,
-                                          controller_size)
+        self.controller = make_controller(controller, input_size, read_heads * memory_width, controller_size)
         self.features = controller_size + read_heads * memory_width
         # One linear layer emits every head's parameters: per head (write heads
         # first) [k (W), beta, g, s (S), gamma], then per write head [e (W), a (W)].
         self.address_size = memory_width + 3 + self.num_shifts
         heads = read_heads + write_heads
-        self.head_params = nn.Linear(controller_size,
-                                     heads * self.address_size + write_heads * 2 * memory_width)
+        self.head_params = nn.Linear(
+            controller_size, heads * self.address_size + write_heads * 2 * memory_width
+        )
         # Larger than nn.Linear's default so that the first keys and strengths
         # already pick out slots; with near-zero head outputs every weighting
         # starts uniform and the copy task sits longer on its plateau.
@@ -107,6 +125,7 @@ class NTMCell(MemoryCell):
     def initial_state(self, batch_size: int, device=None, dtype=None) -> NTMState:
         def batch(p: torch.Tensor) -> torch.Tensor:
             return batched(p, batch_size, device, dtype)
+
         return NTMState(
             controller=self.controller.initial_state(batch_size, device, dtype),
             memory=batch(self.memory_init),
@@ -122,16 +141,17 @@ class NTMCell(MemoryCell):
     def step(self, x_proj: torch.Tensor, state: NTMState, with_trace: bool = False):
         """One step from the precomputed input projection; returns (H^o_t, state, trace or None)."""
         ctrl, memory, reads, read_w, write_w = state
-        h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)        # (i)
+        h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)  # (i)
         # Every head's raw parameters from h_t; the activations (beta = softplus, g = sigmoid,
         # s = softmax, gamma = 1 + softplus, e = sigmoid), (ii) the write addressing (eq. 8
         # content weights on M_{t-1}, interpolation, shift, sharpening) and the erase/add
         # write, and (iii) the same addressing on M_t and r^i_t = M_t^T w^{r,i}_t run as one
         # fused function (mannlab.ops.ntm), equal to the mannlab.nn.addressing chain.
-        out = ntm_memory_step(self.head_params(h), memory, read_w, write_w, self.width,
-                              self.num_shifts, with_trace)
+        out = ntm_memory_step(
+            self.head_params(h), memory, read_w, write_w, self.width, self.num_shifts, with_trace
+        )
         reads, memory, read_w, write_w = out[:4]
-        features = torch.cat([h_out, reads.flatten(1)], dim=-1)                       # (iv)
+        features = torch.cat([h_out, reads.flatten(1)], dim=-1)  # (iv)
         trace = NTMTrace(read_w, write_w, reads, *out[4:], memory) if with_trace else None
         return features, NTMState(ctrl, memory, reads, read_w, write_w), trace
 
@@ -152,13 +172,28 @@ class NTM(SequenceModel):
     "gru", "pnr-elman", "pnr-lstm"); shift_range r allows shifts -r..r.
     """
 
-    def __init__(self, input_size: int, output_size: Optional[int] = None, controller: str = "lstm",
-                 controller_size: int = 100, memory_slots: int = 128, memory_width: int = 20,
-                 read_heads: int = 1, write_heads: int = 1, shift_range: int = 1,
-                 batch_first: bool = True):
-        check_positive(controller_size=controller_size, read_heads=read_heads,
-                       memory_width=memory_width)
-        super().__init__(input_size, output_size, controller_size + read_heads * memory_width,
-                         batch_first)
-        self.cell = NTMCell(input_size, controller, controller_size, memory_slots, memory_width,
-                            read_heads, write_heads, shift_range)
+    def __init__(
+        self,
+        input_size: int,
+        output_size: Optional[int] = None,
+        controller: str = "lstm",
+        controller_size: int = 100,
+        memory_slots: int = 128,
+        memory_width: int = 20,
+        read_heads: int = 1,
+        write_heads: int = 1,
+        shift_range: int = 1,
+        batch_first: bool = True,
+    ):
+        check_positive(controller_size=controller_size, read_heads=read_heads, memory_width=memory_width)
+        super().__init__(input_size, output_size, controller_size + read_heads * memory_width, batch_first)
+        self.cell = NTMCell(
+            input_size,
+            controller,
+            controller_size,
+            memory_slots,
+            memory_width,
+            read_heads,
+            write_heads,
+            shift_range,
+        )

@@ -6,6 +6,7 @@ A state is checked against the one the model itself would start from for this in
 batch or another memory size would otherwise be read out of bounds by the compiled kernels,
 or broadcast silently by the tensor path.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,32 +27,40 @@ def _type_name(value: Any) -> str:
 def _compare(given: Any, expected: Any, path: str, owner: str) -> None:
     if isinstance(expected, torch.Tensor):
         if not isinstance(given, torch.Tensor):
-            raise TypeError(f"{owner} state field {path} must be a tensor of shape "
-                            f"{tuple(expected.shape)}, got {_type_name(given)}")
+            raise TypeError(
+                f"{owner} state field {path} must be a tensor of shape "
+                f"{tuple(expected.shape)}, got {_type_name(given)}"
+            )
         if given.shape != expected.shape:
-            raise ValueError(f"{owner} state field {path} must have shape {tuple(expected.shape)} "
-                             f"for this input and model, got {tuple(given.shape)} (a state from "
-                             f"another batch size or model configuration?)")
+            raise ValueError(
+                f"{owner} state field {path} must have shape {tuple(expected.shape)} "
+                f"for this input and model, got {tuple(given.shape)} (a state from "
+                f"another batch size or model configuration?)"
+            )
         if given.dtype != expected.dtype:
-            raise TypeError(f"{owner} state field {path} must be {expected.dtype} like the input, "
-                            f"got {given.dtype}")
+            raise TypeError(
+                f"{owner} state field {path} must be {expected.dtype} like the input, got {given.dtype}"
+            )
         if given.device != expected.device:
-            raise ValueError(f"{owner} state field {path} must be on {expected.device} like the "
-                             f"input, got {given.device}")
-        if given.is_floating_point() and values_checkable(given) \
-                and not bool(torch.isfinite(given).all()):
+            raise ValueError(
+                f"{owner} state field {path} must be on {expected.device} like the input, got {given.device}"
+            )
+        if given.is_floating_point() and values_checkable(given) and not bool(torch.isfinite(given).all()):
             raise ValueError(f"{owner} state field {path} contains NaN or infinity")
         return
     if isinstance(expected, tuple):
         if type(given) is not type(expected):
             kind = _type_name(expected)
             where = "" if path == "state" else f" field {path}"
-            raise TypeError(f"{owner} state{where} must be of type {kind} (as the model returns "
-                            f"it), got {_type_name(given)}")
+            raise TypeError(
+                f"{owner} state{where} must be of type {kind} (as the model returns "
+                f"it), got {_type_name(given)}"
+            )
         fields = getattr(expected, "_fields", None) or [str(i) for i in range(len(expected))]
         if len(given) != len(expected):
-            raise ValueError(f"{owner} state field {path} must have {len(expected)} entries, "
-                             f"got {len(given)}")
+            raise ValueError(
+                f"{owner} state field {path} must have {len(expected)} entries, got {len(given)}"
+            )
         for name, g, e in zip(fields, given, expected):
             _compare(g, e, f"{path}.{name}" if fields[0] != "0" else f"{path}[{name}]", owner)
         return
@@ -59,8 +68,9 @@ def _compare(given: Any, expected: Any, path: str, owner: str) -> None:
         raise ValueError(f"{owner} state field {path} must be {expected!r}, got {given!r}")
 
 
-def check_state(model: torch.nn.Module, state: Any, batch_size: int, device: torch.device,
-                dtype: torch.dtype) -> None:
+def check_state(
+    model: torch.nn.Module, state: Any, batch_size: int, device: torch.device, dtype: torch.dtype
+) -> None:
     """Raise TypeError/ValueError naming the first field of ``state`` that does not fit a
     ``batch_size`` input of ``dtype`` on ``device`` for ``model`` (which provides
     ``initial_state``). Finiteness is checked where values can be read (values_checkable)."""

@@ -78,6 +78,7 @@ without gradient), minus a per-step baseline b_j (the other sequences' mean rewa
 j), discounted into returns (eq. 16), centred and divided by their running standard deviation
 (variance normalisation); plus the auxiliary predictor's own loss.
 """
+
 from __future__ import annotations
 
 import math
@@ -88,9 +89,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.base import (CellTemperature, MemoryCell, SequenceModel, batched,
-                                  check_choice, check_number, check_positive, run_sequence,
-                                  size_or_default)
+from mannlab.models.base import (
+    CellTemperature,
+    MemoryCell,
+    SequenceModel,
+    batched,
+    check_choice,
+    check_number,
+    check_positive,
+    run_sequence,
+    size_or_default,
+)
 from mannlab.nn import sampling
 from mannlab.ops.tardis import function as compiled
 
@@ -106,6 +115,7 @@ USAGE_EPS = 1e-5
 
 # ---------------------------------------------------------------- primitives
 
+
 def default_nonzeros(size: int) -> int:
     """Nonzero entries per address row when none is given: half the address features."""
     return max(1, size // 2)
@@ -114,7 +124,7 @@ def default_nonzeros(size: int) -> int:
 def distinct_address_rows(size: int, nonzeros: int) -> int:
     """How many different rows ``sparse_addresses`` can draw: a choice of ``nonzeros``
     positions out of ``size``, each entry with its own sign."""
-    return math.comb(size, nonzeros) * 2 ** nonzeros
+    return math.comb(size, nonzeros) * 2**nonzeros
 
 
 def smallest_address_size(slots: int, nonzeros: Optional[int] = None) -> int:
@@ -128,7 +138,7 @@ def smallest_address_size(slots: int, nonzeros: Optional[int] = None) -> int:
 
 def _signed_rows(rows: int, size: int, nonzeros: int, gen: torch.Generator) -> torch.Tensor:
     """(rows, size) of ``nonzeros`` entries ±1 at random positions, the rest 0."""
-    rank = torch.rand(rows, size, generator=gen).argsort(-1).argsort(-1)   # random positions
+    rank = torch.rand(rows, size, generator=gen).argsort(-1).argsort(-1)  # random positions
     signs = torch.randint(0, 2, (rows, size), generator=gen) * 2.0 - 1.0
     return torch.where(rank < nonzeros, signs, torch.zeros(()))
 
@@ -159,7 +169,8 @@ def sparse_addresses(slots: int, size: int, nonzeros: int, seed: int = 0) -> tor
         raise ConfigError(
             f"{slots} memory slots need {slots} different address rows, but address_size={size} "
             f"at nonzeros={nonzeros} has only {possible} (C({size}, {nonzeros}) positions x "
-            f"2^{nonzeros} signs); enough rows: " + "; ".join(ways))
+            f"2^{nonzeros} signs); enough rows: " + "; ".join(ways)
+        )
     gen = torch.Generator().manual_seed(seed)
     rows = _signed_rows(slots, size, nonzeros, gen)
     seen, repeats = set(), []
@@ -167,14 +178,14 @@ def sparse_addresses(slots: int, size: int, nonzeros: int, seed: int = 0) -> tor
         if tuple(row) in seen:
             repeats.append(i)
         seen.add(tuple(row))
-    while repeats:      # a block of candidates per round: few rounds even when slots == possible
+    while repeats:  # a block of candidates per round: few rounds even when slots == possible
         for row in _signed_rows(slots, size, nonzeros, gen).tolist():
             if tuple(row) not in seen:
                 seen.add(tuple(row))
                 rows[repeats.pop(0)] = torch.tensor(row)
                 if not repeats:
                     break
-    return rows / nonzeros ** 0.5
+    return rows / nonzeros**0.5
 
 
 def normalise_usage(counts: torch.Tensor, eps: float = USAGE_EPS) -> torch.Tensor:
@@ -192,25 +203,30 @@ class TardisAddressing(nn.Module):
     -> π (B, k)``. m is the MLP width (``mlp_size``).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, memory_width: int, slots: int,
-                 mlp_size: int):
+    def __init__(self, input_size: int, hidden_size: int, memory_width: int, slots: int, mlp_size: int):
         super().__init__()
         check_positive(mlp_size=mlp_size)
-        self.input_part = nn.Linear(input_size, mlp_size)                  # W_x^γ (+ bias)
-        self.hidden_part = nn.Linear(hidden_size, mlp_size, bias=False)    # W_h^γ
-        self.usage_part = nn.Linear(slots, mlp_size, bias=False)           # W_u^γ
-        self.memory_part = nn.Linear(memory_width, mlp_size, bias=False)   # W_m^γ
-        self.score = nn.Linear(mlp_size, 1, bias=False)                    # a
+        self.input_part = nn.Linear(input_size, mlp_size)  # W_x^γ (+ bias)
+        self.hidden_part = nn.Linear(hidden_size, mlp_size, bias=False)  # W_h^γ
+        self.usage_part = nn.Linear(slots, mlp_size, bias=False)  # W_u^γ
+        self.memory_part = nn.Linear(memory_width, mlp_size, bias=False)  # W_m^γ
+        self.score = nn.Linear(mlp_size, 1, bias=False)  # a
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:
         return self.input_part(x)
 
-    def logits(self, x_part: torch.Tensor, h: torch.Tensor, memory: torch.Tensor,
-               counts: torch.Tensor, last_read: torch.Tensor) -> torch.Tensor:
-        usage = normalise_usage(counts)                                    # eq. 6
-        query = x_part + self.hidden_part(h) + self.usage_part(usage)      # (B, m)
-        pre = torch.tanh(query.unsqueeze(1) + self.memory_part(memory))    # (B, k, m)
-        pi = self.score(pre).squeeze(-1)                                   # eq. 4
+    def logits(
+        self,
+        x_part: torch.Tensor,
+        h: torch.Tensor,
+        memory: torch.Tensor,
+        counts: torch.Tensor,
+        last_read: torch.Tensor,
+    ) -> torch.Tensor:
+        usage = normalise_usage(counts)  # eq. 6
+        query = x_part + self.hidden_part(h) + self.usage_part(usage)  # (B, m)
+        pre = torch.tanh(query.unsqueeze(1) + self.memory_part(memory))  # (B, k, m)
+        pi = self.score(pre).squeeze(-1)  # eq. 4
         return pi - LAST_READ_PENALTY * last_read
 
 
@@ -243,9 +259,11 @@ def write_rows(memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor)
 
 # --------------------------------------------------------------------- state
 
+
 class TARDISState(NamedTuple):
     """Recurrent state: LSTM h, c (B, d_h); content C (B, k, c); read counts sum_{i<t} w^r_i
     (B, k); last read one-hot (B, k); steps n since the memory was empty (B,) long."""
+
     hidden: torch.Tensor
     cell: torch.Tensor
     content: torch.Tensor
@@ -255,19 +273,20 @@ class TARDISState(NamedTuple):
 
 
 class TARDISStepTrace(NamedTuple):
-    read_weights: torch.Tensor       # (B, 1, k)  w^r_t (one-hot)
-    write_weights: torch.Tensor      # (B, 1, k)  slot written (sequential, then w^r_t)
-    read_probs: torch.Tensor         # (B, 1, k)  w̄^r_t = softmax(π_t)
-    read_vectors: torch.Tensor       # (B, q)  r_t
-    hidden: torch.Tensor             # (B, d_h)  h_t
-    resets: torch.Tensor             # (B, 2)  α_t, β_t
+    read_weights: torch.Tensor  # (B, 1, k)  w^r_t (one-hot)
+    write_weights: torch.Tensor  # (B, 1, k)  slot written (sequential, then w^r_t)
+    read_probs: torch.Tensor  # (B, 1, k)  w̄^r_t = softmax(π_t)
+    read_vectors: torch.Tensor  # (B, q)  r_t
+    hidden: torch.Tensor  # (B, d_h)  h_t
+    resets: torch.Tensor  # (B, 2)  α_t, β_t
     inverse_temperature: torch.Tensor  # (B,)  τ(h_{t-1}) or the scheduled 1/τ
-    usage: torch.Tensor              # (B, k)  u_t
-    sampled: torch.Tensor            # (B,)  1 where w^r_t was sampled (REINFORCE)
+    usage: torch.Tensor  # (B, k)  u_t
+    sampled: torch.Tensor  # (B,)  1 where w^r_t was sampled (REINFORCE)
 
 
 class TARDISTrace(NamedTuple):
     """:class:`TARDISStepTrace` stacked over time (B, T, ...), plus the inputs x (B, T, I)."""
+
     read_weights: torch.Tensor
     write_weights: torch.Tensor
     read_probs: torch.Tensor
@@ -282,32 +301,50 @@ class TARDISTrace(NamedTuple):
 
 # ---------------------------------------------------------------------- cell
 
+
 class TARDISCell(MemoryCell):
     """One TARDIS step: ``features, state = cell(x_t, state)``; x_t (B, I) -> g(h_t, r_t)
     (B, fusion_size)."""
 
-    def __init__(self, input_size: int, hidden_size: int = 120, memory_slots: int = 16,
-                 address_size: int = 4, content_size: int = 32, read_mlp_size: Optional[int] = None,
-                 fusion_size: Optional[int] = None, addressing: str = "gumbel",
-                 temperature: str = "learned", address_nonzeros: Optional[int] = None,
-                 address_seed: int = 0, layer_norm: bool = False, recurrent_dropout: float = 0.0):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int = 120,
+        memory_slots: int = 16,
+        address_size: int = 4,
+        content_size: int = 32,
+        read_mlp_size: Optional[int] = None,
+        fusion_size: Optional[int] = None,
+        addressing: str = "gumbel",
+        temperature: str = "learned",
+        address_nonzeros: Optional[int] = None,
+        address_seed: int = 0,
+        layer_norm: bool = False,
+        recurrent_dropout: float = 0.0,
+    ):
         super().__init__()
         self.input_size = input_size
-        check_positive(input_size=input_size, hidden_size=hidden_size, memory_slots=memory_slots,
-                       address_size=address_size, content_size=content_size)
+        check_positive(
+            input_size=input_size,
+            hidden_size=hidden_size,
+            memory_slots=memory_slots,
+            address_size=address_size,
+            content_size=content_size,
+        )
         read_mlp_size = size_or_default(read_mlp_size, max(1, hidden_size // 4))
         fusion_size = size_or_default(fusion_size, hidden_size)
         check_positive(read_mlp_size=read_mlp_size, fusion_size=fusion_size)
         self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
         self.temperature = check_choice("temperature", temperature, TEMPERATURES)
         self.hidden_size, self.slots, self.content_size = hidden_size, memory_slots, content_size
-        self.width = address_size + content_size                                  # q
+        self.width = address_size + content_size  # q
         self.features = fusion_size
-        self.inverse_temperature = 1.0      # used with temperature="scheduled"
+        self.inverse_temperature = 1.0  # used with temperature="scheduled"
         d, q = hidden_size, self.width
         nonzeros = address_nonzeros or default_nonzeros(address_size)
-        self.register_buffer("address", sparse_addresses(memory_slots, address_size, nonzeros,
-                                                         address_seed))            # A
+        self.register_buffer(
+            "address", sparse_addresses(memory_slots, address_size, nonzeros, address_seed)
+        )  # A
         self.initial_content = nn.Parameter(torch.zeros(memory_slots, content_size))  # C_0
         self.h0 = nn.Parameter(torch.zeros(hidden_size))
         self.c0 = nn.Parameter(torch.zeros(hidden_size))
@@ -316,18 +353,18 @@ class TARDISCell(MemoryCell):
         self.hidden_gates = nn.Linear(d, 4 * d + 2, bias=False)
         self.read_gates = nn.Linear(q, 4 * d + 2, bias=False)
         with torch.no_grad():
-            self.input_gates.bias[:d].fill_(1.0)                                   # forget gate
-        self.micro_state = nn.Linear(d, content_size, bias=False)                 # W_m (eq. 2)
+            self.input_gates.bias[:d].fill_(1.0)  # forget gate
+        self.micro_state = nn.Linear(d, content_size, bias=False)  # W_m (eq. 2)
         self.read_head = TardisAddressing(input_size, d, q, memory_slots, read_mlp_size)
-        self.temperature_layer = nn.Linear(d, 1)                                  # w^τ, b^τ
-        self.fusion = nn.Linear(d + q, fusion_size)                               # g (eq. 11)
+        self.temperature_layer = nn.Linear(d, 1)  # w^τ, b^τ
+        self.fusion = nn.Linear(d + q, fusion_size)  # g (eq. 11)
         self.recurrent_dropout = check_number("recurrent_dropout", recurrent_dropout, 0.0, 1.0)
-        self.ln_gates = nn.LayerNorm(3 * d) if layer_norm else None                # f, i, o
-        self.ln_candidate = nn.LayerNorm(d) if layer_norm else None                # c̃
-        self.ln_cell = nn.LayerNorm(d) if layer_norm else None                     # c in eq. 10
+        self.ln_gates = nn.LayerNorm(3 * d) if layer_norm else None  # f, i, o
+        self.ln_candidate = nn.LayerNorm(d) if layer_norm else None  # c̃
+        self.ln_cell = nn.LayerNorm(d) if layer_norm else None  # c in eq. 10
         if layer_norm:
             with torch.no_grad():
-                self.ln_gates.bias[:d].fill_(1.0)      # the forget-gate bias, after the norm
+                self.ln_gates.bias[:d].fill_(1.0)  # the forget-gate bias, after the norm
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> TARDISState:
         ref = self.h0
@@ -335,10 +372,18 @@ class TARDISCell(MemoryCell):
         dtype = ref.dtype if dtype is None else dtype
         k = self.slots
         zeros = torch.zeros((), device=device, dtype=dtype).expand(batch_size, k)
+
         def batch(p: torch.Tensor) -> torch.Tensor:
             return batched(p, batch_size, device, dtype)
-        return TARDISState(batch(self.h0), batch(self.c0), batch(self.initial_content), zeros, zeros,
-                           torch.zeros(batch_size, dtype=torch.long, device=device))
+
+        return TARDISState(
+            batch(self.h0),
+            batch(self.c0),
+            batch(self.initial_content),
+            zeros,
+            zeros,
+            torch.zeros(batch_size, dtype=torch.long, device=device),
+        )
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:
         """[gate pre-activations of x (4 d_h + 2) | W_x^γ x + b (m)] for all steps at once."""
@@ -346,12 +391,11 @@ class TARDISCell(MemoryCell):
 
     def memory(self, content: torch.Tensor) -> torch.Tensor:
         """M = [A; C]: (B, k, c) -> (B, k, q)."""
-        return torch.cat([self.address.to(content.dtype).expand(content.shape[0], -1, -1),
-                          content], dim=-1)
+        return torch.cat([self.address.to(content.dtype).expand(content.shape[0], -1, -1), content], dim=-1)
 
     def _inverse_temperature(self, h: torch.Tensor) -> torch.Tensor:
         if self.temperature == "learned":
-            return F.softplus(self.temperature_layer(h)) + 1                     # eq. 18 (B, 1)
+            return F.softplus(self.temperature_layer(h)) + 1  # eq. 18 (B, 1)
         return h.new_full((h.shape[0], 1), float(self.inverse_temperature))
 
     def draws(self, steps: int, batch: int, like: torch.Tensor, read: bool = True):
@@ -368,13 +412,13 @@ class TARDISCell(MemoryCell):
         k = self.slots if read and self.addressing != "argmax" else 0
         d = self.hidden_size if self.recurrent_dropout else 0
         e = like.new_empty(steps, batch * (k + 4 + d)).exponential_()
-        gumbel = -torch.log(e[:, :batch * k]).view(steps, batch, k) if k else None
-        pair = torch.log(e[:, batch * k:batch * (k + 4)]).view(steps, batch, 2, 2)
+        gumbel = -torch.log(e[:, : batch * k]).view(steps, batch, k) if k else None
+        pair = torch.log(e[:, batch * k : batch * (k + 4)]).view(steps, batch, 2, 2)
         logistic = pair[..., 1] - pair[..., 0]
         mask = None
         if d:
             p = self.recurrent_dropout
-            keep = e[:, batch * (k + 4):].view(steps, batch, d) < -math.log(p)
+            keep = e[:, batch * (k + 4) :].view(steps, batch, d) < -math.log(p)
             mask = keep.to(like.dtype) * (1.0 / (1.0 - p) if p < 1 else 0.0)
         return gumbel, logistic, mask
 
@@ -385,62 +429,73 @@ class TARDISCell(MemoryCell):
             return sampling.argmax_one_hot(logits), False
         if self.addressing == "reinforce":
             return sampling.argmax_one_hot(logits + gumbel), True
-        return sampling.gumbel_softmax(logits, self._inverse_temperature(h), hard=True,
-                                       noise=gumbel), False                          # eq. 19
+        return sampling.gumbel_softmax(
+            logits, self._inverse_temperature(h), hard=True, noise=gumbel
+        ), False  # eq. 19
 
-    def controller(self, x_gates: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
-                   r: torch.Tensor, noise: Optional[tuple] = None):
+    def controller(
+        self,
+        x_gates: torch.Tensor,
+        h: torch.Tensor,
+        c: torch.Tensor,
+        r: torch.Tensor,
+        noise: Optional[tuple] = None,
+    ):
         """Eqs. 7-10: (h_t, c_t, [α, β]) from W x + b (B, 4d+2), h_{t-1}, c_{t-1}, r_t.
         ``noise``: (logistic noise (B, 2), dropout mask (B, d) or None) of this step, drawn by
         :meth:`draws` when not given (training)."""
         d = self.hidden_size
         if noise is None:
             _, logistic, mask = self.draws(1, h.shape[0], h, read=False)
-            noise = (None, None) if logistic is None else (logistic[0],
-                                                           None if mask is None else mask[0])
+            noise = (None, None) if logistic is None else (logistic[0], None if mask is None else mask[0])
         logistic, mask = noise
         hp, rp = self.hidden_gates(h), self.read_gates(r)
-        gates = x_gates[:, :3 * d] + hp[:, :3 * d] + rp[:, :3 * d]
-        pre = x_gates[:, 4 * d:] + hp[:, 4 * d:] + rp[:, 4 * d:]
-        if logistic is not None:       # gumbel-sigmoid (eq. 8); noise-free at evaluation
+        gates = x_gates[:, : 3 * d] + hp[:, : 3 * d] + rp[:, : 3 * d]
+        pre = x_gates[:, 4 * d :] + hp[:, 4 * d :] + rp[:, 4 * d :]
+        if logistic is not None:  # gumbel-sigmoid (eq. 8); noise-free at evaluation
             pre = pre + logistic
         resets = torch.sigmoid(pre / RESET_TEMPERATURE)
         alpha, beta = resets[:, :1], resets[:, 1:]
-        cand = (beta * hp[:, 3 * d:4 * d] + x_gates[:, 3 * d:4 * d]
-                + alpha * rp[:, 3 * d:4 * d])                                        # eq. 9
+        cand = beta * hp[:, 3 * d : 4 * d] + x_gates[:, 3 * d : 4 * d] + alpha * rp[:, 3 * d : 4 * d]  # eq. 9
         if self.ln_gates is not None:
             gates, cand = self.ln_gates(gates), self.ln_candidate(cand)
-        f, i, o = torch.sigmoid(gates).chunk(3, -1)                                  # eq. 7
+        f, i, o = torch.sigmoid(gates).chunk(3, -1)  # eq. 7
         cand = torch.tanh(cand)
-        if mask is not None:           # recurrent dropout (training only)
+        if mask is not None:  # recurrent dropout (training only)
             cand = cand * mask
         c = f * c + i * cand
         c_out = c if self.ln_cell is None else self.ln_cell(c)
-        return o * torch.tanh(c_out), c, resets                                      # eq. 10
+        return o * torch.tanh(c_out), c, resets  # eq. 10
 
     def step(self, inputs: torch.Tensor, state: TARDISState, with_trace: bool = False):
         h, c, content, counts, last_read, steps = state
-        x_gates, x_read = inputs[:, :4 * self.hidden_size + 2], inputs[:, 4 * self.hidden_size + 2:]
+        x_gates, x_read = inputs[:, : 4 * self.hidden_size + 2], inputs[:, 4 * self.hidden_size + 2 :]
         gumbel, logistic, mask = self.draws(1, h.shape[0], h)
-        memory = self.memory(content)                                                # M_{t-1}
-        logits = self.read_head.logits(x_read, h, memory, counts, last_read)        # eq. 4
+        memory = self.memory(content)  # M_{t-1}
+        logits = self.read_head.logits(x_read, h, memory, counts, last_read)  # eq. 4
         read_w, sampled = self._read_weights(logits, h, None if gumbel is None else gumbel[0])
-        r = (read_w.unsqueeze(1) @ memory).squeeze(1)                                # eq. 1
-        noise = (None, None) if logistic is None else (logistic[0],
-                                                       None if mask is None else mask[0])
-        h_new, c, resets = self.controller(x_gates, h, c, r, noise)                 # eqs. 7-10
+        r = (read_w.unsqueeze(1) @ memory).squeeze(1)  # eq. 1
+        noise = (None, None) if logistic is None else (logistic[0], None if mask is None else mask[0])
+        h_new, c, resets = self.controller(x_gates, h, c, r, noise)  # eqs. 7-10
         fill, filling = sequential_slots(steps, self.slots, read_w.dtype)
-        write_w = torch.where(filling, fill, read_w)                                 # algorithm 1
-        content = write_rows(content, write_w, self.micro_state(h_new))             # eq. 2
-        features = torch.tanh(self.fusion(torch.cat([h_new, r], dim=-1)))            # eq. 11
+        write_w = torch.where(filling, fill, read_w)  # algorithm 1
+        content = write_rows(content, write_w, self.micro_state(h_new))  # eq. 2
+        features = torch.tanh(self.fusion(torch.cat([h_new, r], dim=-1)))  # eq. 11
         hard = read_w.detach()
         state = TARDISState(h_new, c, content, counts + hard, hard, steps + 1)
         trace = None
         if with_trace:
             trace = TARDISStepTrace(
-                read_w.unsqueeze(1), write_w.unsqueeze(1), torch.softmax(logits, -1).unsqueeze(1),
-                r, h_new, resets, self._inverse_temperature(h).squeeze(-1),
-                normalise_usage(counts), h.new_full((h.shape[0],), float(sampled)))
+                read_w.unsqueeze(1),
+                write_w.unsqueeze(1),
+                torch.softmax(logits, -1).unsqueeze(1),
+                r,
+                h_new,
+                resets,
+                self._inverse_temperature(h).squeeze(-1),
+                normalise_usage(counts),
+                h.new_full((h.shape[0],), float(sampled)),
+            )
         return features, state, trace
 
     # ------------------------------------------------------ the fused path
@@ -462,35 +517,75 @@ class TARDISCell(MemoryCell):
         gumbel, logistic, mask = self.draws(T, B, x)
         head = self.read_head
         a = self.address.shape[1]
-        w_mem = head.memory_part.weight                                   # W_m^γ (m, q)
-        mp0 = head.memory_part(self.memory(content))                      # W_m^γ M_0 (B, k, m)
-        aproj = self.address.to(x.dtype) @ w_mem[:, :a].t()               # W_m^γ A (k, m)
+        w_mem = head.memory_part.weight  # W_m^γ (m, q)
+        mp0 = head.memory_part(self.memory(content))  # W_m^γ M_0 (B, k, m)
+        aproj = self.address.to(x.dtype) @ w_mem[:, :a].t()  # W_m^γ A (k, m)
         lns = (self.ln_gates, self.ln_candidate, self.ln_cell)
-        ln = [p for layer in lns for p in (layer.weight, layer.bias)] if self.ln_gates is not None \
+        ln = (
+            [p for layer in lns for p in (layer.weight, layer.bias)]
+            if self.ln_gates is not None
             else [None] * 6
-        options = (compiled.MODES[mode], self.training, self.temperature == "learned",
-                   float(self.inverse_temperature), self.ln_gates is not None,
-                   self.ln_gates.eps if self.ln_gates is not None else 1e-5, backward,
-                   (LAST_READ_PENALTY, RESET_TEMPERATURE, USAGE_EPS))
+        )
+        options = (
+            compiled.MODES[mode],
+            self.training,
+            self.temperature == "learned",
+            float(self.inverse_temperature),
+            self.ln_gates is not None,
+            self.ln_gates.eps if self.ln_gates is not None else 1e-5,
+            backward,
+            (LAST_READ_PENALTY, RESET_TEMPERATURE, USAGE_EPS),
+        )
         tau = self.temperature_layer
-        (h_all, r_all, probs, read_w, write_w, resets, inv_tau, usage, c, content, counts,
-         last_read) = compiled.TARDISSequence.apply(
-            self.input_gates(x), head.precompute(x), gumbel, logistic, mask, h, c, content, mp0,
-            aproj, counts, last_read, steps, self.address.to(x.dtype), self.hidden_gates.weight,
-            self.read_gates.weight, self.micro_state.weight, w_mem[:, a:], head.hidden_part.weight,
-            head.usage_part.weight, head.score.weight.view(-1), tau.weight.view(-1), tau.bias,
-            *ln, options)
-        features = torch.tanh(self.fusion(torch.cat([h_all, r_all], dim=-1)))       # eq. 11
+        (h_all, r_all, probs, read_w, write_w, resets, inv_tau, usage, c, content, counts, last_read) = (
+            compiled.TARDISSequence.apply(
+                self.input_gates(x),
+                head.precompute(x),
+                gumbel,
+                logistic,
+                mask,
+                h,
+                c,
+                content,
+                mp0,
+                aproj,
+                counts,
+                last_read,
+                steps,
+                self.address.to(x.dtype),
+                self.hidden_gates.weight,
+                self.read_gates.weight,
+                self.micro_state.weight,
+                w_mem[:, a:],
+                head.hidden_part.weight,
+                head.usage_part.weight,
+                head.score.weight.view(-1),
+                tau.weight.view(-1),
+                tau.bias,
+                *ln,
+                options,
+            )
+        )
+        features = torch.tanh(self.fusion(torch.cat([h_all, r_all], dim=-1)))  # eq. 11
         state = TARDISState(h_all[:, -1].clone(), c, content, counts, last_read, steps + T)
         trace = None
         if with_trace:
-            trace = TARDISStepTrace(read_w.unsqueeze(2), write_w.unsqueeze(2), probs.unsqueeze(2),
-                                    r_all, h_all, resets, inv_tau, usage,
-                                    x.new_full((B, T), float(mode == "reinforce")))
+            trace = TARDISStepTrace(
+                read_w.unsqueeze(2),
+                write_w.unsqueeze(2),
+                probs.unsqueeze(2),
+                r_all,
+                h_all,
+                resets,
+                inv_tau,
+                usage,
+                x.new_full((B, T), float(mode == "reinforce")),
+            )
         return features, state, trace
 
 
 # -------------------------------------------------------------------- module
+
 
 class TARDIS(CellTemperature, SequenceModel):
     """TARDIS shaped like torch.nn.LSTM: ``y, state = TARDIS(input_size, output_size)(x)``.
@@ -513,18 +608,44 @@ class TARDIS(CellTemperature, SequenceModel):
     #: aux_loss takes ``score`` (logits -> per-step NLL on the targets), see training/loop.py
     aux_loss_scores = True
 
-    def __init__(self, input_size: int, output_size: Optional[int] = None, hidden_size: int = 120,
-                 memory_slots: int = 16, address_size: int = 4, content_size: int = 32,
-                 read_mlp_size: Optional[int] = None, fusion_size: Optional[int] = None,
-                 addressing: str = "gumbel", temperature: str = "learned",
-                 temperature_every: int = 200, address_nonzeros: Optional[int] = None,
-                 address_seed: int = 0, discount: float = 0.95, reward_momentum: float = 0.9,
-                 reinforce_weight: float = 1.0, aux_weight: float = 1.0,
-                 layer_norm: bool = False, recurrent_dropout: float = 0.0,
-                 batch_first: bool = True):
-        cell = TARDISCell(input_size, hidden_size, memory_slots, address_size, content_size,
-                          read_mlp_size, fusion_size, addressing, temperature, address_nonzeros,
-                          address_seed, layer_norm, recurrent_dropout)
+    def __init__(
+        self,
+        input_size: int,
+        output_size: Optional[int] = None,
+        hidden_size: int = 120,
+        memory_slots: int = 16,
+        address_size: int = 4,
+        content_size: int = 32,
+        read_mlp_size: Optional[int] = None,
+        fusion_size: Optional[int] = None,
+        addressing: str = "gumbel",
+        temperature: str = "learned",
+        temperature_every: int = 200,
+        address_nonzeros: Optional[int] = None,
+        address_seed: int = 0,
+        discount: float = 0.95,
+        reward_momentum: float = 0.9,
+        reinforce_weight: float = 1.0,
+        aux_weight: float = 1.0,
+        layer_norm: bool = False,
+        recurrent_dropout: float = 0.0,
+        batch_first: bool = True,
+    ):
+        cell = TARDISCell(
+            input_size,
+            hidden_size,
+            memory_slots,
+            address_size,
+            content_size,
+            read_mlp_size,
+            fusion_size,
+            addressing,
+            temperature,
+            address_nonzeros,
+            address_seed,
+            layer_norm,
+            recurrent_dropout,
+        )
         super().__init__(input_size, output_size, cell.features, batch_first)
         self.cell = cell
         check_positive(temperature_every=temperature_every)
@@ -535,11 +656,14 @@ class TARDIS(CellTemperature, SequenceModel):
         reward_momentum = check_number("reward_momentum", reward_momentum, 0.0, 0.999)
         self.uses_aux_loss = addressing == "reinforce"
         if self.uses_aux_loss and output_size is None:
-            raise ConfigError("addressing='reinforce' needs output_size (the auxiliary "
-                              "predictor of eq. 17 predicts the targets)")
-        self.aux_read = nn.Linear(cell.width, output_size) if self.uses_aux_loss else None   # W^o_r
-        self.aux_input = (nn.Linear(input_size, output_size, bias=False)
-                          if self.uses_aux_loss else None)                                   # W^o_x
+            raise ConfigError(
+                "addressing='reinforce' needs output_size (the auxiliary "
+                "predictor of eq. 17 predicts the targets)"
+            )
+        self.aux_read = nn.Linear(cell.width, output_size) if self.uses_aux_loss else None  # W^o_r
+        self.aux_input = (
+            nn.Linear(input_size, output_size, bias=False) if self.uses_aux_loss else None
+        )  # W^o_x
         self.return_stats = sampling.RunningMoments(momentum=reward_momentum)
 
     @property
@@ -559,16 +683,23 @@ class TARDIS(CellTemperature, SequenceModel):
             raise ConfigError("aux_logits exists only with addressing='reinforce'")
         return self.aux_read(trace.read_vectors.detach()) + self.aux_input(trace.inputs.detach())
 
-    def aux_loss(self, trace: TARDISTrace, step_nll: torch.Tensor,
-                 score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-                 outputs_per_step: Optional[int] = None) -> torch.Tensor:
+    def aux_loss(
+        self,
+        trace: TARDISTrace,
+        step_nll: torch.Tensor,
+        score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        outputs_per_step: Optional[int] = None,
+    ) -> torch.Tensor:
         """The estimator's terms (0 for "gumbel" and "argmax"); see :meth:`aux_terms`."""
-        return sum(self.aux_terms(trace, step_nll, score, outputs_per_step).values(),
-                   step_nll.new_zeros(()))
+        return sum(self.aux_terms(trace, step_nll, score, outputs_per_step).values(), step_nll.new_zeros(()))
 
-    def aux_terms(self, trace: TARDISTrace, step_nll: torch.Tensor,
-                  score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-                  outputs_per_step: Optional[int] = None) -> dict[str, torch.Tensor]:
+    def aux_terms(
+        self,
+        trace: TARDISTrace,
+        step_nll: torch.Tensor,
+        score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        outputs_per_step: Optional[int] = None,
+    ) -> dict[str, torch.Tensor]:
         """REINFORCE with the auxiliary cost (section 3.1), means over the batch.
 
         step_nll (B, T): the task's per-step NLL (only its shape and scored steps are
@@ -589,20 +720,23 @@ class TARDIS(CellTemperature, SequenceModel):
         categorical task), so the terms keep the paper's ratio to the NLL.
         """
         scored = self._scored_outputs(trace, TARDISTrace, step_nll, outputs_per_step)  # S
-        sampled = trace.sampled.amax(1)                                              # (B,)
+        sampled = trace.sampled.amax(1)  # (B,)
         if not self.uses_aux_loss or not bool(sampled.any()):
             return {}
         if score is None:
-            raise ValueError("TARDIS with addressing='reinforce' needs score= (logits -> "
-                             "per-step NLL on the targets) for the auxiliary reward of eq. 17")
-        aux_nll = score(self.aux_logits(trace))                                      # (B, T)
-        rewards, scored_steps = -aux_nll.detach(), (step_nll > 0)                    # eq. 17
-        baseline = sampling.leave_one_out_mean(rewards, scored_steps)                # b_j
-        returns = sampling.discounted_returns((rewards - baseline) * scored_steps,
-                                              self.discount)                          # eq. 16
+            raise ValueError(
+                "TARDIS with addressing='reinforce' needs score= (logits -> "
+                "per-step NLL on the targets) for the auxiliary reward of eq. 17"
+            )
+        aux_nll = score(self.aux_logits(trace))  # (B, T)
+        rewards, scored_steps = -aux_nll.detach(), (step_nll > 0)  # eq. 17
+        baseline = sampling.leave_one_out_mean(rewards, scored_steps)  # b_j
+        returns = sampling.discounted_returns((rewards - baseline) * scored_steps, self.discount)  # eq. 16
         # moments of earlier minibatches (evaluation never moves them)
         advantage = self.return_stats.advantage(returns, sampled > 0, update=self.training)
         log_p = sampling.log_prob(trace.read_weights.detach(), trace.read_probs).sum(-1)  # (B, T)
         surrogate = sampling.reinforce_surrogate(log_p, advantage).sum(1) * sampled
-        return {"auxiliary": self.aux_weight * aux_nll.sum(1).mean() / scored,
-                "reinforce": self.reinforce_weight * surrogate.mean() / scored}
+        return {
+            "auxiliary": self.aux_weight * aux_nll.sum(1).mean() / scored,
+            "reinforce": self.reinforce_weight * surrogate.mean() / scored,
+        }

@@ -11,6 +11,7 @@ Every function works on a batch of heads at once: weightings are (B, H, N),
 keys (B, H, W), per-head scalars (B, H), memory (B, N, W). Nothing loops over
 batch, heads or slots.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -31,8 +32,9 @@ def cosine_similarity(keys: torch.Tensor, memory: torch.Tensor, eps: float = EPS
     return F.normalize(keys, dim=-1, eps=eps) @ F.normalize(memory, dim=-1, eps=eps).transpose(1, 2)
 
 
-def content_weights(keys: torch.Tensor, memory: torch.Tensor, strength: torch.Tensor,
-                    eps: float = EPS) -> torch.Tensor:
+def content_weights(
+    keys: torch.Tensor, memory: torch.Tensor, strength: torch.Tensor, eps: float = EPS
+) -> torch.Tensor:
     """Content addressing, w^c(i) = exp(beta K[k, M(i)]) / sum_j exp(beta K[k, M(j)]).
 
     keys k (B, H, W), memory M (B, N, W), key strength beta (B, H) >= 0 -> (B, H, N).
@@ -85,8 +87,9 @@ def sharpen(weights: torch.Tensor, gamma: torch.Tensor, eps: float = EPS) -> tor
     return torch.softmax(gamma.unsqueeze(-1) * torch.log(weights + eps), dim=-1)
 
 
-def write(memory: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor,
-          add: torch.Tensor) -> torch.Tensor:
+def write(
+    memory: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor, add: torch.Tensor
+) -> torch.Tensor:
     """Erase then add, M_t(i) = M_{t-1}(i) prod_h [1 - w_h(i) e_h] + sum_h w_h(i) a_h.
 
     memory M_{t-1} (B, N, W), write weightings w (B, H, N), erase vectors
@@ -94,7 +97,7 @@ def write(memory: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor,
     write heads the erasures multiply and the additions sum, so the order of the
     heads does not matter (NTM paper, section 3.2).
     """
-    keep = 1 - weights.unsqueeze(-1) * erase.unsqueeze(-2)        # (B, H, N, W)
+    keep = 1 - weights.unsqueeze(-1) * erase.unsqueeze(-2)  # (B, H, N, W)
     keep = keep.squeeze(1) if keep.shape[1] == 1 else keep.prod(dim=1)
     return memory * keep + weights.transpose(1, 2) @ add
 
@@ -126,7 +129,7 @@ def retention(free_gates: torch.Tensor, read_weights: torch.Tensor) -> torch.Ten
     free gates f_t (B, R) in [0, 1], previous read weightings w^r_{t-1} (B, R, N)
     -> psi_t (B, N) in [0, 1]: how much of each slot the free gates do not release.
     """
-    keep = 1 - free_gates.unsqueeze(-1) * read_weights                       # (B, R, N)
+    keep = 1 - free_gates.unsqueeze(-1) * read_weights  # (B, R, N)
     return keep.squeeze(1) if keep.shape[1] == 1 else keep.prod(dim=1)
 
 
@@ -148,15 +151,16 @@ def allocation(usage: torch.Tensor) -> torch.Tensor:
     constant for the gradient (it is piecewise constant in u); the values reach
     a_t through a gather, an exclusive cumulative product and a scatter.
     """
-    order = torch.argsort(usage.detach(), dim=-1, stable=True)            # phi_t
-    ranked = usage.gather(-1, order)                                       # u_t[phi_t[j]]
+    order = torch.argsort(usage.detach(), dim=-1, stable=True)  # phi_t
+    ranked = usage.gather(-1, order)  # u_t[phi_t[j]]
     # exclusive cumprod: prod_{i<j} u_t[phi_t[i]], 1 for j = 0
     before = torch.cumprod(torch.cat([torch.ones_like(ranked[..., :1]), ranked[..., :-1]], -1), -1)
     return torch.zeros_like(usage).scatter(-1, order, (1 - ranked) * before)
 
 
-def write_weighting(allocation: torch.Tensor, content: torch.Tensor, write_gate: torch.Tensor,
-                    allocation_gate: torch.Tensor) -> torch.Tensor:
+def write_weighting(
+    allocation: torch.Tensor, content: torch.Tensor, write_gate: torch.Tensor, allocation_gate: torch.Tensor
+) -> torch.Tensor:
     """Write weighting, w^w_t = g^w [g^a a_t + (1 - g^a) c^w_t].
 
     allocation a_t (B, N), content weighting c^w_t (B, N), write gate g^w (B,)
@@ -174,8 +178,9 @@ def precedence(previous: torch.Tensor, write_weights: torch.Tensor) -> torch.Ten
     return torch.addcmul(write_weights, 1 - write_weights.sum(-1, keepdim=True), previous)
 
 
-def link_matrix(previous: torch.Tensor, write_weights: torch.Tensor,
-                previous_precedence: torch.Tensor) -> torch.Tensor:
+def link_matrix(
+    previous: torch.Tensor, write_weights: torch.Tensor, previous_precedence: torch.Tensor
+) -> torch.Tensor:
     """Temporal links, L_t[i,j] = (1 - w^w_t[i] - w^w_t[j]) L_{t-1}[i,j] + w^w_t[i] p_{t-1}[j].
 
     previous links L_{t-1} (B, N, N), write weighting w^w_t (B, N), previous
@@ -183,7 +188,7 @@ def link_matrix(previous: torch.Tensor, write_weights: torch.Tensor,
     masked, so a slot never links to itself). Rows and columns sum to <= 1.
     """
     w_i, w_j = write_weights.unsqueeze(-1), write_weights.unsqueeze(-2)
-    keep = (1 - w_i) - w_j                                                  # (B, N, N)
+    keep = (1 - w_i) - w_j  # (B, N, N)
     links = torch.addcmul(w_i * previous_precedence.unsqueeze(-2), keep, previous)
     # In place on a fresh tensor (addcmul does not save its output for backward):
     # half the forward time of masked_fill, which copies the whole (B, N, N).
@@ -199,13 +204,14 @@ def directional_weights(links: torch.Tensor, read_weights: torch.Tensor):
     the ones it read, b to those written before. (The summary writes w^r_t;
     that would be circular, so the previous weighting is used, as in the DNC paper.)
     """
-    forward = read_weights @ links.transpose(1, 2)      # f[r, i] = sum_j L[i, j] w[r, j]
-    backward = read_weights @ links                     # b[r, j] = sum_i L[i, j] w[r, i]
+    forward = read_weights @ links.transpose(1, 2)  # f[r, i] = sum_j L[i, j] w[r, j]
+    backward = read_weights @ links  # b[r, j] = sum_i L[i, j] w[r, i]
     return forward, backward
 
 
-def read_weighting(backward: torch.Tensor, content: torch.Tensor, forward: torch.Tensor,
-                   modes: torch.Tensor) -> torch.Tensor:
+def read_weighting(
+    backward: torch.Tensor, content: torch.Tensor, forward: torch.Tensor, modes: torch.Tensor
+) -> torch.Tensor:
     """Read weighting, w^{r,i}_t = pi^i_t[0] b^i_t + pi^i_t[1] c^{r,i}_t + pi^i_t[2] f^i_t.
 
     backward b_t, content c^r_t and forward f_t weightings (B, R, N); read modes

@@ -29,6 +29,7 @@ Names (``make_controller``; case-insensitive, "_" may replace "-"):
     pnr-elman  PNRElmanController    eqs. 9-11, the parameters of "elman"           state (h,)
     pnr-lstm   PNRLSTMController     eqs. 12-13 with 3-7, the parameters of "lstm"  state (h, c)
 """
+
 from __future__ import annotations
 
 import math
@@ -127,7 +128,7 @@ class PartiallyNonRecurrent:
     first block (z for the LSTM) of W_x x_t + W_r r_{t-1} + b, without h_{t-1}."""
 
     def _output(self, h_bar: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(h_bar[:, :self.hidden_size])             # eq. 10
+        return torch.tanh(h_bar[:, : self.hidden_size])  # eq. 10
 
 
 class ElmanController(RecurrentController):
@@ -137,10 +138,10 @@ class ElmanController(RecurrentController):
     """
 
     def step(self, x_proj, r_prev, state):
-        h_prev, = state
-        h_bar = self._feedforward(x_proj, r_prev)                  # eq. 9 (h'bar)
+        (h_prev,) = state
+        h_bar = self._feedforward(x_proj, r_prev)  # eq. 9 (h'bar)
         # h_t keeps h_{t-1}'s dtype (under autocast the matmul comes out in a lower one)
-        h = torch.tanh(self._recurrent(h_bar, h_prev)).to(h_prev.dtype)   # eq. 1 = eq. 11
+        h = torch.tanh(self._recurrent(h_bar, h_prev)).to(h_prev.dtype)  # eq. 1 = eq. 11
         return h, self._output(h_bar, h), (h,)
 
 
@@ -179,12 +180,12 @@ class GRUController(RecurrentController):
         _uniform_(self.recurrent_bias, hidden_size)
 
     def step(self, x_proj, r_prev, state):
-        h_prev, = state
+        (h_prev,) = state
         hidden = self.hidden_size
         a = self._feedforward(x_proj, r_prev)
         g = torch.addmm(self.recurrent_bias, h_prev, self.recurrent_weight.t())
-        reset, update = torch.sigmoid(a[:, :2 * hidden] + g[:, :2 * hidden]).chunk(2, dim=-1)
-        n = torch.tanh(torch.addcmul(a[:, 2 * hidden:], reset, g[:, 2 * hidden:]))
+        reset, update = torch.sigmoid(a[:, : 2 * hidden] + g[:, : 2 * hidden]).chunk(2, dim=-1)
+        n = torch.tanh(torch.addcmul(a[:, 2 * hidden :], reset, g[:, 2 * hidden :]))
         # h_t keeps h_{t-1}'s dtype (under autocast the matmuls come out in a lower one)
         h = torch.lerp(n.to(h_prev.dtype), h_prev, update.to(h_prev.dtype))  # (1 - u) n + u h_{t-1}
         return h, h, (h,)
@@ -203,12 +204,11 @@ class LSTMController(RecurrentController):
         self.c0 = nn.Parameter(torch.zeros(hidden_size))
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
-        return (_learned(self.h0, batch_size, device, dtype),
-                _learned(self.c0, batch_size, device, dtype))
+        return (_learned(self.h0, batch_size, device, dtype), _learned(self.c0, batch_size, device, dtype))
 
     def step(self, x_proj, r_prev, state):
         h_prev, c_prev = state
-        h_bar = self._feedforward(x_proj, r_prev)                  # its z block is eq. 12
+        h_bar = self._feedforward(x_proj, r_prev)  # its z block is eq. 12
         h, c = _lstm_update(self._recurrent(h_bar, h_prev), c_prev)
         return h, self._output(h_bar, h), (h, c)
 
@@ -229,11 +229,11 @@ class PNRLSTMController(PartiallyNonRecurrent, LSTMController):
 def _lstm_update(pre: torch.Tensor, c_prev: torch.Tensor):
     """Eqs. 2-7 from the stacked pre-activations [z; i; f; o] (B, 4H)."""
     hidden = c_prev.shape[-1]
-    z = torch.tanh(pre[:, :hidden])                       # eq. 2
-    gates = torch.sigmoid(pre[:, hidden:])                # eqs. 3-5: i, f, o
+    z = torch.tanh(pre[:, :hidden])  # eq. 2
+    gates = torch.sigmoid(pre[:, hidden:])  # eqs. 3-5: i, f, o
     i, f, o = gates.chunk(3, dim=-1)
-    c = torch.addcmul(f * c_prev, i, z)                   # eq. 6
-    h = o * torch.tanh(c)                                 # eq. 7
+    c = torch.addcmul(f * c_prev, i, z)  # eq. 6
+    h = o * torch.tanh(c)  # eq. 7
     return h, c
 
 

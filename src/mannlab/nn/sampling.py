@@ -22,6 +22,7 @@ the variance-reduction tools of Mnih & Gregor (2014), as used by the D-NTM
 Everything works on any leading shape (batch, time, heads, ...); the last axis
 of a distribution is the category axis (memory slots). Nothing here loops.
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,8 +31,10 @@ from torch import nn
 
 def _check_distribution(probs: torch.Tensor, name: str = "probs") -> None:
     if not isinstance(probs, torch.Tensor) or probs.dim() < 1 or probs.shape[-1] < 1:
-        raise ValueError(f"{name} must be a tensor (..., N) with N >= 1 categories, "
-                         f"got {getattr(probs, 'shape', type(probs).__name__)}")
+        raise ValueError(
+            f"{name} must be a tensor (..., N) with N >= 1 categories, "
+            f"got {getattr(probs, 'shape', type(probs).__name__)}"
+        )
     if not probs.is_floating_point():
         raise TypeError(f"{name} must be floating point, got {probs.dtype}")
 
@@ -44,7 +47,7 @@ def sample_one_hot(probs: torch.Tensor, generator: torch.Generator | None = None
     """
     _check_distribution(probs)
     flat = probs.detach().reshape(-1, probs.shape[-1])
-    index = torch.multinomial(flat, 1, generator=generator)               # (B', 1)
+    index = torch.multinomial(flat, 1, generator=generator)  # (B', 1)
     one_hot = torch.zeros_like(flat).scatter_(-1, index, 1.0)
     return one_hot.view(probs.shape)
 
@@ -66,8 +69,9 @@ def log_prob(one_hot: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
     probs; finite whenever the selected category has a positive probability.
     """
     if one_hot.shape != probs.shape:
-        raise ValueError(f"one_hot and probs must have the same shape, got "
-                         f"{tuple(one_hot.shape)} and {tuple(probs.shape)}")
+        raise ValueError(
+            f"one_hot and probs must have the same shape, got {tuple(one_hot.shape)} and {tuple(probs.shape)}"
+        )
     return torch.log((one_hot * probs).sum(-1))
 
 
@@ -136,7 +140,7 @@ class RunningMoments(nn.Module):
             delta = batch_mean - self.mean
             self.mean.add_((1 - m) * delta)
             # variance about the new mean: past spread, batch spread and the shift between them
-            self.var.copy_(m * (self.var + (1 - m) * delta ** 2) + (1 - m) * batch_var)
+            self.var.copy_(m * (self.var + (1 - m) * delta**2) + (1 - m) * batch_var)
         self.count.add_(1)
 
     def normalise(self, values: torch.Tensor) -> torch.Tensor:
@@ -184,8 +188,10 @@ def same_input_leave_one_out_mean(values: torch.Tensor, inputs: torch.Tensor) ->
     _, group = torch.unique(inputs.flatten(1), dim=0, return_inverse=True)
     count = torch.bincount(group)
     if bool((count < 2).any()):
-        raise ValueError("a same-input baseline needs every input at least twice in the batch "
-                         "(train.samples_per_input >= 2)")
+        raise ValueError(
+            "a same-input baseline needs every input at least twice in the batch "
+            "(train.samples_per_input >= 2)"
+        )
     values = values.detach()
     total = torch.bincount(group, weights=values).to(values.dtype)
     return (total[group] - values) / (count[group] - 1).to(values.dtype)
@@ -201,10 +207,12 @@ def discounted_returns(rewards: torch.Tensor, discount: float) -> torch.Tensor:
         raise ValueError(f"discount must be in [0, 1], got {discount}")
     T = rewards.shape[-1]
     steps = torch.arange(T, device=rewards.device, dtype=rewards.dtype)
-    lag = steps.view(T, 1) - steps.view(1, T)                        # j - t at [j, t]
-    powers = torch.where(lag >= 0, torch.as_tensor(discount, dtype=rewards.dtype,
-                                                   device=rewards.device) ** lag.clamp_min(0),
-                         torch.zeros((), dtype=rewards.dtype, device=rewards.device))
+    lag = steps.view(T, 1) - steps.view(1, T)  # j - t at [j, t]
+    powers = torch.where(
+        lag >= 0,
+        torch.as_tensor(discount, dtype=rewards.dtype, device=rewards.device) ** lag.clamp_min(0),
+        torch.zeros((), dtype=rewards.dtype, device=rewards.device),
+    )
     return rewards @ powers
 
 
@@ -220,8 +228,12 @@ def straight_through(hard: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
     return soft + (hard - soft).detach()
 
 
-def gumbel_softmax(logits: torch.Tensor, inverse_temperature: torch.Tensor | float = 1.0,
-                   hard: bool = True, noise: torch.Tensor | None = None) -> torch.Tensor:
+def gumbel_softmax(
+    logits: torch.Tensor,
+    inverse_temperature: torch.Tensor | float = 1.0,
+    hard: bool = True,
+    noise: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Gumbel-softmax sample over the last axis (Jang et al. 2016; Maddison et al. 2016).
 
     y = softmax((logits + g) * inverse_temperature), g ~ Gumbel(0, 1) (``noise`` replaces

@@ -8,6 +8,7 @@
 
 Models import ops, never the reverse. numba is imported only when a kernel first runs.
 """
+
 from mannlab.ops.dispatch import kernels_enabled, use_kernels
 
 __all__ = ["kernels_enabled", "use_kernels"]

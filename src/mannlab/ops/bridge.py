@@ -1,5 +1,6 @@
 """What the autograd Functions share about calling numba kernels: NumPy views of tensors
 and the thread count of the kernels' matrix products."""
+
 from __future__ import annotations
 
 import ctypes
@@ -16,7 +17,7 @@ def as_array(tensor: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(tensor.detach().numpy())
 
 
-_blas_threads = [None, None]        # [setter, the count last set]
+_blas_threads = [None, None]  # [setter, the count last set]
 
 
 def limit_blas_threads(count: int) -> None:
@@ -30,6 +31,7 @@ def limit_blas_threads(count: int) -> None:
     if setter is None:
         try:
             import scipy
+
             libs = os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs")
             setter = False
             for path in glob.glob(os.path.join(libs, "libscipy_openblas*.so*")):

@@ -8,7 +8,8 @@ that decides, call by call, which path runs.
                                              path its forward took
 
 A compiled path runs where the switch is on, autocast is off, the tensors are CPU
-float32/float64 and the kernels of ``mannlab.ops.<name>.kernels`` import (numba present; they compile on first use,
+float32/float64 and the kernels of ``mannlab.ops.<name>.kernels`` import (numba present; they compile on
+first use,
 then load from numba's disk cache). The NTM and DNC steps ask :func:`compiled_applies`.
 The whole-sequence cells (D-NTM, TARDIS, ARMIN) go through :func:`route`, which reads
 what only the cell knows (models/base.py gives the defaults):
@@ -17,6 +18,7 @@ what only the cell knows (models/base.py gives the defaults):
     compiled_covers(with_trace) -> bool the configurations its kernels implement
     compiled_pays(batch, backward)      whether they beat the tensor path at that size
 """
+
 from __future__ import annotations
 
 import importlib
@@ -34,8 +36,7 @@ from mannlab.ops import notice
 
 ENV_VAR = "MANNLAB_KERNELS"
 
-_enabled: ContextVar[bool] = ContextVar("mannlab_kernels",
-                                        default=os.environ.get(ENV_VAR, "1") != "0")
+_enabled: ContextVar[bool] = ContextVar("mannlab_kernels", default=os.environ.get(ENV_VAR, "1") != "0")
 
 
 def kernels_enabled() -> bool:
@@ -94,8 +95,13 @@ def compiled_applies(name: str, tensor: torch.Tensor) -> bool:
     trace numba, and the tensor path is what it compiles."""
     if torch.compiler.is_compiling():
         return False
-    return (kernels_enabled() and tensor.device.type == "cpu" and not autocast_active(tensor)
-            and tensor.dtype in (torch.float32, torch.float64) and load(name) is not None)
+    return (
+        kernels_enabled()
+        and tensor.device.type == "cpu"
+        and not autocast_active(tensor)
+        and tensor.dtype in (torch.float32, torch.float64)
+        and load(name) is not None
+    )
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -110,13 +116,16 @@ def records_graph(module: torch.nn.Module, x: torch.Tensor, state: Any) -> bool:
     """Whether a pass of ``module`` over x from ``state`` records a graph (then a compiled
     pass keeps what its backward reads; otherwise only one step's scratch)."""
     return torch.is_grad_enabled() and (
-        x.requires_grad or any(p.requires_grad for p in module.parameters())
-        or any(t.requires_grad for t in _tensors(state)))
+        x.requires_grad
+        or any(p.requires_grad for p in module.parameters())
+        or any(t.requires_grad for t in _tensors(state))
+    )
 
 
 class Route(NamedTuple):
     """Which path a whole-sequence pass takes; ``backward``: a graph is recorded (only
     worked out when the compiled path applies)."""
+
     compiled: bool
     backward: bool
 

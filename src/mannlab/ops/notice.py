@@ -4,6 +4,7 @@ that they are unavailable (and how to get them), and that they are about to comp
 Both go to the "mannlab" logger at WARNING level, so they show on stderr without any
 logging set up and ``logging.getLogger("mannlab").setLevel(logging.ERROR)`` silences them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,9 +28,11 @@ def kernels_missing(error: ImportError) -> None:
     if _missing_said:
         return
     _missing_said = True
-    log.warning("mannlab: compiled CPU kernels unavailable (%s), using the tensor paths, "
-                "several times slower on CPU; for the speed: pip install \"mannlab[fast]\"",
-                error)
+    log.warning(
+        "mannlab: compiled CPU kernels unavailable (%s), using the tensor paths, "
+        'several times slower on CPU; for the speed: pip install "mannlab[fast]"',
+        error,
+    )
 
 
 def before_compile(name: str, kernels: ModuleType) -> None:
@@ -37,8 +40,11 @@ def before_compile(name: str, kernels: ModuleType) -> None:
     numba's disk cache yet (first use, or their source changed)."""
     if _cached(kernels):
         return
-    log.warning("mannlab: compiling the %s kernels, about %d s, once (cached on disk after)",
-                NAMES.get(name, name), COMPILE_SECONDS.get(name, 30))
+    log.warning(
+        "mannlab: compiling the %s kernels, about %d s, once (cached on disk after)",
+        NAMES.get(name, name),
+        COMPILE_SECONDS.get(name, 30),
+    )
 
 
 def _cached(kernels: ModuleType) -> bool:
@@ -47,6 +53,7 @@ def _cached(kernels: ModuleType) -> bool:
     if numba's internals change, assume cached and stay quiet rather than guess."""
     try:
         from numba.core.registry import CPUDispatcher
+
         dispatchers = [f for f in vars(kernels).values() if isinstance(f, CPUDispatcher)]
         return any(f._cache._cache_file._load_index() for f in dispatchers)
     except Exception:  # noqa: BLE001 -- a notice must never break a model call

@@ -8,6 +8,7 @@ helpers from (tests/test_numba_cache.py enforces that rule, edits a helper in a 
 the package and sees the new behaviour). The cache stays where numba puts it
 (NUMBA_CACHE_DIR, else __pycache__ beside the source, else the user cache).
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,8 +16,13 @@ import hashlib
 import os
 
 import numba
-from numba.core.caching import (CompileResultCacheImpl, FunctionCache, InTreeCacheLocator,
-                                UserProvidedCacheLocator, UserWideCacheLocator)
+from numba.core.caching import (
+    CompileResultCacheImpl,
+    FunctionCache,
+    InTreeCacheLocator,
+    UserProvidedCacheLocator,
+    UserWideCacheLocator,
+)
 
 #: The sources every kernel may depend on besides its own file.
 SHARED_SOURCES = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "numba_math.py"),)
@@ -73,6 +79,7 @@ def njit(function=None, **options):
 
     def compile_cached(py_function):
         dispatcher = numba.njit(**options)(py_function)
-        dispatcher._cache = _KernelCache(dispatcher.py_func)   # as Dispatcher.enable_caching
+        dispatcher._cache = _KernelCache(dispatcher.py_func)  # as Dispatcher.enable_caching
         return dispatcher
+
     return compile_cached if function is None else compile_cached(function)

@@ -9,6 +9,7 @@ output's dtype), ``softmax`` the float64 exponentials; ``softplus_grad`` goes th
 ``sigmoid``, ``softplus_grad_exp`` is torch's exp(x) / (exp(x) + 1); ``sigmoid`` calls
 libm, ``branchless_sigmoid`` and the ``*_array`` functions are the vectorisable versions.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,6 +31,7 @@ FAST = {"reassoc", "contract"}
 
 # ------------------------------------------------------------- scalars and vectors
 
+
 @njit
 def softplus(x):
     return x if x > SOFTPLUS_THRESHOLD else math.log1p(math.exp(x))
@@ -39,7 +41,7 @@ def softplus(x):
 def sigmoid(x):
     if x >= 0.0:
         return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)                  # no overflow for very negative x
+    z = math.exp(x)  # no overflow for very negative x
     return z / (1.0 + z)
 
 
@@ -157,10 +159,10 @@ def argmax(z):
 # same at inf, -inf and nan. float32 arrays are computed in double and rounded. Compiled
 # without fastmath: reassociation would fold the rounding trick (x + 1.5 2^52) - 1.5 2^52.
 
-_ROUND = 6755399441055744.0            # 1.5 * 2^52: t = y + _ROUND has round(y) in its low bits
+_ROUND = 6755399441055744.0  # 1.5 * 2^52: t = y + _ROUND has round(y) in its low bits
 _ROUND_BITS = 0x4338000000000000
 _LOG2E = 1.4426950408889634
-_LN2_HI = 0.6931471803691238           # ln 2 = _LN2_HI + _LN2_LO (Cody and Waite)
+_LN2_HI = 0.6931471803691238  # ln 2 = _LN2_HI + _LN2_LO (Cody and Waite)
 _LN2_LO = 1.9082149292705877e-10
 
 
@@ -168,6 +170,7 @@ _LN2_LO = 1.9082149292705877e-10
 def _bits_as_float(typingctx, bits):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.DoubleType())
+
     return types.float64(types.int64), codegen
 
 
@@ -175,6 +178,7 @@ def _bits_as_float(typingctx, bits):
 def _float_bits(typingctx, value):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.IntType(64))
+
     return types.int64(types.float64), codegen
 
 
@@ -197,13 +201,13 @@ def _expm1_exact(x):
     p = p * r + 1.0 / 6.0
     p = p * r + 0.5
     p = p * r + 1.0
-    scale = _bits_as_float(((_float_bits(t) - _ROUND_BITS) + 1023) << 52)      # 2^n
+    scale = _bits_as_float(((_float_bits(t) - _ROUND_BITS) + 1023) << 52)  # 2^n
     return scale * (p * r) + (scale - 1.0)
 
 
 @njit(inline="always", error_model="numpy")
 def _branchless_tanh(x):
-    m = _expm1_exact(-2.0 * min(abs(x), 40.0))          # in (-1, 0]
+    m = _expm1_exact(-2.0 * min(abs(x), 40.0))  # in (-1, 0]
     return math.copysign(-m / (2.0 + m), x)
 
 

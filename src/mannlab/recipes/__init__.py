@@ -8,6 +8,7 @@ from anywhere; in a checkout, recipes/ at the repository root is a link to this 
     describe(path)             the one-line description (the recipe's first comment sentence)
     resolve("recipes/x.toml")  a file that exists, else the packaged recipe it names
 """
+
 from __future__ import annotations
 
 import difflib
@@ -36,9 +37,11 @@ def path(name: str) -> Path:
     if key and ".." not in Path(key).parts and candidate.is_file():
         return candidate
     close = difflib.get_close_matches(key, names(), n=5, cutoff=0.6)
-    raise ConfigError(f"no packaged recipe named {name!r}; "
-                      + (f"similar recipes: {', '.join(close)}; " if close else "")
-                      + "`mannlab recipes` lists them all")
+    raise ConfigError(
+        f"no packaged recipe named {name!r}; "
+        + (f"similar recipes: {', '.join(close)}; " if close else "")
+        + "`mannlab recipes` lists them all"
+    )
 
 
 def resolve(name_or_path: str | Path) -> Path:
@@ -72,4 +75,4 @@ def describe(recipe: Path, width: int = 100) -> str:
             break
     sentence = _SENTENCE_END.split(" ".join(words), maxsplit=1)[0]
     sentence += "." if _SENTENCE_END.search(" ".join(words)) else ""
-    return sentence if len(sentence) <= width else sentence[:width - 3].rstrip() + "..."
+    return sentence if len(sentence) <= width else sentence[: width - 3].rstrip() + "..."

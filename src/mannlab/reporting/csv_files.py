@@ -1,4 +1,5 @@
 """CSV output of the analyses: one row per dict, columns in the order of the first row."""
+
 from __future__ import annotations
 
 import csv

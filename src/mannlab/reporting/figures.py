@@ -9,6 +9,7 @@ The module never selects a matplotlib backend: on a machine without a screen
 matplotlib falls back to Agg by itself, and scripts may call
 ``matplotlib.use("Agg")`` before importing pyplot.
 """
+
 from __future__ import annotations
 
 import math
@@ -233,8 +234,9 @@ def _height_ratios(rows_per_panel: list[int]) -> list[float]:
     return [min(max(rows / 8.0, 1.0), 4.0) for rows in rows_per_panel]
 
 
-def _draw_image(fig: Figure, ax, image: np.ndarray, row_offset: int, cmap: str,
-                fixed_unit_scale: bool) -> None:
+def _draw_image(
+    fig: Figure, ax, image: np.ndarray, row_offset: int, cmap: str, fixed_unit_scale: bool
+) -> None:
     """Draw ``image (rows, T)`` with time on x, row ``row_offset`` at the top, and a colour bar.
 
     The colour scale starts at 0 (or the minimum, if negative) and ends at 1 (or the
@@ -388,8 +390,10 @@ def compare_curves(
         metric = metric or next((k for k in ("bce", "bpc", "ce") if any(k in r for r in rows)), "bce")
         rows = [r for r in rows if metric in r and key in r]
         if not rows:
-            raise DataError(f"{source}: no validation rows with {metric!r} and {key!r} "
-                            f"(runs from before CPU seconds were logged have no 'cpu')")
+            raise DataError(
+                f"{source}: no validation rows with {metric!r} and {key!r} "
+                f"(runs from before CPU seconds were logged have no 'cpu')"
+            )
         if any("multiple" in r for r in rows):
             rows = [r for r in rows if r.get("multiple") == 1]
         elif any("length" in r for r in rows):
@@ -401,7 +405,7 @@ def compare_curves(
         shown.extend(ys)
     if threshold is not None:
         ax.axhline(threshold, color="black", ls="--", lw=1.0, label=f"threshold {threshold:g}")
-    if min(shown) > 0 and max(shown) / min(shown) > 10:   # a log axis only where it helps
+    if min(shown) > 0 and max(shown) / min(shown) > 10:  # a log axis only where it helps
         ax.set_yscale("log")
     ax.set_xlabel({"step": "step", "wall": "wall minutes", "cpu": "CPU minutes"}[x])
     ax.set_ylabel(f"validation {metric}")

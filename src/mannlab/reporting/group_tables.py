@@ -6,11 +6,13 @@ Each run's numbers come from its ``eval-<split>.json``, written by
 config.toml agree on everything but the seed, the run directory, the data directory and the
 bAbI task selection (task.tasks, task.language): the seeds of one jointly trained model (the
 partially non-recurrent paper's set-up), or one model per bAbI task (the D-NTM paper's, e.g.
-``runs/babi-dntm-soft-1step/qa<N>/seed0``). Its label is the runs' common directory. A cell is the error in percent, the mean over the seeds that
+``runs/babi-dntm-soft-1step/qa<N>/seed0``). Its label is the runs' common directory. A cell is the error
+in percent, the mean over the seeds that
 evaluated that group. Below the groups: the mean over groups, the number of failed groups
 (error above the evaluation's threshold, 5 % for bAbI) as the papers report, and the error over
 all examples (what the MNIST papers report as test accuracy). One table per task.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,7 +38,7 @@ class GroupEval:
     column: str
     task: str
     per_group: dict[str, float]
-    error: float | None              # over all examples
+    error: float | None  # over all examples
     fail_threshold: float | None
 
 
@@ -57,9 +59,16 @@ def find_group_evals(run_paths: list[Path], split: str = "test") -> list[GroupEv
         except (TypeError, KeyError, ValueError):
             raise DataError(f"{file}: expected per_group entries with an 'error' number") from None
         threshold, error = data.get("fail_threshold"), data.get("error")
-        evals.append(GroupEval(path, "", str(data.get("task", "?")), per_group,
-                               None if error is None else float(error),
-                               None if threshold is None else float(threshold)))
+        evals.append(
+            GroupEval(
+                path,
+                "",
+                str(data.get("task", "?")),
+                per_group,
+                None if error is None else float(error),
+                None if threshold is None else float(threshold),
+            )
+        )
     return evals
 
 
@@ -70,8 +79,11 @@ def column_key(config: dict) -> str:
 
 
 def _without(table: dict, prefix: tuple = ()) -> dict:
-    return {k: _without(v, prefix + (k,)) if isinstance(v, dict) else v
-            for k, v in table.items() if prefix + (k,) not in _NOT_A_COLUMN}
+    return {
+        k: _without(v, prefix + (k,)) if isinstance(v, dict) else v
+        for k, v in table.items()
+        if prefix + (k,) not in _NOT_A_COLUMN
+    }
 
 
 def _natural(name: str) -> tuple:
@@ -87,19 +99,26 @@ def group_error_rows(evals: list[GroupEval]) -> tuple[list[str], list[list[str]]
     means: dict[str, dict[str, float]] = {}
     for column in columns:
         cell_evals = [e for e in evals if e.column == column]
-        means[column] = {g: statistics.fmean(e.per_group[g] for e in cell_evals if g in e.per_group)
-                         for g in groups if any(g in e.per_group for e in cell_evals)}
+        means[column] = {
+            g: statistics.fmean(e.per_group[g] for e in cell_evals if g in e.per_group)
+            for g in groups
+            if any(g in e.per_group for e in cell_evals)
+        }
     thresholds = {e.fail_threshold for e in evals if e.fail_threshold is not None}
     rows = [[g] + [_percent(means[c].get(g)) for c in columns] for g in groups]
-    rows.append(["**mean**"] + [_percent(statistics.fmean(means[c].values()) if means[c] else None)
-                                for c in columns])
+    rows.append(
+        ["**mean**"] + [_percent(statistics.fmean(means[c].values()) if means[c] else None) for c in columns]
+    )
     if len(thresholds) == 1:
         limit = thresholds.pop()
-        rows.append([f"failed (> {100 * limit:g} %)"] + [
-            f"{sum(v > limit for v in means[c].values())} of {len(means[c])}" for c in columns])
+        rows.append(
+            [f"failed (> {100 * limit:g} %)"]
+            + [f"{sum(v > limit for v in means[c].values())} of {len(means[c])}" for c in columns]
+        )
     overall = {c: [e.error for e in evals if e.column == c and e.error is not None] for c in columns}
-    rows.append(["all examples"] + [_percent(statistics.fmean(overall[c]) if overall[c] else None)
-                                    for c in columns])
+    rows.append(
+        ["all examples"] + [_percent(statistics.fmean(overall[c]) if overall[c] else None) for c in columns]
+    )
     return ["group"] + [f"`{c}`" for c in columns], rows
 
 

@@ -17,6 +17,7 @@ Runs of data-set tasks get the per-group test error table of ``group_tables`` in
 
     text = build_report("runs/table2", paper=True)
 """
+
 from __future__ import annotations
 
 import inspect
@@ -33,8 +34,18 @@ from mannlab.reporting.group_tables import by_task, column_key, find_group_evals
 from mannlab.rundir.files import read_json, write_atomic
 from mannlab.rundir.metrics_log import read_metrics
 
-__all__ = ["Run", "PAPER_COLUMNS", "PAPER_TABLE2", "PAPER_SEEDS", "find_runs", "bit_error_percent",
-           "error_table", "runs_table", "build_report", "write_report"]
+__all__ = [
+    "Run",
+    "PAPER_COLUMNS",
+    "PAPER_TABLE2",
+    "PAPER_SEEDS",
+    "find_runs",
+    "bit_error_percent",
+    "error_table",
+    "runs_table",
+    "build_report",
+    "write_report",
+]
 
 # ----------------------------------------------------------------- the paper
 
@@ -44,32 +55,107 @@ PAPER_SEEDS = 10  # "average scores of ten individual models"
 # then NTM and DNC with the FNN, EN, proposed EN, LSTM and proposed LSTM controllers.
 # Keys are (model, controller) in mannlab's names; the plain EN has no mannlab model yet.
 PAPER_COLUMNS: tuple[tuple[str, str | None], ...] = (
-    ("elman", None), ("lstm", None),
-    ("ntm", "fnn"), ("ntm", "elman"), ("ntm", "pnr-elman"), ("ntm", "lstm"), ("ntm", "pnr-lstm"),
-    ("dnc", "fnn"), ("dnc", "elman"), ("dnc", "pnr-elman"), ("dnc", "lstm"), ("dnc", "pnr-lstm"),
+    ("elman", None),
+    ("lstm", None),
+    ("ntm", "fnn"),
+    ("ntm", "elman"),
+    ("ntm", "pnr-elman"),
+    ("ntm", "lstm"),
+    ("ntm", "pnr-lstm"),
+    ("dnc", "fnn"),
+    ("dnc", "elman"),
+    ("dnc", "pnr-elman"),
+    ("dnc", "lstm"),
+    ("dnc", "pnr-lstm"),
 )
 
 # Table 2 (average bit error rate in %, and in brackets how many of the ten models
 # reached 0.0 %), transcribed from the paper's text; one entry per PAPER_COLUMNS item.
 _PAPER_ROWS: dict[str, tuple[tuple[float, int], ...]] = {
-    "copy": ((37.5, 0), (21.8, 0),
-             (0.0, 10), (0.0, 9), (0.0, 10), (11.0, 3), (0.0, 10),
-             (2.8, 9), (0.0, 9), (0.0, 10), (13.2, 3), (3.3, 7)),
-    "reverse": ((25.8, 0), (13.2, 0),
-                (10.0, 6), (2.0, 8), (15.2, 2), (8.9, 2), (7.8, 3),
-                (2.2, 9), (7.4, 5), (0.0, 10), (7.7, 1), (13.5, 3)),
-    "bigram_flip": ((37.1, 0), (23.2, 0),
-                    (4.5, 3), (2.0, 8), (0.0, 10), (9.6, 5), (0.0, 10),
-                    (2.8, 5), (0.8, 8), (1.7, 8), (9.6, 3), (7.0, 6)),
-    "odd_first": ((36.0, 0), (13.1, 0),
-                  (3.2, 1), (2.9, 6), (0.2, 7), (5.7, 3), (0.0, 10),
-                  (18.0, 0), (4.7, 2), (2.7, 6), (10.1, 1), (10.6, 1)),
-    "repeat_copy": ((15.6, 0), (7.7, 0),
-                    (1.0, 8), (0.0, 10), (0.0, 10), (0.9, 5), (0.0, 10),
-                    (1.5, 8), (0.3, 9), (0.0, 10), (0.0, 10), (0.0, 10)),
-    "priority_sort": ((30.0, 0), (14.7, 0),
-                      (11.2, 0), (7.4, 0), (9.3, 0), (7.5, 0), (8.2, 0),
-                      (12.1, 0), (6.7, 0), (9.0, 0), (8.3, 0), (4.4, 0)),
+    "copy": (
+        (37.5, 0),
+        (21.8, 0),
+        (0.0, 10),
+        (0.0, 9),
+        (0.0, 10),
+        (11.0, 3),
+        (0.0, 10),
+        (2.8, 9),
+        (0.0, 9),
+        (0.0, 10),
+        (13.2, 3),
+        (3.3, 7),
+    ),
+    "reverse": (
+        (25.8, 0),
+        (13.2, 0),
+        (10.0, 6),
+        (2.0, 8),
+        (15.2, 2),
+        (8.9, 2),
+        (7.8, 3),
+        (2.2, 9),
+        (7.4, 5),
+        (0.0, 10),
+        (7.7, 1),
+        (13.5, 3),
+    ),
+    "bigram_flip": (
+        (37.1, 0),
+        (23.2, 0),
+        (4.5, 3),
+        (2.0, 8),
+        (0.0, 10),
+        (9.6, 5),
+        (0.0, 10),
+        (2.8, 5),
+        (0.8, 8),
+        (1.7, 8),
+        (9.6, 3),
+        (7.0, 6),
+    ),
+    "odd_first": (
+        (36.0, 0),
+        (13.1, 0),
+        (3.2, 1),
+        (2.9, 6),
+        (0.2, 7),
+        (5.7, 3),
+        (0.0, 10),
+        (18.0, 0),
+        (4.7, 2),
+        (2.7, 6),
+        (10.1, 1),
+        (10.6, 1),
+    ),
+    "repeat_copy": (
+        (15.6, 0),
+        (7.7, 0),
+        (1.0, 8),
+        (0.0, 10),
+        (0.0, 10),
+        (0.9, 5),
+        (0.0, 10),
+        (1.5, 8),
+        (0.3, 9),
+        (0.0, 10),
+        (0.0, 10),
+        (0.0, 10),
+    ),
+    "priority_sort": (
+        (30.0, 0),
+        (14.7, 0),
+        (11.2, 0),
+        (7.4, 0),
+        (9.3, 0),
+        (7.5, 0),
+        (8.2, 0),
+        (12.1, 0),
+        (6.7, 0),
+        (9.0, 0),
+        (8.3, 0),
+        (4.4, 0),
+    ),
 }
 PAPER_TABLE2: dict[str, dict[tuple[str, str | None], tuple[float, int]]] = {
     task: dict(zip(PAPER_COLUMNS, row, strict=True)) for task, row in _PAPER_ROWS.items()
@@ -90,19 +176,20 @@ LAST_VALIDATIONS = 10  # ARMIN Table 1: an unsolved run is scored by its last 10
 
 # --------------------------------------------------------------------- runs
 
+
 @dataclass
 class Run:
     """One run directory: what it trained (from config.toml) and its summary.json, if finished."""
 
     path: Path
-    group: Path                      # the parent for the <group>/seed<k> layout, else the run itself
+    group: Path  # the parent for the <group>/seed<k> layout, else the run itself
     model: str
-    controller: str | None           # None for models without a controller (the plain LSTM)
-    variant: str | None              # non-default VARIANT_KEYS, e.g. "addressing=reinforce"
+    controller: str | None  # None for models without a controller (the plain LSTM)
+    variant: str | None  # non-default VARIANT_KEYS, e.g. "addressing=reinforce"
     task: str
     seed: int | None
-    summary: dict[str, Any] | None   # None: not finished (no summary.json yet)
-    config: dict[str, Any]           # config.toml as read
+    summary: dict[str, Any] | None  # None: not finished (no summary.json yet)
+    config: dict[str, Any]  # config.toml as read
 
     @property
     def column(self) -> tuple[str, str | None]:
@@ -145,7 +232,9 @@ def find_runs(runs_dir: str | Path) -> tuple[list[Run], list[str]]:
         here = Path(dirpath)
         if "checkpoints" in dirnames:
             dirnames.remove("checkpoints")  # no runs inside a run's checkpoints
-        started = "summary.json" in filenames or "metrics.jsonl" in filenames or (here / "checkpoints").is_dir()
+        started = (
+            "summary.json" in filenames or "metrics.jsonl" in filenames or (here / "checkpoints").is_dir()
+        )
         if not started:
             continue
         if "config.toml" not in filenames:
@@ -162,15 +251,25 @@ def _read_run(path: Path) -> Run:
     except ConfigError as exc:
         raise DataError(str(exc)) from None
     model_table, task_table = config.get("model"), config.get("task")
-    if not isinstance(model_table, dict) or not isinstance(task_table, dict) \
-            or "name" not in model_table or "name" not in task_table:
+    if (
+        not isinstance(model_table, dict)
+        or not isinstance(task_table, dict)
+        or "name" not in model_table
+        or "name" not in task_table
+    ):
         raise DataError(f"{path / 'config.toml'}: expected [model] and [task] tables with a name")
     model = str(model_table["name"]).strip().lower().replace("_", "-")
     controller = model_table.get("controller", _model_default(model, "controller"))
     if controller is not None:
         controller = str(controller).strip().lower().replace("_", "-")
-    variant = ", ".join(f"{key}={model_table[key]}" for key in VARIANT_KEYS
-                        if key in model_table and model_table[key] != _model_default(model, key)) or None
+    variant = (
+        ", ".join(
+            f"{key}={model_table[key]}"
+            for key in VARIANT_KEYS
+            if key in model_table and model_table[key] != _model_default(model, key)
+        )
+        or None
+    )
     task = str(task_table["name"]).strip().lower().replace("-", "_")
     summary = None
     if (path / "summary.json").is_file():
@@ -187,6 +286,7 @@ def _model_default(model: str, key: str) -> Any:
     recipe set); None for an unknown model or argument."""
     try:
         from mannlab.models import MODELS
+
         param = inspect.signature(MODELS[model]).parameters.get(key)
     except (ImportError, KeyError):
         return None
@@ -195,11 +295,13 @@ def _model_default(model: str, key: str) -> Any:
 
 # ------------------------------------------------------------------- tables
 
+
 def _order(values: Iterable[str | None], preferred: tuple[str, ...]) -> list:
     def key(value):
         if value in preferred:
             return (0, preferred.index(value), "")
         return (1, 0, value or "")
+
     return sorted(set(values), key=key)
 
 
@@ -246,9 +348,13 @@ def error_table(runs: list[Run], paper: bool = False) -> str:
         rows.append([task] + cells)
         if paper and task in PAPER_TABLE2:
             reported = PAPER_TABLE2[task]
-            rows.append([f"{task} (paper)"] + [
-                "-" if col not in reported else f"{reported[col][0]:.1f} ({reported[col][1]})"
-                for col in columns])
+            rows.append(
+                [f"{task} (paper)"]
+                + [
+                    "-" if col not in reported else f"{reported[col][0]:.1f} ({reported[col][1]})"
+                    for col in columns
+                ]
+            )
     header = ["task"] + [column_label(c) for c in columns]
     return _markdown(header, rows, ["---"] + ["---:"] * len(columns))
 
@@ -264,34 +370,65 @@ def runs_table(runs: list[Run], root: Path | None = None) -> str:
             done = [r for r in cell if r.finished]
             seeds = sorted((r.seed for r in done if r.seed is not None))
             steps = [r.summary["steps"] for r in done if r.summary.get("steps") is not None]
-            best = [r.summary["best_val"]["step"] for r in done
-                    if (r.summary.get("best_val") or {}).get("step") is not None]
+            best = [
+                r.summary["best_val"]["step"]
+                for r in done
+                if (r.summary.get("best_val") or {}).get("step") is not None
+            ]
             walls = [r.summary["wall_seconds"] for r in done if r.summary.get("wall_seconds") is not None]
             cpus = [r.summary["cpu_seconds"] for r in done if r.summary.get("cpu_seconds") is not None]
             solved = sum(bool(r.summary.get("solved")) for r in done)
-            solved_steps = [r.summary["solved_at_step"] for r in done
-                            if r.summary.get("solved_at_step") is not None]
-            solved_walls = [r.summary["solved_at_seconds"] for r in done
-                            if r.summary.get("solved_at_seconds") is not None]
-            unsolved_bces = [b for b in (last_val_bce(r.path) for r in done if not r.summary.get("solved"))
-                             if b is not None]
+            solved_steps = [
+                r.summary["solved_at_step"] for r in done if r.summary.get("solved_at_step") is not None
+            ]
+            solved_walls = [
+                r.summary["solved_at_seconds"] for r in done if r.summary.get("solved_at_seconds") is not None
+            ]
+            unsolved_bces = [
+                b
+                for b in (last_val_bce(r.path) for r in done if not r.summary.get("solved"))
+                if b is not None
+            ]
             groups = sorted({_relative(r.group, root) for r in cell})
             model, controller = column
-            rows.append([
-                task, model, controller or "-", str(len(done)),
-                ", ".join(map(str, seeds)) or "-", str(len(cell) - len(done)),
-                _mean(steps), _mean(best), f"{solved}/{len(done)}", _mean(solved_steps),
-                _duration(statistics.fmean(solved_walls)) if solved_walls else "-",
-                f"{statistics.fmean(unsolved_bces):.3f}" if unsolved_bces else "-",
-                _duration(statistics.fmean(walls)) if walls else "-",
-                _duration(sum(walls)) if walls else "-",
-                _duration(statistics.fmean(cpus)) if cpus else "-",
-                ", ".join(f"`{g}`" for g in groups),
-            ])
-    header = ["task", "model", "controller, variant", "seeds", "seed ids", "unfinished", "steps (mean)",
-              "best step (mean)", "val bce solved", "solved at step (mean)", "wall to solve (mean)",
-              f"unsolved: last {LAST_VALIDATIONS} val bce (mean)", "wall per seed", "wall total",
-              "CPU per seed", "directory"]
+            rows.append(
+                [
+                    task,
+                    model,
+                    controller or "-",
+                    str(len(done)),
+                    ", ".join(map(str, seeds)) or "-",
+                    str(len(cell) - len(done)),
+                    _mean(steps),
+                    _mean(best),
+                    f"{solved}/{len(done)}",
+                    _mean(solved_steps),
+                    _duration(statistics.fmean(solved_walls)) if solved_walls else "-",
+                    f"{statistics.fmean(unsolved_bces):.3f}" if unsolved_bces else "-",
+                    _duration(statistics.fmean(walls)) if walls else "-",
+                    _duration(sum(walls)) if walls else "-",
+                    _duration(statistics.fmean(cpus)) if cpus else "-",
+                    ", ".join(f"`{g}`" for g in groups),
+                ]
+            )
+    header = [
+        "task",
+        "model",
+        "controller, variant",
+        "seeds",
+        "seed ids",
+        "unfinished",
+        "steps (mean)",
+        "best step (mean)",
+        "val bce solved",
+        "solved at step (mean)",
+        "wall to solve (mean)",
+        f"unsolved: last {LAST_VALIDATIONS} val bce (mean)",
+        "wall per seed",
+        "wall total",
+        "CPU per seed",
+        "directory",
+    ]
     return _markdown(header, rows, ["---"] * 3 + ["---:"] * 12 + ["---"])
 
 
@@ -301,8 +438,11 @@ def last_val_bce(run_path: Path, n: int = LAST_VALIDATIONS) -> float | None:
     path = run_path / "metrics.jsonl"
     if not path.is_file():
         return None
-    values = [float(row["bce"]) for row in read_metrics(path)
-              if row.get("split") == "val" and row.get("multiple") == 1 and row.get("bce") is not None]
+    values = [
+        float(row["bce"])
+        for row in read_metrics(path)
+        if row.get("split") == "val" and row.get("multiple") == 1 and row.get("bce") is not None
+    ]
     return statistics.fmean(values[-n:]) if values else None
 
 
@@ -336,15 +476,19 @@ def _pooling_warnings(runs: list[Run], root: Path) -> list[str]:
         cells.setdefault((r.task, r.column), set()).add(_relative(r.group, root))
     for (task, column), groups in sorted(cells.items(), key=lambda item: str(item[0])):
         if len(groups) > 1:
-            warnings.append(f"{task} / {column_label(column)} pools runs of {len(groups)} directories "
-                            f"({', '.join(sorted(groups))}); report on one recipe's runs directory "
-                            f"to keep them apart")
+            warnings.append(
+                f"{task} / {column_label(column)} pools runs of {len(groups)} directories "
+                f"({', '.join(sorted(groups))}); report on one recipe's runs directory "
+                f"to keep them apart"
+            )
     seen: dict[tuple, Path] = {}
     for r in runs:
         key = (r.task, r.column, r.seed)
         if r.seed is not None and key in seen:
-            warnings.append(f"seed {r.seed} of {r.task} / {column_label(r.column)} appears twice: "
-                            f"{_relative(seen[key], root)} and {_relative(r.path, root)}")
+            warnings.append(
+                f"seed {r.seed} of {r.task} / {column_label(r.column)} appears twice: "
+                f"{_relative(seen[key], root)} and {_relative(r.path, root)}"
+            )
         seen.setdefault(key, r.path)
     return warnings
 
@@ -354,8 +498,10 @@ def build_report(runs_dir: str | Path, paper: bool = False) -> str:
     root = Path(runs_dir)
     runs, warnings = find_runs(root)
     if not runs:
-        raise DataError(f"no runs in {runs_dir}: expected run directories with config.toml and "
-                        f"summary.json, e.g. <group>/seed<k>/ as `mannlab run` writes them")
+        raise DataError(
+            f"no runs in {runs_dir}: expected run directories with config.toml and "
+            f"summary.json, e.g. <group>/seed<k>/ as `mannlab run` writes them"
+        )
     data_runs = [r for r in runs if r.task in _data_task_names()]
     toy_runs = [r for r in runs if r not in data_runs]
     lines = _data_section(runs_dir, root, data_runs)
@@ -376,26 +522,36 @@ def _toy_section(runs_dir: str | Path, root: Path, runs: list[Run], paper: bool)
         "",
         "Mean over seeds of the bit error rate (%) at the training length (validation set, "
         "multiple 1) of the best-by-validation checkpoint; in brackets the number of seeds "
-        "with 0 bit errors. The layout of Table 2 of Taguchi & Tsuruoka; \"-\": no finished run"
+        'with 0 bit errors. The layout of Table 2 of Taguchi & Tsuruoka; "-": no finished run'
         + (f" ({unfinished} run{'s' if unfinished != 1 else ''} not finished yet)." if unfinished else "."),
     ]
     if paper:
-        lines.append(f"Rows \"(paper)\": the paper's Table 2 ({PAPER_SEEDS} models per cell, "
-                     "1,000,000 training sequences each, test set of 10,000 sequences).")
-    lines += ["", error_table(runs, paper=paper), "", "## Runs", "",
-              "Seeds with a summary.json (finished); steps and the step of the best checkpoint "
-              "(means over seeds); \"val bce solved\": seeds whose validation bce at the training "
-              "length dropped below train.solve_bce, the mean step and wall time at which they "
-              "did, and the unsolved seeds' mean validation bce over their last "
-              f"{LAST_VALIDATIONS} validations (the figures of the ARMIN paper's Table 1); "
-              "wall and CPU time are training time as "
-              "recorded (CPU: of the training process; '-' for runs recorded before it was).",
-              "", runs_table(runs, root)]
+        lines.append(
+            f'Rows "(paper)": the paper\'s Table 2 ({PAPER_SEEDS} models per cell, '
+            "1,000,000 training sequences each, test set of 10,000 sequences)."
+        )
+    lines += [
+        "",
+        error_table(runs, paper=paper),
+        "",
+        "## Runs",
+        "",
+        "Seeds with a summary.json (finished); steps and the step of the best checkpoint "
+        '(means over seeds); "val bce solved": seeds whose validation bce at the training '
+        "length dropped below train.solve_bce, the mean step and wall time at which they "
+        "did, and the unsolved seeds' mean validation bce over their last "
+        f"{LAST_VALIDATIONS} validations (the figures of the ARMIN paper's Table 1); "
+        "wall and CPU time are training time as "
+        "recorded (CPU: of the training process; '-' for runs recorded before it was).",
+        "",
+        runs_table(runs, root),
+    ]
     return lines
 
 
 def _data_task_names() -> set[str]:
     from mannlab.tasks import data_names
+
     return set(data_names())
 
 
@@ -408,18 +564,23 @@ def _data_section(runs_dir: str | Path, root: Path, data_runs: list[Run]) -> lis
     for e in evals:
         e.column = columns[e.path]
     missing = [r for r in data_runs if not any(e.path == r.path for e in evals)]
-    lines = [f"# Test error per group of the data-set runs in `{runs_dir}`", "",
-             "Error (%) on the test split of each run's best checkpoint, from its eval-test.json; "
-             "a column per configuration (the seeds of one jointly trained model, or one model "
-             "per bAbI task), named by the runs' common directory; a cell is the mean over seeds.", ""]
+    lines = [
+        f"# Test error per group of the data-set runs in `{runs_dir}`",
+        "",
+        "Error (%) on the test split of each run's best checkpoint, from its eval-test.json; "
+        "a column per configuration (the seeds of one jointly trained model, or one model "
+        "per bAbI task), named by the runs' common directory; a cell is the mean over seeds.",
+        "",
+    ]
     for task, task_evals in by_task(evals).items():
         header, rows = group_error_rows(task_evals)
         lines += [f"## {task}", "", _markdown(header, rows, ["---"] + ["---:"] * (len(header) - 1)), ""]
     if not evals:
         lines += ["No run has an eval-test.json yet.", ""]
     if missing:
-        lines += [f"Not evaluated ({len(missing)}; `mannlab eval RUN --split test`):",
-                  ""] + [f"- `{_relative(r.path, root)}`" for r in missing]
+        lines += [f"Not evaluated ({len(missing)}; `mannlab eval RUN --split test`):", ""] + [
+            f"- `{_relative(r.path, root)}`" for r in missing
+        ]
     while not lines[-1]:
         lines.pop()
     return lines
@@ -438,8 +599,9 @@ def _config_columns(root: Path, runs: list[Run]) -> dict[Path, str]:
     return labels
 
 
-def write_report(runs_dir: str | Path, out: str | Path | None = None,
-                 paper: bool = False) -> tuple[str, Path]:
+def write_report(
+    runs_dir: str | Path, out: str | Path | None = None, paper: bool = False
+) -> tuple[str, Path]:
     """Build the report and write it to ``out`` (default ``<runs_dir>/report.md``; an
     existing directory ``out`` receives ``report.md``)."""
     text = build_report(runs_dir, paper=paper)

@@ -1,4 +1,5 @@
 """Plain-text tables of evaluation results: metrics per length, errors per group."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -6,8 +7,12 @@ from typing import Any, Sequence
 import numpy as np
 
 # Column order and headers of format_table; other numeric keys follow in their own order.
-COLUMNS = {"bce": "bce (nats/bit)", "ce": "ce (nats/step)", "bit_error_rate": "bit error rate",
-           "seq_bit_errors": "bit errors/seq"}
+COLUMNS = {
+    "bce": "bce (nats/bit)",
+    "ce": "ce (nats/step)",
+    "bit_error_rate": "bit error rate",
+    "seq_bit_errors": "bit errors/seq",
+}
 
 
 def format_table(rows: Sequence[dict[str, Any]], train_length: int | None = None) -> str:
@@ -16,8 +21,14 @@ def format_table(rows: Sequence[dict[str, Any]], train_length: int | None = None
     if not rows:
         return "(no rows)"
     keys = [k for k in COLUMNS if any(k in r for r in rows)]
-    keys += [k for k in rows[0] if k not in COLUMNS and k not in ("length", "multiple")
-             and isinstance(rows[0][k], (int, float)) and not k.startswith("error/")]
+    keys += [
+        k
+        for k in rows[0]
+        if k not in COLUMNS
+        and k not in ("length", "multiple")
+        and isinstance(rows[0][k], (int, float))
+        and not k.startswith("error/")
+    ]
     header = ["length"] + [COLUMNS.get(k, k) for k in keys]
     body = []
     for row in rows:
@@ -26,8 +37,10 @@ def format_table(rows: Sequence[dict[str, Any]], train_length: int | None = None
             label += " (train)"
         body.append([label] + [_fmt(row.get(k)) for k in keys])
     widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
-    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths)))
-             for line in [header] + body]
+    lines = [
+        "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+        for line in [header] + body
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -43,7 +56,7 @@ def _fmt(value: Any) -> str:
 def format_group_errors(row: dict[str, Any]) -> str:
     """One line from a validation row's group metrics: "qa1 12.0%, qa4 3.0%; mean 7.5%, failed
     1/2"; empty if the row has none."""
-    groups = [(k[len("error/"):], v) for k, v in row.items() if k.startswith("error/")]
+    groups = [(k[len("error/") :], v) for k, v in row.items() if k.startswith("error/")]
     if not groups:
         return ""
     text = ", ".join(f"{name} {100 * v:.1f}%" for name, v in groups)
@@ -80,20 +93,28 @@ def format_evaluation(result: dict[str, Any]) -> str:
         lines = [f"{result['run_dir']}, {where}, state carried:"]
         for split in ("valid", "test"):
             row = result[split]
-            lines.append(f"  {split}: {row['bpc']:.4f} BPC ({row['symbols']:,} symbols, "
-                         f"{row['batch_size']} stream(s))")
+            lines.append(
+                f"  {split}: {row['bpc']:.4f} BPC ({row['symbols']:,} symbols, {row['batch_size']} stream(s))"
+            )
         return "\n".join(lines)
     if result["kind"] == "split":
         found = result["result"]
-        lines = [f"{result['model']} on {result['task']}, {result['split']} split, "
-                 f"{found['checkpoint']} checkpoint", format_results(found)]
+        lines = [
+            f"{result['model']} on {result['task']}, {result['split']} split, "
+            f"{found['checkpoint']} checkpoint",
+            format_results(found),
+        ]
         if "fed_back" in found:
             fb = found["fed_back"]
-            lines.append(f"predictions fed back: per-digit error {100 * fb['digit_error']:.2f}%, "
-                         f"sequence error {100 * fb['sequence_error']:.2f}% over "
-                         f"{fb['sequences']} sequences")
+            lines.append(
+                f"predictions fed back: per-digit error {100 * fb['digit_error']:.2f}%, "
+                f"sequence error {100 * fb['sequence_error']:.2f}% over "
+                f"{fb['sequences']} sequences"
+            )
         lines.append(f"written {result['path']}")
         return "\n".join(lines)
-    return (f"{result['model']} on {result['task']}, {where}, {result['batches']} x "
-            f"{result['batch_size']} sequences per length ({result['length_name']}):\n"
-            + format_table(result["rows"], train_length=result["train_length"]))
+    return (
+        f"{result['model']} on {result['task']}, {where}, {result['batches']} x "
+        f"{result['batch_size']} sequences per length ({result['length_name']}):\n"
+        + format_table(result["rows"], train_length=result["train_length"])
+    )

@@ -9,6 +9,7 @@ old or the new checkpoint complete; if it happens between the two renames,
 ``train_state.pt`` holds only tensors and plain containers and is read with
 ``torch.load(weights_only=True)``, so loading a checkpoint never runs pickled code.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ TRAIN_STATE = "train_state.pt"
 FILES = (WEIGHTS, META, TRAIN_STATE)
 
 
-def save_checkpoint(directory: str | Path, model: torch.nn.Module, meta: dict[str, Any],
-                    train_state: dict[str, Any]) -> None:
+def save_checkpoint(
+    directory: str | Path, model: torch.nn.Module, meta: dict[str, Any], train_state: dict[str, Any]
+) -> None:
     """Write the checkpoint into ``directory``, replacing any previous one atomically."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -63,15 +65,17 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, meta: dict[st
         shutil.rmtree(old)
 
 
-def load_checkpoint(directory: str | Path, model: torch.nn.Module | None = None
-                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_checkpoint(
+    directory: str | Path, model: torch.nn.Module | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return (meta, train_state); if ``model`` is given, load the weights into it."""
     directory = _existing(Path(directory))
     for name in FILES:
         if not (directory / name).is_file():
             raise CheckpointError(
                 f"checkpoint {directory} is incomplete: {name} is missing. "
-                "Restore the file or start the run again without --resume.")
+                "Restore the file or start the run again without --resume."
+            )
     meta = _read_meta(directory / META)
     train_state = _read_train_state(directory / TRAIN_STATE)
     if model is not None:
@@ -85,13 +89,17 @@ def load_weights(path: str | Path, model: torch.nn.Module) -> None:
     try:
         weights = load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"{path} is truncated or not a safetensors file ({exc}). "
-                              "Restore it from a copy or retrain.") from None
+        raise CheckpointError(
+            f"{path} is truncated or not a safetensors file ({exc}). Restore it from a copy or retrain."
+        ) from None
     expected = model.state_dict()
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
-    wrong_shape = [f"{k}: checkpoint {tuple(weights[k].shape)} vs model {tuple(v.shape)}"
-                   for k, v in expected.items() if k in weights and weights[k].shape != v.shape]
+    wrong_shape = [
+        f"{k}: checkpoint {tuple(weights[k].shape)} vs model {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in weights and weights[k].shape != v.shape
+    ]
     if missing or unexpected or wrong_shape:
         problems = []
         if missing:
@@ -102,7 +110,8 @@ def load_weights(path: str | Path, model: torch.nn.Module) -> None:
             problems.append(f"shape mismatch {_short(wrong_shape)}")
         raise CheckpointError(
             f"{path} does not match the model ({'; '.join(problems)}). "
-            "Build the model with the config saved in the run (config.toml / meta.json).")
+            "Build the model with the config saved in the run (config.toml / meta.json)."
+        )
     model.load_state_dict(weights)
 
 
@@ -123,7 +132,8 @@ def _read_train_state(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} is truncated, corrupt or holds objects other than tensors and plain "
             f"containers ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
-            "Restore it from a copy or start the run again without --resume.") from None
+            "Restore it from a copy or start the run again without --resume."
+        ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} should hold a dict, found {type(state).__name__}")
     return state
@@ -135,8 +145,10 @@ def _existing(directory: Path) -> Path:
     old = _sibling(directory, "old")
     if old.is_dir() and all((old / name).is_file() for name in FILES):
         return old  # a save crashed between its two renames; the old copy is complete
-    raise CheckpointError(f"no checkpoint at {directory}. Check the run directory, "
-                          "or train without --resume to start a new run.")
+    raise CheckpointError(
+        f"no checkpoint at {directory}. Check the run directory, "
+        "or train without --resume to start a new run."
+    )
 
 
 def _sibling(directory: Path, kind: str) -> Path:

@@ -4,6 +4,7 @@ Every file of a run directory but the metrics log (appended line by line) is rep
 whole: written to a temporary sibling, fsynced, then renamed over the old file, so a
 reader (or a resume) sees either the old or the new content, never a mix.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +53,9 @@ def read_json(path: str | os.PathLike) -> Any:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except UNREADABLE as exc:
-        raise DataError(f"{path} is truncated or not JSON in UTF-8 ({type(exc).__name__}: "
-                        f"{str(exc)[:200]})") from None
+        raise DataError(
+            f"{path} is truncated or not JSON in UTF-8 ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
 
 
 def fsync(path: str | os.PathLike) -> None:

@@ -1,8 +1,9 @@
 """Open a run directory: its config, task and model with the weights of a checkpoint.
 
-    model = mannlab.load("runs/ntm-copy-seed0")      # the best checkpoint, in eval mode
-    model.config                                     # the run's RunConfig
+model = mannlab.load("runs/ntm-copy-seed0")      # the best checkpoint, in eval mode
+model.config                                     # the run's RunConfig
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,8 +31,9 @@ def use_run_threads(config: RunConfig) -> None:
         torch.set_num_threads(config.train.threads)
 
 
-def load_run(run_dir: str | Path, checkpoint: str = "best",
-             overrides: Sequence[str] = ()) -> tuple[RunConfig, Any, torch.nn.Module, dict]:
+def load_run(
+    run_dir: str | Path, checkpoint: str = "best", overrides: Sequence[str] = ()
+) -> tuple[RunConfig, Any, torch.nn.Module, dict]:
     """(config, task, model with weights, checkpoint meta) of a run directory.
 
     ``checkpoint`` is "best" or "last"; "best" falls back to "last" if the run has none.
@@ -49,19 +51,23 @@ def load_run(run_dir: str | Path, checkpoint: str = "best",
     for name in names:
         if (run_dir / "checkpoints" / name).is_dir():
             meta = load_weights_and_meta(run_dir / "checkpoints" / name, model)
-            bad = [key for key, value in model.state_dict().items()
-                   if value.is_floating_point() and not torch.isfinite(value).all()]
+            bad = [
+                key
+                for key, value in model.state_dict().items()
+                if value.is_floating_point() and not torch.isfinite(value).all()
+            ]
             if bad:
                 raise CheckpointError(
                     f"{run_dir / 'checkpoints' / name} holds non-finite weights ({', '.join(bad[:3])}"
-                    f"{' ...' if len(bad) > 3 else ''}): the run diverged; nothing to evaluate")
+                    f"{' ...' if len(bad) > 3 else ''}): the run diverged; nothing to evaluate"
+                )
             return config, task, model, meta
-    raise CheckpointError(f"no {' or '.join(names)} checkpoint in {run_dir / 'checkpoints'}; "
-                          "has this run saved one yet?")
+    raise CheckpointError(
+        f"no {' or '.join(names)} checkpoint in {run_dir / 'checkpoints'}; has this run saved one yet?"
+    )
 
 
-def load(run_dir: str | Path, checkpoint: str = "best", overrides: Sequence[str] = ()
-         ) -> torch.nn.Module:
+def load(run_dir: str | Path, checkpoint: str = "best", overrides: Sequence[str] = ()) -> torch.nn.Module:
     """The trained model of a run directory, ready for inference: weights of the
     ``checkpoint`` ("best", the default and the papers' protocol, or "last") read through
     safetensors (no pickled code runs), in eval mode, its run config as ``model.config``.

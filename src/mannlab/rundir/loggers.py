@@ -10,6 +10,7 @@
 A logger has ``log(row, metrics)`` (the metrics.jsonl row, and its metric values alone) and
 ``close()``; ``MetricsLog`` calls them for every row.
 """
+
 from __future__ import annotations
 
 import csv
@@ -53,7 +54,7 @@ def open_loggers(config: Any, run_dir: str | Path) -> list[Any]:
 
 
 def scalar_name(row: Mapping[str, Any], key: str) -> str:
-    """"train/loss", "val_len20/bce": one curve per split and validation length."""
+    """ "train/loss", "val_len20/bce": one curve per split and validation length."""
     prefix = row["split"] if "length" not in row else f"{row['split']}_len{row['length']}"
     return f"{prefix}/{key}"
 
@@ -107,13 +108,17 @@ class WandbLogger:
 
     def __init__(self, run_dir: Path, config: Mapping[str, Any]):
         wandb = _wandb()
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "mannlab"), dir=str(run_dir),
-                              name=run_dir.name, config=dict(config), resume="allow",
-                              id=_wandb_id(run_dir))
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "mannlab"),
+            dir=str(run_dir),
+            name=run_dir.name,
+            config=dict(config),
+            resume="allow",
+            id=_wandb_id(run_dir),
+        )
 
     def log(self, row: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
-        self.run.log({scalar_name(row, key): value for key, value in metrics.items()},
-                     step=row["step"])
+        self.run.log({scalar_name(row, key): value for key, value in metrics.items()}, step=row["step"])
 
     def close(self) -> None:
         self.run.finish()
@@ -132,9 +137,11 @@ def _summary_writer_class():
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise ConfigError("the tensorboard logger needs the tensorboard package: pip install "
-                          "'mannlab[tensorboard]' (or drop it from train.logger / set "
-                          "train.tensorboard=false)") from None
+        raise ConfigError(
+            "the tensorboard logger needs the tensorboard package: pip install "
+            "'mannlab[tensorboard]' (or drop it from train.logger / set "
+            "train.tensorboard=false)"
+        ) from None
     return SummaryWriter
 
 
@@ -142,8 +149,7 @@ def _wandb():
     try:
         import wandb
     except ImportError:
-        raise ConfigError("the wandb logger needs the wandb package: pip install wandb "
-                          "(or drop it from train.logger)") from None
+        raise ConfigError(
+            "the wandb logger needs the wandb package: pip install wandb (or drop it from train.logger)"
+        ) from None
     return wandb
-
-

@@ -5,6 +5,7 @@ validation lines also carry ``cpu`` (training CPU seconds so far) and, for sampl
 tasks, ``length`` and ``multiple`` (of the training length).
 A crash can cut the last line short, so the reader skips a broken final line.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,10 +27,14 @@ class MetricsLog:
         self.rows = len(read_metrics(self.path)) if self.path.exists() else 0  # rows written
         self._file = self.path.open("a", encoding="utf-8")
 
-    def log(self, step: int, split: str, metrics: Mapping[str, Any], wall: float,
-            **extra: Any) -> None:
-        row = {"step": int(step), "split": split, **extra,
-               **{k: _number(v) for k, v in metrics.items()}, "wall": round(float(wall), 3)}
+    def log(self, step: int, split: str, metrics: Mapping[str, Any], wall: float, **extra: Any) -> None:
+        row = {
+            "step": int(step),
+            "split": split,
+            **extra,
+            **{k: _number(v) for k, v in metrics.items()},
+            "wall": round(float(wall), 3),
+        }
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()  # a reader (plot, tail -f) sees every line right away
         self.rows += 1

@@ -5,28 +5,49 @@
 
 See base.Task for the batch layout and each task class for its time layout.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from mannlab.errors import ConfigError
-from mannlab.tasks.algorithmic import (AssociativeRecallTask, BigramFlipTask, CopyTask, NGramsTask,
-                                       OddFirstTask, PrioritySortColumnsTask, PrioritySortTask,
-                                       RepeatCopyTask, ReverseTask)
+from mannlab.tasks.algorithmic import (
+    AssociativeRecallTask,
+    BigramFlipTask,
+    CopyTask,
+    NGramsTask,
+    OddFirstTask,
+    PrioritySortColumnsTask,
+    PrioritySortTask,
+    RepeatCopyTask,
+    ReverseTask,
+)
 from mannlab.tasks.babi import BabiTask
-from mannlab.tasks.charlm import CHARLM_TASKS, CharLMTask
 from mannlab.tasks.base import Task
+from mannlab.tasks.charlm import CHARLM_TASKS, CharLMTask
 from mannlab.tasks.enwik8 import Enwik8Task
 from mannlab.tasks.mnist import MnistTask
 from mannlab.tasks.snli import SnliTask
 from mannlab.tasks.strokes import StrokesTask
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (
-    CopyTask, RepeatCopyTask, AssociativeRecallTask, NGramsTask, PrioritySortTask,
-    ReverseTask, BigramFlipTask, OddFirstTask, PrioritySortColumnsTask)}
+TASKS: dict[str, type[Task]] = {
+    cls.name: cls
+    for cls in (
+        CopyTask,
+        RepeatCopyTask,
+        AssociativeRecallTask,
+        NGramsTask,
+        PrioritySortTask,
+        ReverseTask,
+        BigramFlipTask,
+        OddFirstTask,
+        PrioritySortColumnsTask,
+    )
+}
 # Tasks over real data sets (tasks/dataset.py): they read files from their data_dir parameter.
-DATA_TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (
-    BabiTask, MnistTask, StrokesTask, SnliTask, Enwik8Task)}
+DATA_TASKS: dict[str, type[Task]] = {
+    cls.name: cls for cls in (BabiTask, MnistTask, StrokesTask, SnliTask, Enwik8Task)
+}
 # Character-level language modelling over a corpus (tasks/charlm.py), one task per corpus;
 # trained on contiguous streams with truncated BPTT (``batching = "streams"``).
 TEXT_TASKS: dict[str, str] = {name.replace("-", "_"): name for name in CHARLM_TASKS}
@@ -74,7 +95,24 @@ def make(name: str, **params: Any) -> Task:
     return registry[key](**params)
 
 
-__all__ = ["Task", "make", "names", "data_names", "text_names", "batching", "TASKS", "DATA_TASKS",
-           "TEXT_TASKS", "CharLMTask", "CopyTask", "RepeatCopyTask", "AssociativeRecallTask",
-           "NGramsTask", "PrioritySortTask", "PrioritySortColumnsTask", "ReverseTask", "BigramFlipTask",
-           "OddFirstTask"]
+__all__ = [
+    "Task",
+    "make",
+    "names",
+    "data_names",
+    "text_names",
+    "batching",
+    "TASKS",
+    "DATA_TASKS",
+    "TEXT_TASKS",
+    "CharLMTask",
+    "CopyTask",
+    "RepeatCopyTask",
+    "AssociativeRecallTask",
+    "NGramsTask",
+    "PrioritySortTask",
+    "PrioritySortColumnsTask",
+    "ReverseTask",
+    "BigramFlipTask",
+    "OddFirstTask",
+]

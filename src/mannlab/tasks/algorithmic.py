@@ -6,6 +6,7 @@ Every class documents its time layout; "step t" is a row of the (T, channels)
 arrays of one sequence, before batch padding (see base.py). Bits are drawn with
 p = 1/2 and every random draw comes from the numpy generator given to ``sample``.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,17 @@ from mannlab.errors import ConfigError
 from mannlab.tasks.base import Example, Task, check_bool, check_int, check_order, signed_unit_char
 from mannlab.tasks.ngrams import NGramsTask
 
-__all__ = ["CopyTask", "ReverseTask", "BigramFlipTask", "OddFirstTask", "RepeatCopyTask",
-           "AssociativeRecallTask", "PrioritySortTask", "PrioritySortColumnsTask", "NGramsTask"]
+__all__ = [
+    "CopyTask",
+    "ReverseTask",
+    "BigramFlipTask",
+    "OddFirstTask",
+    "RepeatCopyTask",
+    "AssociativeRecallTask",
+    "PrioritySortTask",
+    "PrioritySortColumnsTask",
+    "NGramsTask",
+]
 
 
 def _bits(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -87,8 +97,8 @@ class CopyTask(Task):
         m = np.zeros(steps, np.float32)
         x[:n, :width] = seq
         x[n, width] = 1.0
-        y[n + 1:2 * n + 1, :width] = seq[self.permutation(n)]
-        m[n + 1:] = 1.0
+        y[n + 1 : 2 * n + 1, :width] = seq[self.permutation(n)]
+        m[n + 1 :] = 1.0
         if end:
             y[2 * n + 1, width] = 1.0
         return x, y, m
@@ -202,9 +212,9 @@ class RepeatCopyTask(Task):
         x[:n, :width] = seq
         x[n, width] = 1.0
         x[n, width + 1] = self.normalise_repeats(reps)
-        y[n + 1:steps - 1, :width] = np.tile(seq, (reps, 1))
+        y[n + 1 : steps - 1, :width] = np.tile(seq, (reps, 1))
         y[steps - 1, width] = 1.0
-        m[n + 1:] = 1.0
+        m[n + 1 :] = 1.0
         return x, y, m
 
 
@@ -252,9 +262,11 @@ class AssociativeRecallTask(Task):
 
     @staticmethod
     def _check_capacity(items: int, bits: int) -> None:
-        if bits < 63 and items > 2 ** bits:
-            raise ConfigError(f"cannot draw {items} distinct items of {bits} bits; expected "
-                              f"at most {2 ** bits} items (or larger item_bits * item_length)")
+        if bits < 63 and items > 2**bits:
+            raise ConfigError(
+                f"cannot draw {items} distinct items of {bits} bits; expected "
+                f"at most {2**bits} items (or larger item_bits * item_length)"
+            )
 
     def _sequence(self, rng: np.random.Generator, length: int | None) -> Example:
         bits, span = self.params["item_bits"], self.params["item_length"]
@@ -270,13 +282,13 @@ class AssociativeRecallTask(Task):
         m = np.zeros(steps, np.float32)
         for k in range(count):
             x[k * stride, bits] = 1.0
-            x[k * stride + 1:(k + 1) * stride, :bits] = items[k]
+            x[k * stride + 1 : (k + 1) * stride, :bits] = items[k]
         start = count * stride
         x[start, bits + 1] = 1.0
-        x[start + 1:start + stride, :bits] = items[query]
+        x[start + 1 : start + stride, :bits] = items[query]
         x[start + stride, bits + 1] = 1.0
-        y[steps - span:] = items[query + 1]
-        m[steps - span:] = 1.0
+        y[steps - span :] = items[query + 1]
+        m[steps - span :] = 1.0
         return x, y, m
 
     @staticmethod
@@ -372,7 +384,8 @@ class PrioritySortColumnsTask(PrioritySortTask):
 
     This is the task the ARMIN authors' public code trains on for its priority sort (the
     one their Table 1 reports as solved): its generator sorts the whole (N, width + 1)
-    input matrix along time, descending, and keeps the first K rows of the bit columns. Sorting a matrix along time sorts each
+    input matrix along time, descending, and keeps the first K rows of the bit columns. Sorting a matrix
+    along time sorts each
     column independently, so output row j has bit c set iff column c holds more than j
     ones among the N inputs: a per-column count written in thermometer code. In the NTM
     paper's priority sort (PrioritySortTask) the output rows are whole input vectors

@@ -40,6 +40,7 @@ training loop's validation also logs ``error/qaN`` per bAbI task, their mean
 (``mean_group_error``) and ``failed_groups`` (tasks above 5% error). Per-task errors of a
 whole split: ``mannlab.tasks.dataset.evaluate_split`` (``mannlab eval RUN --split test``).
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -56,7 +57,7 @@ from mannlab.tasks.dataset import DatasetTask
 FACT_ENCODERS = ("bow", "gru", "bigru", "words")
 #: the encoders that run a GRU over each sentence
 GRU_ENCODERS = ("gru", "bigru")
-ENCODINGS = FACT_ENCODERS   # the older name
+ENCODINGS = FACT_ENCODERS  # the older name
 
 
 @lru_cache(maxsize=4)
@@ -69,10 +70,19 @@ class BabiTask(DatasetTask):
     """Joint bAbI QA over a set of tasks (see the module docstring)."""
 
     name = "babi"
-    fail_threshold = 0.05   # the papers count a bAbI task as failed above 5% test error
-    defaults = {"tasks": [1], "language": "en-10k", "data_dir": None, "fact_encoder": None,
-                "encoding": None, "word_size": 32, "fact_size": 64, "max_facts": 50,
-                "answer_steps": 1, "split_seed": 0}
+    fail_threshold = 0.05  # the papers count a bAbI task as failed above 5% test error
+    defaults = {
+        "tasks": [1],
+        "language": "en-10k",
+        "data_dir": None,
+        "fact_encoder": None,
+        "encoding": None,
+        "word_size": 32,
+        "fact_size": 64,
+        "max_facts": 50,
+        "answer_steps": 1,
+        "split_seed": 0,
+    }
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -84,8 +94,9 @@ class BabiTask(DatasetTask):
         self._word_id = {w: i for i, w in enumerate(self.words)}
         self._answer_id = {a: i for i, a in enumerate(self.answers)}
         v = len(self.words)
-        self.sentence_length = max(len(s) for split in self.questions.values() for q in split
-                                   for s in (*q.facts, q.question))
+        self.sentence_length = max(
+            len(s) for split in self.questions.values() for q in split for s in (*q.facts, q.question)
+        )
         if p["fact_encoder"] == "bow":
             self.input_size = 2 * v + 2
             self.input_names = [f"u:{w}" for w in self.words] + [f"v:{w}" for w in self.words]
@@ -106,16 +117,25 @@ class BabiTask(DatasetTask):
         tasks = params["tasks"]
         if isinstance(tasks, int) and not isinstance(tasks, bool):
             tasks = [tasks]
-        if not isinstance(tasks, (list, tuple)) or not tasks or \
-                any(not isinstance(t, int) or isinstance(t, bool) or t not in babi_data.TASK_NAMES for t in tasks):
+        if (
+            not isinstance(tasks, (list, tuple))
+            or not tasks
+            or any(
+                not isinstance(t, int) or isinstance(t, bool) or t not in babi_data.TASK_NAMES for t in tasks
+            )
+        ):
             raise ConfigError(f"tasks must be a list of bAbI task numbers 1-20, got {params['tasks']!r}")
         params["tasks"] = sorted(set(tasks))
         if params["language"] not in babi_data.LANGUAGES:
-            raise ConfigError(f"language must be one of {', '.join(babi_data.LANGUAGES)}, got {params['language']!r}")
+            raise ConfigError(
+                f"language must be one of {', '.join(babi_data.LANGUAGES)}, got {params['language']!r}"
+            )
         encoder, alias = params["fact_encoder"], params["encoding"]
         if encoder is not None and alias is not None and encoder != alias:
-            raise ConfigError(f"fact_encoder {encoder!r} and its older name encoding {alias!r} "
-                              f"disagree; give only fact_encoder")
+            raise ConfigError(
+                f"fact_encoder {encoder!r} and its older name encoding {alias!r} "
+                f"disagree; give only fact_encoder"
+            )
         encoder = encoder if encoder is not None else alias if alias is not None else "bow"
         if encoder not in FACT_ENCODERS:
             raise ConfigError(f"fact_encoder must be one of {', '.join(FACT_ENCODERS)}, got {encoder!r}")
@@ -123,8 +143,10 @@ class BabiTask(DatasetTask):
         check_int(params, "word_size")
         check_int(params, "fact_size")
         if encoder == "bigru" and params["fact_size"] % 2:
-            raise ConfigError(f"fact_encoder 'bigru' splits fact_size between its two directions: "
-                              f"it must be even, got {params['fact_size']}")
+            raise ConfigError(
+                f"fact_encoder 'bigru' splits fact_size between its two directions: "
+                f"it must be even, got {params['fact_size']}"
+            )
         check_int(params, "max_facts", minimum=0)
         check_int(params, "answer_steps", minimum=0)
         check_int(params, "split_seed", minimum=0)
@@ -133,7 +155,7 @@ class BabiTask(DatasetTask):
 
     @property
     def input_kind(self) -> str:
-        """"sentences" (word ids per step, for mannlab.wrappers' GRU fact encoder) with the
+        """ "sentences" (word ids per step, for mannlab.wrappers' GRU fact encoder) with the
         ``gru`` and ``bigru`` encoders, else "features" (vectors any model reads)."""
         return "sentences" if self.params["fact_encoder"] in GRU_ENCODERS else "features"
 
@@ -141,11 +163,14 @@ class BabiTask(DatasetTask):
     def sentence_encoding(self) -> dict[str, Any]:
         """What the fact encoder needs: vocabulary, sizes, direction and the input layout
         (``sentence_length`` id channels, then ``flags`` flag channels)."""
-        return {"vocabulary_size": len(self.words), "word_size": self.params["word_size"],
-                "fact_size": self.params["fact_size"],
-                "bidirectional": self.params["fact_encoder"] == "bigru",
-                "sentence_length": self.sentence_length,
-                "flags": self.input_size - self.sentence_length}
+        return {
+            "vocabulary_size": len(self.words),
+            "word_size": self.params["word_size"],
+            "fact_size": self.params["fact_size"],
+            "bidirectional": self.params["fact_encoder"] == "bigru",
+            "sentence_length": self.sentence_length,
+            "flags": self.input_size - self.sentence_length,
+        }
 
     # ----------------------------------------------------------- the data
 
@@ -165,7 +190,7 @@ class BabiTask(DatasetTask):
         return [self._example(self.questions[split][i]) for i in indices]
 
     def _example(self, q: babi_data.Question) -> Example:
-        facts = q.facts[-self.params["max_facts"]:] if self.params["max_facts"] else q.facts
+        facts = q.facts[-self.params["max_facts"] :] if self.params["max_facts"] else q.facts
         sentences = [*facts, q.question]
         encoder = self.params["fact_encoder"]
         if encoder == "bow":
@@ -177,9 +202,9 @@ class BabiTask(DatasetTask):
         question_steps = max(len(q.question), 1) if encoder == "words" else 1
         steps = len(rows) + self.params["answer_steps"]
         x = np.zeros((steps, self.input_size), np.float32)
-        x[:len(rows), :self.input_size - 2] = rows
-        x[len(rows) - question_steps:len(rows), -2] = 1.0
-        x[len(rows):, -1] = 1.0
+        x[: len(rows), : self.input_size - 2] = rows
+        x[len(rows) - question_steps : len(rows), -2] = 1.0
+        x[len(rows) :, -1] = 1.0
         y = np.zeros((steps, self.output_size), np.float32)
         y[-1, self._answer_id[q.answer]] = 1.0
         mask = np.zeros(steps, np.float32)
@@ -199,7 +224,7 @@ class BabiTask(DatasetTask):
     def _ids(self, sentence: tuple[str, ...]) -> np.ndarray:
         """Word ids 1..V of the sentence, then 0 up to the longest sentence."""
         row = np.zeros(self.sentence_length, np.float32)
-        row[:len(sentence)] = [self._word_id[w] + 1 for w in sentence]
+        row[: len(sentence)] = [self._word_id[w] + 1 for w in sentence]
         return row
 
     def _words(self, sentence: tuple[str, ...]) -> list[np.ndarray]:
@@ -213,8 +238,14 @@ class BabiTask(DatasetTask):
 
     # ---------------------------------------------------------- rendering
 
-    def render(self, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-               logits: torch.Tensor | None = None, index: int = 0) -> str:
+    def render(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        mask: torch.Tensor,
+        logits: torch.Tensor | None = None,
+        index: int = 0,
+    ) -> str:
         """The story as text (words of each step in order), the answer and the prediction."""
         x = inputs[index].detach().cpu().numpy()
         v = len(self.words)
@@ -223,11 +254,11 @@ class BabiTask(DatasetTask):
         lines = [f"babi [{index}]: {last + 1} steps"]
         for t in range(last + 1):
             if self.params["fact_encoder"] == "bow":
-                present = np.flatnonzero((x[t, :v] != 0) | (x[t, v:2 * v] != 0))
-                order = sorted(present, key=lambda k: -x[t, k])   # 1 - j/J falls with position
+                present = np.flatnonzero((x[t, :v] != 0) | (x[t, v : 2 * v] != 0))
+                order = sorted(present, key=lambda k: -x[t, k])  # 1 - j/J falls with position
                 text = " ".join(self.words[k] for k in order)
             elif self.params["fact_encoder"] in GRU_ENCODERS:
-                ids = x[t, :self.sentence_length].round().astype(int)
+                ids = x[t, : self.sentence_length].round().astype(int)
                 text = " ".join(self.words[k - 1] for k in ids if k > 0)
             else:
                 text = self.words[int(x[t, :v].argmax())] if x[t, :v].any() else ""

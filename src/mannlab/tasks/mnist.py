@@ -10,6 +10,7 @@ Le et al. 2015) or, with ``permuted``, in one fixed order drawn from ``permutati
 Splits: "train" (the 60k training images minus ``valid_size`` held out at random with
 ``split_seed``), "valid", "test" (the 10k test images).
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -34,8 +35,14 @@ class MnistTask(DatasetTask):
     """Pixel-by-pixel (permuted) MNIST classification (see the module docstring)."""
 
     name = "mnist"
-    defaults = {"permuted": False, "permutation_seed": 0, "pixels_per_step": 1,
-                "valid_size": 5000, "split_seed": 0, "data_dir": None}
+    defaults = {
+        "permuted": False,
+        "permutation_seed": 0,
+        "pixels_per_step": 1,
+        "valid_size": 5000,
+        "split_seed": 0,
+        "data_dir": None,
+    }
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -43,12 +50,16 @@ class MnistTask(DatasetTask):
         loaded = _load(p["data_dir"])
         images, labels = loaded["train"]
         if p["valid_size"] >= len(images):
-            raise ConfigError(f"valid_size must be < {len(images)} (the training images), got {p['valid_size']}")
+            raise ConfigError(
+                f"valid_size must be < {len(images)} (the training images), got {p['valid_size']}"
+            )
         order = np.random.default_rng(p["split_seed"]).permutation(len(images))
-        held, kept = order[:p["valid_size"]], np.sort(order[p["valid_size"]:])
+        held, kept = order[: p["valid_size"]], np.sort(order[p["valid_size"] :])
         self.images = {"train": images[kept], "valid": images[np.sort(held)], "test": loaded["test"][0]}
         self.labels = {"train": labels[kept], "valid": labels[np.sort(held)], "test": loaded["test"][1]}
-        self.order = mnist_data.permutation(PIXELS, p["permutation_seed"]) if p["permuted"] else np.arange(PIXELS)
+        self.order = (
+            mnist_data.permutation(PIXELS, p["permutation_seed"]) if p["permuted"] else np.arange(PIXELS)
+        )
         self.input_size = p["pixels_per_step"]
         self.output_size = 10
         self.train_length = PIXELS // p["pixels_per_step"]
@@ -93,7 +104,9 @@ class MnistTask(DatasetTask):
         """The digit as 28 rows of characters (in scan-line order even when permuted)."""
         flat = np.zeros(PIXELS, np.float32)
         flat[self.order] = inputs[index].reshape(-1).cpu().numpy()
-        rows = ["".join(" .:-=+*#%@"[min(int(v * 10), 9)] for v in flat[r * 28:(r + 1) * 28]) for r in range(28)]
+        rows = [
+            "".join(" .:-=+*#%@"[min(int(v * 10), 9)] for v in flat[r * 28 : (r + 1) * 28]) for r in range(28)
+        ]
         text = [f"mnist [{index}]: label {int(targets[index, -1].argmax())}"]
         if logits is not None:
             text[0] += f", predicted {int(logits[index, -1].argmax())}"

@@ -1,5 +1,6 @@
 """Dynamic N-grams (Graves et al. 2014): predict the next bit of a random N-gram source,
 with the Bayes-optimal predictor as a reference score."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -81,8 +82,13 @@ class NGramsTask(Task):
             nll = np.concatenate([np.full((len(y), 1), np.log(2.0)), rest], axis=1)
         return float((nll * m).sum() / max(m.sum(), 1.0))
 
-    def metrics(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-                inputs: torch.Tensor | None = None) -> dict[str, float]:
+    def metrics(
+        self,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        mask: torch.Tensor,
+        inputs: torch.Tensor | None = None,
+    ) -> dict[str, float]:
         """The base metrics plus ``optimal_bce`` (exact when ``inputs`` are given)."""
         out = super().metrics(logits, targets, mask)
         out["optimal_bce"] = self.optimal_bce(inputs, targets, mask)

@@ -9,6 +9,7 @@ hypothesis word (TARDIS 8.4). One-hot words keep the library's dense input inter
 the vocabulary is therefore capped (a learned embedding would need a model wrapper).
 No offline copy of SNLI exists on this project's machines.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -41,7 +42,9 @@ class SnliTask(DatasetTask):
         self.output_size = len(snli_data.LABELS)
         self.input_names = [*self.words, "<unk>", "sep"]
         self.output_names = list(snli_data.LABELS)
-        self.train_length = int(np.mean([len(p.premise) + len(p.hypothesis) + 1 for p in self.pairs["train"]]))
+        self.train_length = int(
+            np.mean([len(p.premise) + len(p.hypothesis) + 1 for p in self.pairs["train"]])
+        )
 
     def _validate(self, params: dict[str, Any]) -> None:
         super()._validate(params)
@@ -61,8 +64,11 @@ class SnliTask(DatasetTask):
 
     def _example(self, pair: snli_data.Pair) -> Example:
         unk, sep = len(self.words), len(self.words) + 1
-        ids = [self._word_id.get(w, unk) for w in pair.premise] + [sep] + \
-              [self._word_id.get(w, unk) for w in pair.hypothesis]
+        ids = (
+            [self._word_id.get(w, unk) for w in pair.premise]
+            + [sep]
+            + [self._word_id.get(w, unk) for w in pair.hypothesis]
+        )
         steps = len(ids)
         x = np.zeros((steps, self.input_size), np.float32)
         x[np.arange(steps), ids] = 1.0

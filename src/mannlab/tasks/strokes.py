@@ -18,6 +18,7 @@ with ``split_seed`` ("valid"); "test" from the test digits. Sequence i of a spli
 ``train_sequences`` (train) or ``eval_sequences`` (valid, test) sequences, as the paper's
 200,000 and 20,000.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -44,8 +45,14 @@ class StrokesTask(DatasetTask):
     """Sequential multi-digit stroke MNIST (see the module docstring)."""
 
     name = "strokes"
-    defaults = {"digits": 5, "valid_size": 5000, "split_seed": 0, "train_sequences": 200_000,
-                "eval_sequences": 20_000, "data_dir": None}
+    defaults = {
+        "digits": 5,
+        "valid_size": 5000,
+        "split_seed": 0,
+        "train_sequences": 200_000,
+        "eval_sequences": 20_000,
+        "data_dir": None,
+    }
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -53,10 +60,15 @@ class StrokesTask(DatasetTask):
         loaded = _load(p["data_dir"])
         train = loaded["train"]
         if p["valid_size"] >= len(train):
-            raise ConfigError(f"valid_size must be < {len(train)} (the training digits), got {p['valid_size']}")
+            raise ConfigError(
+                f"valid_size must be < {len(train)} (the training digits), got {p['valid_size']}"
+            )
         order = np.random.default_rng(p["split_seed"]).permutation(len(train))
-        self.digits = {"train": train.subset(np.sort(order[p["valid_size"]:])),
-                       "valid": train.subset(np.sort(order[:p["valid_size"]])), "test": loaded["test"]}
+        self.digits = {
+            "train": train.subset(np.sort(order[p["valid_size"] :])),
+            "valid": train.subset(np.sort(order[: p["valid_size"]])),
+            "test": loaded["test"],
+        }
         self.input_size = STROKE_CHANNELS + 1 + 10
         self.output_size = 10
         mean_rows = float(np.diff(train.offsets).mean())
@@ -90,8 +102,8 @@ class StrokesTask(DatasetTask):
         n = len(strokes)
         x = np.zeros((n + k, self.input_size), np.float32)
         x[:n, :STROKE_CHANNELS] = strokes
-        x[n, STROKE_CHANNELS] = 1.0                                     # <bos>
-        x[n + 1 + np.arange(k - 1), STROKE_CHANNELS + 1 + labels[:-1]] = 1.0   # previous digit
+        x[n, STROKE_CHANNELS] = 1.0  # <bos>
+        x[n + 1 + np.arange(k - 1), STROKE_CHANNELS + 1 + labels[:-1]] = 1.0  # previous digit
         y = np.zeros((n + k, 10), np.float32)
         y[n + np.arange(k), labels] = 1.0
         mask = np.zeros(n + k, np.float32)
@@ -99,8 +111,9 @@ class StrokesTask(DatasetTask):
         return x, y, mask
 
 
-def decode_feedback(model: torch.nn.Module, task: StrokesTask, inputs: torch.Tensor,
-                    mask: torch.Tensor) -> torch.Tensor:
+def decode_feedback(
+    model: torch.nn.Module, task: StrokesTask, inputs: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
     """(B, k) digits predicted greedily, each prediction fed back as the next step's input.
 
     Sequences of one batch must have the same number of stroke rows (``evaluate_feedback``
@@ -110,7 +123,7 @@ def decode_feedback(model: torch.nn.Module, task: StrokesTask, inputs: torch.Ten
     first = int(mask[0].nonzero()[0])
     if not bool((mask[:, first] > 0).all()) or mask.shape[1] != first + k:
         raise ValueError("decode_feedback needs sequences with equally many stroke rows")
-    logits, state = model(inputs[:, :first + 1])
+    logits, state = model(inputs[:, : first + 1])
     predicted = [logits[:, -1].argmax(-1)]
     for _ in range(k - 1):
         step = torch.zeros(inputs.shape[0], 1, task.input_size, dtype=inputs.dtype)
@@ -120,8 +133,13 @@ def decode_feedback(model: torch.nn.Module, task: StrokesTask, inputs: torch.Ten
     return torch.stack(predicted, dim=1)
 
 
-def evaluate_feedback(model: torch.nn.Module, task: StrokesTask, split: str = "test",
-                      limit: int | None = None, batch_size: int = 100) -> dict[str, Any]:
+def evaluate_feedback(
+    model: torch.nn.Module,
+    task: StrokesTask,
+    split: str = "test",
+    limit: int | None = None,
+    batch_size: int = 100,
+) -> dict[str, Any]:
     """Per-digit and per-sequence error over the first ``limit`` sequences of ``split`` with
     the model's predictions fed back (the paper's test protocol). Eval mode, no gradients.
     Sequences with equally many stroke rows are decoded together, in batches of ``batch_size``."""
@@ -136,12 +154,16 @@ def evaluate_feedback(model: torch.nn.Module, task: StrokesTask, split: str = "t
             for n in np.unique(rows):
                 same = np.flatnonzero(rows == n)
                 for start in range(0, len(same), batch_size):
-                    x, y, m = task._pad(task.encode(split, same[start:start + batch_size], None))
+                    x, y, m = task._pad(task.encode(split, same[start : start + batch_size], None))
                     errors = (decode_feedback(model, task, x, m) != y[:, n:].argmax(-1)).sum(1)
                     wrong += int(errors.sum())
                     digits += errors.numel() * task.params["digits"]
                     wrong_sequences += int((errors > 0).sum())
     finally:
         model.train(was_training)
-    return {"split": split, "sequences": total, "digit_error": wrong / max(digits, 1),
-            "sequence_error": wrong_sequences / max(total, 1)}
+    return {
+        "split": split,
+        "sequences": total,
+        "digit_error": wrong / max(digits, 1),
+        "sequence_error": wrong_sequences / max(total, 1),
+    }

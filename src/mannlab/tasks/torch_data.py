@@ -14,6 +14,7 @@
 With workers, worker w draws i = w, w + W, ... and the loader interleaves them in order, so
 the stream is the same for any number of workers.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from mannlab.tasks.charlm import num_segments, segment_at
 def _worker_share(indices: range) -> range:
     """This DataLoader worker's share of ``indices`` (all of them outside a worker)."""
     info = get_worker_info()
-    return indices if info is None else indices[info.id::info.num_workers]
+    return indices if info is None else indices[info.id :: info.num_workers]
 
 
 class TaskBatches(IterableDataset):
@@ -37,8 +38,15 @@ class TaskBatches(IterableDataset):
     ... up to ``stop`` (None: endless). ``sample_args``: ``length=`` for a generated task,
     ``split=`` for a data-set task."""
 
-    def __init__(self, task: Any, batch_size: int, seed: int = 0, start: int = 0,
-                 stop: int | None = None, **sample_args: Any):
+    def __init__(
+        self,
+        task: Any,
+        batch_size: int,
+        seed: int = 0,
+        start: int = 0,
+        stop: int | None = None,
+        **sample_args: Any,
+    ):
         self.task, self.batch_size, self.seed = task, batch_size, seed
         self.start, self.stop, self.sample_args = start, stop, sample_args
 

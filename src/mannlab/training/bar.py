@@ -4,6 +4,7 @@ The first step of a process may compile the kernels (tens of seconds, announced 
 by mannlab.ops), so a rate measured from the start would show an ETA many times the real
 one; a bar opened after that warm-up step measures only the steps that follow.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -3,6 +3,7 @@
 CPU seconds (of the training process, every thread) are kept beside wall seconds because
 on a shared machine wall time mostly measures the other jobs.
 """
+
 from __future__ import annotations
 
 import time

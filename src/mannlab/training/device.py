@@ -10,6 +10,7 @@ The model and its states move to the device, the task's batches are made there (
 and metrics come back to the CPU as Python floats. The compiled CPU kernels run only where
 they apply (CPU float32/float64 tensors); elsewhere the models take their tensor paths.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,20 +34,27 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cpu")
     kind = name.partition(":")[0]
     if kind not in DEVICES:
-        raise ConfigError(f"train.device must be one of {', '.join(DEVICES)} (or cuda:N), "
-                          f"got {name!r}")
+        raise ConfigError(f"train.device must be one of {', '.join(DEVICES)} (or cuda:N), got {name!r}")
     if kind == "cuda" and not torch.cuda.is_available():
-        build = (f"built with CUDA {torch.version.cuda}, but no GPU is visible" if torch.version.cuda
-                 else "a CPU-only build")
-        raise ConfigError(f"train.device is {name!r} but CUDA is not available here (torch "
-                          f"{torch.__version__}: {build}); use --device cpu, or --device auto "
-                          "to take a GPU only when there is one")
+        build = (
+            f"built with CUDA {torch.version.cuda}, but no GPU is visible"
+            if torch.version.cuda
+            else "a CPU-only build"
+        )
+        raise ConfigError(
+            f"train.device is {name!r} but CUDA is not available here (torch "
+            f"{torch.__version__}: {build}); use --device cpu, or --device auto "
+            "to take a GPU only when there is one"
+        )
     if kind == "cuda" and ":" in name and int(name.partition(":")[2]) >= torch.cuda.device_count():
-        raise ConfigError(f"train.device is {name!r} but this machine has "
-                          f"{torch.cuda.device_count()} CUDA device(s)")
+        raise ConfigError(
+            f"train.device is {name!r} but this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
     if kind == "mps" and not _mps_available():
-        raise ConfigError(f"train.device is 'mps' but Apple's MPS backend is not available here; "
-                          "use --device cpu or --device auto")
+        raise ConfigError(
+            "train.device is 'mps' but Apple's MPS backend is not available here; "
+            "use --device cpu or --device auto"
+        )
     return torch.device(name)
 
 
@@ -54,9 +62,11 @@ def check_precision(precision: str, device: torch.device) -> None:
     if precision not in PRECISIONS:
         raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "16-mixed" and device.type != "cuda":
-        raise ConfigError(f"train.precision '16-mixed' needs a CUDA device (float16 gradients "
-                          f"need loss scaling, a GradScaler, which this trainer runs on CUDA "
-                          f"only); on {device.type} use 'bf16-mixed'")
+        raise ConfigError(
+            f"train.precision '16-mixed' needs a CUDA device (float16 gradients "
+            f"need loss scaling, a GradScaler, which this trainer runs on CUDA "
+            f"only); on {device.type} use 'bf16-mixed'"
+        )
 
 
 def autocast(precision: str, device: torch.device) -> ContextManager:

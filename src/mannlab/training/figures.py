@@ -1,5 +1,6 @@
 """The figures of a run: its learning curve and, for models with memory, reads and writes
 over one sequence (drawn by mannlab.reporting.figures)."""
+
 from __future__ import annotations
 
 import warnings
@@ -12,15 +13,20 @@ from mannlab.config import RunConfig
 from mannlab.evaluation import loss_key
 from mannlab.reporting import figures
 
-PICTURE_SEED_OFFSET = 10**9 - 1   # the pictured sequence is no training or validation batch
+PICTURE_SEED_OFFSET = 10**9 - 1  # the pictured sequence is no training or validation batch
 
 
-def draw_memory_access(model: torch.nn.Module, task: Any, path: Path, seed: int,
-                       length: int | None = None, title: str | None = None) -> bool:
+def draw_memory_access(
+    model: torch.nn.Module,
+    task: Any,
+    path: Path,
+    seed: int,
+    length: int | None = None,
+    title: str | None = None,
+) -> bool:
     """Plot one sequence of ``length`` (default: the training length); False if the model has no
     read/write weights to show."""
-    inputs, targets, mask = task.sample(1, [seed, PICTURE_SEED_OFFSET],
-                                        length=length or task.train_length)
+    inputs, targets, mask = task.sample(1, [seed, PICTURE_SEED_OFFSET], length=length or task.train_length)
     was_training = model.training
     model.eval()
     try:
@@ -39,17 +45,26 @@ def draw_learning_curve(run_dir: Path, config: RunConfig, task: Any, out: Path) 
     the solve threshold."""
     path = out / "learning_curve.png"
     if getattr(task, "batching", "samples") == "streams":
-        figures.learning_curve(run_dir / "metrics.jsonl", path, metric="bpc",
-                               title=f"{config.model} on {config.task} (bits per character)")
+        figures.learning_curve(
+            run_dir / "metrics.jsonl",
+            path,
+            metric="bpc",
+            title=f"{config.model} on {config.task} (bits per character)",
+        )
     else:
-        figures.learning_curve(run_dir / "metrics.jsonl", path, metric=loss_key(task),
-                               title=f"{config.model} on {config.task}",
-                               threshold=config.train.solve_bce)
+        figures.learning_curve(
+            run_dir / "metrics.jsonl",
+            path,
+            metric=loss_key(task),
+            title=f"{config.model} on {config.task}",
+            threshold=config.train.solve_bce,
+        )
     return path
 
 
-def draw_run_figures(run_dir: Path, config: RunConfig, task: Any, model: torch.nn.Module,
-                     best_step: int | None) -> dict[str, str]:
+def draw_run_figures(
+    run_dir: Path, config: RunConfig, task: Any, model: torch.nn.Module, best_step: int | None
+) -> dict[str, str]:
     """The figures at the end of a training, of the best checkpoint (the model the papers
     evaluate); a drawing failure warns but keeps the run."""
     out = run_dir / "figures"
@@ -58,10 +73,15 @@ def draw_run_figures(run_dir: Path, config: RunConfig, task: Any, model: torch.n
         drawn["learning_curve"] = str(draw_learning_curve(run_dir, config, task, out))
         path = out / "memory_access.png"
         if hasattr(task, "sample") and draw_memory_access(
-                model, task, path, config.seed,
-                title=f"{config.model} on {config.task}, best checkpoint (step {best_step})"):
+            model,
+            task,
+            path,
+            config.seed,
+            title=f"{config.model} on {config.task}, best checkpoint (step {best_step})",
+        ):
             drawn["memory_access"] = str(path)
     except Exception as exc:  # noqa: BLE001 - figures are a convenience, the run is saved
-        warnings.warn(f"could not draw the figures in {out}: {type(exc).__name__}: {exc}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"could not draw the figures in {out}: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2
+        )
     return drawn

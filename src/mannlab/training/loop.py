@@ -18,6 +18,7 @@ DivergedError (as does a non-finite loss, NonFiniteLossError) after writing summ
 Run directory layout: config.toml, metrics.jsonl, summary.json,
 checkpoints/{last,best}/, figures/, and what train.logger adds (rundir/loggers.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,14 +34,26 @@ import mannlab
 from mannlab.building import build_run
 from mannlab.config import RunConfig, TrainConfig, default_run_dir
 from mannlab.errors import CheckpointError, DataError
-from mannlab.rundir import (MetricsLog, load_checkpoint, save_checkpoint, save_config,
-                            truncate_metrics, write_atomic)
+from mannlab.rundir import (
+    MetricsLog,
+    load_checkpoint,
+    save_checkpoint,
+    save_config,
+    truncate_metrics,
+    write_atomic,
+)
 from mannlab.rundir.files import read_json
 from mannlab.rundir.loggers import check_loggers, open_loggers
 from mannlab.training.bar import WarmupBar
 from mannlab.training.clock import SessionClock
-from mannlab.training.device import (OnDevice, autocast, check_precision, grad_scaler, on_device,
-                                     resolve_device)
+from mannlab.training.device import (
+    OnDevice,
+    autocast,
+    check_precision,
+    grad_scaler,
+    on_device,
+    resolve_device,
+)
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.run_dir import check_run_dir, prepare_run_dir, restore_last
@@ -53,20 +66,21 @@ from mannlab.training.update import DivergedError, NonFiniteLossError, apply_upd
 @dataclass
 class Progress:
     """Everything besides weights, optimizer and batch source that a resume must restore."""
-    step: int = 0                       # optimizer steps done
-    elapsed: float = 0.0                # wall seconds spent training, over all sessions
-    cpu: float = 0.0                    # CPU seconds of this process spent training (all sessions):
-                                        # on a shared machine the honest measure of cost
-    best: float | None = None           # best validation value (saved as the source's best_field)
+
+    step: int = 0  # optimizer steps done
+    elapsed: float = 0.0  # wall seconds spent training, over all sessions
+    cpu: float = 0.0  # CPU seconds of this process spent training (all sessions):
+    # on a shared machine the honest measure of cost
+    best: float | None = None  # best validation value (saved as the source's best_field)
     best_step: int | None = None
     solved_at_step: int | None = None
     solved_at_seconds: float | None = None
     last_checkpoint_step: int | None = None
-    metrics_rows: int | None = None     # rows of metrics.jsonl when the checkpoint was saved
+    metrics_rows: int | None = None  # rows of metrics.jsonl when the checkpoint was saved
     unlogged: list = field(default_factory=list)  # step losses not in a train row yet
-    validated: Any = None               # the validation of this step, if it ran before the save
-    initial_val: float | None = None    # the untrained model's validation value
-    val_rises: int = 0                  # validations in a row above diverge_factor * initial_val
+    validated: Any = None  # the validation of this step, if it ran before the save
+    initial_val: float | None = None  # the untrained model's validation value
+    val_rises: int = 0  # validations in a row above diverge_factor * initial_val
 
     def to_state(self, best_field: str) -> dict[str, Any]:
         state = dataclasses.asdict(self)
@@ -87,8 +101,11 @@ def stop_reason(cfg: TrainConfig, progress: Progress, clock: SessionClock) -> st
     if progress.step >= cfg.steps:
         return "steps"
     solved_at = progress.solved_at_step
-    if cfg.stop_after_solve is not None and solved_at is not None \
-            and progress.step >= solved_at + cfg.stop_after_solve:
+    if (
+        cfg.stop_after_solve is not None
+        and solved_at is not None
+        and progress.step >= solved_at + cfg.stop_after_solve
+    ):
         return "solved"
     if clock.out_of_time(cfg.max_minutes, cfg.budget_clock):
         return "time"
@@ -105,8 +122,11 @@ def finished_run(config: RunConfig) -> dict[str, Any] | None:
     except (OSError, DataError, CheckpointError):
         return None  # no finished run here; the resume itself reports what is wrong
     progress = Progress.from_state(state)
-    if not isinstance(summary, dict) or summary.get("steps") != progress.step \
-            or summary.get("stopped_by") == "diverged":
+    if (
+        not isinstance(summary, dict)
+        or summary.get("steps") != progress.step
+        or summary.get("stopped_by") == "diverged"
+    ):
         return None
     clock = SessionClock(progress.elapsed, progress.cpu)
     return summary if stop_reason(config.train, progress, clock) is not None else None
@@ -185,9 +205,14 @@ class _Trainer:
 
     def run(self) -> None:
         cfg, progress = self.train_cfg, self.progress
-        bar = WarmupBar(total=cfg.steps, initial=progress.step, disable=not cfg.progress,
-                   unit=self.source.unit, desc=f"{self.config.model}-{self.config.task}",
-                   dynamic_ncols=True)
+        bar = WarmupBar(
+            total=cfg.steps,
+            initial=progress.step,
+            disable=not cfg.progress,
+            unit=self.source.unit,
+            desc=f"{self.config.model}-{self.config.task}",
+            dynamic_ncols=True,
+        )
         self.model.train()
         self._apply_lr()
         if cfg.diverge_patience and progress.step == 0:
@@ -230,7 +255,8 @@ class _Trainer:
             f"training stopped at step {step + 1}{self.source.batch_name(step)}: {what}; "
             f"the weights were not updated and {self._last_good()}; summary.json says the "
             f"run diverged. Try a lower train.lr or train.clip_grad_norm "
-            f"(now {self.train_cfg.clip_grad_norm}).")
+            f"(now {self.train_cfg.clip_grad_norm})."
+        )
 
     def _check_divergence(self, value: float) -> None:
         """Stop (DivergedError) on a non-finite validation value, or one above diverge_factor
@@ -243,21 +269,27 @@ class _Trainer:
             progress.val_rises = progress.val_rises + 1 if value > limit else 0
             if progress.val_rises < cfg.diverge_patience:
                 return
-            what = (f"validation loss {value:.4g} above {cfg.diverge_factor:g} x the untrained "
-                    f"model's ({progress.initial_val:.4g}) for {progress.val_rises} validations "
-                    f"in a row (train.diverge_patience)")
+            what = (
+                f"validation loss {value:.4g} above {cfg.diverge_factor:g} x the untrained "
+                f"model's ({progress.initial_val:.4g}) for {progress.val_rises} validations "
+                f"in a row (train.diverge_patience)"
+            )
         else:
             what = f"validation loss {value}"
         self._write_diverged(f"{what} at step {progress.step}")
         raise DivergedError(
             f"training diverged: {what} at step {progress.step}; {self._last_good()}, "
             f"summary.json says the run diverged. Try a lower train.lr (now {cfg.lr:g}) or "
-            f"train.clip_grad_norm (now {cfg.clip_grad_norm:g}).")
+            f"train.clip_grad_norm (now {cfg.clip_grad_norm:g})."
+        )
 
     def _last_good(self) -> str:
         last = self.progress.last_checkpoint_step
-        return (f"the last good checkpoint is {self.checkpoints / 'last'} (step {last})"
-                if last is not None else "no checkpoint was saved yet")
+        return (
+            f"the last good checkpoint is {self.checkpoints / 'last'} (step {last})"
+            if last is not None
+            else "no checkpoint was saved yet"
+        )
 
     def _write_diverged(self, reason: str) -> None:
         self.stopped = "diverged"
@@ -284,15 +316,19 @@ class _Trainer:
         progress = self.progress
         result = self.source.validate(self.model)
         for metrics, extra in result.rows:
-            self.log.log(progress.step, "val", metrics, self.clock.wall(), **extra,
-                         cpu=round(self.clock.cpu(), 3))
+            self.log.log(
+                progress.step, "val", metrics, self.clock.wall(), **extra, cpu=round(self.clock.cpu(), 3)
+            )
         self.last_val, self.last_val_step = result.record, progress.step
         self._check_divergence(result.value)
         if progress.best is None or result.value < progress.best:
             progress.best, progress.best_step = result.value, progress.step
             self._save("best")
-        if self.source.solves and progress.solved_at_step is None \
-                and result.excess < self.train_cfg.solve_bce:
+        if (
+            self.source.solves
+            and progress.solved_at_step is None
+            and result.excess < self.train_cfg.solve_bce
+        ):
             progress.solved_at_step, progress.solved_at_seconds = progress.step, self.clock.wall()
             self._apply_lr()
 
@@ -312,11 +348,14 @@ class _Trainer:
             progress.last_checkpoint_step = progress.step
         progress.elapsed, progress.cpu = self.clock.wall(), self.clock.cpu()
         val = self.last_val if self.last_val_step == progress.step else None
-        progress.metrics_rows, progress.unlogged, progress.validated = \
-            self.log.rows, list(self._losses), val
+        progress.metrics_rows, progress.unlogged, progress.validated = self.log.rows, list(self._losses), val
         meta = {
-            "mannlab_version": mannlab.__version__, "kind": kind, "step": progress.step,
-            "model": self.config.model, "task": self.config.task, "config": self.config.to_dict(),
+            "mannlab_version": mannlab.__version__,
+            "kind": kind,
+            "step": progress.step,
+            "model": self.config.model,
+            "task": self.config.task,
+            "config": self.config.to_dict(),
             **self.source.checkpoint_meta(progress.step, val),
         }
         train_state = {
@@ -334,16 +373,22 @@ class _Trainer:
         papers evaluate: "best parameters in terms of validation loss"); ``diverged`` says
         why a diverged run stopped."""
         progress, cfg = self.progress, self.train_cfg
-        wall, cpu = self.clock.wall(), self.clock.cpu()   # training and validation only
+        wall, cpu = self.clock.wall(), self.clock.cpu()  # training and validation only
         best_meta = {}
         if progress.best_step is not None:  # a run may diverge before any good validation
             best_meta, _ = load_checkpoint(self.checkpoints / "best", self.model)
         summary = {
-            "model": self.config.model, "task": self.config.task, "seed": self.config.seed,
+            "model": self.config.model,
+            "task": self.config.task,
+            "seed": self.config.seed,
             "run_dir": str(self.run_dir),
-            "steps": progress.step, "configured_steps": cfg.steps, "stopped_by": self.stopped,
-            "max_minutes": cfg.max_minutes, "budget_clock": cfg.budget_clock,
-            "wall_seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
+            "steps": progress.step,
+            "configured_steps": cfg.steps,
+            "stopped_by": self.stopped,
+            "max_minutes": cfg.max_minutes,
+            "budget_clock": cfg.budget_clock,
+            "wall_seconds": round(wall, 3),
+            "cpu_seconds": round(cpu, 3),
             "parameters": sum(p.numel() for p in self.model.parameters()),
             **self.source.summary(self, best_meta),
         }
@@ -355,5 +400,4 @@ class _Trainer:
 
     def _figures(self) -> dict[str, str]:
         task = self.task.task if isinstance(self.task, OnDevice) else self.task  # figures: CPU
-        return draw_run_figures(self.run_dir, self.config, task, self.model.cpu(),
-                                self.progress.best_step)
+        return draw_run_figures(self.run_dir, self.config, task, self.model.cpu(), self.progress.best_step)

@@ -1,4 +1,5 @@
 """The optimizer of a run: RMSprop (with momentum, as in the NTM paper's implementations) or Adam."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """The run directory of a training: refuse to overwrite a run, and resume one exactly."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,16 @@ from mannlab.errors import CheckpointError, ConfigError
 from mannlab.rundir import load_checkpoint
 from mannlab.training.optimizer import hyperparameters
 
-RUN_ARTIFACTS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoints", "figures", "tensorboard",
-                 "metrics.csv", "wandb")
+RUN_ARTIFACTS = (
+    "config.toml",
+    "metrics.jsonl",
+    "summary.json",
+    "checkpoints",
+    "figures",
+    "tensorboard",
+    "metrics.csv",
+    "wandb",
+)
 # What must not change when a run is resumed (the rest, like steps or lr, may).
 RESUME_INVARIANTS = ("model", "model_args", "task", "task_args", "seed")
 
@@ -36,14 +45,16 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
     if not force:
         raise ConfigError(
             f"run directory {run_dir} already holds a run ({', '.join(existing)}); "
-            "pass --resume to continue it, --force to overwrite it, or choose another --run-dir")
+            "pass --resume to continue it, --force to overwrite it, or choose another --run-dir"
+        )
     for name in existing:  # only what a run writes: never delete a user's other files
         target = run_dir / name
         shutil.rmtree(target) if target.is_dir() else target.unlink()
 
 
-def restore_last(run_dir: Path, config: RunConfig, model, optimizer,
-                 train_invariants: tuple[str, ...] = ("optimizer",)) -> dict[str, Any]:
+def restore_last(
+    run_dir: Path, config: RunConfig, model, optimizer, train_invariants: tuple[str, ...] = ("optimizer",)
+) -> dict[str, Any]:
     """Load checkpoints/last into model and optimizer after checking that the config may
     resume it (RESUME_INVARIANTS and ``train_invariants`` unchanged) and restore torch's
     RNG. Returns the saved training state (progress, and what a batch source keeps)."""
@@ -52,23 +63,29 @@ def restore_last(run_dir: Path, config: RunConfig, model, optimizer,
     saved = meta.get("config", {})
     current = json.loads(json.dumps(config.to_dict()))  # compare as stored: tuples become lists
     differ = [key for key in RESUME_INVARIANTS if _section(saved, key) != _section(current, key)]
-    differ += [f"train.{key}" for key in train_invariants
-               if saved.get("train", {}).get(key) != current["train"][key]]
+    differ += [
+        f"train.{key}" for key in train_invariants if saved.get("train", {}).get(key) != current["train"][key]
+    ]
     if differ:
         raise ConfigError(
             f"cannot resume {run_dir}: {', '.join(differ)} differ from the saved run "
-            f"(see {run_dir / 'config.toml'}); start a new run with another --run-dir instead")
+            f"(see {run_dir / 'config.toml'}); start a new run with another --run-dir instead"
+        )
     load_checkpoint(last, model)
     missing = [key for key in ("optimizer", "torch_rng_state", "step") if key not in state]
     if missing:
-        raise CheckpointError(f"{last / 'train_state.pt'} has no {', '.join(missing)} entry; "
-                              "restore the checkpoint from a copy or start the run again")
+        raise CheckpointError(
+            f"{last / 'train_state.pt'} has no {', '.join(missing)} entry; "
+            "restore the checkpoint from a copy or start the run again"
+        )
     try:
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng_state"])
     except (ValueError, KeyError, TypeError, RuntimeError) as exc:
-        raise CheckpointError(f"{last / 'train_state.pt'}: its optimizer or RNG state does not "
-                              f"fit this run ({type(exc).__name__}: {exc})") from None
+        raise CheckpointError(
+            f"{last / 'train_state.pt'}: its optimizer or RNG state does not "
+            f"fit this run ({type(exc).__name__}: {exc})"
+        ) from None
     for group in optimizer.param_groups:  # a changed lr etc. in the config takes effect
         group.update(hyperparameters(config.train))
     return state

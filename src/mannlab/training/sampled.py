@@ -5,6 +5,7 @@
 - validation sets are fixed (seeds ``[seed, 10**9 + k, multiple]``) and validation runs
   under ``torch.random.fork_rng``, so it never moves the training RNG.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,7 +19,7 @@ from mannlab.training.schedules import start_minibatch
 from mannlab.training.source import Validation
 from mannlab.training.update import sequence_loss
 
-VAL_SEED_OFFSET = 10**9   # keeps validation seeds apart from training steps [seed, i]
+VAL_SEED_OFFSET = 10**9  # keeps validation seeds apart from training steps [seed, i]
 
 
 class SampledBatches:
@@ -26,8 +27,8 @@ class SampledBatches:
     (multiples of the training length) or the held-out split of a data-set task."""
 
     unit = "step"
-    best_field = "best_bce"             # the name of the best value in train_state.pt
-    train_invariants = ("optimizer",)   # train.* keys a resume must keep
+    best_field = "best_bce"  # the name of the best value in train_state.pt
+    train_invariants = ("optimizer",)  # train.* keys a resume must keep
     solves = True
 
     def __init__(self, config: RunConfig, task: Any, model: torch.nn.Module):
@@ -44,24 +45,29 @@ class SampledBatches:
     def losses(self, model: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss to minimise, task loss) of training step ``step``."""
         cfg, task = self.cfg, self.task
-        inputs, targets, mask = task.sample(cfg.batch_size // cfg.samples_per_input,
-                                            [self.config.seed, step])
-        if cfg.samples_per_input > 1:   # each sequence K times in a row
-            inputs, targets, mask = (t.repeat_interleave(cfg.samples_per_input, dim=0)
-                                     for t in (inputs, targets, mask))
+        inputs, targets, mask = task.sample(cfg.batch_size // cfg.samples_per_input, [self.config.seed, step])
+        if cfg.samples_per_input > 1:  # each sequence K times in a row
+            inputs, targets, mask = (
+                t.repeat_interleave(cfg.samples_per_input, dim=0) for t in (inputs, targets, mask)
+            )
         start_minibatch(model, step)  # per-minibatch switches, e.g. the D-NTM curriculum
         return sequence_loss(model, task, inputs, targets, mask)
 
-    def train_row(self, losses: list[tuple[float, float]], step: int
-                  ) -> tuple[dict[str, float], dict[str, Any]]:
+    def train_row(
+        self, losses: list[tuple[float, float]], step: int
+    ) -> tuple[dict[str, float], dict[str, Any]]:
         n = len(losses)
-        return {"loss": sum(l for l, _ in losses) / n,
-                self.loss_key: sum(t for _, t in losses) / n}, {}
+        return {"loss": sum(loss for loss, _ in losses) / n, self.loss_key: sum(t for _, t in losses) / n}, {}
 
     def validate(self, model: torch.nn.Module) -> Validation:
         rows = validate(model, self.task, self.val_sets)
-        logged = [({k: v for k, v in row.items() if k not in ("multiple", "length")},
-                   {"length": row["length"], "multiple": row["multiple"]}) for row in rows]
+        logged = [
+            (
+                {k: v for k, v in row.items() if k not in ("multiple", "length")},
+                {"length": row["length"], "multiple": row["multiple"]},
+            )
+            for row in rows
+        ]
         value = rows[0][self.loss_key]  # multiple 1 comes first
         # tasks with an irreducible loss (ngrams) report optimal_bce: solved means close to it
         return Validation(logged, value, value - rows[0].get("optimal_bce", 0.0), rows)
@@ -90,13 +96,19 @@ class SampledBatches:
         """The summary.json fields of a sampled-batch run after the common ones."""
         progress, cfg = trainer.progress, self.cfg
         return {
-            "solve_bce": cfg.solve_bce, "solved": progress.solved_at_step is not None,
+            "solve_bce": cfg.solve_bce,
+            "solved": progress.solved_at_step is not None,
             "solved_at_step": progress.solved_at_step,
-            "solved_at_seconds": (None if progress.solved_at_seconds is None
-                                  else round(progress.solved_at_seconds, 3)),
+            "solved_at_seconds": (
+                None if progress.solved_at_seconds is None else round(progress.solved_at_seconds, 3)
+            ),
             "after_solve": self._after_solve(trainer),
-            "best_val": {"step": progress.best_step, "metric": self.loss_key,
-                         self.loss_key: progress.best, "rows": best_meta.get("val")},
+            "best_val": {
+                "step": progress.best_step,
+                "metric": self.loss_key,
+                self.loss_key: progress.best,
+                "rows": best_meta.get("val"),
+            },
             "final_val": trainer.last_val,
         }
 
@@ -105,12 +117,19 @@ class SampledBatches:
         solved_at = trainer.progress.solved_at_step
         if solved_at is None:
             return None
-        bces = [row[self.loss_key] - row.get("optimal_bce", 0.0)
-                for row in read_metrics(trainer.run_dir / "metrics.jsonl")
-                if row.get("split") == "val" and row.get("multiple") == 1 and row["step"] > solved_at
-                and self.loss_key in row]
-        return {"validations": len(bces), "solved": sum(b < self.cfg.solve_bce for b in bces),
-                "max_bce": max(bces, default=None)}
+        bces = [
+            row[self.loss_key] - row.get("optimal_bce", 0.0)
+            for row in read_metrics(trainer.run_dir / "metrics.jsonl")
+            if row.get("split") == "val"
+            and row.get("multiple") == 1
+            and row["step"] > solved_at
+            and self.loss_key in row
+        ]
+        return {
+            "validations": len(bces),
+            "solved": sum(b < self.cfg.solve_bce for b in bces),
+            "max_bce": max(bces, default=None),
+        }
 
 
 def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]:
@@ -122,12 +141,19 @@ def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]
     for multiple in [1] if held_out else sorted(cfg.val_length_multiples):
         at_max = multiple > 1 or cfg.val_lengths == "max_length"
         length = task.train_length * multiple if at_max else None
-        batches = [task.sample(cfg.val_batch_size, [seed, VAL_SEED_OFFSET + k, multiple],
-                               **(held_out or {"length": length}))
-                   for k in range(cfg.val_batches)]
+        batches = [
+            task.sample(
+                cfg.val_batch_size, [seed, VAL_SEED_OFFSET + k, multiple], **(held_out or {"length": length})
+            )
+            for k in range(cfg.val_batches)
+        ]
         if held_out and hasattr(task, "sample_groups"):  # per-group errors (bAbI: per task)
-            batches = [(*batch, task.sample_groups(cfg.val_batch_size,
-                                                    [seed, VAL_SEED_OFFSET + k, multiple], "valid"))
-                       for k, batch in enumerate(batches)]
+            batches = [
+                (
+                    *batch,
+                    task.sample_groups(cfg.val_batch_size, [seed, VAL_SEED_OFFSET + k, multiple], "valid"),
+                )
+                for k, batch in enumerate(batches)
+            ]
         sets.append((multiple, task.train_length * multiple, batches))
     return sets

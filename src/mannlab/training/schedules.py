@@ -15,6 +15,7 @@ training minibatch, which sets the model's per-minibatch switches from the step.
                                  ``model.inverse_temperature`` (ARMIN appendix C)
     inverse_temperature(t, every, maximum)   1/tau = min(1 + floor(t / every), maximum)
 """
+
 from __future__ import annotations
 
 import math

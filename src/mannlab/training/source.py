@@ -5,6 +5,7 @@ checkpoints, the NaN guard, the metrics log, the time budget, the progress bar a
 figures. A batch source owns what depends on how the data arrive: the loss of a step, the
 validation, and its own fields of the log, the checkpoint meta and the summary.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
@@ -14,23 +15,25 @@ import torch
 
 class Validation(NamedTuple):
     """What a batch source's validation gives the trainer."""
+
     rows: list[tuple[dict[str, Any], dict[str, Any]]]  # (metrics, extra fields) per log row
-    value: float                 # lower is better: picks the best checkpoint
-    excess: float | None         # value above the task's optimum, against train.solve_bce
-    record: Any                  # kept as the last validation (checkpoint meta, summary)
+    value: float  # lower is better: picks the best checkpoint
+    excess: float | None  # value above the task's optimum, against train.solve_bce
+    record: Any  # kept as the last validation (checkpoint meta, summary)
 
 
 class BatchSource(Protocol):
-    unit: str                            # progress bar unit ("step", "seg")
-    best_field: str                      # name of the best validation value in train_state.pt
-    train_invariants: tuple[str, ...]    # train.* keys a resume must keep
-    solves: bool                         # whether validation can mark the run solved
+    unit: str  # progress bar unit ("step", "seg")
+    best_field: str  # name of the best validation value in train_state.pt
+    train_invariants: tuple[str, ...]  # train.* keys a resume must keep
+    solves: bool  # whether validation can mark the run solved
 
     def restore(self, state: dict[str, Any], model: torch.nn.Module) -> None: ...
     def batch_name(self, step: int) -> str: ...
     def losses(self, model: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor]: ...
-    def train_row(self, losses: list[tuple[float, float]], step: int
-                  ) -> tuple[dict[str, float], dict[str, Any]]: ...
+    def train_row(
+        self, losses: list[tuple[float, float]], step: int
+    ) -> tuple[dict[str, float], dict[str, Any]]: ...
     def validate(self, model: torch.nn.Module) -> Validation: ...
     def postfix(self, step: int, train: dict[str, float] | None, val: Any) -> dict[str, str]: ...
     def checkpoint_meta(self, step: int, val: Any) -> dict[str, Any]: ...

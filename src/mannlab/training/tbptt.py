@@ -11,6 +11,7 @@ valid split (``task.valid_batch_size`` streams, state carried, eval mode); at th
 ``test`` row: the best checkpoint's test BPC (``task.test_batch_size`` streams, 1 by
 default: the test split as one sequence).
 """
+
 from __future__ import annotations
 
 import time
@@ -29,27 +30,37 @@ from mannlab.training.source import Validation
 from mannlab.training.update import apply_update, model_aux_loss
 
 
-def segment_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, state: Any
-                 ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+def segment_loss(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, state: Any
+) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """(loss to minimise, mean cross-entropy per symbol, new state) of segment (x, y) (B, T)
     from ``state``."""
     targets = y.long()
-    if model.uses_aux_loss:   # TARDIS with REINFORCE: eq. 17's auxiliary reward needs the targets
+    if model.uses_aux_loss:  # TARDIS with REINFORCE: eq. 17's auxiliary reward needs the targets
         logits, state, trace = model(x, state, return_trace=True)
-        nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")    # (B, T)
+        nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
         task_loss = nll.mean()
         loss = task_loss + model_aux_loss(
-            model.core, trace, nll.detach(),
+            model.core,
+            trace,
+            nll.detach(),
             lambda out: F.cross_entropy(out.transpose(1, 2), targets, reduction="none"),
-            outputs_per_step=1)   # the loss is a mean per symbol
+            outputs_per_step=1,
+        )  # the loss is a mean per symbol
     else:
         logits, state = model(x, state)
         loss = task_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
     return loss, task_loss, state
 
 
-def tbptt_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, state: Any,
-               optimizer: torch.optim.Optimizer, clip: float) -> tuple[float, Any]:
+def tbptt_step(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    state: Any,
+    optimizer: torch.optim.Optimizer,
+    clip: float,
+) -> tuple[float, Any]:
     """One truncated-BPTT update on segment (x, y) from ``state``; returns the mean loss
     (nats per symbol) and the new state, detached. Raises NonFiniteLossError (without
     updating the weights) when the loss or the gradient is not finite."""
@@ -86,9 +97,9 @@ class StreamSegments:
     def losses(self, model: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         index = step % self.per_epoch
         if index == 0:
-            self.carried = None                  # a new epoch starts the streams again
+            self.carried = None  # a new epoch starts the streams again
         x, y = segment_at(self.streams, index, self.bptt)
-        start_minibatch(model.core, step)        # gumbel temperature
+        start_minibatch(model.core, step)  # gumbel temperature
         loss, task_loss, state = segment_loss(model, x, y, self.carried)
         self.carried = detach_state(state)
         return loss, task_loss
@@ -96,8 +107,9 @@ class StreamSegments:
     def epochs(self, step: int) -> float:
         return step / self.per_epoch
 
-    def train_row(self, losses: list[tuple[float, float]], step: int
-                  ) -> tuple[dict[str, float], dict[str, Any]]:
+    def train_row(
+        self, losses: list[tuple[float, float]], step: int
+    ) -> tuple[dict[str, float], dict[str, Any]]:
         loss = sum(t for _, t in losses) / len(losses)
         return {"loss": loss, "bpc": loss / LN2}, {"epoch": round(self.epochs(step), 4)}
 
@@ -131,20 +143,33 @@ class StreamSegments:
         start = time.perf_counter()
         test_bpc = self._bpc(trainer.model, "test")
         test_seconds = time.perf_counter() - start
-        trainer.log.log(progress.step, "test", {"bpc": test_bpc, "loss": test_bpc * LN2},
-                        trainer.clock.wall(), checkpoint_step=progress.best_step, batch=test_batch)
+        trainer.log.log(
+            progress.step,
+            "test",
+            {"bpc": test_bpc, "loss": test_bpc * LN2},
+            trainer.clock.wall(),
+            checkpoint_step=progress.best_step,
+            batch=test_batch,
+        )
         return {
-            "epochs": round(self.epochs(progress.step), 4), "segments_per_epoch": self.per_epoch,
+            "epochs": round(self.epochs(progress.step), 4),
+            "segments_per_epoch": self.per_epoch,
             "symbols_per_step": int(self.streams.shape[0] * self.bptt),
             "best_val": {"step": progress.best_step, "bpc": progress.best},
             "final_val": {"step": trainer.last_val_step, "bpc": trainer.last_val},
-            "test": {"bpc": test_bpc, "checkpoint": "best", "step": progress.best_step,
-                     "batch_size": test_batch, "symbols": int(self.task.split("test").numel()),
-                     "seconds": round(test_seconds, 3)},
+            "test": {
+                "bpc": test_bpc,
+                "checkpoint": "best",
+                "step": progress.best_step,
+                "batch_size": test_batch,
+                "symbols": int(self.task.split("test").numel()),
+                "seconds": round(test_seconds, 3),
+            },
         }
 
 
 # ------------------------------------------------------------------ states
+
 
 def flatten_state(state: Any) -> list[torch.Tensor]:
     """The tensors of a nested NamedTuple state, in order (for weights-only train_state.pt)."""
@@ -157,7 +182,6 @@ def unflatten_state(template: Any, tensors: list[torch.Tensor]) -> Any:
     """Rebuild a state shaped like ``template`` from flatten_state's list."""
     count = len(flatten_state(template))
     if count != len(tensors):
-        raise ConfigError(f"the saved carried state has {len(tensors)} tensors, the model's "
-                          f"state {count}")
+        raise ConfigError(f"the saved carried state has {len(tensors)} tensors, the model's state {count}")
     items = iter(tensors)
     return map_state(lambda _: next(items), template)

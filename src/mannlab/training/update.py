@@ -1,5 +1,6 @@
 """One optimizer update from a loss, shared by every batch source: the NaN guard, the
 gradient clipping and the auxiliary losses of models with their own estimators."""
+
 from __future__ import annotations
 
 import math
@@ -16,9 +17,13 @@ class NonFiniteLossError(DivergedError):
     """The loss or the gradient became NaN or infinite; the weights were not updated."""
 
 
-def model_aux_loss(model: torch.nn.Module, trace: Any, step_nll: torch.Tensor,
-                   score: Callable[[torch.Tensor], torch.Tensor],
-                   outputs_per_step: int) -> torch.Tensor:
+def model_aux_loss(
+    model: torch.nn.Module,
+    trace: Any,
+    step_nll: torch.Tensor,
+    score: Callable[[torch.Tensor], torch.Tensor],
+    outputs_per_step: int,
+) -> torch.Tensor:
     """``model.aux_loss(trace, step_nll, outputs_per_step)``, ``outputs_per_step`` being what
     the task loss averages over per scored step (output bits for BCE, 1 for cross-entropy);
     models with their own auxiliary predictions (``aux_loss_scores``: TARDIS eq. 17) also
@@ -27,8 +32,9 @@ def model_aux_loss(model: torch.nn.Module, trace: Any, step_nll: torch.Tensor,
     return model.aux_loss(trace, step_nll, outputs_per_step=outputs_per_step, **extra)
 
 
-def sequence_loss(model: torch.nn.Module, task: Any, inputs: torch.Tensor, targets: torch.Tensor,
-                  mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sequence_loss(
+    model: torch.nn.Module, task: Any, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss to minimise, task loss) of one sampled batch: ``task.loss`` plus, for a model
     with ``uses_aux_loss``, its auxiliary loss rewarded by the detached per-step NLL."""
     if getattr(model, "uses_aux_loss", False):
@@ -36,16 +42,21 @@ def sequence_loss(model: torch.nn.Module, task: Any, inputs: torch.Tensor, targe
         task_loss = task.loss(logits, targets, mask)
         # the per-step NLL is a reward signal for the model's estimator, not a path for gradients
         step_nll = task.step_nll(logits, targets, mask).detach()
-        return task_loss + model_aux_loss(model, trace, step_nll,
-                                          lambda out: task.step_nll(out, targets, mask),
-                                          task.outputs_per_step), task_loss
+        return task_loss + model_aux_loss(
+            model, trace, step_nll, lambda out: task.step_nll(out, targets, mask), task.outputs_per_step
+        ), task_loss
     logits, _ = model(inputs)
     loss = task.loss(logits, targets, mask)
     return loss, loss
 
 
-def apply_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
-                 clip: float | None, scaler: torch.amp.GradScaler | None = None) -> None:
+def apply_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    clip: float | None,
+    scaler: torch.amp.GradScaler | None = None,
+) -> None:
     """Backward, clip the global gradient norm to ``clip`` (0/None: measure only), step.
     Raises NonFiniteLossError, before the weights change, on a non-finite loss or norm.
     With a ``scaler`` (float16 training) a non-finite norm is a loss-scale overflow instead:

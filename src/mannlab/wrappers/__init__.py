@@ -9,6 +9,7 @@ A task says what its inputs are (``task.input_kind``):
 
 so tasks never import models and models never learn about tasks.
 """
+
 from __future__ import annotations
 
 from typing import Any

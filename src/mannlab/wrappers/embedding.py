@@ -3,6 +3,7 @@ head gives logits over the symbols (ARMIN section 4.2, TARDIS section 8.1).
 
 The task (mannlab.tasks.charlm) feeds symbol indices; ``CharLM`` adapts a model to them.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,8 +26,15 @@ class CharLM(nn.Module):
 
     OPTIONS = ("embedding_size", "input_dropout", "output_dropout")
 
-    def __init__(self, vocab_size: int, model: str = "armin", embedding_size: int = 128,
-                 input_dropout: float = 0.0, output_dropout: float = 0.0, **model_kwargs: Any):
+    def __init__(
+        self,
+        vocab_size: int,
+        model: str = "armin",
+        embedding_size: int = 128,
+        input_dropout: float = 0.0,
+        output_dropout: float = 0.0,
+        **model_kwargs: Any,
+    ):
         super().__init__()
         for name, p in (("input_dropout", input_dropout), ("output_dropout", output_dropout)):
             if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
@@ -49,9 +57,14 @@ class CharLM(nn.Module):
         return getattr(self.core, "uses_aux_loss", False)
 
     def forward(self, tokens: torch.Tensor, state: Any = None, return_trace: bool = False):
-        if tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex() \
-                or tokens.dtype == torch.bool:
-            raise ValueError(f"CharLM expects (batch, time) symbol indices (integers), got "
-                             f"{tuple(tokens.shape)} {tokens.dtype}")
-        return self.core(self.dropout(self.embedding(tokens.long())), state,
-                         return_trace=return_trace)
+        if (
+            tokens.dim() != 2
+            or tokens.is_floating_point()
+            or tokens.is_complex()
+            or tokens.dtype == torch.bool
+        ):
+            raise ValueError(
+                f"CharLM expects (batch, time) symbol indices (integers), got "
+                f"{tuple(tokens.shape)} {tokens.dtype}"
+            )
+        return self.core(self.dropout(self.embedding(tokens.long())), state, return_trace=return_trace)

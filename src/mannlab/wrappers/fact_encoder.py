@@ -4,6 +4,7 @@ and the registered model reads the fact vectors (the D-NTM paper, appendix A.1.1
 The task (mannlab.tasks.babi with fact_encoder "gru" or "bigru") feeds word ids and flags;
 ``fact_encoded`` puts any registered model behind the encoder so the two train jointly.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,8 +21,9 @@ def fact_encoded(task: Any, name: str, **kwargs: Any) -> "FactEncoded":
     sized by ``task.sentence_encoding``."""
     spec = task.sentence_encoding
     model = build_model(name, spec["fact_size"] + spec["flags"], task.output_size, **kwargs)
-    encoder = GRUFactEncoder(spec["vocabulary_size"], spec["word_size"], spec["fact_size"],
-                             bidirectional=spec["bidirectional"])
+    encoder = GRUFactEncoder(
+        spec["vocabulary_size"], spec["word_size"], spec["fact_size"], bidirectional=spec["bidirectional"]
+    )
     return FactEncoded(encoder, model, spec["sentence_length"])
 
 
@@ -35,27 +37,27 @@ class GRUFactEncoder(nn.Module):
     words of a bAbI sentence (the location) and loses the first (the person), so no memory
     read can find "where is Mary"'s fact; the backward state keeps the person."""
 
-    def __init__(self, vocabulary_size: int, word_size: int, fact_size: int,
-                 bidirectional: bool = False):
+    def __init__(self, vocabulary_size: int, word_size: int, fact_size: int, bidirectional: bool = False):
         super().__init__()
         self.embedding = nn.Embedding(vocabulary_size + 1, word_size, padding_idx=0)
         directions = 2 if bidirectional else 1
         if fact_size % directions:
             raise ValueError(f"a bidirectional encoder needs an even fact_size, got {fact_size}")
-        self.gru = nn.GRU(word_size, fact_size // directions, batch_first=True,
-                          bidirectional=bidirectional)
+        self.gru = nn.GRU(word_size, fact_size // directions, batch_first=True, bidirectional=bidirectional)
         self.fact_size = fact_size
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (N, L) int64, words first then zeros -> (N, fact_size)."""
         lengths = (ids > 0).sum(1)
-        facts = torch.zeros(ids.shape[0], self.fact_size, dtype=self.embedding.weight.dtype,
-                            device=ids.device)
+        facts = torch.zeros(
+            ids.shape[0], self.fact_size, dtype=self.embedding.weight.dtype, device=ids.device
+        )
         rows = torch.nonzero(lengths).squeeze(1)
         if rows.numel():
-            packed = pack_padded_sequence(self.embedding(ids[rows]), lengths[rows].cpu(),
-                                          batch_first=True, enforce_sorted=False)
-            _, last = self.gru(packed)   # (directions, n, .): the state after each end word
+            packed = pack_padded_sequence(
+                self.embedding(ids[rows]), lengths[rows].cpu(), batch_first=True, enforce_sorted=False
+            )
+            _, last = self.gru(packed)  # (directions, n, .): the state after each end word
             facts = facts.index_copy(0, rows, torch.cat(tuple(last), dim=-1))
         return facts
 
@@ -85,7 +87,7 @@ class FactEncoded(nn.Module):
 
     def __getattr__(self, name: str) -> Any:
         try:
-            return super().__getattr__(name)      # parameters, buffers, submodules
+            return super().__getattr__(name)  # parameters, buffers, submodules
         except AttributeError:
             if name in ("model", "encoder") or "_modules" not in self.__dict__:
                 raise
@@ -94,8 +96,13 @@ class FactEncoded(nn.Module):
     def __setattr__(self, name: str, value: Any) -> None:
         # switches the loop sets on "the model" (soft_minibatch, inverse_temperature) reach it
         model = self.__dict__.get("_modules", {}).get("model")
-        if (model is not None and name not in self.__dict__ and not hasattr(type(self), name)
-                and not isinstance(value, (nn.Module, torch.Tensor)) and hasattr(model, name)):
+        if (
+            model is not None
+            and name not in self.__dict__
+            and not hasattr(type(self), name)
+            and not isinstance(value, (nn.Module, torch.Tensor))
+            and hasattr(model, name)
+        ):
             setattr(model, name, value)
         else:
             super().__setattr__(name, value)

@@ -3,6 +3,7 @@ as one autograd node over the kernels of ops/armin/kernels.py, and where that pa
 mannlab.models.armin (``ARMINCell.run_fused``) feeds it; tests/test_armin.py checks values,
 samples and every gradient against the cell's per-step tensor path.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,9 @@ def compiled_pays(batch: int, hidden_size: int, backward: bool) -> bool:
     rows_x_hidden = batch * hidden_size
     if backward:
         return rows_x_hidden <= KERNEL_MAX_TRAIN_ROWS_X_HIDDEN
-    return batch == 1 or (rows_x_hidden <= KERNEL_MAX_INFER_ROWS_X_HIDDEN
-                          and hidden_size <= KERNEL_MAX_INFER_HIDDEN)
+    return batch == 1 or (
+        rows_x_hidden <= KERNEL_MAX_INFER_ROWS_X_HIDDEN and hidden_size <= KERNEL_MAX_INFER_HIDDEN
+    )
 
 
 class ARMINSequence(torch.autograd.Function):
@@ -43,8 +45,30 @@ class ARMINSequence(torch.autograd.Function):
     h_T, M_T. The weight gradients are one matrix product each over all B * T steps."""
 
     @staticmethod
-    def forward(ctx, xp, noise, zone, h0, m0, steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w,
-                lnc_b, lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau, mode, keep):
+    def forward(
+        ctx,
+        xp,
+        noise,
+        zone,
+        h0,
+        m0,
+        steps0,
+        w_ch,
+        w_cr,
+        w_gh,
+        w_gr,
+        w_map,
+        lnc_w,
+        lnc_b,
+        lng_w,
+        lng_b,
+        lnh_w,
+        lnh_b,
+        eps,
+        inv_tau,
+        mode,
+        keep,
+    ):
         a = as_array
         C = w_cr.shape[0]
         use_map, use_zone = w_map is not None, zone is not None
@@ -53,13 +77,45 @@ class ARMINSequence(torch.autograd.Function):
         compiled = dispatch.load("armin")
         limit_blas_threads(torch.get_num_threads())
         out, h, m, saved = compiled.sequence_forward(
-            a(xp), a(noise), a(zone), use_zone, a(h0), a(m0), a(steps0), a(w_ch[:C].t()),
-            a(w_ch[C:].t()), a(w_cr.t()), a(w_gh.t()), a(w_gr.t()), map_t, use_map, a(lnc_w),
-            a(lnc_b), a(lng_w), a(lng_b), a(lnh_w), a(lnh_b), eps, inv_tau, mode, keep)
+            a(xp),
+            a(noise),
+            a(zone),
+            use_zone,
+            a(h0),
+            a(m0),
+            a(steps0),
+            a(w_ch[:C].t()),
+            a(w_ch[C:].t()),
+            a(w_cr.t()),
+            a(w_gh.t()),
+            a(w_gr.t()),
+            map_t,
+            use_map,
+            a(lnc_w),
+            a(lnc_b),
+            a(lng_w),
+            a(lng_b),
+            a(lnh_w),
+            a(lnh_b),
+            eps,
+            inv_tau,
+            mode,
+            keep,
+        )
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
-            ctx.save_for_backward(steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w,
-                                  *(torch.from_numpy(v) for v in saved))
+            ctx.save_for_backward(
+                steps0,
+                w_ch,
+                w_cr,
+                w_gh,
+                w_gr,
+                w_map,
+                lnc_w,
+                lng_w,
+                lnh_w,
+                *(torch.from_numpy(v) for v in saved),
+            )
         ctx.options = (use_map, use_zone, float(inv_tau), int(mode), xp.shape[-1])
         return torch.from_numpy(out), torch.from_numpy(h), torch.from_numpy(m)
 
@@ -71,20 +127,55 @@ class ARMINSequence(torch.autograd.Function):
         a = as_array
         map_w = a(w_map) if use_map else np.zeros((1, 1), a(w_ch).dtype)
         grads = dispatch.load("armin").sequence_backward(
-            tuple(a(v) for v in saved), a(steps0), a(w_ch), a(w_cr), a(w_gh), a(w_gr), map_w,
-            use_map, use_zone, a(lnc_w), a(lng_w), a(lnh_w), inv_tau, mode, a(d_out), a(d_h),
-            a(d_m))
+            tuple(a(v) for v in saved),
+            a(steps0),
+            a(w_ch),
+            a(w_cr),
+            a(w_gh),
+            a(w_gr),
+            map_w,
+            use_map,
+            use_zone,
+            a(lnc_w),
+            a(lng_w),
+            a(lnh_w),
+            inv_tau,
+            mode,
+            a(d_out),
+            a(d_h),
+            a(d_m),
+        )
         d_xc, d_xg, d_xs, d_v, d_yc, d_yg, d_yh, d_h0, d_m0 = (torch.from_numpy(g) for g in grads)
-        (hprev, _, _, r_all, _, hg_all, rg_all, xc_all, xg_all, xh_all, _, _, hs_all,
-         *_) = saved
+        (hprev, _, _, r_all, _, hg_all, rg_all, xc_all, xg_all, xh_all, _, _, hs_all, *_) = saved
 
-        def outer(grad, value):        # sum over batch and time of grad ⊗ value
+        def outer(grad, value):  # sum over batch and time of grad ⊗ value
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
+
         g_ch = outer(torch.cat([d_xc, d_xs], -1), hprev)
         g_map = outer(d_v, hs_all) if use_map else None
-        ln = [((d_y * x_hat).sum((0, 1)), d_y.sum((0, 1)))
-              for d_y, x_hat in ((d_yc, xc_all), (d_yg, xg_all), (d_yh, xh_all))]
+        ln = [
+            ((d_y * x_hat).sum((0, 1)), d_y.sum((0, 1)))
+            for d_y, x_hat in ((d_yc, xc_all), (d_yg, xg_all), (d_yh, xh_all))
+        ]
         rest = width - d_xc.shape[-1] - d_xg.shape[-1] - d_xs.shape[-1]
         d_xp = torch.cat([d_xc, d_xg, d_xs, d_xs.new_zeros(*d_xs.shape[:2], rest)], -1)
-        return (d_xp, None, None, d_h0, d_m0, None, g_ch, outer(d_xc, r_all), outer(d_xg, hg_all),
-                outer(d_xg, rg_all), g_map, *ln[0], *ln[1], *ln[2], None, None, None, None)
+        return (
+            d_xp,
+            None,
+            None,
+            d_h0,
+            d_m0,
+            None,
+            g_ch,
+            outer(d_xc, r_all),
+            outer(d_xg, hg_all),
+            outer(d_xg, rg_all),
+            g_map,
+            *ln[0],
+            *ln[1],
+            *ln[2],
+            None,
+            None,
+            None,
+            None,
+        )

@@ -28,6 +28,7 @@ The backward returns the gradients of the pre-activations (x_c, x_g, x_s parts o
 precomputed input), of v, and of the three layer norms' outputs; the caller turns them into
 weight gradients with one matrix product each over all steps.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,9 +42,32 @@ SOFT, GUMBEL_RELAXED, GUMBEL_ST, ARGMAX = 0, 1, 2, 3
 
 
 @njit(fastmath=FAST)
-def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc_rT, wg_hT,
-                     wg_rT, wm_T, use_map, lnc_w, lnc_b, lng_w, lng_b, lnh_w, lnh_b, eps, inv_tau,
-                     mode, keep):
+def sequence_forward(
+    xp,
+    noise,
+    zone,
+    use_zone,
+    h0,
+    m0,
+    steps0,
+    wc_hT,
+    ws_hT,
+    wc_rT,
+    wg_hT,
+    wg_rT,
+    wm_T,
+    use_map,
+    lnc_w,
+    lnc_b,
+    lng_w,
+    lng_b,
+    lnh_w,
+    lnh_b,
+    eps,
+    inv_tau,
+    mode,
+    keep,
+):
     """xp (B, T, P) = [x_c (C) | x_g (G) | x_s (N) | ...], noise (T, B, N) Gumbel draws (modes
     1, 2), zone (T, B, d_h) zoneout keep weights z (read when use_zone), h0 (B, d_h),
     m0 (B, N, d_r), steps0 (B,) steps since the memory was empty; the
@@ -70,7 +94,7 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
     rstd = np.empty((B, Ts, 3), dtype)
     act = np.empty((B, Ts, G), dtype)
     th_all = np.empty((B, Ts, C), dtype)
-    hs_all = np.empty((B, Ts, H), dtype)      # h_t, the state after zoneout
+    hs_all = np.empty((B, Ts, H), dtype)  # h_t, the state after zoneout
     v_all = np.empty((B, Ts, R), dtype)
     w_all = np.zeros((B, Ts, N), dtype)
     mem_all = np.empty((B, Ts, N, R), dtype)
@@ -90,13 +114,13 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
         ts = t if keep else 0
         if keep:
             mem_all[:, ts] = memory
-        else:                         # scratch rows of the one-hot reads and writes
+        else:  # scratch rows of the one-hot reads and writes
             s_all[:, 0] = 0.0
             w_all[:, 0] = 0.0
         hprev[:, ts] = h
-        hs_c = np.dot(h, wc_hT)                                   # (B, C)
-        hs_s = np.dot(h, ws_hT)                                   # (B, N)
-        for b in range(B):                                        # eqs. 9-10
+        hs_c = np.dot(h, wc_hT)  # (B, C)
+        hs_s = np.dot(h, ws_hT)  # (B, N)
+        for b in range(B):  # eqs. 9-10
             for j in range(N):
                 logits[j] = xp[b, t, o_s + j] + hs_s[b, j]
             if mode == ARGMAX:
@@ -120,8 +144,8 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
                     for k in range(R):
                         r_t[b, k] += sj * memory[b, j, k]
             r_all[b, ts] = r_t[b]
-        rc = np.dot(r_t, wc_rT)                                   # (B, C)
-        for b in range(B):                                        # eqs. 3-5
+        rc = np.dot(r_t, wc_rT)  # (B, C)
+        for b in range(B):  # eqs. 3-5
             for k in range(C):
                 pre_c[k] = xp[b, t, k] + hs_c[b, k] + rc[b, k]
             rstd[b, ts, 0] = layer_norm(pre_c, lnc_w, lnc_b, eps, xc_all[b, ts], y_c)
@@ -133,8 +157,8 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
                 rg[b, k] = c_all[b, ts, H + k] * r_t[b, k]
             hg_all[b, ts] = hg[b]
             rg_all[b, ts] = rg[b]
-        gates = np.dot(hg, wg_hT) + np.dot(rg, wg_rT)             # (B, G)
-        for b in range(B):                                        # eqs. 6-8
+        gates = np.dot(hg, wg_hT) + np.dot(rg, wg_rT)  # (B, G)
+        for b in range(B):  # eqs. 6-8
             for k in range(G):
                 pre_g[k] = xp[b, t, o_g + k] + gates[b, k]
             rstd[b, ts, 1] = layer_norm(pre_g, lng_w, lng_b, eps, xg_all[b, ts], z)
@@ -150,7 +174,7 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
                 th = math.tanh(hn[b, k])
                 th_all[b, ts, k] = th
                 out[b, t, k] = act[b, ts, 3 * H + k] * th
-            if use_zone:                                          # zoneout: hn becomes h_t
+            if use_zone:  # zoneout: hn becomes h_t
                 for k in range(H):
                     zk = zone[t, b, k]
                     hn[b, k] = zk * h[b, k] + (1.0 - zk) * hn[b, k]
@@ -159,8 +183,8 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
                 th = math.tanh(r_t[b, k])
                 th_all[b, ts, H + k] = th
                 out[b, t, H + k] = act[b, ts, 4 * H + k] * th
-        value = np.dot(hn, wm_T) if use_map else hn.copy()        # section 3.3
-        for b in range(B):                                        # the write
+        value = np.dot(hn, wm_T) if use_map else hn.copy()  # section 3.3
+        for b in range(B):  # the write
             v_all[b, ts] = value[b]
             step = steps0[b] + t
             if step < N:
@@ -171,26 +195,79 @@ def sequence_forward(xp, noise, zone, use_zone, h0, m0, steps0, wc_hT, ws_hT, wc
                 wj = w_all[b, ts, j]
                 if wj == 0.0:
                     continue
-                for k in range(R):       # torch.lerp's two formulas, for the same rounding
+                for k in range(R):  # torch.lerp's two formulas, for the same rounding
                     if wj < 0.5:
                         memory[b, j, k] = memory[b, j, k] + wj * (value[b, k] - memory[b, j, k])
                     else:
                         memory[b, j, k] = value[b, k] - (value[b, k] - memory[b, j, k]) * (1.0 - wj)
         h = hn.copy()
-    saved = (hprev, s_all, y_all, r_all, c_all, hg_all, rg_all, xc_all, xg_all, xh_all, rstd,
-             act, hs_all, v_all, w_all, mem_all, th_all, zone)
+    saved = (
+        hprev,
+        s_all,
+        y_all,
+        r_all,
+        c_all,
+        hg_all,
+        rg_all,
+        xc_all,
+        xg_all,
+        xh_all,
+        rstd,
+        act,
+        hs_all,
+        v_all,
+        w_all,
+        mem_all,
+        th_all,
+        zone,
+    )
     return out, h, memory, saved
 
 
 @njit(fastmath=FAST)
-def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, use_zone, lnc_w,
-                      lng_w, lnh_w, inv_tau, mode, d_out, d_hT, d_mT):
+def sequence_backward(
+    saved,
+    steps0,
+    wc_h,
+    wc_r,
+    wg_h,
+    wg_r,
+    wm,
+    use_map,
+    use_zone,
+    lnc_w,
+    lng_w,
+    lnh_w,
+    inv_tau,
+    mode,
+    d_out,
+    d_hT,
+    d_mT,
+):
     """Backpropagation through time of sequence_forward. Weights as stored (out, in);
     wc_h is the whole control_h weight [W_ig,h; W_s,h] (C + N, d_h). Returns the gradients
     of x_c, x_g, x_s (B, T, .), of the written values v (B, T, d_r), of the layer norms'
     outputs (B, T, C | G | d_h), and of h0 (B, d_h) and M0 (B, N, d_r)."""
-    (hprev, s_all, y_all, r_all, c_all, hg_all, rg_all, xc_all, xg_all, xh_all, rstd,
-     act, hs_all, v_all, w_all, mem_all, th_all, zone) = saved
+    (
+        hprev,
+        s_all,
+        y_all,
+        r_all,
+        c_all,
+        hg_all,
+        rg_all,
+        xc_all,
+        xg_all,
+        xh_all,
+        rstd,
+        act,
+        hs_all,
+        v_all,
+        w_all,
+        mem_all,
+        th_all,
+        zone,
+    ) = saved
     B, T, H = hprev.shape
     N, R = mem_all.shape[2], mem_all.shape[3]
     C, G = H + R, 4 * H + R
@@ -211,12 +288,12 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, use_zo
     dr = np.empty((B, R), dtype)
     dhp = np.empty((B, H), dtype)
     dhn = np.empty(H, dtype)
-    d_kept = np.zeros(H, dtype)       # zoneout: the part of dh_t that goes to h_{t-1}
+    d_kept = np.zeros(H, dtype)  # zoneout: the part of dh_t that goes to h_{t-1}
     du = np.empty(H, dtype)
     dzc = np.empty(C, dtype)
     ds = np.empty(N, dtype)
     for t in range(T - 1, -1, -1):
-        for b in range(B):                                        # the write
+        for b in range(B):  # the write
             for k in range(R):
                 dv[b, k] = 0.0
             for j in range(N):
@@ -230,7 +307,7 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, use_zo
                 dw[b, j] = acc
             d_v[b, t] = dv[b]
         dhn_v = np.dot(dv, wm) if use_map else dv.copy()
-        for b in range(B):                                        # eqs. 8, 7, 6
+        for b in range(B):  # eqs. 8, 7, 6
             for k in range(H):
                 th = th_all[b, t, k]
                 oh = act[b, t, 3 * H + k]
@@ -258,9 +335,9 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, use_zo
                 d_yg[b, t, 2 * H + k] = du[k] * i * (1.0 - g * g)
             layer_norm_backward(d_yg[b, t], lng_w, xg_all[b, t], rstd[b, t, 1], da_g[b])
             d_xg[b, t] = da_g[b]
-        dhg = np.dot(da_g, wg_h)                                  # (B, H)
-        drg = np.dot(da_g, wg_r)                                  # (B, R)
-        for b in range(B):                                        # eqs. 5, 4, 3
+        dhg = np.dot(da_g, wg_h)  # (B, H)
+        drg = np.dot(da_g, wg_r)  # (B, R)
+        for b in range(B):  # eqs. 5, 4, 3
             for k in range(H):
                 c = c_all[b, t, k]
                 dhp[b, k] += dhg[b, k] * c
@@ -273,8 +350,8 @@ def sequence_backward(saved, steps0, wc_h, wc_r, wg_h, wg_r, wm, use_map, use_zo
             layer_norm_backward(dzc, lnc_w, xc_all[b, t], rstd[b, t, 0], d_xc[b, t])
             for k in range(C):
                 dhs[b, k] = d_xc[b, t, k]
-        dr += np.dot(d_xc[:, t].copy(), wc_r)                     # (B, R)
-        for b in range(B):                                        # eqs. 10, 9
+        dr += np.dot(d_xc[:, t].copy(), wc_r)  # (B, R)
+        for b in range(B):  # eqs. 10, 9
             filling = steps0[b] + t < N
             for j in range(N):
                 acc = 0.0 if filling else dw[b, j]

@@ -19,6 +19,7 @@ Layout of the raw interface vector (B, P), grouped by activation:
     [k^r (R*W), k^w (W), v (W) | beta^r (R), beta^w | e (W), f (R), g^a, g^w | pi (3R)]
      identity                  | oneplus            | sigmoid                | softmax per head
 """
+
 from __future__ import annotations
 
 import torch
@@ -41,12 +42,21 @@ def activate_interface(raw: torch.Tensor, read_heads: int, width: int):
     R, W = read_heads, width
     linear, strengths, gates, modes = raw.split(interface_sizes(R, W), dim=-1)
     read_keys, write_key, write_vector = linear.split([R * W, W, W], dim=-1)
-    strengths = 1 + F.softplus(strengths)                          # oneplus: beta >= 1
+    strengths = 1 + F.softplus(strengths)  # oneplus: beta >= 1
     erase, free, alloc_gate, write_gate = torch.sigmoid(gates).split([W, R, 1, 1], dim=-1)
-    modes = torch.softmax(modes.view(-1, R, 3), dim=-1)            # pi over (b, c, f)
-    return (read_keys.view(-1, R, W), strengths[:, :R], write_key.unsqueeze(1),
-            strengths[:, R:], erase.unsqueeze(1), write_vector.unsqueeze(1), free,
-            alloc_gate.squeeze(-1), write_gate.squeeze(-1), modes)
+    modes = torch.softmax(modes.view(-1, R, 3), dim=-1)  # pi over (b, c, f)
+    return (
+        read_keys.view(-1, R, W),
+        strengths[:, :R],
+        write_key.unsqueeze(1),
+        strengths[:, R:],
+        erase.unsqueeze(1),
+        write_vector.unsqueeze(1),
+        free,
+        alloc_gate.squeeze(-1),
+        write_gate.squeeze(-1),
+        modes,
+    )
 
 
 def _composition(raw, memory, read_w, write_w, usage, precedence, links):
@@ -55,20 +65,29 @@ def _composition(raw, memory, read_w, write_w, usage, precedence, links):
     Returns (r, M_t, w^r_t, w^w_t, u_t, p_t, L_t) and the trace values (a, pi, f, g^a, g^w).
     """
     read_heads, width = read_w.shape[1], memory.shape[2]
-    (read_keys, read_strengths, write_key, write_strength, erase, write_vector, free,
-     alloc_gate, write_gate, modes) = activate_interface(raw, read_heads, width)
+    (
+        read_keys,
+        read_strengths,
+        write_key,
+        write_strength,
+        erase,
+        write_vector,
+        free,
+        alloc_gate,
+        write_gate,
+        modes,
+    ) = activate_interface(raw, read_heads, width)
     # (ii) dynamic allocation and the write, addressed on M_{t-1}
     psi = addressing.retention(free, read_w)
     usage = addressing.usage(usage, write_w.squeeze(1), psi)
     alloc = addressing.allocation(usage)
     write_content = addressing.content_weights(write_key, memory, write_strength)  # c^w
-    write_vec = addressing.write_weighting(alloc, write_content.squeeze(1), write_gate,
-                                           alloc_gate)                           # (B, N)
+    write_vec = addressing.write_weighting(alloc, write_content.squeeze(1), write_gate, alloc_gate)  # (B, N)
     memory = addressing.write(memory, write_vec.unsqueeze(1), erase, write_vector)
-    links = addressing.link_matrix(links, write_vec, precedence)                  # uses p_{t-1}
+    links = addressing.link_matrix(links, write_vec, precedence)  # uses p_{t-1}
     precedence = addressing.precedence(precedence, write_vec)
     # (iii) temporal and content read weightings, read from M_t
-    forward, backward = addressing.directional_weights(links, read_w)             # w^r_{t-1}
+    forward, backward = addressing.directional_weights(links, read_w)  # w^r_{t-1}
     read_content = addressing.content_weights(read_keys, memory, read_strengths)  # c^r
     read_w = addressing.read_weighting(backward, read_content, forward, modes)
     reads = addressing.read(memory, read_w)
@@ -100,11 +119,14 @@ class DNCMemoryStep(torch.autograd.Function):
             return outputs
         heads, width = read_w.shape[1], memory.shape[2]
         sizes = interface_sizes(heads, width)
-        act, free = saved[0], sizes[0] + sizes[1] + width         # f, g^a, g^w follow e
-        trace = (saved[1][:, 1].to(raw.dtype, copy=True),
-                 act[:, -sizes[3]:].reshape(-1, heads, 3).clone(),
-                 act[:, free:free + heads].clone(), act[:, free + heads].clone(),
-                 act[:, free + heads + 1].clone())
+        act, free = saved[0], sizes[0] + sizes[1] + width  # f, g^a, g^w follow e
+        trace = (
+            saved[1][:, 1].to(raw.dtype, copy=True),
+            act[:, -sizes[3] :].reshape(-1, heads, 3).clone(),
+            act[:, free : free + heads].clone(),
+            act[:, free + heads].clone(),
+            act[:, free + heads + 1].clone(),
+        )
         ctx.mark_non_differentiable(*trace)
         return outputs + trace
 
@@ -112,9 +134,9 @@ class DNCMemoryStep(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):
         saved = [as_array(t) for t in ctx.saved_tensors]
-        grads = _kernels().memory_step_backward(tuple(saved[:7]), tuple(saved[7:11]),
-                                                tuple(saved[11:]),
-                                                tuple(as_array(g) for g in grads[:7]))
+        grads = _kernels().memory_step_backward(
+            tuple(saved[:7]), tuple(saved[7:11]), tuple(saved[11:]), tuple(as_array(g) for g in grads[:7])
+        )
         return tuple(torch.from_numpy(grad) for grad in grads) + (None,)
 
 
@@ -131,8 +153,9 @@ def dnc_memory_step(raw, memory, read_w, write_w, usage, precedence, links, with
         # mixed precision: the interface layer ran in autocast's dtype, the memory equations
         # run in the memory's (the state's) on the tensor path
         with dispatch.state_precision(memory):
-            return dnc_memory_step(raw.to(memory.dtype), memory, read_w, write_w, usage,
-                                   precedence, links, with_trace)
+            return dnc_memory_step(
+                raw.to(memory.dtype), memory, read_w, write_w, usage, precedence, links, with_trace
+            )
     state = (memory, read_w, write_w, usage, precedence, links)
     if dispatch.compiled_applies("dnc", raw):
         return DNCMemoryStep.apply(raw, *state, with_trace)

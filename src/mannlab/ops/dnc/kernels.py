@@ -25,6 +25,7 @@ The forward also returns the intermediates that the backward reads: the activate
 interface vector, psi, a, c^w, K^w, the read paths (K^r, c^r, f, b), the slot and
 key norms and the sort order phi (a constant for the gradient).
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,7 @@ import math
 import numpy as np
 
 from mannlab.ops.numba_cache import njit
-from mannlab.ops.numba_math import (EPS, dot, row_norms, sigmoid, softmax_into, softplus,
-                                     softplus_grad)
+from mannlab.ops.numba_math import EPS, dot, row_norms, sigmoid, softmax_into, softplus, softplus_grad
 
 
 @njit(fastmath={"reassoc"})
@@ -53,8 +53,17 @@ def _offsets(read_heads, width):
     beta = keys + 2 * width
     erase = beta + read_heads + 1
     free = erase + width
-    return 0, keys, keys + width, beta, erase, free, free + read_heads, free + read_heads + 1, \
-        free + read_heads + 2
+    return (
+        0,
+        keys,
+        keys + width,
+        beta,
+        erase,
+        free,
+        free + read_heads,
+        free + read_heads + 1,
+        free + read_heads + 2,
+    )
 
 
 @njit
@@ -63,11 +72,11 @@ def _activate(raw, read_heads, width, act):
     _, _, _, beta, erase, _, _, _, modes = _offsets(read_heads, width)
     act[:beta] = raw[:beta]
     for i in range(beta, erase):
-        act[i] = 1.0 + softplus(raw[i])                       # oneplus: beta >= 1
+        act[i] = 1.0 + softplus(raw[i])  # oneplus: beta >= 1
     for i in range(erase, modes):
         act[i] = sigmoid(raw[i])
     for r in range(read_heads):
-        softmax_into(raw[modes + 3 * r:modes + 3 * r + 3], act[modes + 3 * r:modes + 3 * r + 3])
+        softmax_into(raw[modes + 3 * r : modes + 3 * r + 3], act[modes + 3 * r : modes + 3 * r + 3])
 
 
 @njit
@@ -96,8 +105,9 @@ def _content(key, memory, norms, strength, similarity, weights):
 
 
 @njit
-def _content_backward(grad_w, key, key_norm, memory, norms, strength, similarity, weights,
-                      grad_key, grad_memory):
+def _content_backward(
+    grad_w, key, key_norm, memory, norms, strength, similarity, weights, grad_key, grad_memory
+):
     """Backward of ``_content``: writes grad_key, adds into grad_memory, returns grad beta."""
     grad_logits = weights * (grad_w - dot(weights, grad_w))
     unit_key = key / key_norm
@@ -105,7 +115,7 @@ def _content_backward(grad_w, key, key_norm, memory, norms, strength, similarity
     for i in range(memory.shape[0]):
         grad_sim = strength * grad_logits[i]
         if grad_sim != 0.0:
-            inverse = 1.0 / norms[i]                  # one division per slot, not per entry
+            inverse = 1.0 / norms[i]  # one division per slot, not per entry
             scale, shrink = grad_sim * inverse, similarity[i] * inverse
             for j in range(key.shape[0]):
                 grad_unit_key[j] += scale * memory[i, j]
@@ -117,7 +127,7 @@ def _content_backward(grad_w, key, key_norm, memory, norms, strength, similarity
 @njit
 def _allocation(usage, order, alloc):
     """a[phi[j]] = (1 - u[phi[j]]) prod_{i<j} u[phi[i]], phi = stable ascending argsort of u."""
-    order[:] = np.argsort(usage, kind="mergesort")             # mergesort is stable
+    order[:] = np.argsort(usage, kind="mergesort")  # mergesort is stable
     before = 1.0
     for j in range(usage.shape[0]):
         slot = order[j]
@@ -144,9 +154,28 @@ def _allocation_backward(grad_alloc, usage, order, grad_usage):
 
 
 @njit
-def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev,
-                     reads, new_memory, read_w, write_w, usage, prec, links,
-                     act, vectors, paths, norms, key_norms, order):
+def _element_forward(
+    raw,
+    memory,
+    read_prev,
+    write_prev,
+    usage_prev,
+    prec_prev,
+    links_prev,
+    reads,
+    new_memory,
+    read_w,
+    write_w,
+    usage,
+    prec,
+    links,
+    act,
+    vectors,
+    paths,
+    norms,
+    key_norms,
+    order,
+):
     """Forward of one batch element; outputs and intermediates are written in place.
     vectors (4, N): psi, a, c^w, K^w; paths (4, R, N): K^r, c^r, f, b; norms (2, N) of
     M_{t-1} and M_t; key_norms (R + 1,): read keys, then the write key."""
@@ -165,16 +194,18 @@ def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, 
     _allocation(usage, order, alloc)
     # write weighting, on M_{t-1}
     row_norms(memory, norms[0])
-    key_norms[read_heads] = _content(act[o_wkey:o_vec], memory, norms[0], act[o_beta + read_heads],
-                                     write_sim, write_content)
+    key_norms[read_heads] = _content(
+        act[o_wkey:o_vec], memory, norms[0], act[o_beta + read_heads], write_sim, write_content
+    )
     alloc_gate, write_gate = act[o_ga], act[o_gw]
     for i in range(slots):
         write_w[i] = write_gate * (write_content[i] + alloc_gate * (alloc[i] - write_content[i]))
     # erase/add write
     for i in range(slots):
         for j in range(width):
-            new_memory[i, j] = (memory[i, j] * (1.0 - write_w[i] * act[o_erase + j])
-                                + write_w[i] * act[o_vec + j])
+            new_memory[i, j] = (
+                memory[i, j] * (1.0 - write_w[i] * act[o_erase + j]) + write_w[i] * act[o_vec + j]
+            )
     # precedence, then links (from p_{t-1}) with f = L w^r_{t-1} and b = L^T w^r_{t-1}
     # in the same pass over the rows of L
     total = write_w.sum()
@@ -195,12 +226,17 @@ def _element_forward(raw, memory, read_prev, write_prev, usage_prev, prec_prev, 
     # content read weightings on M_t, read modes, reads
     row_norms(new_memory, norms[1])
     for r in range(read_heads):
-        key_norms[r] = _content(act[o_rkey + r * width:o_rkey + (r + 1) * width], new_memory,
-                                norms[1], act[o_beta + r], sims[r], contents[r])
+        key_norms[r] = _content(
+            act[o_rkey + r * width : o_rkey + (r + 1) * width],
+            new_memory,
+            norms[1],
+            act[o_beta + r],
+            sims[r],
+            contents[r],
+        )
         m = o_modes + 3 * r
         for i in range(slots):
-            read_w[r, i] = act[m] * backward[r, i] + act[m + 1] * contents[r, i] \
-                + act[m + 2] * forward[r, i]
+            read_w[r, i] = act[m] * backward[r, i] + act[m + 1] * contents[r, i] + act[m + 2] * forward[r, i]
         read = np.zeros(width)
         for i in range(slots):
             weight = read_w[r, i]
@@ -227,12 +263,32 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
     norms, key_norms = np.empty((batch, 2, slots)), np.empty((batch, read_heads + 1))
     order = np.empty((batch, slots), np.int64)
     for b in range(batch):
-        _element_forward(raw[b], memory[b], read_prev[b], write_prev[b, 0], usage_prev[b],
-                         prec_prev[b], links_prev[b], reads[b], new_memory[b], read_w[b],
-                         write_w[b, 0], usage[b], prec[b], links[b], act[b], vectors[b],
-                         paths[b], norms[b], key_norms[b], order[b])
-    return ((reads, new_memory, read_w, write_w, usage, prec, links),
-            (act, vectors, paths, norms, key_norms, order))
+        _element_forward(
+            raw[b],
+            memory[b],
+            read_prev[b],
+            write_prev[b, 0],
+            usage_prev[b],
+            prec_prev[b],
+            links_prev[b],
+            reads[b],
+            new_memory[b],
+            read_w[b],
+            write_w[b, 0],
+            usage[b],
+            prec[b],
+            links[b],
+            act[b],
+            vectors[b],
+            paths[b],
+            norms[b],
+            key_norms[b],
+            order[b],
+        )
+    return (
+        (reads, new_memory, read_w, write_w, usage, prec, links),
+        (act, vectors, paths, norms, key_norms, order),
+    )
 
 
 @njit
@@ -267,8 +323,17 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
         grad_fwd[r, :] = act[m + 2] * grad_rw
         key = o_rkey + r * width
         grad_act[o_beta + r] = _content_backward(
-            act[m + 1] * grad_rw, act[key:key + width], key_norms[r], new_memory, norms[1],
-            act[o_beta + r], sims[r], contents[r], grad_act[key:key + width], grad_new)
+            act[m + 1] * grad_rw,
+            act[key : key + width],
+            key_norms[r],
+            new_memory,
+            norms[1],
+            act[o_beta + r],
+            sims[r],
+            contents[r],
+            grad_act[key : key + width],
+            grad_new,
+        )
     # directional weightings (through L_t and w^r_{t-1}) and the link update, one pass
     # over the rows of L; each row of L_t is recomputed from L_{t-1} (cheaper than
     # reading a second (N, N) array), and the loops are kept simple so that they vectorise
@@ -290,7 +355,7 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
             for j in range(slots):
                 g_reads_r[j] += grad_f * row[j]
             g_reads_r[i] += _fast_dot(grad_b, row)
-        grad_row[i] = 0.0                                    # L[i, i] = 0, a constant
+        grad_row[i] = 0.0  # L[i, i] = 0, a constant
         grad_ww[i] += _fast_dot(grad_row, prec_prev) - _fast_dot(grad_row, row_prev)
         g_row_prev = g_links_prev[i]
         for j in range(slots):
@@ -318,9 +383,17 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     grad_mix = write_gate * grad_ww
     grad_act[o_ga] = dot(grad_mix, alloc - write_content)
     grad_act[o_beta + read_heads] = _content_backward(
-        (1.0 - alloc_gate) * grad_mix, act[o_wkey:o_vec], key_norms[read_heads], memory,
-        norms[0], act[o_beta + read_heads], write_sim, write_content, grad_act[o_wkey:o_vec],
-        g_memory)
+        (1.0 - alloc_gate) * grad_mix,
+        act[o_wkey:o_vec],
+        key_norms[read_heads],
+        memory,
+        norms[0],
+        act[o_beta + read_heads],
+        write_sim,
+        write_content,
+        grad_act[o_wkey:o_vec],
+        g_memory,
+    )
     # allocation, usage, retention
     grad_u = grad_usage.astype(np.float64)
     _allocation_backward(alloc_gate * grad_mix, usage, order, grad_u)
@@ -329,7 +402,7 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
         g_write_prev[i] = grad_u[i] * psi[i] * (1.0 - usage_prev[i])
         grad_psi = grad_u[i] * (usage_prev[i] + write_prev[i] - usage_prev[i] * write_prev[i])
         for r in range(read_heads):
-            others = 1.0                                    # prod over the other heads, no division
+            others = 1.0  # prod over the other heads, no division
             for o in range(read_heads):
                 if o != r:
                     others *= 1.0 - act[o_free + o] * read_prev[o, i]
@@ -343,21 +416,41 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
     """Gradients of the step with respect to its seven inputs, given those of its seven
     outputs, the inputs, the outputs (M_t, w^r_t, w^w_t, u_t) and the saved values."""
     raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev = inputs
-    grads_in = (np.empty_like(raw), np.empty_like(memory), np.empty_like(read_prev),
-                np.empty_like(write_prev), np.empty_like(usage_prev), np.empty_like(prec_prev),
-                np.empty_like(links_prev))
+    grads_in = (
+        np.empty_like(raw),
+        np.empty_like(memory),
+        np.empty_like(read_prev),
+        np.empty_like(write_prev),
+        np.empty_like(usage_prev),
+        np.empty_like(prec_prev),
+        np.empty_like(links_prev),
+    )
     grad_act = np.empty(raw.shape[1])
     grad_new = np.empty(memory.shape[1:])
     for b in range(memory.shape[0]):
-        grad_new[:] = grads_out[1][b]                         # accumulates M_t's gradient
+        grad_new[:] = grads_out[1][b]  # accumulates M_t's gradient
         _element_backward(
-            (raw[b], memory[b], read_prev[b], write_prev[b, 0], usage_prev[b], prec_prev[b],
-             links_prev[b]),
+            (raw[b], memory[b], read_prev[b], write_prev[b, 0], usage_prev[b], prec_prev[b], links_prev[b]),
             (outputs[0][b], outputs[1][b], outputs[2][b, 0], outputs[3][b]),
             (saved[0][b], saved[1][b], saved[2][b], saved[3][b], saved[4][b], saved[5][b]),
-            (grads_out[0][b], grad_new, grads_out[2][b], grads_out[3][b, 0], grads_out[4][b],
-             grads_out[5][b], grads_out[6][b]),
-            (grads_in[0][b], grads_in[1][b], grads_in[2][b], grads_in[3][b, 0], grads_in[4][b],
-             grads_in[5][b], grads_in[6][b]),
-            grad_act)
+            (
+                grads_out[0][b],
+                grad_new,
+                grads_out[2][b],
+                grads_out[3][b, 0],
+                grads_out[4][b],
+                grads_out[5][b],
+                grads_out[6][b],
+            ),
+            (
+                grads_in[0][b],
+                grads_in[1][b],
+                grads_in[2][b],
+                grads_in[3][b, 0],
+                grads_in[4][b],
+                grads_in[5][b],
+                grads_in[6][b],
+            ),
+            grad_act,
+        )
     return grads_in

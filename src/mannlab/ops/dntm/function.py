@@ -3,6 +3,7 @@ as one autograd node over the kernels of ops/dntm/kernels.py. mannlab.models.dnt
 (``DNTMCell.run_fused``) feeds it; tests/test_dntm.py checks values, samples and every
 gradient against the cell's per-step tensor path.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,7 @@ class DNTMSequence(torch.autograd.Function):
     are one matrix product each over all B T J steps."""
 
     @staticmethod
-    def forward(ctx, xp, noise, h0, phi0, c0, vr0, vw0, w_r, w_h, b_hh, w_p, b_p, address,
-                options):
+    def forward(ctx, xp, noise, h0, phi0, c0, vr0, vw0, w_r, w_h, b_hh, w_p, b_p, address, options):
         R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every, constants = options
         similarity_eps, lru_decay = constants
         a = as_array
@@ -37,21 +37,44 @@ class DNTMSequence(torch.autograd.Function):
         compiled = dispatch.load("dntm")
         limit_blas_threads(torch.get_num_threads())
         out, h, phi, c, vr, vw, records, saved = compiled.sequence_forward(
-            a(xp), a(noise), a(h0), a(phi0), a(c0), a(vr0), a(vw0), a(w_r.t()),
-            a(w_h.t()) if gru else dummy, a(b_hh) if gru else dummy[0], a(w_p.t()), a(b_p),
-            a(address), R, H, J, gru, lru, nop, memory_keys, mode, similarity_eps, lru_decay,
-            keep, trace, every)
+            a(xp),
+            a(noise),
+            a(h0),
+            a(phi0),
+            a(c0),
+            a(vr0),
+            a(vw0),
+            a(w_r.t()),
+            a(w_h.t()) if gru else dummy,
+            a(b_hh) if gru else dummy[0],
+            a(w_p.t()),
+            a(b_p),
+            a(address),
+            R,
+            H,
+            J,
+            gru,
+            lru,
+            nop,
+            memory_keys,
+            mode,
+            similarity_eps,
+            lru_decay,
+            keep,
+            trace,
+            every,
+        )
         records = tuple(torch.from_numpy(r) for r in records)
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
-            ctx.save_for_backward(xp, h0, w_r, w_h, w_p, address, *records,
-                                  *(torch.from_numpy(v) for v in saved))
+            ctx.save_for_backward(
+                xp, h0, w_r, w_h, w_p, address, *records, *(torch.from_numpy(v) for v in saved)
+            )
         ctx.options = options
         hnew, act, beta_pre, probs, index, memory = records
         ctx.mark_non_differentiable(index)
         ctx.set_materialize_grads(False)
-        return (*(torch.from_numpy(v) for v in (out, h, phi, c, vr, vw)), probs, act, memory,
-                index)
+        return (*(torch.from_numpy(v) for v in (out, h, phi, c, vr, vw)), probs, act, memory, index)
 
     @staticmethod
     @once_differentiable
@@ -63,33 +86,73 @@ class DNTMSequence(torch.autograd.Function):
         hnew = records[0]
         a = as_array
         B, T = xp.shape[:2]
-        N, dc = address.shape[0], saved[3].shape[2]    # checkpoints of C: (B, ., d_c, N)
+        N, dc = address.shape[0], saved[3].shape[2]  # checkpoints of C: (B, ., d_c, N)
         dtype = a(xp).dtype
 
-        def given(grad, *shape):       # a gradient autograd did not materialise: zeros
+        def given(grad, *shape):  # a gradient autograd did not materialise: zeros
             return a(grad) if grad is not None else np.zeros(shape, dtype)
+
         dummy = np.zeros((1, 1), dtype)
         grads = dispatch.load("dntm").sequence_backward(
-            a(xp), a(h0), tuple(a(v) for v in records), tuple(a(v) for v in saved), a(w_r),
-            a(w_h) if gru else dummy, a(w_p), a(address), R, H, J, gru, lru, nop, memory_keys,
-            mode, similarity_eps, lru_decay, every,
+            a(xp),
+            a(h0),
+            tuple(a(v) for v in records),
+            tuple(a(v) for v in saved),
+            a(w_r),
+            a(w_h) if gru else dummy,
+            a(w_p),
+            a(address),
+            R,
+            H,
+            J,
+            gru,
+            lru,
+            nop,
+            memory_keys,
+            mode,
+            similarity_eps,
+            lru_decay,
+            every,
             given(d_out, B, T, w_p.shape[1] + w_r.shape[1]),
-            given(d_h, B, w_p.shape[1]), given(d_phi, B, w_r.shape[1]), given(d_c, B, N, dc),
-            given(d_vr, B, R, N), given(d_vw, B, H, N),
-            given(d_probs, 1, 1, 1, 1), d_probs is not None, given(d_act, 1, 1, 1),
-            d_act is not None, given(d_memory, 1, 1, 1, 1), d_memory is not None)
-        d_xp, d_a, d_g, d_p, d_address, d_h0, d_phi0, d_c0, d_vr0, d_vw0 = \
-            (torch.from_numpy(g) for g in grads)
+            given(d_h, B, w_p.shape[1]),
+            given(d_phi, B, w_r.shape[1]),
+            given(d_c, B, N, dc),
+            given(d_vr, B, R, N),
+            given(d_vw, B, H, N),
+            given(d_probs, 1, 1, 1, 1),
+            d_probs is not None,
+            given(d_act, 1, 1, 1),
+            d_act is not None,
+            given(d_memory, 1, 1, 1, 1),
+            d_memory is not None,
+        )
+        d_xp, d_a, d_g, d_p, d_address, d_h0, d_phi0, d_c0, d_vr0, d_vw0 = (
+            torch.from_numpy(g) for g in grads
+        )
         phiprev = saved[0]
-        hprev = (torch.cat([h0.unsqueeze(1), hnew[:, :-1]], 1)           # h_{s-1}
-                 if gru and ctx.needs_input_grad[8] else None)
+        hprev = (
+            torch.cat([h0.unsqueeze(1), hnew[:, :-1]], 1)  # h_{s-1}
+            if gru and ctx.needs_input_grad[8]
+            else None
+        )
 
-        def outer(grad, value):        # sum over batch and steps of grad ⊗ value
+        def outer(grad, value):  # sum over batch and steps of grad ⊗ value
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
+
         need = ctx.needs_input_grad
-        return (d_xp, None, d_h0 if gru else None, d_phi0, d_c0, d_vr0, d_vw0,
-                outer(d_a, phiprev) if need[7] else None,
-                outer(d_g, hprev) if gru and need[8] else None,
-                d_g.sum((0, 1)) if gru and need[9] else None,
-                outer(d_p, hnew) if need[10] else None,
-                d_p.sum((0, 1)) if need[11] else None, d_address, None)
+        return (
+            d_xp,
+            None,
+            d_h0 if gru else None,
+            d_phi0,
+            d_c0,
+            d_vr0,
+            d_vw0,
+            outer(d_a, phiprev) if need[7] else None,
+            outer(d_g, hprev) if gru and need[8] else None,
+            d_g.sum((0, 1)) if gru and need[9] else None,
+            outer(d_p, hnew) if need[10] else None,
+            d_p.sum((0, 1)) if need[11] else None,
+            d_address,
+            None,
+        )

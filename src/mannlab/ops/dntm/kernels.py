@@ -37,6 +37,7 @@ matrix product each over all steps), of the address part A and of the initial st
 takes the gradients of the trace outputs (probabilities, head activations, content after
 each time step), the terms of DNTM.aux_loss flow through.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,16 @@ import math
 import numpy as np
 
 from mannlab.ops.numba_cache import njit
-from mannlab.ops.numba_math import (FAST, argmax, sigmoid, sigmoid_array, softmax, softplus,
-                                     softplus_grad_exp, tanh_array)
+from mannlab.ops.numba_math import (
+    FAST,
+    argmax,
+    sigmoid,
+    sigmoid_array,
+    softmax,
+    softplus,
+    softplus_grad_exp,
+    tanh_array,
+)
 
 SOFT, SAMPLE, ARGMAX = 0, 1, 2
 
@@ -98,7 +107,7 @@ def _similarity(key, with_a, address_t, content_t, norms, eps, sim, den):
     for d in range(dc):
         kd = key[off + d]
         for i in range(N):
-            sim[i] += kd * content_t[d, i]                         # k . m_i
+            sim[i] += kd * content_t[d, i]  # k . m_i
     for i in range(N):
         dn = nk * norms[i] + eps
         den[i] = dn
@@ -141,17 +150,17 @@ def _gru(xa, a, g, b_hh, h_prev, h_new, gates, gn_out):
     dh = h_prev.shape[0]
     for k in range(2 * dh):
         gates[k] = xa[k] + a[k] + (g[k] + b_hh[k])
-    sigmoid_array(gates[:2 * dh], gates[:2 * dh])                  # r, u
+    sigmoid_array(gates[: 2 * dh], gates[: 2 * dh])  # r, u
     for k in range(dh):
         gn = g[2 * dh + k] + b_hh[2 * dh + k]
         gn_out[k] = gn
         gates[2 * dh + k] = xa[2 * dh + k] + a[2 * dh + k] + gates[k] * gn
-    tanh_array(gates[2 * dh:], gates[2 * dh:])                     # n
+    tanh_array(gates[2 * dh :], gates[2 * dh :])  # n
     for k in range(dh):
         u = gates[dh + k]
         n = gates[2 * dh + k]
         hp = h_prev[k]
-        if u < 0.5:                                                # torch.lerp(n, h_{s-1}, u)
+        if u < 0.5:  # torch.lerp(n, h_{s-1}, u)
             h_new[k] = n + u * (hp - n)
         else:
             h_new[k] = hp - (hp - n) * (1.0 - u)
@@ -240,7 +249,7 @@ def _write(content_t, weights, erase, cand, discrete, index, keep):
             for h2 in range(hh):
                 if index[h2] == i:
                     seen = True
-            if seen:                                   # each cell once
+            if seen:  # each cell once
                 continue
             for d in range(dc):
                 prod = 1.0
@@ -290,15 +299,42 @@ def _step_weights(probs, index, discrete, nop, weights):
 
 
 @njit(fastmath=FAST)
-def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, b_p, address,
-                     R, H, J, gru, lru, nop, memory_keys, mode, eps, decay, keep, trace, every):
+def sequence_forward(
+    xp,
+    noise,
+    h0,
+    phi0,
+    c0,
+    vr0,
+    vw0,
+    w_rT,
+    w_hT,
+    b_hh,
+    w_pT,
+    b_p,
+    address,
+    R,
+    H,
+    J,
+    gru,
+    lru,
+    nop,
+    memory_keys,
+    mode,
+    eps,
+    decay,
+    keep,
+    trace,
+    every,
+):
     """xp (B, T, P) = [x_c (Pc) | W_x x (H d_c) | v_α^T x (H)], noise (T J, B K N) Exp(1)
     draws (mode 1: per step the read heads' rows, then the write heads'), h0 (B, d_h) (GRU),
     φ0 (B, R W), C0 (B, N, d_c), v0 (B, R, N) and (B, H, N); weights transposed (in, out).
 
     Returns (features (B, T, d_h + R W), h, φ, C, v^r, v^w), the records (h_s, head
     activations, β pre-activations, probabilities, chosen cells; (B, T J, ...) when ``keep``
-    or ``trace``; and with ``trace`` the memory [A; C_t] after each time step) and what only the backward reads (with
+    or ``trace``; and with ``trace`` the memory [A; C_t] after each time step) and what only the
+    backward reads (with
     ``keep``): φ_{s-1}, the GRU gates, and C_{s-1} and v_{s-1} at every ``every``-th step only
     (the backward recomputes the others from them and the records: the memory per step was
     most of the saved bytes, and allocating them cost more than recomputing)."""
@@ -312,8 +348,8 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     K = R + H
     S = T * J
     Kw, o_kw, o_beta, o_gamma, o_e, o_ah, o_c = _head_layout(R, H, W, dc, memory_keys)
-    x_in = Pc                     # W_x x in xp
-    x_gate = Pc + H * dc          # v_α^T x in xp
+    x_in = Pc  # W_x x in xp
+    x_gate = Pc + H * dc  # v_α^T x in xp
     full = keep or trace
     Sr = S if full else 1
     Sk = S if keep else 1
@@ -324,16 +360,16 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     beta_pre = np.empty((B, Sr, K), dtype)
     probs = np.empty((B, Sr, K, N), dtype)
     index = np.zeros((B, Sr, K), np.int64)
-    mtrace = np.empty((B, T if trace else 1, N, W), dtype)     # M_t = [A; C_t] (trace)
-    if trace:                                                  # A never changes: once
+    mtrace = np.empty((B, T if trace else 1, N, W), dtype)  # M_t = [A; C_t] (trace)
+    if trace:  # A never changes: once
         for b in range(B):
             for t in range(T):
                 mtrace[b, t, :, :da] = address
     phiprev = np.empty((B, Sk, R * W), dtype)
-    gates = np.empty((B, Sk if gru else 1, 3 * dh), dtype)     # r, u, n
-    gn_all = np.empty((B, Sk if gru else 1, dh), dtype)        # W_hn h + b_hn
+    gates = np.empty((B, Sk if gru else 1, 3 * dh), dtype)  # r, u, n
+    gn_all = np.empty((B, Sk if gru else 1, dh), dtype)  # W_hn h + b_hn
     checkpoints = (S + every - 1) // every if keep else 1
-    c_saved = np.empty((B, checkpoints, dc, N), dtype)         # C_{s-1}, transposed
+    c_saved = np.empty((B, checkpoints, dc, N), dtype)  # C_{s-1}, transposed
     v_saved = np.empty((B, checkpoints if lru else 1, K, N), dtype)
     h = h0.copy()
     hcur = np.empty((B, dh), dtype)
@@ -348,8 +384,8 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
     v[:, R:] = vw0
     anorm2 = np.empty(N, dtype)
     _squared_norms(address_t, anorm2)
-    norm_m = np.empty(N, dtype)                                # |[a_i; c_i]|
-    norm_c = np.empty(N, dtype)                                # |c_i|
+    norm_m = np.empty(N, dtype)  # |[a_i; c_i]|
+    norm_c = np.empty(N, dtype)  # |c_i|
     sim = np.empty(N, dtype)
     den = np.empty(N, dtype)
     logits = np.empty(N, dtype)
@@ -362,12 +398,12 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
             s = t * J + j
             sr = s if full else 0
             sk = s if keep else 0
-            a = np.dot(phi, w_rT)                                  # W_r φ_{s-1}
+            a = np.dot(phi, w_rT)  # W_r φ_{s-1}
             if gru:
-                g = np.dot(h, w_hT)                                # W_h h_{s-1}
+                g = np.dot(h, w_hT)  # W_h h_{s-1}
             else:
                 g = a
-            for b in range(B):                                     # the controller, eqs. 1-2
+            for b in range(B):  # the controller, eqs. 1-2
                 if keep:
                     phiprev[b, sk] = phi[b]
                 if gru:
@@ -375,11 +411,21 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                 else:
                     _fnn(xp[b, t], a[b], hcur[b])
                 hnew_all[b, sr] = hcur[b]
-            pre = np.dot(hcur, w_pT)                               # the head layer
+            pre = np.dot(hcur, w_pT)  # the head layer
             for b in range(B):
                 ab = act[b, sr]
-                _heads(pre[b], b_p, xp[b, t, x_in:x_gate], xp[b, t, x_gate:], K, H, dc, o_beta,
-                       ab, beta_pre[b, sr])
+                _heads(
+                    pre[b],
+                    b_p,
+                    xp[b, t, x_in:x_gate],
+                    xp[b, t, x_gate:],
+                    K,
+                    H,
+                    dc,
+                    o_beta,
+                    ab,
+                    beta_pre[b, sr],
+                )
                 cb = content[b]
                 if keep and s % every == 0:
                     c_saved[b, s // every] = cb
@@ -388,19 +434,17 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                 _norms(anorm2, cb, True, norm_m)
                 if not memory_keys:
                     _norms(anorm2, cb, False, norm_c)
-                for k in range(K):                                 # eqs. 10-13
+                for k in range(K):  # eqs. 10-13
                     if k < R:
-                        key = ab[k * W:(k + 1) * W]
+                        key = ab[k * W : (k + 1) * W]
                         with_a = True
                     else:
-                        key = ab[o_kw + (k - R) * Kw:o_kw + (k - R + 1) * Kw]
+                        key = ab[o_kw + (k - R) * Kw : o_kw + (k - R + 1) * Kw]
                         with_a = memory_keys
                     p = probs[b, sr, k]
-                    _similarity(key, with_a, address_t, cb, norm_m if with_a else norm_c, eps,
-                                sim, den)
-                    _weighting(sim, ab[o_beta + k], ab[o_gamma + k], v[b, k], lru, decay,
-                               logits, p)
-                    if discrete:                                   # section 4
+                    _similarity(key, with_a, address_t, cb, norm_m if with_a else norm_c, eps, sim, den)
+                    _weighting(sim, ab[o_beta + k], ab[o_gamma + k], v[b, k], lru, decay, logits, p)
+                    if discrete:  # section 4
                         if mode == SAMPLE:
                             base = (b * R + k) * N if k < R else B * R * N + (b * H + k - R) * N
                             chosen[k] = _sample(p, noise[s], base)
@@ -408,11 +452,11 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
                             chosen[k] = argmax(p)
                         index[b, sr, k] = chosen[k]
                 _step_weights(probs[b, sr], chosen, discrete, nop, weights)
-                for k in range(R):                                 # eq. 5, on M_{s-1}
-                    _read(weights[k], address_t, cb, phi[b, k * W:(k + 1) * W], discrete,
-                          chosen[k])
-                _write(cb, weights[R:], ab[o_e:o_ah], ab[o_c:o_c + H * dc], discrete,
-                       chosen[R:], keepbuf)                        # eq. 6
+                for k in range(R):  # eq. 5, on M_{s-1}
+                    _read(weights[k], address_t, cb, phi[b, k * W : (k + 1) * W], discrete, chosen[k])
+                _write(
+                    cb, weights[R:], ab[o_e:o_ah], ab[o_c : o_c + H * dc], discrete, chosen[R:], keepbuf
+                )  # eq. 6
                 if j == J - 1:
                     out[b, t, :dh] = hcur[b]
                     out[b, t, dh:] = phi[b]
@@ -428,8 +472,27 @@ def sequence_forward(xp, noise, h0, phi0, c0, vr0, vw0, w_rT, w_hT, b_hh, w_pT, 
 
 
 @njit(fastmath=FAST)
-def _address_backward(dw, probs, sim, den, vprev, key, with_a, address_t, content_t, norms,
-                      beta, gamma, lru, dkey, d_address_t, d_content_t, dv, ddot, scale):
+def _address_backward(
+    dw,
+    probs,
+    sim,
+    den,
+    vprev,
+    key,
+    with_a,
+    address_t,
+    content_t,
+    norms,
+    beta,
+    gamma,
+    lru,
+    dkey,
+    d_address_t,
+    d_content_t,
+    dv,
+    ddot,
+    scale,
+):
     """Backward of one head's weighting (eqs. 10-13) given dL/dw: returns (dβ, dγ), adds to
     the key's, A's and C's gradients (transposed, (d, N); |m| and |k| have gradient 0 at 0,
     as torch's norm). With LRU, dv holds decay * dL/dv_s on entry (v_s = 0.1 v_{s-1} + 0.9 z
@@ -447,7 +510,7 @@ def _address_backward(dw, probs, sim, den, vprev, key, with_a, address_t, conten
     d_gamma = 0.0
     dnk = 0.0
     for i in range(N):
-        dl = probs[i] * (dw[i] - mean)                             # softmax
+        dl = probs[i] * (dw[i] - mean)  # softmax
         if lru:
             d_gamma -= dl * vprev[i]
             dv[i] -= gamma * dl
@@ -488,8 +551,7 @@ def _address_backward(dw, probs, sim, den, vprev, key, with_a, address_t, conten
 
 
 @njit(fastmath=FAST)
-def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, d_cand, soft,
-                    index):
+def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, d_cand, soft, index):
     """Backward of eq. 6 on one row (content and gradients transposed, (d_c, N)): g_new =
     dL/dC_s -> g_old = dL/dC_{s-1} (set), and adds dL/du (dw, when ``soft``), dL/de and
     dL/dc̄ (flattened H d_c). Discrete: one-hot weights at index[h]."""
@@ -564,8 +626,7 @@ def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, 
 
 
 @njit(fastmath=FAST)
-def _read_backward(dphi, weights, address_t, content_t, dw, d_address_t, d_content_t, soft,
-                   index):
+def _read_backward(dphi, weights, address_t, content_t, dw, d_address_t, d_content_t, soft, index):
     """Backward of eq. 5 for one head (transposed (d, N) arrays): adds dL/dw (when ``soft``)
     and w_i dφ to A's and C's gradients (discrete: the one cell at ``index``)."""
     da, N = address_t.shape
@@ -615,11 +676,11 @@ def _heads_backward(dact, ab, beta_pre, x_in, x_gate, K, H, dc, o_beta, dp, d_x_
         d_alpha = dact[o_ah + hh]
         for d in range(dc):
             q = o_c + hh * dc + d
-            dq = dact[q] if ab[q] > 0.0 else 0.0                   # ReLU, eq. 4
+            dq = dact[q] if ab[q] > 0.0 else 0.0  # ReLU, eq. 4
             dp[q] = dq
             d_alpha += dq * x_in[hh * dc + d]
             d_x_in[hh * dc + d] += dq * alpha
-        dz = d_alpha * alpha * (1.0 - alpha)                       # eq. 3
+        dz = d_alpha * alpha * (1.0 - alpha)  # eq. 3
         dp[o_ah + hh] = dz
         d_x_gate[hh] += dz
 
@@ -653,9 +714,39 @@ def _fnn_backward(dh_out, dh_heads, h_new, da):
 
 
 @njit(fastmath=FAST)
-def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, gru, lru, nop,
-                      memory_keys, mode, eps, decay, every, d_out, d_hT, d_phiT, d_cT, d_vrT,
-                      d_vwT, d_probs, has_probs, d_act, has_act, d_mtrace, has_mtrace):
+def sequence_backward(
+    xp,
+    h0,
+    records,
+    saved,
+    w_r,
+    w_h,
+    w_p,
+    address,
+    R,
+    H,
+    J,
+    gru,
+    lru,
+    nop,
+    memory_keys,
+    mode,
+    eps,
+    decay,
+    every,
+    d_out,
+    d_hT,
+    d_phiT,
+    d_cT,
+    d_vrT,
+    d_vwT,
+    d_probs,
+    has_probs,
+    d_act,
+    has_act,
+    d_mtrace,
+    has_mtrace,
+):
     """Backpropagation through time of sequence_forward. Weights as stored (out, in). The
     d_* of the records are read only when their has_* flag is set. Returns the gradients of
     xp (B, T, P), of the controller's pre-activations a (B, T J, Pc) and g (B, T J, 3 d_h)
@@ -686,7 +777,7 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
     d_a_all = np.empty((B, S, Pc), dtype)
     d_g_all = np.empty((B, S if gru else 1, 3 * dh), dtype)
     d_p_all = np.empty((B, S, P), dtype)
-    address_t = np.ascontiguousarray(address.T)               # transposed, as the forward's
+    address_t = np.ascontiguousarray(address.T)  # transposed, as the forward's
     d_address_t = np.zeros((da, N), dtype)
     dhs = d_hT.copy()
     dphi = d_phiT.copy()
@@ -722,7 +813,7 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
     for seg in range((S + every - 1) // every - 1, -1, -1):
         s0 = seg * every
         s1 = min(S, s0 + every)
-        for b in range(B):                                         # recompute the segment
+        for b in range(B):  # recompute the segment
             c_work[:] = c_saved[b, seg]
             if lru:
                 v_work[:] = v_saved[b, seg]
@@ -735,28 +826,42 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
                     _norms(anorm2, c_work, False, norm_c)
                 for k in range(K):
                     if k < R:
-                        key = ab[k * W:(k + 1) * W]
+                        key = ab[k * W : (k + 1) * W]
                         with_a = True
                     else:
-                        key = ab[o_kw + (k - R) * Kw:o_kw + (k - R + 1) * Kw]
+                        key = ab[o_kw + (k - R) * Kw : o_kw + (k - R + 1) * Kw]
                         with_a = memory_keys
-                    _similarity(key, with_a, address_t, c_work, norm_m if with_a else norm_c,
-                                eps, sim_seg[b, q, k], den_seg[b, q, k])
+                    _similarity(
+                        key,
+                        with_a,
+                        address_t,
+                        c_work,
+                        norm_m if with_a else norm_c,
+                        eps,
+                        sim_seg[b, q, k],
+                        den_seg[b, q, k],
+                    )
                     if lru:
                         v_seg[b, q, k] = v_work[k]
                         beta = ab[o_beta + k]
                         for i in range(N):
-                            v_work[k, i] = decay * v_work[k, i] + \
-                                (1.0 - decay) * (beta * sim_seg[b, q, k, i])
+                            v_work[k, i] = decay * v_work[k, i] + (1.0 - decay) * (beta * sim_seg[b, q, k, i])
                 _step_weights(probs[b, s], index[b, s], discrete, nop, weights)
-                _write(c_work, weights[R:], ab[o_e:o_ah], ab[o_c:o_c + H * dc], discrete,
-                       index[b, s, R:], keepbuf)
+                _write(
+                    c_work,
+                    weights[R:],
+                    ab[o_e:o_ah],
+                    ab[o_c : o_c + H * dc],
+                    discrete,
+                    index[b, s, R:],
+                    keepbuf,
+                )
         for s in range(s1 - 1, s0 - 1, -1):
             q = s - s0
             t = s // J
             j = s - t * J
             for b in range(B):
-                if j == J - 1:                                     # the features [h; φ]
+                if j == J - 1:  # the features [h; φ]
                     dhs[b] += d_out[b, t, :dh]
                     dphi[b] += d_out[b, t, dh:]
                     if has_mtrace:
@@ -772,24 +877,43 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
                 else:
                     dact[:] = 0.0
                 dw[:, :] = 0.0
-                _write_backward(dc_new[b], dc_old[b], cb, weights[R:], ab[o_e:o_ah],
-                                ab[o_c:o_c + H * dc], dw[R:], dact[o_e:o_ah],
-                                dact[o_c:o_c + H * dc], soft, index[b, s, R:])   # eq. 6
-                for k in range(R):                                               # eq. 5
-                    _read_backward(dphi[b, k * W:(k + 1) * W], weights[k], address_t, cb,
-                                   dw[k], d_address_t, dc_old[b], soft, index[b, s, k])
-                if nop:                                            # access: no gradient to w
+                _write_backward(
+                    dc_new[b],
+                    dc_old[b],
+                    cb,
+                    weights[R:],
+                    ab[o_e:o_ah],
+                    ab[o_c : o_c + H * dc],
+                    dw[R:],
+                    dact[o_e:o_ah],
+                    dact[o_c : o_c + H * dc],
+                    soft,
+                    index[b, s, R:],
+                )  # eq. 6
+                for k in range(R):  # eq. 5
+                    _read_backward(
+                        dphi[b, k * W : (k + 1) * W],
+                        weights[k],
+                        address_t,
+                        cb,
+                        dw[k],
+                        d_address_t,
+                        dc_old[b],
+                        soft,
+                        index[b, s, k],
+                    )
+                if nop:  # access: no gradient to w
                     for k in range(K):
                         dw[k, N - 1] = 0.0
-                for k in range(K):                                 # eqs. 10-13
+                for k in range(K):  # eqs. 10-13
                     if lru:
                         for i in range(N):
                             dv[b, k, i] *= decay
-                    if has_probs:                                  # trace terms (aux_loss)
+                    if has_probs:  # trace terms (aux_loss)
                         for i in range(N):
                             dw[k, i] += d_probs[b, s, k, i]
                     elif not soft:
-                        continue                                   # one-hot: no path to w
+                        continue  # one-hot: no path to w
                     if k < R:
                         o_key = k * W
                         width = W
@@ -799,40 +923,77 @@ def sequence_backward(xp, h0, records, saved, w_r, w_h, w_p, address, R, H, J, g
                         width = Kw
                         with_a = memory_keys
                     d_beta, d_gamma = _address_backward(
-                        dw[k], probs[b, s, k], sim_seg[b, q, k], den_seg[b, q, k],
-                        v_seg[b, q if lru else 0, k], ab[o_key:o_key + width], with_a,
-                        address_t, cb, norm_m if with_a else norm_c, ab[o_beta + k],
-                        ab[o_gamma + k], lru, dact[o_key:o_key + width], d_address_t,
-                        dc_old[b], dv[b, k], ddot, scale)
+                        dw[k],
+                        probs[b, s, k],
+                        sim_seg[b, q, k],
+                        den_seg[b, q, k],
+                        v_seg[b, q if lru else 0, k],
+                        ab[o_key : o_key + width],
+                        with_a,
+                        address_t,
+                        cb,
+                        norm_m if with_a else norm_c,
+                        ab[o_beta + k],
+                        ab[o_gamma + k],
+                        lru,
+                        dact[o_key : o_key + width],
+                        d_address_t,
+                        dc_old[b],
+                        dv[b, k],
+                        ddot,
+                        scale,
+                    )
                     dact[o_beta + k] += d_beta
                     dact[o_gamma + k] += d_gamma
-                _heads_backward(dact, ab, beta_pre[b, s], xp[b, t, x_in:x_gate],
-                                xp[b, t, x_gate:], K, H, dc, o_beta, dpre[b],
-                                d_xp[b, t, x_in:x_gate], d_xp[b, t, x_gate:])
+                _heads_backward(
+                    dact,
+                    ab,
+                    beta_pre[b, s],
+                    xp[b, t, x_in:x_gate],
+                    xp[b, t, x_gate:],
+                    K,
+                    H,
+                    dc,
+                    o_beta,
+                    dpre[b],
+                    d_xp[b, t, x_in:x_gate],
+                    d_xp[b, t, x_gate:],
+                )
                 d_p_all[b, s] = dpre[b]
-            dh_heads = np.dot(dpre, w_p)                           # (B, d_h)
-            for b in range(B):                                     # the controller
+            dh_heads = np.dot(dpre, w_p)  # (B, d_h)
+            for b in range(B):  # the controller
                 if gru:
                     h_prev = hnew_all[b, s - 1] if s > 0 else h0[b]
-                    _gru_backward(dhs[b], dh_heads[b], gates[b, s], gn_all[b, s], h_prev,
-                                  da_s[b], dg_s[b], dh_keep[b])
+                    _gru_backward(
+                        dhs[b], dh_heads[b], gates[b, s], gn_all[b, s], h_prev, da_s[b], dg_s[b], dh_keep[b]
+                    )
                     d_g_all[b, s] = dg_s[b]
                 else:
                     _fnn_backward(dhs[b], dh_heads[b], hnew_all[b, s], da_s[b])
                 d_a_all[b, s] = da_s[b]
                 d_xp[b, t, :Pc] += da_s[b]
-            dphi = np.dot(da_s, w_r)                               # dL/dφ_{s-1}
+            dphi = np.dot(da_s, w_r)  # dL/dφ_{s-1}
             if gru:
-                dhs = dh_keep + np.dot(dg_s, w_h)                  # dL/dh_{s-1}
+                dhs = dh_keep + np.dot(dg_s, w_h)  # dL/dh_{s-1}
             else:
                 dhs[:, :] = 0.0
             dc_new, dc_old = dc_old, dc_new
-    if has_mtrace:                                             # the trace's copies of A
+    if has_mtrace:  # the trace's copies of A
         for b in range(B):
             for t in range(T):
                 d_address_t += d_mtrace[b, t, :, :da].T
     d_c0 = np.empty((B, N, dc), dtype)
     for b in range(B):
         d_c0[b] = dc_new[b].T
-    return (d_xp, d_a_all, d_g_all, d_p_all, np.ascontiguousarray(d_address_t.T), dhs, dphi,
-            d_c0, dv[:, :R].copy(), dv[:, R:].copy())
+    return (
+        d_xp,
+        d_a_all,
+        d_g_all,
+        d_p_all,
+        np.ascontiguousarray(d_address_t.T),
+        dhs,
+        dphi,
+        d_c0,
+        dv[:, :R].copy(),
+        dv[:, R:].copy(),
+    )

@@ -22,6 +22,7 @@ Layout of the raw parameters (B, P), as NTMCell's head layer emits them:
     (H + R) blocks of A = W + 3 + S, write heads first: [k (W), beta, g, s (S), gamma]
     then H blocks of 2W: [e (W), a (W)]
 """
+
 from __future__ import annotations
 
 import torch
@@ -44,16 +45,16 @@ def _split_params(params, write_heads, read_heads, width, num_shifts):
 def _activate(address, width):
     """Raw address block (B, heads, A) -> k, beta, g, s, gamma (activated)."""
     key = address[..., :width]
-    beta = F.softplus(address[..., width])                        # beta >= 0
-    gate = torch.sigmoid(address[..., width + 1])                 # g in (0, 1)
-    shift = torch.softmax(address[..., width + 2:-1], dim=-1)     # s over the shifts
-    gamma = 1 + F.softplus(address[..., -1])                      # gamma >= 1
+    beta = F.softplus(address[..., width])  # beta >= 0
+    gate = torch.sigmoid(address[..., width + 1])  # g in (0, 1)
+    shift = torch.softmax(address[..., width + 2 : -1], dim=-1)  # s over the shifts
+    gamma = 1 + F.softplus(address[..., -1])  # gamma >= 1
     return key, beta, gate, shift, gamma
 
 
 def _write_forward(memory, weights, erase, add):
     """M_t = M_{t-1} o keep + w^T a with keep = prod_h (1 - w_h e_h^T); returns M_t, keep, factors."""
-    factors = 1 - weights.unsqueeze(-1) * erase.unsqueeze(-2)       # (B, H, N, W)
+    factors = 1 - weights.unsqueeze(-1) * erase.unsqueeze(-2)  # (B, H, N, W)
     keep = factors[:, 0] if factors.shape[1] == 1 else factors.prod(dim=1)
     return torch.baddbmm(memory * keep, weights.transpose(1, 2), add), keep, factors
 
@@ -71,12 +72,12 @@ def _others_product(factors):
 def _write_backward(grad_new, memory, weights, erase, add, keep, factors):
     """Gradients of the erase/add write with respect to (M_{t-1}, w, e, a)."""
     grad_memory = grad_new * keep
-    grad_keep = grad_new * memory                                     # (B, N, W)
+    grad_keep = grad_new * memory  # (B, N, W)
     if factors.shape[1] == 1:
-        grad_weights = -(erase @ grad_keep.transpose(1, 2))           # (B, 1, N)
-        grad_erase = -(weights @ grad_keep)                           # (B, 1, W)
+        grad_weights = -(erase @ grad_keep.transpose(1, 2))  # (B, 1, N)
+        grad_erase = -(weights @ grad_keep)  # (B, 1, W)
     else:
-        grad_factor = grad_keep.unsqueeze(1) * _others_product(factors)   # (B, H, N, W)
+        grad_factor = grad_keep.unsqueeze(1) * _others_product(factors)  # (B, H, N, W)
         grad_weights = -(grad_factor * erase.unsqueeze(-2)).sum(-1)
         grad_erase = -(grad_factor * weights.unsqueeze(-1)).sum(-2)
     grad_weights = torch.baddbmm(grad_weights, add, grad_new.transpose(1, 2))  # + a G^T
@@ -89,13 +90,16 @@ def _activation_backward(grads, address, activated, width):
     grad_key, grad_beta, grad_gate, grad_shift, grad_gamma = grads
     _, _, gate, shift, _ = activated
     grad_shift_raw = shift * (grad_shift - (shift * grad_shift).sum(-1, keepdim=True))
-    return torch.cat([
-        grad_key,
-        (grad_beta * torch.sigmoid(address[..., width])).unsqueeze(-1),   # softplus' = sigmoid
-        (grad_gate * gate * (1 - gate)).unsqueeze(-1),
-        grad_shift_raw,
-        (grad_gamma * torch.sigmoid(address[..., -1])).unsqueeze(-1),
-    ], dim=-1)
+    return torch.cat(
+        [
+            grad_key,
+            (grad_beta * torch.sigmoid(address[..., width])).unsqueeze(-1),  # softplus' = sigmoid
+            (grad_gate * gate * (1 - gate)).unsqueeze(-1),
+            grad_shift_raw,
+            (grad_gamma * torch.sigmoid(address[..., -1])).unsqueeze(-1),
+        ],
+        dim=-1,
+    )
 
 
 def _torch_forward(ctx, params, memory, read_prev, write_prev, width, num_shifts):
@@ -113,8 +117,9 @@ def _torch_forward(ctx, params, memory, read_prev, write_prev, width, num_shifts
     reads = torch.bmm(read_w, new_memory)
     # Everything through save_for_backward: an output kept as a plain ctx attribute
     # would make a reference cycle (output -> graph node -> ctx -> output) and leak.
-    ctx.save_for_backward(params, memory, new_memory, erase, add, keep, factors,
-                          *activated, *write_saved, *read_saved)
+    ctx.save_for_backward(
+        params, memory, new_memory, erase, add, keep, factors, *activated, *write_saved, *read_saved
+    )
     return (reads, new_memory, read_w, write_w, erase, add.clone()) + activated[1:]
 
 
@@ -122,7 +127,7 @@ def _torch_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
     saved = ctx.saved_tensors
     params, memory, new_memory, erase, add, keep, factors = saved[:7]
     activated, saved = saved[7:12], saved[12:]
-    write_saved, read_saved = saved[:len(saved) // 2], saved[len(saved) // 2:]
+    write_saved, read_saved = saved[: len(saved) // 2], saved[len(saved) // 2 :]
     write_w, read_w = write_saved[-1], read_saved[-1]
     width, (write_heads, read_heads) = ctx.width, ctx.heads
     # (iii) r = w^r M_t, then the read addressing on M_t
@@ -132,12 +137,15 @@ def _torch_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
     grad_new = grad_new + read_grads[1]
     # (ii) the write, then the write addressing on M_{t-1}
     grad_memory, grad_write_w2, grad_erase, grad_add = _write_backward(
-        grad_new, memory, write_w, erase, add, keep, factors)
+        grad_new, memory, write_w, erase, add, keep, factors
+    )
     write_grads = address_backward(write_saved, grad_write_w + grad_write_w2)
     grad_memory = grad_memory + write_grads[1]
     # activations, back to the raw parameter layout
-    head_grads = [torch.cat([w, r], dim=1) for w, r in
-                  zip(write_grads[:1] + write_grads[3:], read_grads[:1] + read_grads[3:])]
+    head_grads = [
+        torch.cat([w, r], dim=1)
+        for w, r in zip(write_grads[:1] + write_grads[3:], read_grads[:1] + read_grads[3:])
+    ]
     address, _ = _split_params(params, write_heads, read_heads, width, ctx.num_shifts)
     grad_address = _activation_backward(head_grads, address, activated, width)
     grad_erase_add = torch.cat([grad_erase * erase * (1 - erase), grad_add], dim=-1)
@@ -148,8 +156,7 @@ def _torch_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
 def _kernel_forward(ctx, params, memory, read_prev, write_prev, width, num_shifts):
     """The step in compiled CPU code (ops/ntm/kernels.py)."""
     inputs = (params, memory, read_prev, write_prev)
-    outputs, saved = _kernels().memory_step_forward(*(as_array(t) for t in inputs),
-                                                    width, num_shifts)
+    outputs, saved = _kernels().memory_step_forward(*(as_array(t) for t in inputs), width, num_shifts)
     outputs = tuple(torch.from_numpy(out) for out in outputs)
     ctx.save_for_backward(*inputs, *outputs, *(torch.from_numpy(a) for a in saved))
     return outputs
@@ -159,8 +166,13 @@ def _kernel_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w
     arrays = [as_array(t) for t in ctx.saved_tensors]
     grads = (grad_reads, grad_memory_out, grad_read_w, grad_write_w)
     grads = _kernels().memory_step_backward(
-        *arrays[:4], ctx.width, ctx.num_shifts, tuple(arrays[4:14]), tuple(arrays[14:]),
-        *(as_array(g) for g in grads))
+        *arrays[:4],
+        ctx.width,
+        ctx.num_shifts,
+        tuple(arrays[4:14]),
+        tuple(arrays[14:]),
+        *(as_array(g) for g in grads),
+    )
     return tuple(torch.from_numpy(grad) for grad in grads)
 
 
@@ -191,7 +203,7 @@ class NTMMemoryStep(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w, *unused):
         step = _kernel_backward if ctx.kernels else _torch_backward
-        with dispatch.state_precision(grad_reads):   # a backward called inside autocast
+        with dispatch.state_precision(grad_reads):  # a backward called inside autocast
             grads = step(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
         return grads + (None, None, None)
 
@@ -211,6 +223,7 @@ def ntm_memory_step(params, memory, read_prev, write_prev, width, num_shifts, wi
         # mixed precision: the head layer ran in autocast's dtype, the addressing and the
         # write run in the memory's (the state's) on the tensor path
         with dispatch.state_precision(memory):
-            return ntm_memory_step(params.to(memory.dtype), memory, read_prev, write_prev,
-                                   width, num_shifts, with_trace)
+            return ntm_memory_step(
+                params.to(memory.dtype), memory, read_prev, write_prev, width, num_shifts, with_trace
+            )
     return NTMMemoryStep.apply(params, memory, read_prev, write_prev, width, num_shifts, with_trace)

@@ -11,6 +11,7 @@ and its backward is about 30 batched tensor operations.
 Shapes: keys (B, H, W), memory (B, N, W), w_prev (B, H, N), beta, g, gamma (B, H),
 s (B, H, S) -> w (B, H, N).
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -54,23 +55,53 @@ def address_forward(keys, memory, previous, beta, gate, shift, gamma):
     """Forward of the chain (no autograd); returns w (B, H, N) and what the backward needs."""
     unit_keys, key_norms = _normalize(keys, EPS)
     unit_mem, mem_norms = _normalize(memory, EPS)
-    similarity = torch.bmm(unit_keys, unit_mem.transpose(1, 2))        # K (B, H, N)
-    content = torch.softmax(beta.unsqueeze(-1) * similarity, dim=-1)    # w^c
-    gated = torch.lerp(previous, content, gate.unsqueeze(-1))           # w^g
-    rotated = _rotate(gated, shift.shape[-1], backward=False)           # (B, H, N, S)
-    shift_row = shift.unsqueeze(-2)                                     # (B, H, 1, S)
-    shifted = (rotated * shift_row).sum(-1)                             # w~
+    similarity = torch.bmm(unit_keys, unit_mem.transpose(1, 2))  # K (B, H, N)
+    content = torch.softmax(beta.unsqueeze(-1) * similarity, dim=-1)  # w^c
+    gated = torch.lerp(previous, content, gate.unsqueeze(-1))  # w^g
+    rotated = _rotate(gated, shift.shape[-1], backward=False)  # (B, H, N, S)
+    shift_row = shift.unsqueeze(-2)  # (B, H, 1, S)
+    shifted = (rotated * shift_row).sum(-1)  # w~
     log_shifted = torch.log(shifted + EPS)
     weights = torch.softmax(gamma.unsqueeze(-1) * log_shifted, dim=-1)  # w
-    saved = (unit_keys, key_norms, unit_mem, mem_norms, similarity, content, previous, beta,
-             gate, shift_row, rotated, shifted, log_shifted, gamma, weights)
+    saved = (
+        unit_keys,
+        key_norms,
+        unit_mem,
+        mem_norms,
+        similarity,
+        content,
+        previous,
+        beta,
+        gate,
+        shift_row,
+        rotated,
+        shifted,
+        log_shifted,
+        gamma,
+        weights,
+    )
     return weights, saved
 
 
 def address_backward(saved, grad_w):
     """Gradients of the chain with respect to (keys, memory, previous, beta, gate, shift, gamma)."""
-    (unit_keys, key_norms, unit_mem, mem_norms, similarity, content, previous, beta, gate,
-     shift_row, rotated, shifted, log_shifted, gamma, weights) = saved
+    (
+        unit_keys,
+        key_norms,
+        unit_mem,
+        mem_norms,
+        similarity,
+        content,
+        previous,
+        beta,
+        gate,
+        shift_row,
+        rotated,
+        shifted,
+        log_shifted,
+        gamma,
+        weights,
+    ) = saved
     # sharpening: w = softmax(gamma log(w~ + eps))
     grad_z = weights * (grad_w - (weights * grad_w).sum(-1, keepdim=True))
     grad_gamma = (grad_z * log_shifted).sum(-1)
@@ -88,8 +119,7 @@ def address_backward(saved, grad_w):
     grad_sim = beta.unsqueeze(-1) * grad_logits
     # cosine similarity: K = (k / |k|) (M / |M|)^T
     grad_keys = _normalize_backward(torch.bmm(grad_sim, unit_mem), unit_keys, key_norms)
-    grad_memory = _normalize_backward(torch.bmm(grad_sim.transpose(1, 2), unit_keys), unit_mem,
-                                      mem_norms)
+    grad_memory = _normalize_backward(torch.bmm(grad_sim.transpose(1, 2), unit_keys), unit_mem, mem_norms)
     return grad_keys, grad_memory, grad_previous, grad_beta, grad_gate, grad_shift, grad_gamma
 
 

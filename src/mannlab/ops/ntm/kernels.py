@@ -24,6 +24,7 @@ The step: write heads address M_{t-1}, then M_t = M_{t-1} o prod_h (1 - w_h e_h^
 The forward returns, besides its outputs, the per-head intermediates (K, w^c, w^g,
 w~, the key and slot norms) that the backward reads.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,7 @@ import math
 import numpy as np
 
 from mannlab.ops.numba_cache import njit
-from mannlab.ops.numba_math import (EPS, dot, row_norms, sigmoid, softmax_into, softplus,
-                                     softplus_grad)
+from mannlab.ops.numba_math import EPS, dot, row_norms, sigmoid, softmax_into, softplus, softplus_grad
 
 
 @njit
@@ -41,14 +41,15 @@ def _activate(params, head, width, num_shifts, shift_out):
     base = head * (width + 3 + num_shifts)
     beta = softplus(params[base + width])
     gate = sigmoid(params[base + width + 1])
-    softmax_into(params[base + width + 2:base + width + 2 + num_shifts], shift_out)
+    softmax_into(params[base + width + 2 : base + width + 2 + num_shifts], shift_out)
     gamma = 1.0 + softplus(params[base + width + 2 + num_shifts])
     return base, beta, gate, gamma
 
 
 @njit
-def _address(key, memory, norms, previous, beta, gate, shift, gamma,
-             similarity, content, gated, shifted, weights):
+def _address(
+    key, memory, norms, previous, beta, gate, shift, gamma, similarity, content, gated, shifted, weights
+):
     """One head's chain (module docstring); fills the intermediates, returns max(|k|, eps)."""
     slots, num_shifts = memory.shape[0], shift.shape[0]
     reach = num_shifts // 2
@@ -68,9 +69,27 @@ def _address(key, memory, norms, previous, beta, gate, shift, gamma,
 
 
 @njit
-def _address_backward(grad_w, key, key_norm, memory, norms, previous, beta, gate, shift, gamma,
-                      similarity, content, gated, shifted, weights,
-                      grad_key, grad_memory, grad_previous, grad_shift):
+def _address_backward(
+    grad_w,
+    key,
+    key_norm,
+    memory,
+    norms,
+    previous,
+    beta,
+    gate,
+    shift,
+    gamma,
+    similarity,
+    content,
+    gated,
+    shifted,
+    weights,
+    grad_key,
+    grad_memory,
+    grad_previous,
+    grad_shift,
+):
     """Backward of ``_address``: writes grad_key, grad_previous, grad_shift, adds into
     grad_memory; returns (grad_beta, grad_gate, grad_gamma)."""
     slots, num_shifts = memory.shape[0], shift.shape[0]
@@ -110,25 +129,59 @@ def _address_backward(grad_w, key, key_norm, memory, norms, previous, beta, gate
 
 
 @njit
-def _element_forward(params, memory, read_prev, write_prev, width, num_shifts,
-                     new_memory, reads, read_w, write_w, erase, add, betas, gates, shifts, gammas,
-                     similarity, content, gated, shifted, key_norms, norms_before, norms_after):
+def _element_forward(
+    params,
+    memory,
+    read_prev,
+    write_prev,
+    width,
+    num_shifts,
+    new_memory,
+    reads,
+    read_w,
+    write_w,
+    erase,
+    add,
+    betas,
+    gates,
+    shifts,
+    gammas,
+    similarity,
+    content,
+    gated,
+    shifted,
+    key_norms,
+    norms_before,
+    norms_after,
+):
     """Forward of one batch element; all outputs and intermediates are written in place:
     per head (H + R) similarity K, content w^c, gated w^g, shifted w~ (N,) and key_norms;
     norms_before, norms_after: the slot norms of M_{t-1} and M_t (N,)."""
     write_heads, read_heads = write_prev.shape[0], read_prev.shape[0]
     offset = (write_heads + read_heads) * (width + 3 + num_shifts)
     row_norms(memory, norms_before)
-    for h in range(write_heads):                                   # (ii) address M_{t-1}
+    for h in range(write_heads):  # (ii) address M_{t-1}
         base, betas[h], gates[h], gammas[h] = _activate(params, h, width, num_shifts, shifts[h])
-        key_norms[h] = _address(params[base:base + width], memory, norms_before, write_prev[h],
-                                betas[h], gates[h], shifts[h], gammas[h], similarity[h],
-                                content[h], gated[h], shifted[h], write_w[h])
+        key_norms[h] = _address(
+            params[base : base + width],
+            memory,
+            norms_before,
+            write_prev[h],
+            betas[h],
+            gates[h],
+            shifts[h],
+            gammas[h],
+            similarity[h],
+            content[h],
+            gated[h],
+            shifted[h],
+            write_w[h],
+        )
         start = offset + h * 2 * width
         for j in range(width):
             erase[h, j] = sigmoid(params[start + j])
             add[h, j] = params[start + width + j]
-    for i in range(memory.shape[0]):                               # erase, then add
+    for i in range(memory.shape[0]):  # erase, then add
         for j in range(width):
             value = memory[i, j]
             for h in range(write_heads):
@@ -137,12 +190,24 @@ def _element_forward(params, memory, read_prev, write_prev, width, num_shifts,
                 value += write_w[h, i] * add[h, j]
             new_memory[i, j] = value
     row_norms(new_memory, norms_after)
-    for r in range(read_heads):                                    # (iii) address M_t, read
+    for r in range(read_heads):  # (iii) address M_t, read
         h = write_heads + r
         base, betas[h], gates[h], gammas[h] = _activate(params, h, width, num_shifts, shifts[h])
-        key_norms[h] = _address(params[base:base + width], new_memory, norms_after, read_prev[r],
-                                betas[h], gates[h], shifts[h], gammas[h], similarity[h],
-                                content[h], gated[h], shifted[h], read_w[r])
+        key_norms[h] = _address(
+            params[base : base + width],
+            new_memory,
+            norms_after,
+            read_prev[r],
+            betas[h],
+            gates[h],
+            shifts[h],
+            gammas[h],
+            similarity[h],
+            content[h],
+            gated[h],
+            shifted[h],
+            read_w[r],
+        )
         for j in range(width):
             total = 0.0
             for i in range(memory.shape[0]):
@@ -166,24 +231,46 @@ def memory_step_forward(params, memory, read_prev, write_prev, width, num_shifts
     write_w = np.empty((batch, write_heads, slots), dtype)
     erase = np.empty((batch, write_heads, width), dtype)
     add = np.empty((batch, write_heads, width), dtype)
-    betas, gates, gammas = (np.empty((batch, heads), dtype), np.empty((batch, heads), dtype),
-                            np.empty((batch, heads), dtype))
+    betas, gates, gammas = (
+        np.empty((batch, heads), dtype),
+        np.empty((batch, heads), dtype),
+        np.empty((batch, heads), dtype),
+    )
     shifts = np.empty((batch, heads, num_shifts), dtype)
     paths = np.empty((batch, 4, heads, slots))
     key_norms, slot_norms = np.empty((batch, heads)), np.empty((batch, 2, slots))
     for b in range(batch):
-        _element_forward(params[b], memory[b], read_prev[b], write_prev[b], width, num_shifts,
-                         new_memory[b], reads[b], read_w[b], write_w[b], erase[b], add[b],
-                         betas[b], gates[b], shifts[b], gammas[b], paths[b, 0], paths[b, 1],
-                         paths[b, 2], paths[b, 3], key_norms[b], slot_norms[b, 0],
-                         slot_norms[b, 1])
+        _element_forward(
+            params[b],
+            memory[b],
+            read_prev[b],
+            write_prev[b],
+            width,
+            num_shifts,
+            new_memory[b],
+            reads[b],
+            read_w[b],
+            write_w[b],
+            erase[b],
+            add[b],
+            betas[b],
+            gates[b],
+            shifts[b],
+            gammas[b],
+            paths[b, 0],
+            paths[b, 1],
+            paths[b, 2],
+            paths[b, 3],
+            key_norms[b],
+            slot_norms[b, 0],
+            slot_norms[b, 1],
+        )
     outputs = (reads, new_memory, read_w, write_w, erase, add, betas, gates, shifts, gammas)
     return outputs, (paths, key_norms, slot_norms)
 
 
 @njit
-def _write_backward(grad_new, memory, write_w, erase, add, grad_memory, grad_write_w,
-                    grad_erase, grad_add):
+def _write_backward(grad_new, memory, write_w, erase, add, grad_memory, grad_write_w, grad_erase, grad_add):
     """Backward of the erase/add write: fills grad_memory (M_{t-1}), adds into grad_write_w,
     fills grad_erase and grad_add."""
     write_heads, slots, width = write_w.shape[0], memory.shape[0], memory.shape[1]
@@ -197,7 +284,7 @@ def _write_backward(grad_new, memory, write_w, erase, add, grad_memory, grad_wri
             grad_memory[i, j] = grad_new[i, j] * keep
             grad_keep = grad_new[i, j] * memory[i, j]
             for h in range(write_heads):
-                others = 1.0                          # prod over the other heads, no division
+                others = 1.0  # prod over the other heads, no division
                 for o in range(write_heads):
                     if o != h:
                         others *= 1.0 - write_w[o, i] * erase[o, j]
@@ -208,21 +295,45 @@ def _write_backward(grad_new, memory, write_w, erase, add, grad_memory, grad_wri
 
 
 @njit
-def _params_backward(grad_params, params, head, width, num_shifts, grad_key, grad_beta,
-                     grad_gate, grad_shift, grad_gamma, gate, shift):
+def _params_backward(
+    grad_params,
+    params,
+    head,
+    width,
+    num_shifts,
+    grad_key,
+    grad_beta,
+    grad_gate,
+    grad_shift,
+    grad_gamma,
+    gate,
+    shift,
+):
     """Gradients of one head's activated values -> its raw block of grad_params."""
     base = head * (width + 3 + num_shifts)
-    grad_params[base:base + width] = grad_key
+    grad_params[base : base + width] = grad_key
     grad_params[base + width] = grad_beta * softplus_grad(params[base + width])
     grad_params[base + width + 1] = grad_gate * gate * (1.0 - gate)
     start = base + width + 2
-    grad_params[start:start + num_shifts] = shift * (grad_shift - (shift * grad_shift).sum())
+    grad_params[start : start + num_shifts] = shift * (grad_shift - (shift * grad_shift).sum())
     grad_params[start + num_shifts] = grad_gamma * softplus_grad(params[start + num_shifts])
 
 
 @njit
-def memory_step_backward(params, memory, read_prev, write_prev, width, num_shifts, outputs,
-                         saved, grad_reads, grad_memory_out, grad_read_w, grad_write_w):
+def memory_step_backward(
+    params,
+    memory,
+    read_prev,
+    write_prev,
+    width,
+    num_shifts,
+    outputs,
+    saved,
+    grad_reads,
+    grad_memory_out,
+    grad_read_w,
+    grad_write_w,
+):
     """Gradients of the step with respect to (params, memory, read_prev, write_prev),
     given those of (reads, new memory, read_w, write_w) and the forward's outputs and
     saved intermediates."""
@@ -254,27 +365,84 @@ def memory_step_backward(params, memory, read_prev, write_prev, width, num_shift
                     grad_new[i, j] += read_w[b, r, i] * grad_reads[b, r, j]
             base = h * (width + 3 + num_shifts)
             grad_beta, grad_gate, grad_gamma = _address_backward(
-                grad_rw, p[base:base + width], key_norms[b, h], new_memory[b], slot_norms[b, 1],
-                read_prev[b, r], betas[b, h], gates[b, h], shifts[b, h], gammas[b, h],
-                similarity[h], content[h], gated[h], shifted[h], read_w[b, r], grad_key,
-                grad_new, grad_read_prev[b, r], grad_shift)
-            _params_backward(grad_params[b], p, h, width, num_shifts, grad_key, grad_beta,
-                             grad_gate, grad_shift, grad_gamma, gates[b, h], shifts[b, h])
+                grad_rw,
+                p[base : base + width],
+                key_norms[b, h],
+                new_memory[b],
+                slot_norms[b, 1],
+                read_prev[b, r],
+                betas[b, h],
+                gates[b, h],
+                shifts[b, h],
+                gammas[b, h],
+                similarity[h],
+                content[h],
+                gated[h],
+                shifted[h],
+                read_w[b, r],
+                grad_key,
+                grad_new,
+                grad_read_prev[b, r],
+                grad_shift,
+            )
+            _params_backward(
+                grad_params[b],
+                p,
+                h,
+                width,
+                num_shifts,
+                grad_key,
+                grad_beta,
+                grad_gate,
+                grad_shift,
+                grad_gamma,
+                gates[b, h],
+                shifts[b, h],
+            )
         # (ii) the erase/add write, then the write addressing on M_{t-1}
         grad_ww[:] = grad_write_w[b]
-        _write_backward(grad_new, memory[b], write_w[b], erase[b], add[b], grad_memory[b],
-                        grad_ww, grad_erase, grad_add)
+        _write_backward(
+            grad_new, memory[b], write_w[b], erase[b], add[b], grad_memory[b], grad_ww, grad_erase, grad_add
+        )
         offset = heads * (width + 3 + num_shifts)
         for h in range(write_heads):
             base = h * (width + 3 + num_shifts)
             grad_beta, grad_gate, grad_gamma = _address_backward(
-                grad_ww[h], p[base:base + width], key_norms[b, h], memory[b], slot_norms[b, 0],
-                write_prev[b, h], betas[b, h], gates[b, h], shifts[b, h], gammas[b, h],
-                similarity[h], content[h], gated[h], shifted[h], write_w[b, h], grad_key,
-                grad_memory[b], grad_write_prev[b, h], grad_shift)
-            _params_backward(grad_params[b], p, h, width, num_shifts, grad_key, grad_beta,
-                             grad_gate, grad_shift, grad_gamma, gates[b, h], shifts[b, h])
+                grad_ww[h],
+                p[base : base + width],
+                key_norms[b, h],
+                memory[b],
+                slot_norms[b, 0],
+                write_prev[b, h],
+                betas[b, h],
+                gates[b, h],
+                shifts[b, h],
+                gammas[b, h],
+                similarity[h],
+                content[h],
+                gated[h],
+                shifted[h],
+                write_w[b, h],
+                grad_key,
+                grad_memory[b],
+                grad_write_prev[b, h],
+                grad_shift,
+            )
+            _params_backward(
+                grad_params[b],
+                p,
+                h,
+                width,
+                num_shifts,
+                grad_key,
+                grad_beta,
+                grad_gate,
+                grad_shift,
+                grad_gamma,
+                gates[b, h],
+                shifts[b, h],
+            )
             start = offset + h * 2 * width
-            grad_params[b, start:start + width] = grad_erase[h] * erase[b, h] * (1.0 - erase[b, h])
-            grad_params[b, start + width:start + 2 * width] = grad_add[h]
+            grad_params[b, start : start + width] = grad_erase[h] * erase[b, h] * (1.0 - erase[b, h])
+            grad_params[b, start + width : start + 2 * width] = grad_add[h]
     return grad_params, grad_memory, grad_read_prev, grad_write_prev

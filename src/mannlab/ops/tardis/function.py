@@ -3,6 +3,7 @@ algorithm 1) as one autograd node over the kernels of ops/tardis/kernels.py.
 mannlab.models.tardis (``TARDISCell.run_fused``) feeds it; tests/test_tardis.py checks values,
 samples and every gradient against the cell's per-step tensor path.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,9 +27,39 @@ class TARDISSequence(torch.autograd.Function):
     The weight gradients are one matrix product each over all B * T steps."""
 
     @staticmethod
-    def forward(ctx, xg, xr, gumbel, logistic, mask, h0, c0, C0, mp0, aproj, counts0, last0,
-                steps0, address, w_hg, w_rg, w_m, w_c, w_qh, w_qu, score, w_tau, b_tau, lng_w,
-                lng_b, lnc_w, lnc_b, lnm_w, lnm_b, options):
+    def forward(
+        ctx,
+        xg,
+        xr,
+        gumbel,
+        logistic,
+        mask,
+        h0,
+        c0,
+        C0,
+        mp0,
+        aproj,
+        counts0,
+        last0,
+        steps0,
+        address,
+        w_hg,
+        w_rg,
+        w_m,
+        w_c,
+        w_qh,
+        w_qu,
+        score,
+        w_tau,
+        b_tau,
+        lng_w,
+        lng_b,
+        lnc_w,
+        lnc_b,
+        lnm_w,
+        lnm_b,
+        options,
+    ):
         mode, train, learned, inv_tau, use_ln, eps, keep, constants = options
         last_read_penalty, reset_temperature, usage_eps = constants
         a = as_array
@@ -40,16 +71,46 @@ class TARDISSequence(torch.autograd.Function):
         w_h = torch.cat([w_m, w_hg, w_qh, w_tau.view(1, -1)]).detach()
         compiled = dispatch.load("tardis")
         limit_blas_threads(torch.get_num_threads())
-        (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last,
-         saved) = compiled.sequence_forward(
-            a(xg), a(xr), none if gumbel is None else a(gumbel),
-            none if logistic is None else a(logistic), none if mask is None else a(mask),
-            mask is not None, a(h0), a(c0), a(C0), a(mp0), a(aproj), a(address), a(counts0),
-            a(last0), a(steps0), a(w_h.t()), a(w_rg.t()), a(w_c.t()), a(w_qu.t()), a(score),
-            a(b_tau), learned, inv_tau, use_ln, *lnv, eps,
-            last_read_penalty, reset_temperature, usage_eps, mode, train, keep)
-        outputs = tuple(torch.from_numpy(v) for v in (h_all, r_all, probs, read_w, write_w, resets,
-                                                      tau, usage, c, C, counts, last))
+        (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last, saved) = (
+            compiled.sequence_forward(
+                a(xg),
+                a(xr),
+                none if gumbel is None else a(gumbel),
+                none if logistic is None else a(logistic),
+                none if mask is None else a(mask),
+                mask is not None,
+                a(h0),
+                a(c0),
+                a(C0),
+                a(mp0),
+                a(aproj),
+                a(address),
+                a(counts0),
+                a(last0),
+                a(steps0),
+                a(w_h.t()),
+                a(w_rg.t()),
+                a(w_c.t()),
+                a(w_qu.t()),
+                a(score),
+                a(b_tau),
+                learned,
+                inv_tau,
+                use_ln,
+                *lnv,
+                eps,
+                last_read_penalty,
+                reset_temperature,
+                usage_eps,
+                mode,
+                train,
+                keep,
+            )
+        )
+        outputs = tuple(
+            torch.from_numpy(v)
+            for v in (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last)
+        )
         h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last = outputs
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(usage, counts, last)
@@ -59,54 +120,158 @@ class TARDISSequence(torch.autograd.Function):
             ctx.mark_non_differentiable(tau)
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
-            ctx.save_for_backward(h_all, r_all, probs, resets, tau, usage, C, mask, address, aproj,
-                                  steps0, w_h, w_rg, w_c, score, lng_w, lnc_w, lnm_w,
-                                  *(torch.from_numpy(v) for v in saved))
+            ctx.save_for_backward(
+                h_all,
+                r_all,
+                probs,
+                resets,
+                tau,
+                usage,
+                C,
+                mask,
+                address,
+                aproj,
+                steps0,
+                w_h,
+                w_rg,
+                w_c,
+                score,
+                lng_w,
+                lnc_w,
+                lnm_w,
+                *(torch.from_numpy(v) for v in saved),
+            )
         ctx.options = options
         return outputs
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, d_h_all, d_r_all, d_probs, d_read_w, d_write_w, d_resets, d_tau, d_usage,
-                 d_c, d_C, d_counts, d_last):
+    def backward(
+        ctx,
+        d_h_all,
+        d_r_all,
+        d_probs,
+        d_read_w,
+        d_write_w,
+        d_resets,
+        d_tau,
+        d_usage,
+        d_c,
+        d_C,
+        d_counts,
+        d_last,
+    ):
         mode, train, learned, inv_tau, use_ln, eps, keep, constants = ctx.options
         reset_temperature = constants[1]
-        (h_all, r_all, probs, resets, tau, usage, C, mask, address, aproj, steps0, w_h, w_rg,
-         w_c, score, lng_w, lnc_w, lnm_w, *saved) = ctx.saved_tensors
+        (
+            h_all,
+            r_all,
+            probs,
+            resets,
+            tau,
+            usage,
+            C,
+            mask,
+            address,
+            aproj,
+            steps0,
+            w_h,
+            w_rg,
+            w_c,
+            score,
+            lng_w,
+            lnc_w,
+            lnm_w,
+            *saved,
+        ) = ctx.saved_tensors
         a = as_array
         gumbel = mode == MODES["gumbel"]
-        read_grad = gumbel or d_probs is not None          # does any gradient reach π?
+        read_grad = gumbel or d_probs is not None  # does any gradient reach π?
         tau_grad = learned and (gumbel or d_tau is not None)
 
         def given(grad, like):
             return a(grad) if grad is not None else np.zeros(like.shape, a(like).dtype)
+
         one = np.ones(1, a(h_all).dtype)
         grads = dispatch.load("tardis").sequence_backward(
-            tuple(a(v) for v in saved), a(h_all), a(r_all), a(probs), a(resets), a(tau), a(C),
-            a(mask) if mask is not None else np.zeros((1, 1, 1), a(h_all).dtype), mask is not None,
-            a(address), a(aproj), a(steps0), a(w_h), a(w_rg), a(w_c), a(score), learned, use_ln,
+            tuple(a(v) for v in saved),
+            a(h_all),
+            a(r_all),
+            a(probs),
+            a(resets),
+            a(tau),
+            a(C),
+            a(mask) if mask is not None else np.zeros((1, 1, 1), a(h_all).dtype),
+            mask is not None,
+            a(address),
+            a(aproj),
+            a(steps0),
+            a(w_h),
+            a(w_rg),
+            a(w_c),
+            a(score),
+            learned,
+            use_ln,
             *(a(p) if use_ln else one for p in (lng_w, lnc_w, lnm_w)),
-            reset_temperature, mode, read_grad, given(d_h_all, h_all), given(d_r_all, r_all),
-            given(d_probs, probs), d_probs is not None, given(d_read_w, probs),
-            given(d_write_w, probs), given(d_resets, resets), given(d_tau, tau),
-            given(d_c, saved[1][:, 0]), given(d_C, C))
-        (d_xg, d_xr, d_h0, d_c0, d_C0, d_mp0, d_aproj, dv, dvm, d_taupre, d_score,
-         *d_ln) = (torch.from_numpy(g) for g in grads)
+            reset_temperature,
+            mode,
+            read_grad,
+            given(d_h_all, h_all),
+            given(d_r_all, r_all),
+            given(d_probs, probs),
+            d_probs is not None,
+            given(d_read_w, probs),
+            given(d_write_w, probs),
+            given(d_resets, resets),
+            given(d_tau, tau),
+            given(d_c, saved[1][:, 0]),
+            given(d_C, C),
+        )
+        (d_xg, d_xr, d_h0, d_c0, d_C0, d_mp0, d_aproj, dv, dvm, d_taupre, d_score, *d_ln) = (
+            torch.from_numpy(g) for g in grads
+        )
         hprev, v_all = saved[0], saved[17]
         d = hprev.shape[-1]
 
-        def outer(grad, value):        # sum over batch and time of grad ⊗ value
+        def outer(grad, value):  # sum over batch and time of grad ⊗ value
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
-        cand = slice(3 * d, 4 * d)     # the c̃ block: β W^g_h h, α W^g_r r (eq. 9)
+
+        cand = slice(3 * d, 4 * d)  # the c̃ block: β W^g_h h, α W^g_r r (eq. 9)
         d_hp, d_rp = d_xg.clone(), d_xg.clone()
         d_hp[..., cand] *= resets[..., 1:]
         d_rp[..., cand] *= resets[..., :1]
         g_hg, g_rg = outer(d_hp, hprev), outer(d_rp, r_all)
         # x_r gets zeros without read gradients, as the tensor path's cat in precompute gives
-        read = (d_xr, d_mp0, d_aproj, outer(dvm, v_all), outer(d_xr, hprev), outer(d_xr, usage),
-                d_score) if read_grad else (d_xr,) + (None,) * 6
+        read = (
+            (d_xr, d_mp0, d_aproj, outer(dvm, v_all), outer(d_xr, hprev), outer(d_xr, usage), d_score)
+            if read_grad
+            else (d_xr,) + (None,) * 6
+        )
         temp = (d_taupre.reshape(1, -1) @ hprev.reshape(-1, d)).view(-1), d_taupre.sum().view(1)
         ln = tuple(d_ln) if use_ln else (None,) * 6
-        return (d_xg, read[0], None, None, None, d_h0, d_c0, d_C0, read[1], read[2], None, None,
-                None, None, g_hg, g_rg, outer(dv, h_all), read[3], read[4], read[5], read[6],
-                *(temp if tau_grad else (None, None)), *ln, None)
+        return (
+            d_xg,
+            read[0],
+            None,
+            None,
+            None,
+            d_h0,
+            d_c0,
+            d_C0,
+            read[1],
+            read[2],
+            None,
+            None,
+            None,
+            None,
+            g_hg,
+            g_rg,
+            outer(dv, h_all),
+            read[3],
+            read[4],
+            read[5],
+            read[6],
+            *(temp if tau_grad else (None, None)),
+            *ln,
+            None,
+        )

@@ -39,6 +39,7 @@ of over every row at every step: the same sum, grouped by where each row came fr
 Since a write replaces one row, the backward walks the memory back in time from M_T with
 the overwritten rows kept by the forward, instead of keeping M at every step.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,24 +47,70 @@ import math
 import numpy as np
 
 from mannlab.ops.numba_cache import njit
-from mannlab.ops.numba_math import (FAST, argmax, branchless_sigmoid, layer_norm,
-                                     layer_norm_backward, sigmoid_array, softmax, softplus,
-                                     softplus_grad, tanh_array)
+from mannlab.ops.numba_math import (
+    FAST,
+    argmax,
+    branchless_sigmoid,
+    layer_norm,
+    layer_norm_backward,
+    sigmoid_array,
+    softmax,
+    softplus,
+    softplus_grad,
+    tanh_array,
+)
 
 GUMBEL, REINFORCE, ARGMAX = 0, 1, 2
 
 
 @njit(fastmath=FAST, error_model="numpy")
-def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, aproj, address,
-                     counts0, last0, steps0, w_hT, w_rgT, w_cT, w_quT, score, b_tau, learned, inv_tau, use_ln, lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b, eps,
-                     penalty, reset_temp, usage_eps, mode, train, keep):
+def sequence_forward(
+    xg,
+    xr,
+    gumbel,
+    logistic,
+    mask,
+    use_mask,
+    h0,
+    c0,
+    C0,
+    mp0,
+    aproj,
+    address,
+    counts0,
+    last0,
+    steps0,
+    w_hT,
+    w_rgT,
+    w_cT,
+    w_quT,
+    score,
+    b_tau,
+    learned,
+    inv_tau,
+    use_ln,
+    lng_w,
+    lng_b,
+    lnc_w,
+    lnc_b,
+    lnm_w,
+    lnm_b,
+    eps,
+    penalty,
+    reset_temp,
+    usage_eps,
+    mode,
+    train,
+    keep,
+):
     """All T steps. xg (B, T, G) the input's gate pre-activations (with bias), xr (B, T, m)
     W_x^γ x + b; gumbel (T, B, k) Gumbel noise (modes GUMBEL, REINFORCE), logistic (T, B, 2)
     (train), mask (T, B, d) scaled dropout masks (use_mask); h0, c0 (B, d), C0 (B, k, c),
     mp0 = W_m^γ M_0 (B, k, m), aproj = W_m^γ[:, :a] A (k, m), address A (k, a), counts0 and
     last0 (B, k), steps0 (B,); weights transposed (in, out) except score a (m,) and b_tau
     (1,); w_hT = [W_m; W_h; W_h^γ; w^τ]^T (d, c + G + m + 1), everything h_t multiplies: one
-    matrix product per step gives v_t and step t + 1's h-terms. Returns the per-step outputs h_t, r_t, p_t, read and write one-hots, [α, β],
+    matrix product per step gives v_t and step t + 1's h-terms. Returns the per-step outputs h_t, r_t,
+    p_t, read and write one-hots, [α, β],
     1/τ, u_t (B, T, .), the final c, C, counts, last read, and what the backward reads (one
     step's scratch only when ``keep`` is False: no backward to come)."""
     B, T, G = xg.shape
@@ -74,7 +121,7 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
     q = aw + cw
     dtype = xg.dtype
     Ts = T if keep else 1
-    o_g, o_q = cw, cw + G                  # column blocks of h W_hT: v | W_h h | W_h^γ h | w^τ h
+    o_g, o_q = cw, cw + G  # column blocks of h W_hT: v | W_h h | W_h^γ h | w^τ h
     o_t = o_q + m
     # outputs
     h_all = np.empty((B, T, d), dtype)
@@ -129,7 +176,7 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
         ts = t if keep else 0
         hprev[:, ts] = h
         cprev[:, ts] = c
-        for b in range(B):                                   # eq. 6: normalised usage
+        for b in range(B):  # eq. 6: normalised usage
             mean = 0.0
             for i in range(k):
                 mean += counts[b, i]
@@ -142,16 +189,16 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
             for i in range(k):
                 u[b, i] = (counts[b, i] - mean) * scale
                 u_all[b, t, i] = u[b, i]
-        uq = np.dot(u, w_quT)                                # (B, m)  W_u^γ u_t
+        uq = np.dot(u, w_quT)  # (B, m)  W_u^γ u_t
         for b in range(B):
-            if learned:                                      # eq. 18
+            if learned:  # eq. 18
                 s = b_tau[0] + hh[b, o_t]
                 tau = softplus(s) + 1.0
                 sig_tau[b, ts] = softplus_grad(s)
             else:
                 tau = inv_tau
             tau_all[b, t] = tau
-            for e in range(m):                               # eq. 4
+            for e in range(m):  # eq. 4
                 query[e] = xr[b, t, e] + hh[b, o_q + e] + uq[b, e]
             pre = pre_all[b, ts]
             for i in range(k):
@@ -163,15 +210,15 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
                 for e in range(m):
                     acc += score[e] * pre[i * m + e]
                 pi[i] = acc - penalty * last[b, i]
-            softmax(pi, probs[b, t])                        # eq. 5
-            if mode == GUMBEL and train:                     # eq. 19, straight-through
+            softmax(pi, probs[b, t])  # eq. 5
+            if mode == GUMBEL and train:  # eq. 19, straight-through
                 for i in range(k):
                     pg = pi[i] + gumbel[t, b, i]
                     pg_all[b, ts, i] = pg
                     z[i] = pg * tau
                 softmax(z, y_all[b, ts])
                 j = argmax(y_all[b, ts])
-            elif mode == REINFORCE and train:                # a sample of p (Gumbel-max)
+            elif mode == REINFORCE and train:  # a sample of p (Gumbel-max)
                 for i in range(k):
                     z[i] = pi[i] + gumbel[t, b, i]
                 j = argmax(z)
@@ -179,7 +226,7 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
                 j = argmax(pi)
             jr[b, ts] = j
             readw[b, t, j] = 1.0
-            for e in range(aw):                              # eq. 1: r = M_{t-1}[j]
+            for e in range(aw):  # eq. 1: r = M_{t-1}[j]
                 r[b, e] = address[j, e]
             for e in range(cw):
                 r[b, aw + e] = C[b, j, e]
@@ -188,18 +235,18 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
             for i in range(k):
                 last[b, i] = 0.0
             last[b, j] = 1.0
-        rp = np.dot(r, w_rgT)                                # (B, G)
+        rp = np.dot(r, w_rgT)  # (B, G)
         for b in range(B):
-            for e in range(2):                               # eq. 8: RESET gates
+            for e in range(2):  # eq. 8: RESET gates
                 zr = xg[b, t, 4 * d + e] + hh[b, o_g + 4 * d + e] + rp[b, 4 * d + e]
                 if train:
                     zr += logistic[t, b, e]
                 resets[b, t, e] = branchless_sigmoid(zr / reset_temp)
             alpha = resets[b, t, 0]
             beta = resets[b, t, 1]
-            for e in range(3 * d):                           # eq. 7 pre-activations
+            for e in range(3 * d):  # eq. 7 pre-activations
                 gates[e] = xg[b, t, e] + hh[b, o_g + e] + rp[b, e]
-            for e in range(d):                               # eq. 9 pre-activation
+            for e in range(d):  # eq. 9 pre-activation
                 hp_c = hh[b, o_g + 3 * d + e]
                 hpc[b, ts, e] = hp_c
                 rpc[b, ts, e] = rp[b, 3 * d + e]
@@ -210,9 +257,9 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
             else:
                 gates_n[:] = gates
                 cand_n[:] = candp
-            sigmoid_array(gates_n, act[b, ts])               # f, i, o (eq. 7)
+            sigmoid_array(gates_n, act[b, ts])  # f, i, o (eq. 7)
             tanh_array(cand_n, cand[b, ts])
-            for e in range(d):                               # eq. 9
+            for e in range(d):  # eq. 9
                 cd = cand[b, ts, e]
                 if use_mask:
                     cd = cd * mask[t, b, e]
@@ -222,14 +269,14 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
             else:
                 c_out[:] = c[b]
             tanh_array(c_out, th_all[b, ts])
-            for e in range(d):                               # eq. 10
+            for e in range(d):  # eq. 10
                 hn = act[b, ts, 2 * d + e] * th_all[b, ts, e]
                 h_all[b, t, e] = hn
                 h[b, e] = hn
-        hh = np.dot(h, w_hT)                                 # h_t's products (next step's too)
-        v = np.ascontiguousarray(hh[:, :cw])                 # (B, c)  eq. 2: W_m h_t
-        vm = np.dot(v, w_cT)                                 # (B, m)  its share of P
-        for b in range(B):                                   # algorithm 1: the write
+        hh = np.dot(h, w_hT)  # h_t's products (next step's too)
+        v = np.ascontiguousarray(hh[:, :cw])  # (B, c)  eq. 2: W_m h_t
+        vm = np.dot(v, w_cT)  # (B, m)  its share of P
+        for b in range(B):  # algorithm 1: the write
             step = steps0[b] + t
             j = step if step < k else jr[b, ts]
             jw[b, ts] = j
@@ -241,16 +288,70 @@ def sequence_forward(xg, xr, gumbel, logistic, mask, use_mask, h0, c0, C0, mp0, 
                 mp[b, j, e] = aproj[j, e] + vm[b, e]
             v_all[b, ts] = v[b]
             vm_all[b, ts] = vm[b]
-    saved = (hprev, cprev, pre_all, pg_all, y_all, sig_tau, jr, jw, act, cand, th_all, xhat_g,
-             xhat_c, xhat_m, rstd, hpc, rpc, v_all, vm_all, oldC, oldmp, mp)
+    saved = (
+        hprev,
+        cprev,
+        pre_all,
+        pg_all,
+        y_all,
+        sig_tau,
+        jr,
+        jw,
+        act,
+        cand,
+        th_all,
+        xhat_g,
+        xhat_c,
+        xhat_m,
+        rstd,
+        hpc,
+        rpc,
+        v_all,
+        vm_all,
+        oldC,
+        oldmp,
+        mp,
+    )
     return h_all, r_all, probs, readw, writew, resets, tau_all, u_all, c, C, counts, last, saved
 
 
 @njit(fastmath=FAST, error_model="numpy")
-def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, use_mask, address,
-                      aproj, steps0, w_h, w_rg, w_c, score, learned, use_ln,
-                      lng_w, lnc_w, lnm_w, reset_temp, mode, read_grad, d_h_all, d_r_all,
-                      d_probs, use_dprobs, d_readw, d_writew, d_resets, d_tau_all, d_cT, d_CT):
+def sequence_backward(
+    saved,
+    h_all,
+    r_all,
+    probs,
+    resets,
+    tau_all,
+    C_T,
+    mask,
+    use_mask,
+    address,
+    aproj,
+    steps0,
+    w_h,
+    w_rg,
+    w_c,
+    score,
+    learned,
+    use_ln,
+    lng_w,
+    lnc_w,
+    lnm_w,
+    reset_temp,
+    mode,
+    read_grad,
+    d_h_all,
+    d_r_all,
+    d_probs,
+    use_dprobs,
+    d_readw,
+    d_writew,
+    d_resets,
+    d_tau_all,
+    d_cT,
+    d_CT,
+):
     """Backpropagation through time of sequence_forward (a training pass: ``mode`` GUMBEL
     means straight-through gradients to the read logits). Weights as stored (out, in); w_h =
     [W_m; W_h; W_h^γ; w^τ] (c + G + m + 1, d): the gradient of h_t is one product of it with
@@ -260,8 +361,30 @@ def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, us
     C0, mp0, aproj, of v = W_m h_t and vm = W_m^γ[:, a:] v at every step (B, T, .), of the
     pre-activation of 1/τ (B, T), and the sums for a (m) and the layer norms' gains and
     biases."""
-    (hprev, cprev, pre_all, pg_all, y_all, sig_tau, jr, jw, act, cand, th_all, xhat_g, xhat_c,
-     xhat_m, rstd, hpc, rpc, v_all, vm_all, oldC, oldmp, mp_T) = saved
+    (
+        hprev,
+        cprev,
+        pre_all,
+        pg_all,
+        y_all,
+        sig_tau,
+        jr,
+        jw,
+        act,
+        cand,
+        th_all,
+        xhat_g,
+        xhat_c,
+        xhat_m,
+        rstd,
+        hpc,
+        rpc,
+        v_all,
+        vm_all,
+        oldC,
+        oldmp,
+        mp_T,
+    ) = saved
     B, T, d = hprev.shape
     k, cw = C_T.shape[1], C_T.shape[2]
     m = mp_T.shape[2]
@@ -284,11 +407,11 @@ def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, us
     d_lnc_b = np.zeros(d, dtype)
     d_lnm_w = np.zeros(d, dtype)
     d_lnm_b = np.zeros(d, dtype)
-    dcar = np.zeros((B, o_t + 1), dtype)   # [dv_t | d(W_h h_t) | d(W_h^γ h_t) | d(w^τ h_t)]
+    dcar = np.zeros((B, o_t + 1), dtype)  # [dv_t | d(W_h h_t) | d(W_h^γ h_t) | d(w^τ h_t)]
     dc = d_cT.copy()
     dC = d_CT.copy()
     dmp = np.zeros((B, k, m), dtype)
-    C = C_T.copy()                      # walked back to M_{t-1} step by step
+    C = C_T.copy()  # walked back to M_{t-1} step by step
     mp = mp_T.copy()
     dv = np.empty((B, cw), dtype)
     dvm = np.empty((B, m), dtype)
@@ -305,9 +428,9 @@ def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, us
     ds = np.empty(k, dtype)
     dpi = np.empty(k, dtype)
     for t in range(T - 1, -1, -1):
-        for b in range(B):                                   # the write (algorithm 1, eq. 2)
+        for b in range(B):  # the write (algorithm 1, eq. 2)
             j = jw[b, t]
-            if mode == GUMBEL and steps0[b] + t >= k:        # the written slot is the read one
+            if mode == GUMBEL and steps0[b] + t >= k:  # the written slot is the read one
                 for i in range(k):
                     acc = d_writew[b, t, i]
                     if i == j:
@@ -331,15 +454,15 @@ def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, us
                 d_aproj[j, e] += g
                 dmp[b, j, e] = 0.0
                 mp[b, j, e] = oldmp[b, t, e]
-        dv += np.dot(dvm, w_c)                               # (B, c)
+        dv += np.dot(dvm, w_c)  # (B, c)
         dv_all[:, t] = dv
         dvm_all[:, t] = dvm
         dcar[:, :cw] = dv
-        dh = np.dot(dcar, w_h)                               # (B, d): the gradient of h_t
+        dh = np.dot(dcar, w_h)  # (B, d): the gradient of h_t
         for b in range(B):
             for e in range(d):
                 dh[b, e] += d_h_all[b, t, e]
-        for b in range(B):                                   # eqs. 10, 9, 7, 8
+        for b in range(B):  # eqs. 10, 9, 7, 8
             for e in range(d):
                 th = th_all[b, t, e]
                 o = act[b, t, 2 * d + e]
@@ -400,8 +523,8 @@ def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, us
             dcar[b, o_g + 4 * d + 1] = g_b
             drp[b, 4 * d] = g_a
             drp[b, 4 * d + 1] = g_b
-        dr = np.dot(drp, w_rg)                               # (B, q)
-        for b in range(B):                                   # eqs. 1, 19, 5, 4, 18
+        dr = np.dot(drp, w_rg)  # (B, q)
+        for b in range(B):  # eqs. 1, 19, 5, 4, 18
             for e in range(q):
                 dr[b, e] += d_r_all[b, t, e]
             j = jr[b, t]
@@ -440,7 +563,7 @@ def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, us
                 g = dtau * sig_tau[b, t]
                 dtaupre[b, t] = g
                 dcar[b, o_t] = g
-            if read_grad:                                    # eq. 4
+            if read_grad:  # eq. 4
                 for e in range(m):
                     dq[b, e] = 0.0
                 for i in range(k):
@@ -457,6 +580,23 @@ def sequence_backward(saved, h_all, r_all, probs, resets, tau_all, C_T, mask, us
                     d_xr[b, t, e] = dq[b, e]
                     dcar[b, o_q + e] = dq[b, e]
     dcar[:, :cw] = 0.0
-    dh = np.dot(dcar, w_h)                                   # the gradient of h_0
-    return d_xg, d_xr, dh, dc, dC, dmp, d_aproj, dv_all, dvm_all, dtaupre, d_score, \
-        d_lng_w, d_lng_b, d_lnc_w, d_lnc_b, d_lnm_w, d_lnm_b
+    dh = np.dot(dcar, w_h)  # the gradient of h_0
+    return (
+        d_xg,
+        d_xr,
+        dh,
+        dc,
+        dC,
+        dmp,
+        d_aproj,
+        dv_all,
+        dvm_all,
+        dtaupre,
+        d_score,
+        d_lng_w,
+        d_lng_b,
+        d_lnc_w,
+        d_lnc_b,
+        d_lnm_w,
+        d_lnm_b,
+    )

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from mannlab.building import build_run
 from mannlab.cli import main

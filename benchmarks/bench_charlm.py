@@ -57,7 +57,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mannlab  # noqa: E402
 from bench_ntm import time_round_robin  # noqa: E402
-from mannlab.tasks.charlm import CharLM  # noqa: E402
+from mannlab.wrappers import CharLM  # noqa: E402
 
 VOCAB, EMBEDDING, SLOTS = 50, 64, 20
 REFERENCE = "nn.LSTM"

@@ -50,3 +50,27 @@ def offline(monkeypatch):
         raise ConnectionError(f"tests are offline ({url})")
 
     monkeypatch.setattr(download, "urlretrieve", refuse)
+
+
+def tiny_ntm_args(val_every: int = 3) -> list[str]:
+    """CLI options of a tiny NTM on copy (seconds per run), shared by the CLI tests."""
+    sets = [
+        "model.controller_size=8",
+        "model.memory_slots=8",
+        "model.memory_width=4",
+        "task.max_length=3",
+        "task.width=3",
+        f"train.val_every={val_every}",
+        "train.val_batch_size=4",
+        "train.val_batches=1",
+    ]
+    return [
+        "--model",
+        "ntm",
+        "--task",
+        "copy",
+        "--batch-size",
+        "4",
+        "--no-progress",
+        *[arg for kv in sets for arg in ("--set", kv)],
+    ]

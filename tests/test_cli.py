@@ -3,35 +3,12 @@
 import pytest
 import torch
 
+from conftest import tiny_ntm_args
 from mannlab.cli import main
 from mannlab.rundir import read_metrics
 from mannlab.training import loop
 
-TINY = [
-    "--model",
-    "ntm",
-    "--task",
-    "copy",
-    "--set",
-    "model.controller_size=8",
-    "--set",
-    "model.memory_slots=8",
-    "--set",
-    "model.memory_width=4",
-    "--set",
-    "task.max_length=3",
-    "--set",
-    "task.width=3",
-    "--batch-size",
-    "4",
-    "--set",
-    "train.val_every=3",
-    "--set",
-    "train.val_batch_size=4",
-    "--set",
-    "train.val_batches=1",
-    "--no-progress",
-]
+TINY = tiny_ntm_args()
 
 RECIPE = """
 seeds = [0, 1]

@@ -8,41 +8,13 @@ import pytest
 import torch
 
 import mannlab
+from conftest import tiny_ntm_args
 from mannlab.cli import main
 from mannlab.config import RunConfig
 from mannlab.errors import CheckpointError
 from mannlab.training import loop
 
-TINY = [
-    "train",
-    "--model",
-    "ntm",
-    "--task",
-    "copy",
-    "--set",
-    "model.controller_size=8",
-    "--set",
-    "model.memory_slots=8",
-    "--set",
-    "model.memory_width=4",
-    "--set",
-    "task.max_length=3",
-    "--set",
-    "task.width=3",
-    "--batch-size",
-    "4",
-    "--set",
-    "train.val_every=2",
-    "--set",
-    "train.val_batch_size=4",
-    "--set",
-    "train.val_batches=1",
-    "--steps",
-    "4",
-    "--no-progress",
-    "--run-dir",
-    "run",
-]
+TINY = ["train", *tiny_ntm_args(val_every=2), "--steps", "4", "--run-dir", "run"]
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from conftest import tiny_ntm_args
 from mannlab import tasks
 from mannlab.cli import main
 from mannlab.errors import ConfigError
@@ -15,34 +16,7 @@ from mannlab.training import loop
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
-TINY = [
-    "train",
-    "--model",
-    "ntm",
-    "--task",
-    "copy",
-    "--set",
-    "model.controller_size=8",
-    "--set",
-    "model.memory_slots=8",
-    "--set",
-    "model.memory_width=4",
-    "--set",
-    "task.max_length=3",
-    "--set",
-    "task.width=3",
-    "--batch-size",
-    "4",
-    "--set",
-    "train.val_every=2",
-    "--set",
-    "train.val_batch_size=4",
-    "--set",
-    "train.val_batches=1",
-    "--steps",
-    "3",
-    "--no-progress",
-]
+TINY = ["train", *tiny_ntm_args(val_every=2), "--steps", "3"]
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,8 @@ without the optimizer state, and run files readable like any other file."""
 
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -67,3 +69,12 @@ def test_run_files_are_readable_like_other_files(trained):
     for path in (run / "checkpoints").rglob("*"):
         if path.is_file():
             assert stat.S_IMODE(path.stat().st_mode) == expected, path
+
+
+def test_training_and_load_are_reachable_from_import_mannlab():
+    code = (
+        "import sys, mannlab; assert 'mannlab.training' not in sys.modules; "
+        "print(callable(mannlab.load), callable(mannlab.training.train))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]

@@ -39,9 +39,10 @@ __all__ = [
 
 
 def __getattr__(name):
-    # matplotlib is slow to import: load mannlab.plot (and the analyses) on first use only.
+    # matplotlib is slow to import: load mannlab.plot, the analyses and the trainer (which
+    # draws figures) on first use only.
     if name == "load":  # mannlab.load("runs/x"), a trained run's model (rundir/load.py)
         return importlib.import_module("mannlab.rundir.load").load
-    if name in ("plot", "analysis"):
+    if name in ("plot", "analysis", "training"):
         return importlib.import_module({"plot": "mannlab.reporting.figures"}.get(name, f"mannlab.{name}"))
     raise AttributeError(f"module 'mannlab' has no attribute {name!r}")

@@ -142,7 +142,7 @@ def test_unknown_controller_names_the_valid_ones(name):
         (
             "dntm",
             dict(addressing="reinforce", curriculum_p0=1.5),
-            "curriculum_p0 must be a number >= 0 and <= 1",
+            "curriculum_p0 must be a finite number >= 0 and <= 1",
         ),
         ("dntm", dict(curriculum_p0=1.0), "need addressing='reinforce'"),
         ("dntm", dict(input_baseline=True), "need addressing='reinforce'"),
@@ -158,6 +158,14 @@ def test_unknown_controller_names_the_valid_ones(name):
         ("tardis", dict(discount=1.5), "discount"),
         ("tardis", dict(address_size=2, address_nonzeros=3), "nonzeros"),
         ("tardis", dict(recurrent_dropout=1.5), "recurrent_dropout"),
+        (
+            "tardis",
+            dict(recurrent_dropout=1.0),
+            r"recurrent_dropout must be a finite number >= 0.0 and < 1.0",
+        ),
+        ("tardis", dict(address_nonzeros=0), "address_nonzeros must be a positive integer"),
+        ("dntm", dict(entropy_weight=float("inf")), "entropy_weight must be a finite number"),
+        ("armin", dict(zoneout=1.0), "zoneout must be a finite number >= 0.0 and < 1.0"),
         ("armin", dict(addressing="reinforce"), "addressing"),
         ("armin", dict(read="content"), "read"),
         ("armin", dict(write="lru"), "write"),

@@ -170,7 +170,7 @@ class ARMINCell(MemoryCell):
         self.write_mode = check_choice("write", write, WRITE_MODES)
         self.control_gates = check_bool("control_gates", control_gates)
         self.layer_norm = check_bool("layer_norm", layer_norm)
-        self.zoneout = check_number("zoneout", zoneout, 0.0, 1.0)
+        self.zoneout = check_number("zoneout", zoneout, 0.0, 1.0, high_open=True)
         self.hidden_size, self.slots, self.width = hidden_size, memory_slots, memory_width
         self.features = hidden_size + memory_width
         self.inverse_temperature = 1.0  # set by the training schedule

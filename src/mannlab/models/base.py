@@ -16,6 +16,7 @@ recurrence, so it runs once on the whole sequence after the loop.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, NamedTuple, Optional
 
@@ -49,22 +50,27 @@ def check_bool(name: str, value: Any) -> bool:
 
 
 def check_number(
-    name: str, value: Any, low: float, high: float = float("inf"), low_open: bool = False
+    name: str,
+    value: Any,
+    low: float,
+    high: float = float("inf"),
+    low_open: bool = False,
+    high_open: bool = False,
 ) -> float:
-    """Constructor guard: a real number (not a bool) in [low, high] (``low_open``: > low)."""
+    """Constructor guard: a finite real number (not a bool) in [low, high] (``low_open``:
+    > low; ``high_open``: < high)."""
     ok = (
         isinstance(value, numbers.Real)
         and not isinstance(value, bool)
+        and math.isfinite(value)
         and (value > low if low_open else value >= low)
-        and value <= high
+        and (value < high if high_open else value <= high)
     )
     if not ok:
         bound = f"> {low}" if low_open else f">= {low}"
-        raise ConfigError(
-            f"{name} must be a number {bound}"
-            + (f" and <= {high}" if high != float("inf") else "")
-            + f", got {value!r}"
-        )
+        if high != float("inf"):
+            bound += f" and < {high}" if high_open else f" and <= {high}"
+        raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}")
     return float(value)
 
 

@@ -341,7 +341,8 @@ class TARDISCell(MemoryCell):
         self.features = fusion_size
         self.inverse_temperature = 1.0  # used with temperature="scheduled"
         d, q = hidden_size, self.width
-        nonzeros = address_nonzeros or default_nonzeros(address_size)
+        nonzeros = size_or_default(address_nonzeros, default_nonzeros(address_size))
+        check_positive(address_nonzeros=nonzeros)
         self.register_buffer(
             "address", sparse_addresses(memory_slots, address_size, nonzeros, address_seed)
         )  # A
@@ -358,7 +359,9 @@ class TARDISCell(MemoryCell):
         self.read_head = TardisAddressing(input_size, d, q, memory_slots, read_mlp_size)
         self.temperature_layer = nn.Linear(d, 1)  # w^τ, b^τ
         self.fusion = nn.Linear(d + q, fusion_size)  # g (eq. 11)
-        self.recurrent_dropout = check_number("recurrent_dropout", recurrent_dropout, 0.0, 1.0)
+        self.recurrent_dropout = check_number(
+            "recurrent_dropout", recurrent_dropout, 0.0, 1.0, high_open=True
+        )
         self.ln_gates = nn.LayerNorm(3 * d) if layer_norm else None  # f, i, o
         self.ln_candidate = nn.LayerNorm(d) if layer_norm else None  # c̃
         self.ln_cell = nn.LayerNorm(d) if layer_norm else None  # c in eq. 10

@@ -1,7 +1,7 @@
 """The bAbI task end to end: the GRU fact encoder (D-NTM appendix A.1.1) in front of any model,
 per-task validation errors in the training loop, the per-task result table (mean error,
 failed tasks), and the 'ce' metric key of data-set tasks. Fixtures: generated v1.2 files
-(tests/test_data_babi.py), never the network or ../shared."""
+(tests/test_data_babi.py), never the network or a real data set."""
 
 import json
 

@@ -108,7 +108,7 @@ def test_hutter_corpus_from_zip_with_the_standard_split(tmp_path, monkeypatch):
 
 
 def test_data_dir_with_an_archive_inside_and_download_into_it(tmp_path, monkeypatch):
-    """--data-dir DIR: DIR may hold an archive of the files (as ../shared/data/ptb does);
+    """--data-dir DIR: DIR may hold an archive of the files (as the published PTB download is);
     a DIR with no PTB files receives the download in DIR/ptb/."""
     words = write_ptb_words(tmp_path / "words")
     data = tmp_path / "data"

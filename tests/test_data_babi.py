@@ -1,6 +1,6 @@
 """bAbI: parser on multi-story files with supporting facts, errors naming file and line,
 archive and directory sources, validation split, vocabulary, the task's batches (fixtures
-generated here in the v1.2 format; never the network or ../shared)."""
+generated here in the v1.2 format; never the network or a real data set)."""
 
 import io
 import json

@@ -1,5 +1,5 @@
 """enwik8: the zip with one member (generated here, tiny split), the split sizes, the task's
-next-byte windows (no network, no ../shared)."""
+next-byte windows (no network, no real data set)."""
 
 import zipfile
 

@@ -1,5 +1,5 @@
 """MNIST: IDX parsing (.gz), malformed files, the seeded fixed permutation, the task's
-batches (tiny IDX files generated here; never the network or ../shared)."""
+batches (tiny IDX files generated here; never the network or a real data set)."""
 
 import gzip
 import struct

@@ -1,5 +1,5 @@
 """SNLI: the 1.0 jsonl format in its zip (generated here), '-' labels dropped, malformed
-lines named by file and line, the task's layout (no network, no ../shared)."""
+lines named by file and line, the task's layout (no network, no real data set)."""
 
 import json
 import zipfile

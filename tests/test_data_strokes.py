@@ -1,6 +1,6 @@
 """Pen strokes: the official text files and the numpy encoding (leading and trailing padding)
 decode to the same sequences; malformed files name file and line; the multi-digit task's
-layout and the fed-back decoding (fixtures generated here; never the network or ../shared)."""
+layout and the fed-back decoding (fixtures generated here; never the network or a real data set)."""
 
 import io
 import tarfile

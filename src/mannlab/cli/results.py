@@ -45,9 +45,8 @@ is the mean over seeds of the bit error rate (%) at the training length of the b
 validation checkpoint and, in brackets, the number of seeds with 0 bit errors ("37.5 (0)");
 "-" where no run finished. Second table: seeds, steps and wall time per cell. Runs of data-set
 tasks (bAbI, MNIST, SNLI, strokes) get a table of test error per group instead, one per task
-(bAbI: per task, with the mean and the failed tasks, error > 5%), read from each run's eval-test.json
-(written by
-`mannlab eval RUN --split test`), a column per configuration: runs alike but
+(bAbI: per task, with the mean and the failed tasks, error > 5%), read from each run's
+eval-test.json (written by `mannlab eval RUN --split test`), a column per configuration: runs alike but
 for the seed, the directory and the bAbI tasks share one (a jointly trained model's seeds, or
 the D-NTM paper's one model per bAbI task, e.g. DIR/qa<N>/seed0), named by their common
 directory. The markdown is

@@ -6,12 +6,11 @@ Each run's numbers come from its ``eval-<split>.json``, written by
 config.toml agree on everything but the seed, the run directory, the data directory and the
 bAbI task selection (task.tasks, task.language): the seeds of one jointly trained model (the
 partially non-recurrent paper's set-up), or one model per bAbI task (the D-NTM paper's, e.g.
-``runs/babi-dntm-soft-1step/qa<N>/seed0``). Its label is the runs' common directory. A cell is the error
-in percent, the mean over the seeds that
-evaluated that group. Below the groups: the mean over groups, the number of failed groups
-(error above the evaluation's threshold, 5 % for bAbI) as the papers report, and the error over
-all examples (what the MNIST papers report as test accuracy). One table per task.
-"""
+``runs/babi-dntm-soft-1step/qa<N>/seed0``). Its label is the runs' common directory. A cell
+is the error in percent, the mean over the seeds that evaluated that group. Below the groups:
+the mean over groups, the number of failed groups (error above the evaluation's threshold, 5 %
+for bAbI) as the papers report, and the error over all examples (what the MNIST papers report as
+test accuracy). One table per task."""
 
 from __future__ import annotations
 

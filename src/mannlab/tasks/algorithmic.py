@@ -384,12 +384,12 @@ class PrioritySortColumnsTask(PrioritySortTask):
 
     This is the task the ARMIN authors' public code trains on for its priority sort (the
     one their Table 1 reports as solved): its generator sorts the whole (N, width + 1)
-    input matrix along time, descending, and keeps the first K rows of the bit columns. Sorting a matrix
-    along time sorts each
-    column independently, so output row j has bit c set iff column c holds more than j
-    ones among the N inputs: a per-column count written in thermometer code. In the NTM
-    paper's priority sort (PrioritySortTask) the output rows are whole input vectors
-    reordered by their priorities; here a row is in general none of the inputs.
+    input matrix along time, descending, and keeps the first K rows of the bit columns.
+    Sorting a matrix along time sorts each column independently, so output row j has bit c set
+    iff column c holds more than j ones among the N inputs: a per-column count written in
+    thermometer code. In the NTM paper's priority sort (PrioritySortTask) the output rows are
+    whole input vectors reordered by their priorities; here a row is in general none of the
+    inputs.
 
     Params, channels and the meaning of ``length`` as PrioritySortTask (ARMIN trains
     ``num_inputs=40, num_outputs=30``), but, as in the authors' code, there is no

@@ -333,11 +333,11 @@ def sequence_forward(
 
     Returns (features (B, T, d_h + R W), h, φ, C, v^r, v^w), the records (h_s, head
     activations, β pre-activations, probabilities, chosen cells; (B, T J, ...) when ``keep``
-    or ``trace``; and with ``trace`` the memory [A; C_t] after each time step) and what only the
-    backward reads (with
-    ``keep``): φ_{s-1}, the GRU gates, and C_{s-1} and v_{s-1} at every ``every``-th step only
-    (the backward recomputes the others from them and the records: the memory per step was
-    most of the saved bytes, and allocating them cost more than recomputing)."""
+    or ``trace``; and with ``trace`` the memory [A; C_t] after each time step) and what only
+    the backward reads (with ``keep``): φ_{s-1}, the GRU gates, and C_{s-1} and v_{s-1} at every
+    ``every``-th step only (the backward recomputes the others from them and the records: the
+    memory per step was most of the saved bytes, and allocating them cost more than
+    recomputing)."""
     B, T = xp.shape[0], xp.shape[1]
     N, da = address.shape
     dc = c0.shape[2]

@@ -110,9 +110,9 @@ def sequence_forward(
     last0 (B, k), steps0 (B,); weights transposed (in, out) except score a (m,) and b_tau
     (1,); w_hT = [W_m; W_h; W_h^γ; w^τ]^T (d, c + G + m + 1), everything h_t multiplies: one
     matrix product per step gives v_t and step t + 1's h-terms. Returns the per-step outputs h_t, r_t,
-    p_t, read and write one-hots, [α, β],
-    1/τ, u_t (B, T, .), the final c, C, counts, last read, and what the backward reads (one
-    step's scratch only when ``keep`` is False: no backward to come)."""
+    p_t, read and write one-hots, [α, β], 1/τ, u_t (B, T, .), the final c, C, counts, last read,
+    and what the backward reads (one step's scratch only when ``keep`` is False: no backward to
+    come)."""
     B, T, G = xg.shape
     d = h0.shape[1]
     k, cw = C0.shape[1], C0.shape[2]

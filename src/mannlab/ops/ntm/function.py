@@ -202,9 +202,11 @@ class NTMMemoryStep(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w, *unused):
-        step = _kernel_backward if ctx.kernels else _torch_backward
-        with dispatch.state_precision(grad_reads):  # a backward called inside autocast
-            grads = step(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
+        if ctx.kernels:  # the kernels never see autocast
+            grads = _kernel_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
+        else:
+            with dispatch.state_precision(grad_reads):  # a backward called inside autocast
+                grads = _torch_backward(ctx, grad_reads, grad_memory_out, grad_read_w, grad_write_w)
         return grads + (None, None, None)
 
 

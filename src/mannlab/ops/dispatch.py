@@ -81,6 +81,14 @@ def state_precision(tensor: torch.Tensor) -> AbstractContextManager[None]:
     return _autocast_off(tensor.device.type) if autocast_active(tensor) else nullcontext()
 
 
+def in_state_precision(step: Any, params: torch.Tensor, memory: torch.Tensor, *args: Any) -> Any:
+    """``step(params, memory, *args)`` under autocast, for a memory step: the layer that
+    made ``params`` ran in autocast's dtype; the memory equations run in the memory's (the
+    state's) dtype on the tensor path, with autocast off."""
+    with _autocast_off(memory.device.type):
+        return step(params.to(memory.dtype), memory, *args)
+
+
 @contextmanager
 def _autocast_off(device: str) -> Iterator[None]:
     with torch.autocast(device, enabled=False), use_kernels(False):

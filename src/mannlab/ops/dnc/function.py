@@ -150,12 +150,9 @@ def dnc_memory_step(raw, memory, read_w, write_w, usage, precedence, links, with
      a_t (B, N), pi_t (B, R, 3), f_t (B, R), g^a_t (B,), g^w_t (B,)).
     """
     if dispatch.autocast_active(memory):
-        # mixed precision: the interface layer ran in autocast's dtype, the memory equations
-        # run in the memory's (the state's) on the tensor path
-        with dispatch.state_precision(memory):
-            return dnc_memory_step(
-                raw.to(memory.dtype), memory, read_w, write_w, usage, precedence, links, with_trace
-            )
+        return dispatch.in_state_precision(
+            dnc_memory_step, raw, memory, read_w, write_w, usage, precedence, links, with_trace
+        )
     state = (memory, read_w, write_w, usage, precedence, links)
     if dispatch.compiled_applies("dnc", raw):
         return DNCMemoryStep.apply(raw, *state, with_trace)

@@ -222,10 +222,7 @@ def ntm_memory_step(params, memory, read_prev, write_prev, width, num_shifts, wi
     elsewhere the tensor operations of this module; both give the same values.
     """
     if dispatch.autocast_active(memory):
-        # mixed precision: the head layer ran in autocast's dtype, the addressing and the
-        # write run in the memory's (the state's) on the tensor path
-        with dispatch.state_precision(memory):
-            return ntm_memory_step(
-                params.to(memory.dtype), memory, read_prev, write_prev, width, num_shifts, with_trace
-            )
+        return dispatch.in_state_precision(
+            ntm_memory_step, params, memory, read_prev, write_prev, width, num_shifts, with_trace
+        )
     return NTMMemoryStep.apply(params, memory, read_prev, write_prev, width, num_shifts, with_trace)

@@ -579,6 +579,10 @@ class DNTM(SequenceModel):
     curriculum_p0 (p_0 of the soft-to-discrete curriculum, 0 = off; "reinforce" only),
     curriculum_every (the curriculum's t counts blocks of this many minibatches, e.g. an
     epoch; the paper does not say what t counts; 1 = every minibatch),
+    sharpen_weight λ_S (an entropy penalty λ_S (H(w) + H(u)) on the sequences that use
+    the soft weightings, scaled as the entropy bonus: it drives a soft-trained solution
+    towards one cell per head, so that it survives the curriculum's switch to discrete
+    weights or argmax at test time; not in the paper),
     read_write_consistency λ of eq. 15, next_input_prediction weight with
     next_input_distribution "bernoulli" (binary inputs) or "gaussian".
     """
@@ -607,6 +611,7 @@ class DNTM(SequenceModel):
         reward_momentum: float = 0.9,
         reward: str = "sequence",
         read_discount: float = 1.0,
+        sharpen_weight: float = 0.0,
         read_write_consistency: float = 0.0,
         next_input_prediction: float = 0.0,
         next_input_distribution: str = "bernoulli",
@@ -642,6 +647,7 @@ class DNTM(SequenceModel):
         self.curriculum_every = int(curriculum_every)
         self.reinforce_weight = check_number("reinforce_weight", reinforce_weight, 0)
         self.entropy_weight = check_number("entropy_weight", entropy_weight, 0)
+        self.sharpen_weight = check_number("sharpen_weight", sharpen_weight, 0)
         self.rw_weight = check_number("read_write_consistency", read_write_consistency, 0)
         self.prediction_weight = check_number("next_input_prediction", next_input_prediction, 0)
         self.next_input_distribution = check_choice(
@@ -667,7 +673,7 @@ class DNTM(SequenceModel):
         self.baseline = InputBaseline(input_size, controller_size) if input_baseline else None
         self.predictor = nn.Linear(self.cell.features, input_size) if self.prediction_weight else None
         self.uses_aux_loss = bool(
-            reinforce or self.entropy_weight or self.rw_weight or self.prediction_weight
+            reinforce or self.entropy_weight or self.sharpen_weight or self.rw_weight or self.prediction_weight
         )
 
     @property
@@ -703,6 +709,8 @@ class DNTM(SequenceModel):
           -reinforce_weight R~ sum_{t,j,heads} (log p(w~) + log p(u~)) / S
         - ``baseline``: Huber(b(x) - R~), the input baseline's own loss
         - ``entropy``: -λ_H sum_{t,j,heads} (H(w) + H(u)) / S
+        - ``sharpen``: +λ_S sum_{t,j,heads} (H(w) + H(u)) / S over the sequences that used
+          the soft weightings (all of them with addressing="soft")
         - ``read_write``: λ R_rw (eq. 15), per step
         - ``next_input``: weight * -log p(x_{t+1} | [h_t; φ_t]) per step and input feature sum
 
@@ -717,11 +725,15 @@ class DNTM(SequenceModel):
         sampled = trace.sampled.amax(1)  # (B,)
         if self.cell.addressing == "reinforce" and bool(sampled.any()):
             terms.update(self._reinforce(trace, step_nll.detach(), sampled, scored))
-        if self.entropy_weight:
+        if self.entropy_weight or self.sharpen_weight:
             ent = sampling.entropy(trace.read_probs).sum((1, 2)) + sampling.entropy(trace.write_probs).sum(
                 (1, 2)
             )
+        if self.entropy_weight:
             terms["entropy"] = -self.entropy_weight * ent.mean() / scored
+        if self.sharpen_weight:
+            soft_rows = 1.0 - sampled.to(ent.dtype)
+            terms["sharpen"] = self.sharpen_weight * (ent * soft_rows).mean() / scored
         if self.rw_weight:
             terms["read_write"] = (
                 self.rw_weight

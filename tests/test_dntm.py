@@ -263,6 +263,25 @@ def test_reinforce_term_by_hand():
     assert torch.allclose(model.aux_terms(tr, nll)["reinforce"], 0.5 * terms["reinforce"])
 
 
+def test_sharpen_term_penalises_the_entropy_of_soft_sequences_only():
+    model = small_dntm(addressing="reinforce", curriculum_p0=1.0, sharpen_weight=0.2)
+    model.soft_minibatch = True
+    _, _, tr = model(seq(), return_trace=True)
+    nll = torch.rand(3, 5, dtype=torch.float64)
+    ent = -(tr.read_probs * tr.read_probs.log()).sum(-1).sum((1, 2)) - (
+        tr.write_probs * tr.write_probs.log()
+    ).sum(-1).sum((1, 2))
+    scored = 5 * 3
+    terms = model.aux_terms(tr, nll)
+    assert "reinforce" not in terms  # nothing was sampled
+    assert torch.allclose(terms["sharpen"], 0.2 * ent.mean() / scored)
+    (grad,) = torch.autograd.grad(terms["sharpen"], model.cell.head_params.weight)
+    assert grad.abs().sum() > 0  # it moves the keys and strengths
+    model.soft_minibatch = False  # sampled sequences: REINFORCE, no sharpening
+    _, _, tr = model(seq(), return_trace=True)
+    assert model.aux_terms(tr, nll)["sharpen"].item() == 0
+
+
 def test_reward_to_go_term_by_hand():
     model = small_dntm(addressing="reinforce", reward="to_go")
     torch.manual_seed(1)

@@ -1,4 +1,4 @@
-"""What an install without the extras gets: Python 3.10's TOML parser, the models and a
+"""What an install without the extras gets: the models and a
 training step without numba (one line says how to get the kernels), and the line before a
 first compile."""
 
@@ -30,25 +30,6 @@ def run_python(code, tmp_path, **env):
         text=True,
         timeout=300,
     )
-
-
-def test_config_reads_toml_through_tomli_without_tomllib(tmp_path):
-    # Python 3.10 has no tomllib; config falls back to the tomli package (the same parser,
-    # aliased here so the test runs on any Python)
-    (tmp_path / "run.toml").write_text('[model]\nname = "lstm"\n[task]\nname = "copy"\n')
-    done = run_python(
-        """
-        import sys, tomllib
-        sys.modules["tomli"], sys.modules["tomllib"] = tomllib, None
-        from mannlab import config
-        assert config.tomllib.__name__ == "tomllib"  # the module imported as tomli
-        c = config.load_config("run.toml", ["train.lr=3e-4"])
-        print(c.model, c.train.lr)
-    """,
-        tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["lstm", "0.0003"]
 
 
 NO_NUMBA = """

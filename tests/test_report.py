@@ -2,15 +2,11 @@
 CLI, and the Table 2 recipes (they parse and build with every controller)."""
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 import tomli_w
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 from mannlab.building import build_run
 from mannlab.cli import main

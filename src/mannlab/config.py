@@ -28,16 +28,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import tomli_w
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
-    import tomli as tomllib
 
 from mannlab.errors import ConfigError
 

@@ -9,12 +9,13 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
-from test_charlm import write_ptb_words
 
 from mannlab.config import RunConfig, TrainConfig
 from mannlab.errors import ConfigError
+from mannlab.nn import sampling
 from mannlab.rundir import load_checkpoint, read_metrics
 from mannlab.training import loop, train
+from test_charlm import write_ptb_words
 
 # float32 sums in another order (each rank's half of the batch, then the average over ranks):
 # the losses agree to 1e-7, and Adam, which divides each gradient by its own running scale,
@@ -64,21 +65,54 @@ def _free_port():
 
 def _worker(rank, world, port, jobs, results):
     os.environ.update(
-        WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+        WORLD_SIZE=str(world),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    import faulthandler, sys
-    faulthandler.dump_traceback_later(70, exit=False, file=sys.stderr)
     loop._Trainer._figures = lambda self: {}  # figures are not what these tests check
     out = []
-    for cfg, resume in jobs:
-        print("JOB", rank, cfg.run_dir, resume, file=sys.stderr, flush=True)
+    for job in jobs:
+        if callable(job):
+            out.append(job(rank, world))
+            continue
         try:
-            summary = train(cfg, resume=resume)
-            out.append(summary["steps"])
+            out.append(train(job[0], resume=job[1])["steps"])
         except ConfigError as exc:
             out.append(f"ConfigError: {exc}")
     results.put((rank, out))
+
+
+def _statistics(values, mask, inputs):
+    """The global-batch statistics of nn/sampling.py on (a slice of) a batch."""
+    moments = sampling.RunningMoments(momentum=0.5)
+    first = moments.advantage(values[:, 0], torch.ones(len(values), dtype=torch.bool), update=True)
+    second = moments.advantage(values[:, 1], torch.ones(len(values), dtype=torch.bool), update=True)
+    return {
+        "first": first,
+        "second": second,
+        "mean": moments.mean.clone(),
+        "var": moments.var.clone(),
+        "loo": sampling.leave_one_out_mean(values, mask),
+        "same_input": sampling.same_input_leave_one_out_mean(values[:, 0], inputs),
+        "batch_mean": sampling.batch_mean(mask.sum(1)),
+    }
+
+
+def _statistics_batch():
+    gen = torch.Generator().manual_seed(3)
+    values = torch.randn(8, 5, generator=gen)
+    mask = (torch.rand(8, 5, generator=gen) > 0.3).float()
+    # two samples of each input, the pairs split across the ranks' slices (rows 3 and 4)
+    inputs = torch.tensor([0, 1, 1, 2, 2, 3, 3, 0]).view(8, 1, 1).float()
+    return values, mask, inputs
+
+
+def _statistics_on_slice(rank, world):
+    rows = slice(rank * 4, rank * 4 + 4)
+    return _statistics(*(t[rows] for t in _statistics_batch()))
 
 
 def run_ranks(jobs, world=2):
@@ -131,10 +165,22 @@ def test_two_processes_train_like_one_and_resume_exactly(tmp_path, quiet, capsys
         (config(tmp_path / "lm-two", **lm), False),
         (config(tmp_path / "moved", steps=3), False),  # resumed below on one process
         (config(tmp_path / "odd", batch_size=7), False),
+        _statistics_on_slice,
     ]
     outcomes = run_ranks(jobs)
-    assert outcomes[0][:-1] == outcomes[1][:-1] == [6, 4, 6, 6, 4, 6, 4, 3]
-    assert all("must divide evenly among the 2 processes" in outcomes[r][-1] for r in (0, 1))
+    assert outcomes[0][:-2] == outcomes[1][:-2] == [6, 4, 6, 6, 4, 6, 4, 3]
+    assert all("must divide evenly among the 2 processes" in outcomes[r][-2] for r in (0, 1))
+
+    # baselines and normalisers of a slice are those of the global batch
+    whole = _statistics(*_statistics_batch())
+    for key, value in whole.items():
+        if key in ("mean", "var", "batch_mean"):  # the same on every rank
+            parts = [outcomes[0][-1][key], outcomes[1][-1][key]]
+            assert all(torch.allclose(p, value, atol=1e-6) for p in parts), key
+        else:
+            assert torch.allclose(
+                torch.cat([outcomes[0][-1][key], outcomes[1][-1][key]]), value, atol=1e-6
+            ), key
 
     # one process at batch 8 == two at 4 each: same examples, same updates
     train(one)
@@ -145,7 +191,10 @@ def test_two_processes_train_like_one_and_resume_exactly(tmp_path, quiet, capsys
 
     # resume at the same world size is exact, also for a model that samples (per-rank RNG
     # streams, the curriculum coin and the running reward moments restored)
-    assert all(torch.equal(a, b) for a, b in zip(weights(tmp_path / "two").values(), weights(tmp_path / "split").values()))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(weights(tmp_path / "two").values(), weights(tmp_path / "split").values())
+    )
     assert train_losses(tmp_path / "two") == train_losses(tmp_path / "split")
     whole, split = weights(tmp_path / "dntm-whole"), weights(tmp_path / "dntm-split")
     assert all(torch.equal(whole[k], split[k]) for k in whole)

@@ -206,15 +206,6 @@ def main_only(fn: Callable[[], T]) -> T:
     return value
 
 
-def any_rank(flag: bool) -> bool:
-    """True on every rank if ``flag`` is True on any."""
-    if not active():
-        return flag
-    box = torch.tensor([1.0 if flag else 0.0])
-    dist.all_reduce(box, op=dist.ReduceOp.MAX)
-    return bool(box.item() > 0)
-
-
 def gather_objects(value: Any) -> list[Any] | None:
     """Every rank's ``value`` as a list on rank 0 (None elsewhere); [value] without a group."""
     if not active():

@@ -79,7 +79,8 @@ def _worker(rank, world, port, jobs, results):
             out.append(job(rank, world))
             continue
         try:
-            out.append(train(job[0], resume=job[1])["steps"])
+            summary = train(job[0], resume=job[1])
+            out.append(summary["steps"] if summary["stopped_by"] == "steps" else summary["stopped_by"])
         except ConfigError as exc:
             out.append(f"ConfigError: {exc}")
     results.put((rank, out))
@@ -164,11 +165,14 @@ def test_two_processes_train_like_one_and_resume_exactly(tmp_path, quiet, capsys
         (config(tmp_path / "dntm-split", **dntm), True),
         (config(tmp_path / "lm-two", **lm), False),
         (config(tmp_path / "moved", steps=3), False),  # resumed below on one process
+        # every rank stops at rank 0's decision (else one would wait for the other forever)
+        (config(tmp_path / "timed", steps=1000, max_minutes=1e-6), False),
+        (config(tmp_path / "solved", steps=1000, solve_bce=10.0, stop_after_solve=2), False),
         (config(tmp_path / "odd", batch_size=7), False),
         _statistics_on_slice,
     ]
     outcomes = run_ranks(jobs)
-    assert outcomes[0][:-2] == outcomes[1][:-2] == [6, 4, 6, 6, 4, 6, 4, 3]
+    assert outcomes[0][:-2] == outcomes[1][:-2] == [6, 4, 6, 6, 4, 6, 4, 3, "time", "solved"]
     assert all("must divide evenly among the 2 processes" in outcomes[r][-2] for r in (0, 1))
 
     # baselines and normalisers of a slice are those of the global batch

@@ -9,7 +9,9 @@ configuration: first in one process (the whole batch), then in two processes sta
 steps come first (a first kernel compile, the allocator); the timed steps are between two
 barriers. The ratio "2 processes / 1 process" is the speed-up of data parallelism on this
 machine; its load average is printed beside it (on a machine shared with other jobs the
-second process competes for a core).
+second process competes for a core). The "cpu ratio" divides the CPU seconds of a step in
+one process by those of rank 0 in two: the speed-up to expect when each process has a core
+of its own, whatever else the machine runs.
 
     python benchmarks/bench_ddp.py                          # NTM and ARMIN copy, batch 32
     python benchmarks/bench_ddp.py --models ntm --steps 40 --json ddp.json
@@ -112,14 +114,16 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     records = []
     print(f"global batch {args.batch_size}, {args.steps} timed steps, 1 thread per process")
-    print(f"{'model':8} {'1 proc seq/s':>13} {'2 procs seq/s':>14} {'ratio':>6}")
+    print(f"{'model':8} {'1 proc seq/s':>13} {'2 procs seq/s':>14} {'ratio':>6} {'cpu ratio':>9}")
     for model in args.models.split(","):
         one = run(model, 1, args)
         two = run(model, 2, args)
         ratio = two["sequences_per_second"] / one["sequences_per_second"]
-        records.append({"model": model, "one": one, "two": two, "ratio": ratio})
+        cpu_ratio = one["cpu"] / two["cpu"]
+        records.append({"model": model, "one": one, "two": two, "ratio": ratio, "cpu_ratio": cpu_ratio})
         print(
-            f"{model:8} {one['sequences_per_second']:13.1f} {two['sequences_per_second']:14.1f} {ratio:6.2f}"
+            f"{model:8} {one['sequences_per_second']:13.1f} {two['sequences_per_second']:14.1f} "
+            f"{ratio:6.2f} {cpu_ratio:9.2f}"
         )
     load_after = os.getloadavg()
     print(

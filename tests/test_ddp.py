@@ -3,6 +3,7 @@ the same run on 1 and 2 processes, exact resume, a resume on another number of p
 TBPTT streams, and a model with estimator parameters unused on some steps."""
 
 import os
+import pickle
 import socket
 
 import pytest
@@ -83,7 +84,8 @@ def _worker(rank, world, port, jobs, results):
             out.append(summary["steps"] if summary["stopped_by"] == "steps" else summary["stopped_by"])
         except ConfigError as exc:
             out.append(f"ConfigError: {exc}")
-    results.put((rank, out))
+    # plain pickle: torch's queue would share tensors through this process, which exits
+    results.put((rank, pickle.dumps(out)))
 
 
 def _statistics(values, mask, inputs):
@@ -122,7 +124,7 @@ def run_ranks(jobs, world=2):
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
     mp.start_processes(_worker, (world, _free_port(), jobs, results), nprocs=world, start_method="spawn")
-    return dict(results.get() for _ in range(world))
+    return {rank: pickle.loads(out) for rank, out in (results.get() for _ in range(world))}
 
 
 def weights(run_dir):

@@ -115,22 +115,32 @@ def add_commands(command) -> None:
     run.set_defaults(func=cmd_run)
 
 
+def _say(*lines: str) -> None:
+    """Print on rank 0 only: under torchrun every process runs this command."""
+    from mannlab.training import distributed
+
+    if distributed.is_main():
+        print(*lines, sep="\n")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from mannlab.building import build_run
-    from mannlab.training import train
+    from mannlab.training import distributed, train
     from mannlab.training.loop import finished_run
 
     config = train_config(args)
     build_run(config)  # a typo in a model or task argument fails now, before any file is written
-    if args.resume and (done := finished_run(config)) is not None:
-        print(finished_line(config.run_dir, done))
+    distributed.start(config.train.device)  # under torchrun: the process group
+    if args.resume and (done := distributed.main_only(lambda: finished_run(config))) is not None:
+        _say(finished_line(config.run_dir, done))
         return 0
-    print(
+    _say(
         f"training {config.model} on {config.task} (seed {config.seed}) into {config.run_dir}"
         + (" (resuming)" if args.resume else "")
+        + (f" on {distributed.world_size()} processes" if distributed.active() else "")
     )
     summary = train(config, resume=args.resume, force=args.force)
-    print(describe(summary))
+    _say(describe(summary))
     return 0
 
 
@@ -193,7 +203,7 @@ def _valid_names_hint() -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from mannlab.building import build_run
-    from mannlab.training import train
+    from mannlab.training import distributed, train
     from mannlab.training.loop import finished_run
 
     recipe = recipes.resolve(args.recipe)
@@ -204,25 +214,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_changes = {**({"progress": False} if args.no_progress else {}), **device_changes(args)}
     if run_changes:
         config = config.replace(train=type(config.train).from_dict({**config.train.to_dict(), **run_changes}))
+    distributed.start(config.train.device)  # under torchrun: the process group, for every seed
     summaries = []
     for seed in seeds:
         seed_dir = parent / f"seed{seed}"
-        resume = args.resume and (seed_dir / "checkpoints" / "last").is_dir()
+        # rank 0's files decide (the other ranks may not see them)
+        resume = distributed.from_main(args.resume and (seed_dir / "checkpoints" / "last").is_dir())
         # with --resume, a seed that never reached a checkpoint simply starts over
         force = args.force or (args.resume and not resume)
         seed_config = config.replace(seed=seed, seeds=None, run_dir=str(seed_dir))
-        if resume and (done := finished_run(seed_config)) is not None:
-            print(f"[{recipe.name}] seed {seed}: {finished_line(seed_dir, done)}")
+        if resume and (done := distributed.main_only(lambda: finished_run(seed_config))) is not None:
+            _say(f"[{recipe.name}] seed {seed}: {finished_line(seed_dir, done)}")
             summaries.append(done)
             continue
-        print(f"[{recipe.name}] seed {seed}: {'resuming' if resume else 'training'} into {seed_dir}")
+        _say(f"[{recipe.name}] seed {seed}: {'resuming' if resume else 'training'} into {seed_dir}")
         summaries.append(train(seed_config, resume=resume, force=force))
     table = seeds_table(summaries)
     header = (
         f"# {recipe.name}: {config.model} on {config.task}\n\n"
         f"Recipe `{args.recipe}`, seeds {', '.join(map(str, seeds))}; runs in `{parent}`.\n\n"
     )
-    write_atomic(parent / "summary.md", header + table + "\n")
-    print(table)
-    print(f"summary: {parent / 'summary.md'}")
+    if distributed.is_main():
+        write_atomic(parent / "summary.md", header + table + "\n")
+    _say(table, f"summary: {parent / 'summary.md'}")
     return 0

@@ -25,6 +25,7 @@ from torch import nn
 
 from mannlab.errors import ConfigError
 from mannlab.models.state_check import check_state, values_checkable
+from mannlab.nn import sampling
 from mannlab.ops import dispatch
 
 
@@ -248,7 +249,8 @@ class SequenceModel(nn.Module):
             or outputs_per_step < 1
         ):
             raise ValueError(f"outputs_per_step must be a positive integer, got {outputs_per_step!r}")
-        steps = (step_nll > 0).sum(1).to(step_nll.dtype).mean()
+        # over the global batch under data-parallel training: every rank scales alike
+        steps = sampling.batch_mean((step_nll > 0).sum(1).to(step_nll.dtype))
         return (steps * outputs_per_step).clamp_min(1.0)
 
     def forward(self, x: torch.Tensor, state: Any = None, return_trace: bool = False):

@@ -21,12 +21,67 @@ the variance-reduction tools of Mnih & Gregor (2014), as used by the D-NTM
 
 Everything works on any leading shape (batch, time, heads, ...); the last axis
 of a distribution is the category axis (memory slots). Nothing here loops.
+
+Data-parallel training (torch.distributed, one slice of the batch per process): the batch
+statistics here, the running moments' batch mean and variance, the leave-one-out and
+same-input baselines and ``batch_mean``, are those of the GLOBAL batch whenever a process
+group is open, so a baseline or a normaliser does not depend on how many processes share
+the batch. Every process must then make the same calls in the same order (they are
+collective operations); without a process group nothing changes.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
+
+
+def _group_active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _sum_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
+    """The elementwise sum of ``tensor`` over the processes (the tensor itself without a group)."""
+    if not _group_active():
+        return tensor
+    total = tensor.detach().clone()
+    dist.all_reduce(total)
+    return total
+
+
+def _gather_batch(tensor: torch.Tensor) -> tuple[torch.Tensor, slice]:
+    """The global batch: ``tensor`` (B, ...) of every process concatenated in rank order,
+    and this process's rows in it. Every process holds the same B (equal slices)."""
+    if not _group_active():
+        return tensor, slice(0, tensor.shape[0])
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor.detach().contiguous())
+    start = dist.get_rank() * tensor.shape[0]
+    return torch.cat(parts), slice(start, start + tensor.shape[0])
+
+
+def batch_mean(values: torch.Tensor) -> torch.Tensor:
+    """The mean of ``values`` over all its elements in the global batch (no gradient with a
+    process group: it is a statistic, as the scale S of the estimator terms)."""
+    if not _group_active():
+        return values.mean()
+    stats = _sum_over_ranks(torch.stack([values.detach().sum(), values.new_tensor(float(values.numel()))]))
+    return stats[0] / stats[1]
+
+
+def _batch_moments(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(mean, variance (biased), count) of ``values`` over the global batch."""
+    if not _group_active():
+        var = values.var(unbiased=False) if values.numel() > 1 else torch.zeros_like(values.mean())
+        return values.mean(), var, values.numel()
+    stats = _sum_over_ranks(torch.stack([values.sum(), values.new_tensor(float(values.numel()))]))
+    count = int(stats[1].item())
+    if count == 0:
+        return stats[0], stats[0], 0
+    mean = stats[0] / stats[1]
+    var = _sum_over_ranks((values - mean).pow(2).sum()) / stats[1]
+    return mean, var, count
 
 
 def _check_distribution(probs: torch.Tensor, name: str = "probs") -> None:
@@ -127,11 +182,10 @@ class RunningMoments(nn.Module):
     @torch.no_grad()
     def update(self, values: torch.Tensor) -> None:
         """Fold the batch ``values`` (any shape, at least one element) into b and sigma^2."""
-        if values.numel() == 0:
-            raise ValueError("RunningMoments.update needs at least one value")
         values = values.detach().to(self.mean.dtype)
-        batch_mean = values.mean()
-        batch_var = values.var(unbiased=False) if values.numel() > 1 else torch.zeros_like(batch_mean)
+        batch_mean, batch_var, count = _batch_moments(values)  # of the global batch
+        if count == 0:
+            raise ValueError("RunningMoments.update needs at least one value")
         if int(self.count) == 0:
             self.mean.copy_(batch_mean)
             self.var.copy_(batch_var)
@@ -175,7 +229,8 @@ def leave_one_out_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
     sequence i's own actions."""
     values, mask = values.detach(), mask.to(values.dtype)
     masked = values * mask
-    total, count = masked.sum(0, keepdim=True) - masked, mask.sum(0, keepdim=True) - mask
+    sums = _sum_over_ranks(torch.stack([masked.sum(0, keepdim=True), mask.sum(0, keepdim=True)]))
+    total, count = sums[0] - masked, sums[1] - mask  # over the global batch
     return torch.where(count > 0, total / count.clamp_min(1), torch.zeros_like(values))
 
 
@@ -185,6 +240,8 @@ def same_input_leave_one_out_mean(values: torch.Tensor, inputs: torch.Tensor) ->
     baseline (several samples of one input baseline each other) that leaves the estimator
     unbiased and removes every difference between inputs from the advantage. Raises
     ValueError if some input appears only once."""
+    values, rows = _gather_batch(values.detach())  # the other samples may be on other ranks
+    inputs, _ = _gather_batch(inputs.detach())
     _, group = torch.unique(inputs.flatten(1), dim=0, return_inverse=True)
     count = torch.bincount(group)
     if bool((count < 2).any()):
@@ -192,9 +249,8 @@ def same_input_leave_one_out_mean(values: torch.Tensor, inputs: torch.Tensor) ->
             "a same-input baseline needs every input at least twice in the batch "
             "(train.samples_per_input >= 2)"
         )
-    values = values.detach()
     total = torch.bincount(group, weights=values).to(values.dtype)
-    return (total[group] - values) / (count[group] - 1).to(values.dtype)
+    return ((total[group] - values) / (count[group] - 1).to(values.dtype))[rows]
 
 
 def discounted_returns(rewards: torch.Tensor, discount: float) -> torch.Tensor:

@@ -89,3 +89,22 @@ def truncate_metrics(path: str | Path, step: int, rows: int | None = None) -> No
 
 def _number(value: Any) -> float:
     return float(value)  # tensors and numpy scalars; json writes NaN as NaN
+
+
+class NullLog:
+    """A MetricsLog that writes nothing: the log of ranks other than 0 in data-parallel
+    training (rank 0 alone writes the run directory)."""
+
+    rows = 0
+
+    def log(self, step: int, split: str, metrics: Mapping[str, Any], wall: float, **extra: Any) -> None:
+        """Discard the row."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    def __enter__(self) -> "NullLog":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

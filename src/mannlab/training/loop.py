@@ -17,10 +17,16 @@ DivergedError (as does a non-finite loss, NonFiniteLossError) after writing summ
 
 Run directory layout: config.toml, metrics.jsonl, summary.json,
 checkpoints/{last,best}/, figures/, and what train.logger adds (rundir/loggers.py).
+
+Data-parallel training (torchrun, distributed.py): every rank runs this loop on its slice
+of the global batch; rank 0 alone reads and writes the run directory and hands what it
+read (the resumed state) and decided (validation, time budget) to the others, so all
+ranks take the same steps and stop at the same one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -44,6 +50,8 @@ from mannlab.rundir import (
 )
 from mannlab.rundir.files import read_json
 from mannlab.rundir.loggers import check_loggers, open_loggers
+from mannlab.rundir.metrics_log import NullLog
+from mannlab.training import distributed
 from mannlab.training.bar import WarmupBar
 from mannlab.training.clock import SessionClock
 from mannlab.training.device import (
@@ -52,11 +60,10 @@ from mannlab.training.device import (
     check_precision,
     grad_scaler,
     on_device,
-    resolve_device,
 )
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
-from mannlab.training.run_dir import check_run_dir, prepare_run_dir, restore_last
+from mannlab.training.run_dir import check_run_dir, prepare_run_dir, restore_last, restore_ranks
 from mannlab.training.sampled import SampledBatches
 from mannlab.training.source import BatchSource
 from mannlab.training.tbptt import StreamSegments
@@ -96,8 +103,11 @@ class Progress:
         return cls(best=best, **{k: state[k] for k in known if k in state})
 
 
-def stop_reason(cfg: TrainConfig, progress: Progress, clock: SessionClock) -> str | None:
-    """Why training ends before the next step ("steps", "solved", "time"); None: go on."""
+def stop_reason(
+    cfg: TrainConfig, progress: Progress, clock: SessionClock, out_of_time: bool | None = None
+) -> str | None:
+    """Why training ends before the next step ("steps", "solved", "time"); None: go on.
+    ``out_of_time`` replaces the clock's answer (data-parallel ranks share rank 0's)."""
     if progress.step >= cfg.steps:
         return "steps"
     solved_at = progress.solved_at_step
@@ -107,7 +117,9 @@ def stop_reason(cfg: TrainConfig, progress: Progress, clock: SessionClock) -> st
         and progress.step >= solved_at + cfg.stop_after_solve
     ):
         return "solved"
-    if clock.out_of_time(cfg.max_minutes, cfg.budget_clock):
+    if out_of_time is None:
+        out_of_time = clock.out_of_time(cfg.max_minutes, cfg.budget_clock)
+    if out_of_time:
         return "time"
     return None
 
@@ -143,15 +155,19 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     """Train ``config`` into its run directory and return the summary (also in summary.json).
 
     ``resume`` continues from ``checkpoints/last``; ``force`` overwrites an existing run.
+    Under torchrun (WORLD_SIZE > 1) every process calls this; they train one run together
+    (distributed.py) and each returns rank 0's summary.
     """
     if config.run_dir is None:
         config = config.replace(run_dir=default_run_dir(config))
     run_dir = Path(config.run_dir)
-    check_run_dir(run_dir)
+    device = distributed.start(config.train.device)  # the process group, if under torchrun
+    resume = distributed.from_main(resume)  # rank 0's files decide
+    distributed.main_only(lambda: check_run_dir(run_dir))
     torch.manual_seed(config.seed)
     task, model = build_run(config)  # bad names or arguments fail here, before any file is touched
-    device = resolve_device(config.train.device)
     check_precision(config.train.precision, device)
+    distributed.check_batch(config.train.batch_size)
     model.to(device)
     task = on_device(task, device, config.train.precision)
     config = config.replace(task_args=dict(task.params))  # record the resolved task parameters
@@ -159,27 +175,48 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     source = batch_source(config, task, model)
     check_loggers(config.train)
     if resume:
-        state = restore_last(run_dir, config, model, optimizer, source.train_invariants)
-        if (done := finished_run(config)) is not None:
+        state, done = distributed.main_only(
+            lambda: (
+                restore_last(run_dir, config, model, optimizer, source.train_invariants),
+                finished_run(config),
+            )
+        )
+        if done is not None:
             return done
+        restore_ranks(state, config, optimizer)  # ranks > 0: optimizer and RNG (weights: DDP)
         progress = Progress.from_state(state, source.best_field)
         source.restore(state, model)
-        truncate_metrics(run_dir / "metrics.jsonl", progress.step, progress.metrics_rows)
+        distributed.main_only(
+            lambda: truncate_metrics(run_dir / "metrics.jsonl", progress.step, progress.metrics_rows)
+        )
     else:
-        prepare_run_dir(run_dir, force)
+        distributed.main_only(lambda: prepare_run_dir(run_dir, force))
+        if distributed.rank():  # its own stream of the model's random draws; rank 0 keeps the run's
+            torch.manual_seed(distributed.rank_seed(config.seed, distributed.rank()))
         progress = Progress()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.toml")
+    distributed.main_only(lambda: _write_config(config, run_dir))
     threads = torch.get_num_threads()
     try:
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
-        with MetricsLog(run_dir / "metrics.jsonl", open_loggers(config, run_dir)) as log:
+        with _open_log(config, run_dir) as log:
             trainer = _Trainer(config, task, model, optimizer, source, progress, log, run_dir)
             trainer.run()
             return trainer.finish()
     finally:
         torch.set_num_threads(threads)
+
+
+def _write_config(config: RunConfig, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / "config.toml")
+
+
+def _open_log(config: RunConfig, run_dir: Path) -> Any:
+    """The metrics log: the run's on rank 0, one that writes nothing on the other ranks."""
+    if not distributed.is_main():
+        return contextlib.nullcontext(NullLog())
+    return MetricsLog(run_dir / "metrics.jsonl", open_loggers(config, run_dir))
 
 
 class _Trainer:
@@ -200,6 +237,9 @@ class _Trainer:
         self.stopped = "steps"  # what ended the training: "steps", "solved", "time", "diverged"
         self.device = next(model.parameters()).device
         self.scaler = grad_scaler(self.train_cfg.precision, self.device)
+        # the step's forward and loss, through DistributedDataParallel under torchrun
+        self.runner = distributed.Runner(model, self.device)
+        self._time_up: bool | None = None  # rank 0's clock, shared with every rank at each step
 
     # ---------------------------------------------------------------- loop
 
@@ -208,17 +248,17 @@ class _Trainer:
         bar = WarmupBar(
             total=cfg.steps,
             initial=progress.step,
-            disable=not cfg.progress,
+            disable=not cfg.progress or not distributed.is_main(),
             unit=self.source.unit,
             desc=f"{self.config.model}-{self.config.task}",
             dynamic_ncols=True,
         )
         self.model.train()
         self._apply_lr()
-        if cfg.diverge_patience and progress.step == 0:
-            self.progress.initial_val = self.source.validate(self.model).value  # not logged
+        if cfg.diverge_patience and progress.step == 0:  # not logged
+            self.progress.initial_val = distributed.main_only(lambda: self.source.validate(self.model).value)
         try:
-            while (reason := stop_reason(cfg, progress, self.clock)) is None:
+            while (reason := stop_reason(cfg, progress, self.clock, self._out_of_time())) is None:
                 self._losses.append(self._train_step(progress.step))
                 progress.step += 1
                 bar.update(1)
@@ -239,13 +279,40 @@ class _Trainer:
             self._validate_and_record()
         self._save("last")
 
+    def _out_of_time(self) -> bool | None:
+        """Whether the time budget is spent, the same answer on every rank (None: ask the
+        clock, a single process)."""
+        if not distributed.active():
+            return None
+        if self._time_up is None:  # before the first step of a session
+            self._time_up = distributed.from_main(self._clock_says_stop())
+        return self._time_up
+
+    def _clock_says_stop(self) -> bool:
+        return self.clock.out_of_time(self.train_cfg.max_minutes, self.train_cfg.budget_clock)
+
     def _train_step(self, step: int) -> tuple[float, float]:
         with autocast(self.train_cfg.precision, self.device):
-            loss, task_loss = self.source.losses(self.model, step)
+            loss, task_loss = self.source.losses(self.model, step, self.runner)
+        reported = None
+        if distributed.active():  # the global batch's losses, and rank 0's clock, on every rank
+            time_up = loss.new_tensor(float(distributed.is_main() and self._clock_says_stop()))
+            values = torch.stack([loss.detach(), task_loss.detach(), time_up]).float()
+            shared = distributed.mean_over_ranks(values)
+            reported, self._time_up = shared[:2].cpu(), bool(shared[2] > 0)
         try:
-            apply_update(self.model, self.optimizer, loss, self.train_cfg.clip_grad_norm, self.scaler)
+            apply_update(
+                self.model,
+                self.optimizer,
+                loss,
+                self.train_cfg.clip_grad_norm,
+                self.scaler,
+                reported=None if reported is None else reported[0],
+            )
         except NonFiniteLossError as exc:
             self._fail(step, str(exc))
+        if reported is not None:
+            return reported[0].item(), reported[1].item()
         return loss.item(), task_loss.item()
 
     def _fail(self, step: int, what: str) -> None:
@@ -314,7 +381,7 @@ class _Trainer:
 
     def _validate_and_record(self) -> None:
         progress = self.progress
-        result = self.source.validate(self.model)
+        result = distributed.main_only(lambda: self.source.validate(self.model))  # rank 0 validates
         for metrics, extra in result.rows:
             self.log.log(
                 progress.step, "val", metrics, self.clock.wall(), **extra, cpu=round(self.clock.cpu(), 3)
@@ -349,6 +416,10 @@ class _Trainer:
         progress.elapsed, progress.cpu = self.clock.wall(), self.clock.cpu()
         val = self.last_val if self.last_val_step == progress.step else None
         progress.metrics_rows, progress.unlogged, progress.validated = self.log.rows, list(self._losses), val
+        extra = self.source.extra_state()  # collective under torchrun: before rank 0 alone goes on
+        rng_states = distributed.gather_objects(torch.get_rng_state())
+        if not distributed.is_main():
+            return
         meta = {
             "mannlab_version": mannlab.__version__,
             "kind": kind,
@@ -362,7 +433,8 @@ class _Trainer:
             **progress.to_state(self.source.best_field),
             "optimizer": self.optimizer.state_dict(),
             "torch_rng_state": torch.get_rng_state(),
-            **self.source.extra_state(),
+            **({"world_size": len(rng_states), "torch_rng_states": rng_states} if rng_states[1:] else {}),
+            **extra,
         }
         save_checkpoint(self.checkpoints / kind, self.model, meta, train_state)
 
@@ -371,7 +443,10 @@ class _Trainer:
     def finish(self, diverged: str | None = None) -> dict[str, Any]:
         """Write summary.json and the figures, both of the best checkpoint (the model the
         papers evaluate: "best parameters in terms of validation loss"); ``diverged`` says
-        why a diverged run stopped."""
+        why a diverged run stopped. Rank 0 writes; every rank returns its summary."""
+        return distributed.main_only(lambda: self._finish(diverged))
+
+    def _finish(self, diverged: str | None) -> dict[str, Any]:
         progress, cfg = self.progress, self.train_cfg
         wall, cpu = self.clock.wall(), self.clock.cpu()  # training and validation only
         best_meta = {}

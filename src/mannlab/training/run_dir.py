@@ -12,6 +12,7 @@ import torch
 from mannlab.config import RunConfig
 from mannlab.errors import CheckpointError, ConfigError
 from mannlab.rundir import load_checkpoint
+from mannlab.training import distributed
 from mannlab.training.optimizer import hyperparameters
 
 RUN_ARTIFACTS = (
@@ -89,6 +90,33 @@ def restore_last(
     for group in optimizer.param_groups:  # a changed lr etc. in the config takes effect
         group.update(hyperparameters(config.train))
     return state
+
+
+def restore_ranks(state: dict[str, Any], config: RunConfig, optimizer) -> None:
+    """What ``restore_last`` did on rank 0, on the other ranks of a data-parallel run, from
+    the training state rank 0 read: the optimizer state and each rank's RNG stream (the
+    weights follow when DDP copies rank 0's at the start). A run resumed on another number
+    of processes than it was saved from says what that changes."""
+    saved = int(state.get("world_size", 1))
+    world, rank = distributed.world_size(), distributed.rank()
+    if rank > 0:
+        optimizer.load_state_dict(state["optimizer"])
+        for group in optimizer.param_groups:
+            group.update(hyperparameters(config.train))
+    if saved == world:
+        if rank > 0:
+            torch.set_rng_state(state["torch_rng_states"][rank])
+        return
+    if rank > 0:  # rank 0 goes on with the saved rank 0 stream
+        torch.manual_seed(distributed.rank_seed(config.seed, rank, int(state["step"])))
+    distributed.say(
+        f"resuming a run saved by {saved} process(es) on {world}: the weights, optimizer, "
+        f"schedules and data (the global batch of train.batch_size = {config.train.batch_size}, "
+        f"now {config.train.batch_size // world} per process) go on unchanged; rank 0 continues "
+        "the saved random stream and the other ranks start fresh streams of their own, so a "
+        "model that samples (REINFORCE addresses, gumbel noise, dropout) draws other values "
+        f"than it would have on {saved} process(es)."
+    )
 
 
 def _section(config_dict: dict[str, Any], key: str) -> Any:

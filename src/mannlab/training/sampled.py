@@ -3,7 +3,9 @@
 - the training batch of step ``i`` is ``task.sample(batch_size, [seed, i])``, so the data
   position is just the step number;
 - validation sets are fixed (seeds ``[seed, 10**9 + k, multiple]``) and validation runs
-  under ``torch.random.fork_rng``, so it never moves the training RNG.
+  under ``torch.random.fork_rng``, so it never moves the training RNG;
+- under data-parallel training every rank samples the same global batch and trains on its
+  slice of the rows (distributed.shard), so the data do not depend on the number of ranks.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from mannlab.config import RunConfig
 from mannlab.evaluation import loss_key, validate
 from mannlab.rundir import read_metrics
+from mannlab.training import distributed
 from mannlab.training.schedules import start_minibatch
 from mannlab.training.source import Validation
 from mannlab.training.update import sequence_loss
@@ -42,16 +45,20 @@ class SampledBatches:
     def batch_name(self, step: int) -> str:
         return f" (batch seed [{self.config.seed}, {step}])"
 
-    def losses(self, model: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss to minimise, task loss) of training step ``step``."""
+    def losses(self, model: torch.nn.Module, step: int, run: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss to minimise, task loss) of training step ``step``; ``run(fn, *args)`` calls
+        ``fn(model, *args)`` (through DDP under torchrun, distributed.Runner)."""
         cfg, task = self.cfg, self.task
         inputs, targets, mask = task.sample(cfg.batch_size // cfg.samples_per_input, [self.config.seed, step])
         if cfg.samples_per_input > 1:  # each sequence K times in a row
             inputs, targets, mask = (
                 t.repeat_interleave(cfg.samples_per_input, dim=0) for t in (inputs, targets, mask)
             )
+        inputs, targets, mask = distributed.shard((inputs, targets, mask), cfg.batch_size)
         start_minibatch(model, step)  # per-minibatch switches, e.g. the D-NTM curriculum
-        return sequence_loss(model, task, inputs, targets, mask)
+        if run is None:
+            return sequence_loss(model, task, inputs, targets, mask)
+        return run(sequence_loss, task, inputs, targets, mask)
 
     def train_row(
         self, losses: list[tuple[float, float]], step: int

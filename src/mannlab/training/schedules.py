@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from mannlab.training import distributed
+
 
 def inverse_sqrt(p0: float, step: int) -> float:
     """p_t = p0 / sqrt(1 + t): starts at p0 at t = 0 and decays to 0 (D-NTM curriculum)."""
@@ -50,7 +52,8 @@ def start_minibatch(model: torch.nn.Module, step: int) -> None:
     p0 = getattr(model, "curriculum_p0", 0.0)
     if p0:
         every = getattr(model, "curriculum_every", 1)
-        model.soft_minibatch = bernoulli(inverse_sqrt(p0, step // every))
+        # one coin for the global minibatch: rank 0's, under data-parallel training
+        model.soft_minibatch = distributed.from_main(bernoulli(inverse_sqrt(p0, step // every)))
     schedule = getattr(model, "temperature_schedule", None)
     if schedule is not None:
         model.inverse_temperature = inverse_temperature(step, *schedule)

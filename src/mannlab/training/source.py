@@ -4,6 +4,10 @@ The trainer owns everything a run has whatever its data: the run directory, resu
 checkpoints, the NaN guard, the metrics log, the time budget, the progress bar and the
 figures. A batch source owns what depends on how the data arrive: the loss of a step, the
 validation, and its own fields of the log, the checkpoint meta and the summary.
+
+Under data-parallel training (distributed.py) ``losses`` trains on this rank's slice of
+the global batch and calls the model's loss through ``run`` (DDP); ``validate`` runs on
+rank 0 only; ``extra_state`` is called on every rank and returns the global batch's state.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ class BatchSource(Protocol):
 
     def restore(self, state: dict[str, Any], model: torch.nn.Module) -> None: ...
     def batch_name(self, step: int) -> str: ...
-    def losses(self, model: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def losses(
+        self, model: torch.nn.Module, step: int, run: Any = None
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
     def train_row(
         self, losses: list[tuple[float, float]], step: int
     ) -> tuple[dict[str, float], dict[str, Any]]: ...

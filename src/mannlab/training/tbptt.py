@@ -10,6 +10,11 @@ Metrics: train rows ``loss`` (nats per symbol) and ``bpc``; validation rows ``bp
 valid split (``task.valid_batch_size`` streams, state carried, eval mode); at the end one
 ``test`` row: the best checkpoint's test BPC (``task.test_batch_size`` streams, 1 by
 default: the test split as one sequence).
+
+Data-parallel training: ``train.batch_size`` streams in all, each rank training on its
+contiguous slice of them (distributed.rank_rows) and carrying their state; a checkpoint
+holds the carried state of all streams (gathered in rank order), so a run resumes on any
+number of ranks that divides the streams.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from mannlab.errors import ConfigError
 from mannlab.evaluation.bpc import LN2, evaluate_bpc
 from mannlab.state import detach_state, map_state
 from mannlab.tasks.charlm import num_segments, segment_at
+from mannlab.training import distributed
 from mannlab.training.schedules import start_minibatch
 from mannlab.training.source import Validation
 from mannlab.training.update import apply_update, model_aux_loss
@@ -80,27 +86,34 @@ class StreamSegments:
 
     def __init__(self, config: RunConfig, task: Any, model: torch.nn.Module):
         self.config, self.task = config, task
-        self.streams = task.streams("train", config.train.batch_size)
+        self.streams = task.streams("train", config.train.batch_size)  # all ranks' streams
+        self.rows = distributed.rank_rows(config.train.batch_size)  # this rank's
         self.bptt = task.params["bptt"]
         self.per_epoch = num_segments(self.streams, self.bptt)
         self.carried: Any = None
+        self.axes = batch_axes(model.core)  # of the state's tensors, to slice and gather them
 
     def restore(self, state: dict[str, Any], model: torch.nn.Module) -> None:
         carried = state.get("carried")
         if carried is not None:
-            template = model.core.initial_state(self.config.train.batch_size)
-            self.carried = unflatten_state(template, carried)
+            batch = self.config.train.batch_size
+            unflatten_state(model.core.initial_state(batch), carried)  # checks the count
+            mine = [distributed.shard_along(t, batch, axis) for t, axis in zip(carried, self.axes)]
+            self.carried = unflatten_state(model.core.initial_state(mine[0].shape[self.axes[0]]), mine)
 
     def batch_name(self, step: int) -> str:
         return ""
 
-    def losses(self, model: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def losses(self, model: torch.nn.Module, step: int, run: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
         index = step % self.per_epoch
         if index == 0:
             self.carried = None  # a new epoch starts the streams again
-        x, y = segment_at(self.streams, index, self.bptt)
+        x, y = segment_at(self.streams[self.rows], index, self.bptt)
         start_minibatch(model.core, step)  # gumbel temperature
-        loss, task_loss, state = segment_loss(model, x, y, self.carried)
+        if run is None:
+            loss, task_loss, state = segment_loss(model, x, y, self.carried)
+        else:
+            loss, task_loss, state = run(segment_loss, x, y, self.carried)
         self.carried = detach_state(state)
         return loss, task_loss
 
@@ -134,7 +147,10 @@ class StreamSegments:
         return {"epoch": self.epochs(step), "val_bpc": val}
 
     def extra_state(self) -> dict[str, Any]:
-        return {"carried": None if self.carried is None else flatten_state(self.carried)}
+        if self.carried is None:
+            return {"carried": None}
+        local = flatten_state(self.carried)
+        return {"carried": [distributed.gather_along(t, axis) for t, axis in zip(local, self.axes)]}
 
     def summary(self, trainer: Any, best_meta: dict[str, Any]) -> dict[str, Any]:
         """Test the best checkpoint (loaded by the trainer), log it, and the summary fields."""
@@ -176,6 +192,13 @@ def flatten_state(state: Any) -> list[torch.Tensor]:
     tensors: list[torch.Tensor] = []
     map_state(lambda t: tensors.append(t.detach().clone()) or t, state)
     return tensors
+
+
+def batch_axes(model: torch.nn.Module) -> list[int]:
+    """The batch axis of each tensor of ``model``'s state (flatten_state's order): the axis
+    whose size follows the batch (an LSTM's state is (layers, B, H), the memories' (B, ...))."""
+    one, two = flatten_state(model.initial_state(1)), flatten_state(model.initial_state(2))
+    return [next(i for i, (p, q) in enumerate(zip(a.shape, b.shape)) if p != q) for a, b in zip(one, two)]
 
 
 def unflatten_state(template: Any, tensors: list[torch.Tensor]) -> Any:

@@ -8,6 +8,8 @@ from typing import Any, Callable
 
 import torch
 
+from mannlab.training import distributed
+
 
 class DivergedError(RuntimeError):
     """Training diverged (train.diverge_*); summary.json records it."""
@@ -39,15 +41,24 @@ def sequence_loss(
     with ``uses_aux_loss``, its auxiliary loss rewarded by the detached per-step NLL."""
     if getattr(model, "uses_aux_loss", False):
         logits, _, trace = model(inputs, return_trace=True)
-        task_loss = task.loss(logits, targets, mask)
+        task_loss = _global_mean(task.loss(logits, targets, mask), mask)
         # the per-step NLL is a reward signal for the model's estimator, not a path for gradients
         step_nll = task.step_nll(logits, targets, mask).detach()
         return task_loss + model_aux_loss(
             model, trace, step_nll, lambda out: task.step_nll(out, targets, mask), task.outputs_per_step
         ), task_loss
     logits, _ = model(inputs)
-    loss = task.loss(logits, targets, mask)
+    loss = _global_mean(task.loss(logits, targets, mask), mask)
     return loss, loss
+
+
+def _global_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A task loss, a mean over this process's scored terms (``mask``'s count times a
+    constant), rescaled under data-parallel training so that DDP's mean over the processes
+    is the mean over the global batch's scored terms, whatever each slice scores."""
+    if not distributed.active():
+        return loss
+    return loss * distributed.global_scale(mask.to(loss.dtype).sum())
 
 
 def apply_update(
@@ -56,13 +67,17 @@ def apply_update(
     loss: torch.Tensor,
     clip: float | None,
     scaler: torch.amp.GradScaler | None = None,
+    reported: torch.Tensor | None = None,
 ) -> None:
     """Backward, clip the global gradient norm to ``clip`` (0/None: measure only), step.
     Raises NonFiniteLossError, before the weights change, on a non-finite loss or norm.
     With a ``scaler`` (float16 training) a non-finite norm is a loss-scale overflow instead:
-    the scaler skips the step and lowers the scale."""
-    if not torch.isfinite(loss):
-        raise NonFiniteLossError(f"the loss is {loss.item()}")
+    the scaler skips the step and lowers the scale. ``reported``: the loss the finiteness
+    check looks at instead of ``loss`` (the global batch's, the same on every rank, so that
+    all ranks stop together)."""
+    checked = loss if reported is None else reported
+    if not torch.isfinite(checked):
+        raise NonFiniteLossError(f"the loss is {checked.item()}")
     optimizer.zero_grad(set_to_none=True)
     (loss if scaler is None else scaler.scale(loss)).backward()
     if scaler is not None:

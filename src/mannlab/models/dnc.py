@@ -48,9 +48,10 @@ from typing import Any, NamedTuple, Optional
 import torch
 from torch import nn
 
-from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+from mannlab.models.base import MemoryCell, SequenceModel, check_positive, run_sequence
 from mannlab.nn.controllers import make_controller
 from mannlab.ops.dnc.function import dnc_memory_step, interface_sizes
+from mannlab.ops.dnc.sequence import DNCSequence, controller_code
 
 
 class DNCState(NamedTuple):
@@ -176,6 +177,47 @@ class DNCCell(MemoryCell):
         state = DNCState(ctrl, memory, reads, read_w, write_w, usage, precedence, links)
         return features, state, trace
 
+    # ------------------------------------------------------ the compiled path
+
+    compiled_ops = "dnc"
+
+    def compiled_covers(self, with_trace: bool) -> bool:
+        """The kernels implement the fnn (tanh, sigmoid, relu), elman, lstm, pnr-elman and
+        pnr-lstm controllers, without the trace; the GRU and the trace take the step loop."""
+        return not with_trace and controller_code(self.controller) is not None
+
+    def run_fused(self, x: torch.Tensor, state: DNCState, with_trace: bool, backward: bool):
+        """All steps of x (B, T, I) in the compiled kernels (mannlab.ops.dnc.sequence):
+        (features (B, T, F), final state, None); ``backward``: a graph is recorded."""
+        ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
+        kind, activation, pnr = controller_code(self.controller)
+        controller = self.controller
+        zeros = x.new_zeros(x.shape[0], controller.hidden_size)
+        h0 = ctrl[0] if ctrl else zeros
+        c0 = ctrl[1] if len(ctrl) > 1 else zeros
+        outputs = DNCSequence.apply(
+            self.precompute(x),
+            h0,
+            c0,
+            reads.flatten(1),
+            memory,
+            read_w,
+            write_w.squeeze(1),
+            usage,
+            precedence,
+            links,
+            controller.read_weight,
+            getattr(controller, "recurrent_weight", None),
+            self.interface.weight,
+            self.interface.bias,
+            (kind, activation, pnr, backward),
+        )
+        features, h, c, reads, memory, read_w, write_w, usage, precedence, links = outputs
+        ctrl = ((h, c) if len(ctrl) > 1 else (h,)) if ctrl else ()
+        reads = reads.unflatten(1, (self.read_heads, self.width))
+        state = DNCState(ctrl, memory, reads, read_w, write_w.unsqueeze(1), usage, precedence, links)
+        return features, state, None
+
 
 class DNC(SequenceModel):
     """Differentiable Neural Computer shaped like torch.nn.LSTM.
@@ -207,3 +249,7 @@ class DNC(SequenceModel):
         check_positive(controller_size=controller_size, read_heads=read_heads, memory_width=memory_width)
         super().__init__(input_size, output_size, controller_size + read_heads * memory_width, batch_first)
         self.cell = DNCCell(input_size, controller, controller_size, memory_slots, memory_width, read_heads)
+
+    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+        """The compiled whole-sequence path where it applies (ops/dispatch.py), else the step loop."""
+        return run_sequence(self.cell, x, state, with_trace)

@@ -33,7 +33,18 @@ import math
 import numpy as np
 
 from mannlab.ops.numba_cache import njit
-from mannlab.ops.numba_math import EPS, dot, row_norms, sigmoid, softmax_into, softplus, softplus_grad
+from mannlab.ops.numba_math import (
+    EPS,
+    FAST,
+    dot,
+    row_norms,
+    sigmoid,
+    sigmoid_array,
+    softmax_into,
+    softplus,
+    softplus_grad,
+    tanh_array,
+)
 
 
 @njit(fastmath={"reassoc"})
@@ -454,3 +465,267 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
             grad_act,
         )
     return grads_in
+
+
+# ----------------------------------------------------------------- whole sequence
+#
+# A whole sequence in one call each way: the controller (step (i) of models/dnc.py, the
+# controllers of mannlab.nn.controllers), the interface layer and the memory step above, for
+# every time step. Each batch element is one independent loop over time that reads the shared
+# weights and writes only its own rows, so the batch loop could run in parallel; the weight
+# gradients are left to the caller (one matrix product each over all steps).
+
+#: controller kinds and feed-forward activations of sequence_forward/backward
+FNN, ELMAN, LSTM = 0, 1, 2
+TANH, SIGMOID, RELU = 0, 1, 2
+
+
+@njit(fastmath=FAST)
+def _matvec_add(weight, vector, out):
+    """out += weight @ vector, weight (G, K) row-major (one reassociated dot per row)."""
+    for g in range(weight.shape[0]):
+        row = weight[g]
+        total = 0.0
+        for k in range(row.shape[0]):
+            total += row[k] * vector[k]
+        out[g] += total
+
+
+@njit(fastmath=FAST)
+def _matvec_t_add(weight, vector, out):
+    """out += weight^T @ vector, weight (G, K) row-major (one axpy per row)."""
+    for g in range(weight.shape[0]):
+        row, value = weight[g], vector[g]
+        for k in range(row.shape[0]):
+            out[k] += row[k] * value
+
+
+@njit(fastmath=FAST)
+def _controller_forward(kind, activation, pnr, xp, reads, h_prev, c_prev, w_r, w_h, hbar, gates, h, c, h_out):
+    """Step (i): hbar = W_x x_t + b + W_r r_{t-1} (xp = W_x x_t + b; eqs. 9, 12), then
+    fnn h = phi(hbar); elman h = tanh(hbar + W_h h_{t-1}) (eqs. 1, 11); lstm eqs. 2-7 on
+    hbar + W_h h_{t-1}, gates (z, i, f, o). h_out = tanh(hbar[:H]) (eq. 10) when ``pnr``,
+    else h. ``gates`` keeps the activated pre-activations for the backward."""
+    hidden = h.shape[0]
+    hbar[:] = xp
+    _matvec_add(w_r, reads, hbar)
+    if kind == FNN:
+        if activation == TANH:
+            tanh_array(hbar, gates)
+        elif activation == SIGMOID:
+            sigmoid_array(hbar, gates)
+        else:
+            for k in range(hidden):
+                gates[k] = max(hbar[k], 0.0)
+        h[:] = gates
+        c[:] = c_prev
+    elif kind == ELMAN:
+        gates[:] = hbar
+        _matvec_add(w_h, h_prev, gates)
+        tanh_array(gates, gates)
+        h[:] = gates
+        c[:] = c_prev
+    else:
+        gates[:] = hbar
+        _matvec_add(w_h, h_prev, gates)
+        tanh_array(gates[:hidden], gates[:hidden])  # eq. 2
+        sigmoid_array(gates[hidden:], gates[hidden:])  # eqs. 3-5
+        for k in range(hidden):
+            c[k] = gates[2 * hidden + k] * c_prev[k] + gates[hidden + k] * gates[k]  # eq. 6
+        tanh_array(c, h)
+        for k in range(hidden):
+            h[k] *= gates[3 * hidden + k]  # eq. 7
+    if pnr:
+        tanh_array(hbar[:hidden], h_out)
+    else:
+        h_out[:] = h
+
+
+@njit(fastmath=FAST)
+def _controller_backward(kind, activation, gates, h, c, c_prev, d_h, d_c, d_pre, scratch):
+    """Backward of _controller_forward's recurrent part: from d_h (of h_t) and d_c (of c_t,
+    replaced by that of c_{t-1}), the gradient d_pre of the pre-activation (hbar, plus
+    W_h h_{t-1} for the recurrent kinds)."""
+    hidden = h.shape[0]
+    if kind == LSTM:
+        tanh_array(c, scratch)
+        for k in range(hidden):
+            z, i, f, o = gates[k], gates[hidden + k], gates[2 * hidden + k], gates[3 * hidden + k]
+            tc = scratch[k]
+            grad_c = d_c[k] + d_h[k] * o * (1.0 - tc * tc)
+            d_pre[k] = grad_c * i * (1.0 - z * z)
+            d_pre[hidden + k] = grad_c * z * i * (1.0 - i)
+            d_pre[2 * hidden + k] = grad_c * c_prev[k] * f * (1.0 - f)
+            d_pre[3 * hidden + k] = d_h[k] * tc * o * (1.0 - o)
+            d_c[k] = grad_c * f
+    elif kind == ELMAN or activation == TANH:
+        for k in range(hidden):
+            d_pre[k] = d_h[k] * (1.0 - h[k] * h[k])
+    elif activation == SIGMOID:
+        for k in range(hidden):
+            d_pre[k] = d_h[k] * h[k] * (1.0 - h[k])
+    else:
+        for k in range(hidden):
+            d_pre[k] = d_h[k] if h[k] > 0.0 else 0.0
+
+
+@njit
+def _state_slots(t, keep):
+    """Slots of the states before and after step t, and of step t's records: every step's
+    when ``keep`` (a backward follows), else two alternating slots and one record."""
+    if keep:
+        return t, t + 1, t
+    return t % 2, 1 - t % 2, 0
+
+
+@njit(fastmath=FAST)
+def sequence_forward(xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r, w_h, w_xi, b_xi, kind, activation, pnr, keep):
+    """A whole DNC sequence. xp (B, T, G) = W_x x_t + b of the controller; initial state
+    h0, c0 (B, H) (zeros where the controller has none), r0 (B, R W), M_0 (B, N, W),
+    w^r_0 (B, R, N), w^w_0 (B, N), u_0, p_0 (B, N), L_0 (B, N, N); the controller's W_r
+    (G, R W) and W_h (G, H) (a dummy for fnn), the interface layer W_xi (P, H), b_xi (P).
+    Returns the features (B, T, H + R W), the final state (h, c, r, M, w^r, w^w, u, p, L;
+    copies) and the records the backward reads (every step's with ``keep``, else the last)."""
+    B, T = xp.shape[0], xp.shape[1]
+    G, H, RW = xp.shape[2], h0.shape[1], r0.shape[1]
+    N, W, R, P = m0.shape[1], m0.shape[2], wr0.shape[1], b_xi.shape[0]
+    dtype = xp.dtype
+    Ts = T if keep else 1
+    S = T + 1 if keep else 2
+    out = np.empty((B, T, H + RW), dtype)
+    hs, cs, rs = np.empty((B, S, H), dtype), np.empty((B, S, H), dtype), np.empty((B, S, RW), dtype)
+    ms, wrs = np.empty((B, S, N, W), dtype), np.empty((B, S, R, N), dtype)
+    wws, us, ps = np.empty((B, S, N), dtype), np.empty((B, S, N), dtype), np.empty((B, S, N), dtype)
+    ls = np.empty((B, S, N, N), dtype)
+    gates, raws, acts = np.empty((B, Ts, G), dtype), np.empty((B, Ts, P), dtype), np.empty((B, Ts, P), dtype)
+    vectors, paths = np.empty((B, Ts, 4, N)), np.empty((B, Ts, 4, R, N))
+    norms, key_norms = np.empty((B, Ts, 2, N)), np.empty((B, Ts, R + 1))
+    order = np.empty((B, Ts, N), np.int64)
+    for b in range(B):  # independent elements
+        hbar = np.empty(G, dtype)
+        hs[b, 0], cs[b, 0], rs[b, 0] = h0[b], c0[b], r0[b]
+        ms[b, 0], wrs[b, 0], wws[b, 0] = m0[b], wr0[b], ww0[b]
+        us[b, 0], ps[b, 0], ls[b, 0] = u0[b], p0[b], l0[b]
+        for t in range(T):
+            s, s1, st = _state_slots(t, keep)
+            _controller_forward(
+                kind,
+                activation,
+                pnr,
+                xp[b, t],
+                rs[b, s],
+                hs[b, s],
+                cs[b, s],
+                w_r,
+                w_h,
+                hbar,
+                gates[b, st],
+                hs[b, s1],
+                cs[b, s1],
+                out[b, t, :H],
+            )
+            raw = raws[b, st]
+            raw[:] = b_xi
+            _matvec_add(w_xi, hs[b, s1], raw)  # the interface vector W_xi h_t + b_i
+            _element_forward(
+                raw,
+                ms[b, s],
+                wrs[b, s],
+                wws[b, s],
+                us[b, s],
+                ps[b, s],
+                ls[b, s],
+                rs[b, s1].reshape((R, W)),
+                ms[b, s1],
+                wrs[b, s1],
+                wws[b, s1],
+                us[b, s1],
+                ps[b, s1],
+                ls[b, s1],
+                acts[b, st],
+                vectors[b, st],
+                paths[b, st],
+                norms[b, st],
+                key_norms[b, st],
+                order[b, st],
+            )
+            out[b, t, H:] = rs[b, s1]
+    last = T if keep else T % 2
+    finals = (
+        hs[:, last].copy(),
+        cs[:, last].copy(),
+        rs[:, last].copy(),
+        ms[:, last].copy(),
+        wrs[:, last].copy(),
+        wws[:, last].copy(),
+        us[:, last].copy(),
+        ps[:, last].copy(),
+        ls[:, last].copy(),
+    )
+    records = (hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order)
+    return out, finals, records
+
+
+@njit(fastmath=FAST)
+def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, d_out, d_finals):
+    """Gradients of sequence_forward (with ``keep``) given those of its features and final
+    state d_finals = (d_h, d_c, d_r, d_M, d_w^r, d_w^w, d_u, d_p, d_L). Returns the gradients
+    of the controller's pre-activation hbar (B, T, G) (= that of xp), of the recurrent
+    pre-activation (B, T, G) (= d hbar but for the z block of a pnr controller), of the raw
+    interface vector (B, T, P), and of the initial state (as sequence_forward's inputs)."""
+    hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order = records
+    B, T, G = gates.shape[0], gates.shape[1], gates.shape[2]
+    H, N, W, R, P = hs.shape[2], ms.shape[2], ms.shape[3], wrs.shape[2], raws.shape[2]
+    RW = R * W
+    dtype = out.dtype
+    d_hbar, d_pre, d_raw = np.empty((B, T, G), dtype), np.empty((B, T, G), dtype), np.empty((B, T, P), dtype)
+    d_h0, d_c0, d_r0 = np.empty((B, H), dtype), np.empty((B, H), dtype), np.empty((B, RW), dtype)
+    d_m0, d_wr0 = np.empty((B, N, W), dtype), np.empty((B, R, N), dtype)
+    d_ww0, d_u0, d_p0 = np.empty((B, N), dtype), np.empty((B, N), dtype), np.empty((B, N), dtype)
+    d_l0 = np.empty((B, N, N), dtype)
+    for b in range(B):  # independent elements
+        # gradients of the state after step t (carried back), and of the state before it
+        dh, dc, dr = d_finals[0][b].astype(np.float64), d_finals[1][b].astype(np.float64), np.empty(RW)
+        d_reads = np.empty((R, W))
+        dm, dwr = d_finals[3][b].astype(np.float64), d_finals[4][b].astype(np.float64)
+        dww, du = d_finals[5][b].astype(np.float64), d_finals[6][b].astype(np.float64)
+        dp, dl = d_finals[7][b].astype(np.float64), d_finals[8][b].astype(np.float64)
+        dm2, dwr2, dww2 = np.empty((N, W)), np.empty((R, N)), np.empty(N)
+        du2, dp2, dl2 = np.empty(N), np.empty(N), np.empty((N, N))
+        dr[:] = d_finals[2][b]
+        g_raw, grad_act = np.empty(P), np.empty(P)
+        d_state, d_pre_t, d_hbar_t, scratch = np.empty(H), np.empty(G), np.empty(G), np.empty(H)
+        for t in range(T - 1, -1, -1):
+            s, s1 = t, t + 1
+            for k in range(RW):
+                d_reads[k // W, k % W] = d_out[b, t, H + k] + dr[k]
+            _element_backward(
+                (raws[b, t], ms[b, s], wrs[b, s], wws[b, s], us[b, s], ps[b, s], ls[b, s]),
+                (ms[b, s1], wrs[b, s1], wws[b, s1], us[b, s1]),
+                (acts[b, t], vectors[b, t], paths[b, t], norms[b, t], key_norms[b, t], order[b, t]),
+                (d_reads, dm, dwr, dww, du, dp, dl),
+                (g_raw, dm2, dwr2, dww2, du2, dp2, dl2),
+                grad_act,
+            )
+            dm, dm2, dwr, dwr2, dww, dww2 = dm2, dm, dwr2, dwr, dww2, dww
+            du, du2, dp, dp2, dl, dl2 = du2, du, dp2, dp, dl2, dl
+            d_raw[b, t] = g_raw
+            # h_t feeds the interface, the next step's controller and (standard) the output
+            d_state[:] = dh
+            _matvec_t_add(w_xi, g_raw, d_state)
+            if not pnr:
+                d_state += d_out[b, t, :H]
+            _controller_backward(kind, activation, gates[b, t], hs[b, s1], cs[b, s1], cs[b, s], d_state, dc, d_pre_t, scratch)
+            d_hbar_t[:] = d_pre_t
+            if pnr:  # h_out = tanh(hbar[:H]), eq. 10
+                for k in range(H):
+                    d_hbar_t[k] += d_out[b, t, k] * (1.0 - out[b, t, k] * out[b, t, k])
+            dh[:] = 0.0
+            if kind != FNN:
+                _matvec_t_add(w_h, d_pre_t, dh)
+            dr[:] = 0.0
+            _matvec_t_add(w_r, d_hbar_t, dr)
+            d_pre[b, t], d_hbar[b, t] = d_pre_t, d_hbar_t
+        d_h0[b], d_c0[b], d_r0[b] = dh, dc, dr
+        d_m0[b], d_wr0[b], d_ww0[b], d_u0[b], d_p0[b], d_l0[b] = dm, dwr, dww, du, dp, dl
+    return d_hbar, d_pre, d_raw, (d_h0, d_c0, d_r0, d_m0, d_wr0, d_ww0, d_u0, d_p0, d_l0)

@@ -39,6 +39,16 @@ mannlab.nn.addressing functions):
     (iv)  H^o_t = [h_t; r_t]
 Every sequence starts from zeros: memory, usage, precedence, links, weightings
 and read vectors (the DNC's reset; the controller's initial state is its own).
+
+Speed: on CPU float32/float64 tensors, with the fnn (tanh, sigmoid or relu), elman, lstm,
+pnr-elman or pnr-lstm controller and without the trace, a whole sequence runs as one
+autograd node whose forward and backward are compiled loops over time
+(mannlab.ops.dnc.sequence: steps (i)-(iv) of every step, the weight gradients one matrix
+product each after the backward; the links are kept for the backward only every
+ceil(sqrt(T)) steps and recomputed in between). The GRU controller, the trace, other
+devices and dtypes, autocast, torch.compile and ``mannlab.ops.use_kernels(False)`` take the
+step loop above (the reference: same values and gradients to rounding,
+tests/test_dnc_sequence.py). Each batch element is an independent loop over time.
 """
 
 from __future__ import annotations

@@ -37,7 +37,6 @@ from mannlab.ops.numba_math import (
     EPS,
     FAST,
     dot,
-    row_norms,
     sigmoid,
     sigmoid_array,
     softmax_into,
@@ -55,6 +54,13 @@ def _fast_dot(a, b):
     for j in range(a.shape[0]):
         total += a[j] * b[j]
     return total
+
+
+@njit
+def _row_norms(memory, out):
+    """max(|M(i)|, eps) for every slot, each norm a reassociated (vectorised) sum."""
+    for i in range(memory.shape[0]):
+        out[i] = max(math.sqrt(_fast_dot(memory[i], memory[i])), EPS)
 
 
 @njit
@@ -204,7 +210,7 @@ def _element_forward(
         usage[i] = (usage_prev[i] + write_prev[i] - usage_prev[i] * write_prev[i]) * keep
     _allocation(usage, order, alloc)
     # write weighting, on M_{t-1}
-    row_norms(memory, norms[0])
+    _row_norms(memory, norms[0])
     key_norms[read_heads] = _content(
         act[o_wkey:o_vec], memory, norms[0], act[o_beta + read_heads], write_sim, write_content
     )
@@ -235,7 +241,7 @@ def _element_forward(
             for j in range(slots):
                 column[j] += row[j] * read
     # content read weightings on M_t, read modes, reads
-    row_norms(new_memory, norms[1])
+    _row_norms(new_memory, norms[1])
     for r in range(read_heads):
         key_norms[r] = _content(
             act[o_rkey + r * width : o_rkey + (r + 1) * width],
@@ -481,14 +487,13 @@ TANH, SIGMOID, RELU = 0, 1, 2
 
 
 @njit(fastmath=FAST)
-def _matvec_add(weight, vector, out):
-    """out += weight @ vector, weight (G, K) row-major (one reassociated dot per row)."""
-    for g in range(weight.shape[0]):
-        row = weight[g]
-        total = 0.0
-        for k in range(row.shape[0]):
-            total += row[k] * vector[k]
-        out[g] += total
+def _matvec_add(weight_t, vector, out):
+    """out += weight @ vector from weight_t = weight^T (K, G) row-major: one axpy over G per
+    entry of the vector, accumulated in out's dtype (as torch's addmm)."""
+    for k in range(weight_t.shape[0]):
+        row, value = weight_t[k], vector[k]
+        for g in range(row.shape[0]):
+            out[g] += row[g] * value
 
 
 @njit(fastmath=FAST)
@@ -500,15 +505,30 @@ def _matvec_t_add(weight, vector, out):
             out[k] += row[k] * value
 
 
+@njit
+def _link_update(links_prev, write_w, prec_prev, links):
+    """L_t from L_{t-1}, w^w_t and p_{t-1}, as _element_forward computes it (same
+    expression, no fastmath, so the backward's recomputed rows equal the forward's)."""
+    slots = write_w.shape[0]
+    for i in range(slots):
+        row, row_prev, weight = links[i], links_prev[i], write_w[i]
+        for j in range(slots):
+            row[j] = (1.0 - weight - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+        row[i] = 0.0
+
+
 @njit(fastmath=FAST)
-def _controller_forward(kind, activation, pnr, xp, reads, h_prev, c_prev, w_r, w_h, hbar, gates, h, c, h_out):
+def _controller_forward(
+    kind, activation, pnr, xp, reads, h_prev, c_prev, w_r_t, w_h_t, hbar, gates, h, c, h_out
+):
     """Step (i): hbar = W_x x_t + b + W_r r_{t-1} (xp = W_x x_t + b; eqs. 9, 12), then
     fnn h = phi(hbar); elman h = tanh(hbar + W_h h_{t-1}) (eqs. 1, 11); lstm eqs. 2-7 on
     hbar + W_h h_{t-1}, gates (z, i, f, o). h_out = tanh(hbar[:H]) (eq. 10) when ``pnr``,
-    else h. ``gates`` keeps the activated pre-activations for the backward."""
+    else h. ``gates`` keeps the activated pre-activations for the backward; the weights
+    come transposed (in, out)."""
     hidden = h.shape[0]
     hbar[:] = xp
-    _matvec_add(w_r, reads, hbar)
+    _matvec_add(w_r_t, reads, hbar)
     if kind == FNN:
         if activation == TANH:
             tanh_array(hbar, gates)
@@ -521,13 +541,13 @@ def _controller_forward(kind, activation, pnr, xp, reads, h_prev, c_prev, w_r, w
         c[:] = c_prev
     elif kind == ELMAN:
         gates[:] = hbar
-        _matvec_add(w_h, h_prev, gates)
+        _matvec_add(w_h_t, h_prev, gates)
         tanh_array(gates, gates)
         h[:] = gates
         c[:] = c_prev
     else:
         gates[:] = hbar
-        _matvec_add(w_h, h_prev, gates)
+        _matvec_add(w_h_t, h_prev, gates)
         tanh_array(gates[:hidden], gates[:hidden])  # eq. 2
         sigmoid_array(gates[hidden:], gates[hidden:])  # eqs. 3-5
         for k in range(hidden):
@@ -579,35 +599,43 @@ def _state_slots(t, keep):
 
 
 @njit(fastmath=FAST)
-def sequence_forward(xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r, w_h, w_xi, b_xi, kind, activation, pnr, keep):
+def sequence_forward(
+    xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r_t, w_h_t, w_xi_t, b_xi, kind, activation, pnr, keep, every
+):
     """A whole DNC sequence. xp (B, T, G) = W_x x_t + b of the controller; initial state
     h0, c0 (B, H) (zeros where the controller has none), r0 (B, R W), M_0 (B, N, W),
-    w^r_0 (B, R, N), w^w_0 (B, N), u_0, p_0 (B, N), L_0 (B, N, N); the controller's W_r
-    (G, R W) and W_h (G, H) (a dummy for fnn), the interface layer W_xi (P, H), b_xi (P).
-    Returns the features (B, T, H + R W), the final state (h, c, r, M, w^r, w^w, u, p, L;
-    copies) and the records the backward reads (every step's with ``keep``, else the last)."""
+    w^r_0 (B, R, N), w^w_0 (B, N), u_0, p_0 (B, N), L_0 (B, N, N); transposed (in, out):
+    the controller's W_r (R W, G) and W_h (H, G) (a dummy for fnn) and the interface
+    layer's W_xi (H, P); its bias b_xi (P).
+    Returns the features (B, T, H + R W), the final state (h, c, r, M, w^r, w^w, u, p, L)
+    and the records the backward reads: every step's with ``keep`` (else scratch), but of
+    the links L only every ``every``-th state (the backward recomputes the others from
+    w^w and p, and the (B, T, N, N) of all of them would be most of the memory)."""
     B, T = xp.shape[0], xp.shape[1]
     G, H, RW = xp.shape[2], h0.shape[1], r0.shape[1]
     N, W, R, P = m0.shape[1], m0.shape[2], wr0.shape[1], b_xi.shape[0]
     dtype = xp.dtype
     Ts = T if keep else 1
     S = T + 1 if keep else 2
+    checkpoints = (T + every - 1) // every if keep else 1
     out = np.empty((B, T, H + RW), dtype)
     hs, cs, rs = np.empty((B, S, H), dtype), np.empty((B, S, H), dtype), np.empty((B, S, RW), dtype)
     ms, wrs = np.empty((B, S, N, W), dtype), np.empty((B, S, R, N), dtype)
     wws, us, ps = np.empty((B, S, N), dtype), np.empty((B, S, N), dtype), np.empty((B, S, N), dtype)
-    ls = np.empty((B, S, N, N), dtype)
+    ls, l_last = np.empty((B, checkpoints, N, N), dtype), np.empty((B, N, N), dtype)
     gates, raws, acts = np.empty((B, Ts, G), dtype), np.empty((B, Ts, P), dtype), np.empty((B, Ts, P), dtype)
     vectors, paths = np.empty((B, Ts, 4, N)), np.empty((B, Ts, 4, R, N))
     norms, key_norms = np.empty((B, Ts, 2, N)), np.empty((B, Ts, R + 1))
     order = np.empty((B, Ts, N), np.int64)
-    for b in range(B):  # independent elements
-        hbar = np.empty(G, dtype)
+    for b in range(B):  # independent elements: own rows, own scratch
+        hbar, links = np.empty(G, dtype), np.empty((2, N, N), dtype)
         hs[b, 0], cs[b, 0], rs[b, 0] = h0[b], c0[b], r0[b]
         ms[b, 0], wrs[b, 0], wws[b, 0] = m0[b], wr0[b], ww0[b]
-        us[b, 0], ps[b, 0], ls[b, 0] = u0[b], p0[b], l0[b]
+        us[b, 0], ps[b, 0], links[0] = u0[b], p0[b], l0[b]
         for t in range(T):
             s, s1, st = _state_slots(t, keep)
+            if keep and t % every == 0:
+                ls[b, t // every] = links[t % 2]
             _controller_forward(
                 kind,
                 activation,
@@ -616,8 +644,8 @@ def sequence_forward(xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r, w_h, w_xi, b
                 rs[b, s],
                 hs[b, s],
                 cs[b, s],
-                w_r,
-                w_h,
+                w_r_t,
+                w_h_t,
                 hbar,
                 gates[b, st],
                 hs[b, s1],
@@ -626,7 +654,7 @@ def sequence_forward(xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r, w_h, w_xi, b
             )
             raw = raws[b, st]
             raw[:] = b_xi
-            _matvec_add(w_xi, hs[b, s1], raw)  # the interface vector W_xi h_t + b_i
+            _matvec_add(w_xi_t, hs[b, s1], raw)  # the interface vector W_xi h_t + b_i
             _element_forward(
                 raw,
                 ms[b, s],
@@ -634,14 +662,14 @@ def sequence_forward(xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r, w_h, w_xi, b
                 wws[b, s],
                 us[b, s],
                 ps[b, s],
-                ls[b, s],
+                links[t % 2],
                 rs[b, s1].reshape((R, W)),
                 ms[b, s1],
                 wrs[b, s1],
                 wws[b, s1],
                 us[b, s1],
                 ps[b, s1],
-                ls[b, s1],
+                links[1 - t % 2],
                 acts[b, st],
                 vectors[b, st],
                 paths[b, st],
@@ -650,6 +678,7 @@ def sequence_forward(xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r, w_h, w_xi, b
                 order[b, st],
             )
             out[b, t, H:] = rs[b, s1]
+        l_last[b] = links[T % 2]
     last = T if keep else T % 2
     finals = (
         hs[:, last].copy(),
@@ -660,19 +689,22 @@ def sequence_forward(xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r, w_h, w_xi, b
         wws[:, last].copy(),
         us[:, last].copy(),
         ps[:, last].copy(),
-        ls[:, last].copy(),
+        l_last,
     )
     records = (hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order)
     return out, finals, records
 
 
 @njit(fastmath=FAST)
-def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, d_out, d_finals):
-    """Gradients of sequence_forward (with ``keep``) given those of its features and final
-    state d_finals = (d_h, d_c, d_r, d_M, d_w^r, d_w^w, d_u, d_p, d_L). Returns the gradients
-    of the controller's pre-activation hbar (B, T, G) (= that of xp), of the recurrent
-    pre-activation (B, T, G) (= d hbar but for the z block of a pnr controller), of the raw
-    interface vector (B, T, P), and of the initial state (as sequence_forward's inputs)."""
+def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every, d_out, d_finals):
+    """Gradients of sequence_forward (with ``keep``, the same ``every``) given those of its
+    features and final state d_finals = (d_h, d_c, d_r, d_M, d_w^r, d_w^w, d_u, d_p, d_L);
+    the weights as stored (out, in). Returns the gradients of the controller's
+    pre-activation hbar (B, T, G) (= that of xp), of the recurrent pre-activation (B, T, G)
+    (= d hbar but for the z block of a pnr controller), of the raw interface vector
+    (B, T, P), and of the initial state (as sequence_forward's inputs). Each element goes
+    back over segments of ``every`` steps, first recomputing the segment's links from its
+    checkpoint (into scratch that stays in cache)."""
     hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order = records
     B, T, G = gates.shape[0], gates.shape[1], gates.shape[2]
     H, N, W, R, P = hs.shape[2], ms.shape[2], ms.shape[3], wrs.shape[2], raws.shape[2]
@@ -683,49 +715,67 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, d_out
     d_m0, d_wr0 = np.empty((B, N, W), dtype), np.empty((B, R, N), dtype)
     d_ww0, d_u0, d_p0 = np.empty((B, N), dtype), np.empty((B, N), dtype), np.empty((B, N), dtype)
     d_l0 = np.empty((B, N, N), dtype)
-    for b in range(B):  # independent elements
-        # gradients of the state after step t (carried back), and of the state before it
+    for b in range(B):  # independent elements: own rows, own scratch
+        # gradients of the state after step t (carried back, in float64), and of the one before
         dh, dc, dr = d_finals[0][b].astype(np.float64), d_finals[1][b].astype(np.float64), np.empty(RW)
-        d_reads = np.empty((R, W))
+        dr[:] = d_finals[2][b]
         dm, dwr = d_finals[3][b].astype(np.float64), d_finals[4][b].astype(np.float64)
         dww, du = d_finals[5][b].astype(np.float64), d_finals[6][b].astype(np.float64)
-        dp, dl = d_finals[7][b].astype(np.float64), d_finals[8][b].astype(np.float64)
+        # the links' gradient in place (row i of d L_t is read before row i of d L_{t-1} is
+        # written, and no other row), in the state's dtype: the largest buffer stays small
+        dp, dl = d_finals[7][b].astype(np.float64), d_finals[8][b].copy()
         dm2, dwr2, dww2 = np.empty((N, W)), np.empty((R, N)), np.empty(N)
-        du2, dp2, dl2 = np.empty(N), np.empty(N), np.empty((N, N))
-        dr[:] = d_finals[2][b]
-        g_raw, grad_act = np.empty(P), np.empty(P)
+        du2, dp2 = np.empty(N), np.empty(N)
+        d_reads, g_raw, grad_act = np.empty((R, W)), np.empty(P), np.empty(P)
         d_state, d_pre_t, d_hbar_t, scratch = np.empty(H), np.empty(G), np.empty(G), np.empty(H)
-        for t in range(T - 1, -1, -1):
-            s, s1 = t, t + 1
-            for k in range(RW):
-                d_reads[k // W, k % W] = d_out[b, t, H + k] + dr[k]
-            _element_backward(
-                (raws[b, t], ms[b, s], wrs[b, s], wws[b, s], us[b, s], ps[b, s], ls[b, s]),
-                (ms[b, s1], wrs[b, s1], wws[b, s1], us[b, s1]),
-                (acts[b, t], vectors[b, t], paths[b, t], norms[b, t], key_norms[b, t], order[b, t]),
-                (d_reads, dm, dwr, dww, du, dp, dl),
-                (g_raw, dm2, dwr2, dww2, du2, dp2, dl2),
-                grad_act,
-            )
-            dm, dm2, dwr, dwr2, dww, dww2 = dm2, dm, dwr2, dwr, dww2, dww
-            du, du2, dp, dp2, dl, dl2 = du2, du, dp2, dp, dl2, dl
-            d_raw[b, t] = g_raw
-            # h_t feeds the interface, the next step's controller and (standard) the output
-            d_state[:] = dh
-            _matvec_t_add(w_xi, g_raw, d_state)
-            if not pnr:
-                d_state += d_out[b, t, :H]
-            _controller_backward(kind, activation, gates[b, t], hs[b, s1], cs[b, s1], cs[b, s], d_state, dc, d_pre_t, scratch)
-            d_hbar_t[:] = d_pre_t
-            if pnr:  # h_out = tanh(hbar[:H]), eq. 10
-                for k in range(H):
-                    d_hbar_t[k] += d_out[b, t, k] * (1.0 - out[b, t, k] * out[b, t, k])
-            dh[:] = 0.0
-            if kind != FNN:
-                _matvec_t_add(w_h, d_pre_t, dh)
-            dr[:] = 0.0
-            _matvec_t_add(w_r, d_hbar_t, dr)
-            d_pre[b, t], d_hbar[b, t] = d_pre_t, d_hbar_t
+        segment = np.empty((every, N, N), dtype)
+        for k in range((T + every - 1) // every - 1, -1, -1):
+            t0, t1 = k * every, min(T, (k + 1) * every)
+            segment[0] = ls[b, k]
+            for t in range(t0, t1 - 1):
+                _link_update(segment[t - t0], wws[b, t + 1], ps[b, t], segment[t - t0 + 1])
+            for t in range(t1 - 1, t0 - 1, -1):
+                s, s1 = t, t + 1
+                for j in range(RW):
+                    d_reads[j // W, j % W] = d_out[b, t, H + j] + dr[j]
+                _element_backward(
+                    (raws[b, t], ms[b, s], wrs[b, s], wws[b, s], us[b, s], ps[b, s], segment[t - t0]),
+                    (ms[b, s1], wrs[b, s1], wws[b, s1], us[b, s1]),
+                    (acts[b, t], vectors[b, t], paths[b, t], norms[b, t], key_norms[b, t], order[b, t]),
+                    (d_reads, dm, dwr, dww, du, dp, dl),
+                    (g_raw, dm2, dwr2, dww2, du2, dp2, dl),
+                    grad_act,
+                )
+                dm, dm2, dwr, dwr2, dww, dww2 = dm2, dm, dwr2, dwr, dww2, dww
+                du, du2, dp, dp2 = du2, du, dp2, dp
+                d_raw[b, t] = g_raw
+                # h_t feeds the interface, the next step's controller and (standard) the output
+                d_state[:] = dh
+                _matvec_t_add(w_xi, g_raw, d_state)
+                if not pnr:
+                    d_state += d_out[b, t, :H]
+                _controller_backward(
+                    kind,
+                    activation,
+                    gates[b, t],
+                    hs[b, s1],
+                    cs[b, s1],
+                    cs[b, s],
+                    d_state,
+                    dc,
+                    d_pre_t,
+                    scratch,
+                )
+                d_hbar_t[:] = d_pre_t
+                if pnr:  # h_out = tanh(hbar[:H]), eq. 10
+                    for j in range(H):
+                        d_hbar_t[j] += d_out[b, t, j] * (1.0 - out[b, t, j] * out[b, t, j])
+                dh[:] = 0.0
+                if kind != FNN:
+                    _matvec_t_add(w_h, d_pre_t, dh)
+                dr[:] = 0.0
+                _matvec_t_add(w_r, d_hbar_t, dr)
+                d_pre[b, t], d_hbar[b, t] = d_pre_t, d_hbar_t
         d_h0[b], d_c0[b], d_r0[b] = dh, dc, dr
         d_m0[b], d_wr0[b], d_ww0[b], d_u0[b], d_p0[b], d_l0[b] = dm, dwr, dww, du, dp, dl
     return d_hbar, d_pre, d_raw, (d_h0, d_c0, d_r0, d_m0, d_wr0, d_ww0, d_u0, d_p0, d_l0)

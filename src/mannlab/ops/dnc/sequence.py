@@ -12,6 +12,8 @@ each over all B T steps after the backward loop.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
@@ -59,29 +61,43 @@ class DNCSequence(torch.autograd.Function):
     """Inputs: xp (B, T, G) = W_x x_t + b of the controller, the initial state h_0, c_0 (B, H)
     (zeros where the controller has none), r_0 (B, R W), M_0 (B, N, W), w^r_0 (B, R, N),
     w^w_0 (B, N), u_0, p_0 (B, N), L_0 (B, N, N), the controller's W_r and W_h (None for
-    fnn), the interface layer's weight and bias, and options (kind, activation, pnr, keep).
+    fnn), the interface layer's weight and bias, and options (kind, activation, pnr, keep);
+    the links are checkpointed every ceil(sqrt(T)) steps for the backward.
     Outputs: the features (B, T, H + R W) and the final state in the same order."""
 
     @staticmethod
-    def forward(ctx, xp, h0, c0, r0, memory, read_w, write_w, usage, prec, links, w_r, w_h, w_xi, b_xi, options):
+    def forward(
+        ctx, xp, h0, c0, r0, memory, read_w, write_w, usage, prec, links, w_r, w_h, w_xi, b_xi, options
+    ):
         kind, activation, pnr, keep = options
         a = as_array
-        w_h_array = a(w_h) if w_h is not None else a(xp.new_zeros(1, 1))
+        w_h_t = a(w_h.t()) if w_h is not None else a(xp.new_zeros(1, 1))
         state = (h0, c0, r0, memory, read_w, write_w, usage, prec, links)
+        every = math.isqrt(xp.shape[1] - 1) + 1
         out, finals, records = dispatch.load("dnc").sequence_forward(
-            a(xp), *(a(t) for t in state), a(w_r), w_h_array, a(w_xi), a(b_xi), kind, activation, pnr, keep
+            a(xp),
+            *(a(t) for t in state),
+            a(w_r.t()),
+            w_h_t,
+            a(w_xi.t()),
+            a(b_xi),
+            kind,
+            activation,
+            pnr,
+            keep,
+            every,
         )
         out = torch.from_numpy(out)
         if keep:
             # everything through save_for_backward (a tensor kept on ctx would make a cycle)
             ctx.save_for_backward(r0, w_r, w_h, w_xi, out, *(torch.from_numpy(v) for v in records))
-        ctx.options = options
+        ctx.options = options + (every,)
         return (out, *(torch.from_numpy(v) for v in finals))
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, *d_finals):
-        kind, activation, pnr, _ = ctx.options
+        kind, activation, pnr, _, every = ctx.options
         r0, w_r, w_h, w_xi, out, *records = ctx.saved_tensors
         a = as_array
         w_h_array = a(w_h) if w_h is not None else a(out.new_zeros(1, 1))
@@ -94,6 +110,7 @@ class DNCSequence(torch.autograd.Function):
             kind,
             activation,
             pnr,
+            every,
             a(d_out),
             tuple(a(g) for g in d_finals),
         )

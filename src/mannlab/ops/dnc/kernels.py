@@ -170,6 +170,77 @@ def _allocation_backward(grad_alloc, usage, order, grad_usage):
         suffix = grad_alloc[slot] * (1.0 - usage[slot]) + usage[slot] * suffix
 
 
+@njit(fastmath=FAST)
+def _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, backward):
+    """L_t (zero diagonal) from L_{t-1}, w^w_t and p_{t-1}, with f = L_t w^r_{t-1} and
+    b = L_t^T w^r_{t-1}, in one pass over the rows of L (each row's loops fused, so that
+    they vectorise and L is read once)."""
+    slots, read_heads = write_w.shape[0], read_prev.shape[0]
+    backward[:] = 0.0
+    for i in range(slots):
+        row, row_prev, weight = links[i], links_prev[i], write_w[i]
+        keep = 1.0 - weight
+        for j in range(slots):
+            row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+        row[i] = 0.0
+        for r in range(read_heads):
+            reads_r, read, column = read_prev[r], read_prev[r, i], backward[r]
+            total = 0.0
+            for j in range(slots):
+                total += row[j] * reads_r[j]
+                column[j] += row[j] * read
+            forward[r, i] = total
+
+
+@njit(fastmath=FAST)
+def _links_backward(
+    links_prev,
+    write_w,
+    prec_prev,
+    read_prev,
+    grad_fwd,
+    grad_bwd,
+    grad_links,
+    g_links_prev,
+    g_read_prev,
+    g_prec_prev,
+    grad_ww,
+):
+    """Backward of _links_forward through L_t and w^r_{t-1}: adds into g_read_prev,
+    g_prec_prev and grad_ww, writes g_links_prev (which may be grad_links itself: row i of
+    it is read before row i is written). Each row of L_t is recomputed from L_{t-1}
+    (cheaper than reading a second (N, N) array); one fused pass per head and one for the
+    rest, so that they vectorise."""
+    slots, read_heads = write_w.shape[0], read_prev.shape[0]
+    row, grad_row = np.empty(slots), np.empty(slots)
+    for i in range(slots):
+        row_prev, weight, grads = links_prev[i], write_w[i], grad_links[i]
+        keep = 1.0 - weight
+        for j in range(slots):
+            row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+            grad_row[j] = grads[j]
+        row[i] = 0.0
+        for r in range(read_heads):
+            grad_f, read = grad_fwd[r, i], read_prev[r, i]
+            reads_r, grad_b, g_reads_r = read_prev[r], grad_bwd[r], g_read_prev[r]
+            total = 0.0
+            for j in range(slots):
+                grad_row[j] += grad_f * reads_r[j] + grad_b[j] * read
+                g_reads_r[j] += grad_f * row[j]
+                total += grad_b[j] * row[j]
+            g_reads_r[i] += total
+        grad_row[i] = 0.0  # L[i, i] = 0, a constant
+        g_row_prev = g_links_prev[i]
+        total = 0.0
+        for j in range(slots):
+            grad = grad_row[j]
+            total += grad * (prec_prev[j] - row_prev[j])
+            g_row_prev[j] = grad * (keep - write_w[j])
+            grad_ww[j] -= grad * row_prev[j]
+            g_prec_prev[j] += grad * weight
+        grad_ww[i] += total
+
+
 @njit
 def _element_forward(
     raw,
@@ -229,17 +300,7 @@ def _element_forward(
     for i in range(slots):
         prec[i] = (1.0 - total) * prec_prev[i] + write_w[i]
     sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
-    backward[:] = 0.0
-    for i in range(slots):
-        row, row_prev, weight = links[i], links_prev[i], write_w[i]
-        for j in range(slots):
-            row[j] = (1.0 - weight - write_w[j]) * row_prev[j] + weight * prec_prev[j]
-        row[i] = 0.0
-        for r in range(read_heads):
-            forward[r, i] = _fast_dot(row, read_prev[r])
-            read, column = read_prev[r, i], backward[r]
-            for j in range(slots):
-                column[j] += row[j] * read
+    _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, backward)
     # content read weightings on M_t, read modes, reads
     _row_norms(new_memory, norms[1])
     for r in range(read_heads):
@@ -357,30 +418,19 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     grad_ww = grad_write_w.astype(np.float64)
     g_read_prev[:] = 0.0
     g_prec_prev[:] = 0.0
-    row, grad_row = np.empty(slots), np.empty(slots)
-    for i in range(slots):
-        row_prev, weight = links_prev[i], write_w[i]
-        for j in range(slots):
-            row[j] = (1.0 - weight - write_w[j]) * row_prev[j] + weight * prec_prev[j]
-        row[i] = 0.0
-        grad_row[:] = grad_links[i]
-        for r in range(read_heads):
-            grad_f, read = grad_fwd[r, i], read_prev[r, i]
-            reads_r, grad_b, g_reads_r = read_prev[r], grad_bwd[r], g_read_prev[r]
-            for j in range(slots):
-                grad_row[j] += grad_f * reads_r[j] + grad_b[j] * read
-            for j in range(slots):
-                g_reads_r[j] += grad_f * row[j]
-            g_reads_r[i] += _fast_dot(grad_b, row)
-        grad_row[i] = 0.0  # L[i, i] = 0, a constant
-        grad_ww[i] += _fast_dot(grad_row, prec_prev) - _fast_dot(grad_row, row_prev)
-        g_row_prev = g_links_prev[i]
-        for j in range(slots):
-            g_row_prev[j] = grad_row[j] * (1.0 - weight - write_w[j])
-        for j in range(slots):
-            grad_ww[j] -= grad_row[j] * row_prev[j]
-        for j in range(slots):
-            g_prec_prev[j] += grad_row[j] * weight
+    _links_backward(
+        links_prev,
+        write_w,
+        prec_prev,
+        read_prev,
+        grad_fwd,
+        grad_bwd,
+        grad_links,
+        g_links_prev,
+        g_read_prev,
+        g_prec_prev,
+        grad_ww,
+    )
     # precedence
     total, dot_prec = write_w.sum(), dot(grad_prec, prec_prev)
     for i in range(slots):
@@ -505,15 +555,16 @@ def _matvec_t_add(weight, vector, out):
             out[k] += row[k] * value
 
 
-@njit
+@njit(fastmath=FAST)
 def _link_update(links_prev, write_w, prec_prev, links):
-    """L_t from L_{t-1}, w^w_t and p_{t-1}, as _element_forward computes it (same
-    expression, no fastmath, so the backward's recomputed rows equal the forward's)."""
+    """L_t from L_{t-1}, w^w_t and p_{t-1}, as _links_forward computes it (same expression
+    and flags, so that the backward's recomputed links equal the forward's)."""
     slots = write_w.shape[0]
     for i in range(slots):
         row, row_prev, weight = links[i], links_prev[i], write_w[i]
+        keep = 1.0 - weight
         for j in range(slots):
-            row[j] = (1.0 - weight - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+            row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
         row[i] = 0.0
 
 

@@ -161,3 +161,26 @@ def test_compiled_outputs_are_freed_without_garbage_collection():
         assert all(ref() is None for ref in refs)
     finally:
         gc.enable()
+
+
+def test_records_are_reused_only_once_their_graph_is_gone():
+    from mannlab.ops.dnc import sequence
+
+    pool = sequence.RecordPool(sets=2)
+    shapes = (((2, 3), True), ((4,), None))
+    first = pool.take(shapes, "float32")
+    saved = torch.from_numpy(first[0])  # as a graph's saved tensor holds it
+    assert pool.take(shapes, "float32") is not first
+    del saved
+    assert pool.take(shapes, "float32") is first
+    # two graphs alive at once, each backward sees its own records
+    dnc = model("lstm", 2)
+    x = torch.randn(2, 5, 4)
+    y1, _ = dnc(x)
+    y2, _ = dnc(x.flip(1))
+    g2 = torch.autograd.grad(y2.sum(), list(dnc.parameters()))
+    g1 = torch.autograd.grad(y1.sum(), list(dnc.parameters()))
+    with use_kernels(False):
+        r1 = torch.autograd.grad(dnc(x)[0].sum(), list(dnc.parameters()))
+        r2 = torch.autograd.grad(dnc(x.flip(1))[0].sum(), list(dnc.parameters()))
+    assert_close(g1 + g2, r1 + r2, 1e-4)

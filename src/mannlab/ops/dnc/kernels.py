@@ -649,9 +649,55 @@ def _state_slots(t, keep):
     return t % 2, 1 - t % 2, 0
 
 
+def record_shapes(B, T, G, H, N, W, R, P, keep, every):
+    """(shape, float dtype: True for the state's, False for float64, None for int64) of each
+    record of sequence_forward, in its order: every step's (T + 1 states) with ``keep``,
+    else two alternating state slots and one step's scratch."""
+    Ts, S = (T, T + 1) if keep else (1, 2)
+    checkpoints = (T + every - 1) // every if keep else 1
+    state, f64, i64 = True, False, None
+    return (
+        ((B, S, H), state),
+        ((B, S, H), state),
+        ((B, S, N, W), state),
+        ((B, S, R, N), state),
+        ((B, S, N), state),
+        ((B, S, N), state),
+        ((B, S, N), state),
+        ((B, checkpoints, N, N), state),
+        ((B, Ts, G), state),
+        ((B, Ts, P), state),
+        ((B, Ts, P), state),
+        ((B, Ts, 4, N), f64),
+        ((B, Ts, 4, R, N), f64),
+        ((B, Ts, 2, N), f64),
+        ((B, Ts, R + 1), f64),
+        ((B, Ts, N), i64),
+    )
+
+
 @njit(fastmath=FAST)
 def sequence_forward(
-    xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r_t, w_h_t, w_xi_t, b_xi, kind, activation, pnr, keep, every
+    xp,
+    h0,
+    c0,
+    r0,
+    m0,
+    wr0,
+    ww0,
+    u0,
+    p0,
+    l0,
+    w_r_t,
+    w_h_t,
+    w_xi_t,
+    b_xi,
+    kind,
+    activation,
+    pnr,
+    keep,
+    every,
+    records,
 ):
     """A whole DNC sequence. xp (B, T, G) = W_x x_t + b of the controller; initial state
     h0, c0 (B, H) (zeros where the controller has none), r0 (B, R W), M_0 (B, N, W),
@@ -661,23 +707,17 @@ def sequence_forward(
     Returns the features (B, T, H + R W), the final state (h, c, r, M, w^r, w^w, u, p, L)
     and the records the backward reads: every step's with ``keep`` (else scratch), but of
     the links L only every ``every``-th state (the backward recomputes the others from
-    w^w and p, and the (B, T, N, N) of all of them would be most of the memory)."""
+    w^w and p, and the (B, T, N, N) of all of them would be most of the memory). The
+    records are passed in (``record_shapes`` gives their shapes; the caller reuses them
+    between calls: fresh pages cost more than the arithmetic) and filled here."""
     B, T = xp.shape[0], xp.shape[1]
     G, H, RW = xp.shape[2], h0.shape[1], r0.shape[1]
-    N, W, R, P = m0.shape[1], m0.shape[2], wr0.shape[1], b_xi.shape[0]
+    N, W, R = m0.shape[1], m0.shape[2], wr0.shape[1]
     dtype = xp.dtype
-    Ts = T if keep else 1
-    S = T + 1 if keep else 2
-    checkpoints = (T + every - 1) // every if keep else 1
+    hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order = records
+    S = hs.shape[1]
     out = np.empty((B, T, H + RW), dtype)
-    hs, cs, rs = np.empty((B, S, H), dtype), np.empty((B, S, H), dtype), np.empty((B, S, RW), dtype)
-    ms, wrs = np.empty((B, S, N, W), dtype), np.empty((B, S, R, N), dtype)
-    wws, us, ps = np.empty((B, S, N), dtype), np.empty((B, S, N), dtype), np.empty((B, S, N), dtype)
-    ls, l_last = np.empty((B, checkpoints, N, N), dtype), np.empty((B, N, N), dtype)
-    gates, raws, acts = np.empty((B, Ts, G), dtype), np.empty((B, Ts, P), dtype), np.empty((B, Ts, P), dtype)
-    vectors, paths = np.empty((B, Ts, 4, N)), np.empty((B, Ts, 4, R, N))
-    norms, key_norms = np.empty((B, Ts, 2, N)), np.empty((B, Ts, R + 1))
-    order = np.empty((B, Ts, N), np.int64)
+    rs, l_last = np.empty((B, S, RW), dtype), np.empty((B, N, N), dtype)
     for b in range(B):  # independent elements: own rows, own scratch
         hbar, links = np.empty(G, dtype), np.empty((2, N, N), dtype)
         hs[b, 0], cs[b, 0], rs[b, 0] = h0[b], c0[b], r0[b]
@@ -742,8 +782,7 @@ def sequence_forward(
         ps[:, last].copy(),
         l_last,
     )
-    records = (hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order)
-    return out, finals, records
+    return out, finals
 
 
 @njit(fastmath=FAST)

@@ -13,7 +13,11 @@ each over all B T steps after the backward loop.
 from __future__ import annotations
 
 import math
+import sys
+import threading
+from collections import OrderedDict
 
+import numpy as np
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
@@ -52,6 +56,60 @@ def controller_code(controller: nn.Module) -> tuple[int, int, bool] | None:
     return kind[0], activation, kind[1]
 
 
+def _most_references(arrays: tuple) -> int:
+    """The largest reference count among the arrays, as seen from here."""
+    most = 0
+    for array in arrays:
+        most = max(most, sys.getrefcount(array))
+    return most
+
+
+#: what _most_references reports for arrays that only their tuple holds (calibrated, not
+#: assumed: the count getrefcount sees differs between Python versions)
+_UNUSED = _most_references((np.empty(0),))
+
+
+class RecordPool:
+    """The record arrays of sequence_forward, reused between calls: fresh pages for the
+    (B, T, ...) records (tens of MB at batch 32) cost the kernel more than its arithmetic
+    (each page is faulted in and zeroed by the OS; measured 2x on the forward). A set is
+    handed out again once nothing but the pool holds its arrays (the tensors saved for the
+    backward are gone); the pool keeps at most ``sets`` unused sets, the least recently
+    used dropped first."""
+
+    def __init__(self, sets: int = 4):
+        self.sets = sets
+        self._free: OrderedDict = OrderedDict()  # key -> list of record tuples
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _unused(records: tuple) -> bool:
+        return _most_references(records) <= _UNUSED
+
+    def take(self, shapes: tuple, dtype: np.dtype) -> tuple:
+        key = (shapes, np.dtype(dtype).str)
+        with self._lock:
+            held = self._free.get(key, [])
+            for records in held:
+                if self._unused(records):
+                    self._free.move_to_end(key)
+                    return records
+            kinds = {True: dtype, False: np.float64, None: np.int64}
+            records = tuple(np.empty(shape, kinds[kind]) for shape, kind in shapes)
+            held.append(records)
+            self._free[key] = held
+            self._free.move_to_end(key)
+            while sum(len(v) for v in self._free.values()) > self.sets:
+                oldest = next(iter(self._free))
+                self._free[oldest].pop(0)
+                if not self._free[oldest]:
+                    del self._free[oldest]
+            return records
+
+
+_POOL = RecordPool()
+
+
 def _outer(grad: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """sum over batch and steps of grad (B, T, G) ⊗ value (B, T, K) -> (G, K)."""
     return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
@@ -74,7 +132,12 @@ class DNCSequence(torch.autograd.Function):
         w_h_t = a(w_h.t()) if w_h is not None else a(xp.new_zeros(1, 1))
         state = (h0, c0, r0, memory, read_w, write_w, usage, prec, links)
         every = math.isqrt(xp.shape[1] - 1) + 1
-        out, finals, records = dispatch.load("dnc").sequence_forward(
+        kernels = dispatch.load("dnc")
+        B, T, G = xp.shape
+        H, (N, W), R, P = h0.shape[1], memory.shape[1:], read_w.shape[1], b_xi.shape[0]
+        shapes = kernels.record_shapes(B, T, G, H, N, W, R, P, keep, every)
+        records = _POOL.take(shapes, a(xp).dtype)
+        out, finals = kernels.sequence_forward(
             a(xp),
             *(a(t) for t in state),
             a(w_r.t()),
@@ -86,6 +149,7 @@ class DNCSequence(torch.autograd.Function):
             pnr,
             keep,
             every,
+            records,
         )
         out = torch.from_numpy(out)
         if keep:

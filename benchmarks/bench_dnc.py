@@ -5,19 +5,25 @@ Measures, per time step, the median over several repeats of:
   infer  forward under torch.no_grad(), divided by T
 for these models, measured in the same run on the same inputs (input 9, output 8):
   DNC          mannlab.DNC(9, 8), 128-unit LSTM controller, 128 x 20 memory, one read
-               head (Taguchi & Tsuruoka's Toy-task configuration)
+               head (Taguchi & Tsuruoka's Toy-task configuration): the compiled
+               whole-sequence path (mannlab.ops.dnc.sequence) on CPU float32
+  DNC steps    the same sizes on the per-step tensor path (every kernel switched off),
+               for information
   NTM          mannlab.NTM(9, 8) with the same controller and memory, for information
   LSTMCell     torch.nn.LSTMCell(9, 128) stepped in a Python loop + Linear(128, 8):
-               the reference, since the DNC also steps its controller in Python
+               the reference
   LSTM         torch.nn.LSTM(9, 128) (the fused sequence op) + Linear, for information
   dnc (PyPI)   the `dnc` package's DNC (R. Chatterjee, "ixaxaar") at the same size, when it
-               is installed and runs; its output layer maps back to the input size,
-               so a Linear(9, 8) is added
+               imports (installed, or from --dnc-path DIR, e.g. a directory made with
+               `pip install --no-deps --target DIR dnc`) and runs, else "not measured"; its
+               output layer maps back to the input size, so a Linear(9, 8) is added
 
 plus, once per training setting (untimed), the bytes autograd keeps for the
-backward pass. The timing, memory and table helpers are bench_ntm.py's.
+backward pass (the activation memory a training step needs beyond the weights; for the
+compiled path, the kernels' records). The timing, memory and table helpers are bench_ntm.py's.
 
     python benchmarks/bench_dnc.py                       # batch 1 and 32, T=41, 1 thread
+    python benchmarks/bench_dnc.py --dnc-path DIR --clock cpu
     python benchmarks/bench_dnc.py --batch-sizes 8 --json bench.json
 """
 
@@ -32,11 +38,13 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mannlab  # noqa: E402
 from bench_ntm import (
+    CLOCKS,
     INPUT,
     OUTPUT,
     FusedLSTM,
     Logits,
     LSTMCellLoop,  # noqa: E402
+    TensorPath,
     parse_args,
     report,
     train_step,
@@ -79,6 +87,7 @@ def make_models() -> tuple[dict[str, nn.Module], str | None]:
     )
     models: dict[str, nn.Module] = {
         "DNC": Logits(mannlab.DNC(INPUT, OUTPUT, **sizes)),
+        "DNC steps": TensorPath(Logits(mannlab.DNC(INPUT, OUTPUT, **sizes))),
         "NTM": Logits(mannlab.NTM(INPUT, OUTPUT, **sizes)),
         "LSTMCell": LSTMCellLoop(HIDDEN),
         "LSTM": FusedLSTM(HIDDEN),
@@ -87,17 +96,32 @@ def make_models() -> tuple[dict[str, nn.Module], str | None]:
         pypi = PyPIDNC()
         train_step(pypi, torch.zeros(2, 3, INPUT), torch.zeros(2, 3, OUTPUT))  # does it run?
     except Exception as exc:  # any failure of a third-party package is reported, not fatal
-        return models, f"{type(exc).__name__}: {exc}"
+        return models, f"not measured ({type(exc).__name__}: {exc})"
     models["dnc (PyPI)"] = pypi
     return models, None
 
 
+def add_options(parser) -> None:
+    parser.add_argument(
+        "--dnc-path", metavar="DIR", help="a directory holding the PyPI `dnc` package (pip --target)"
+    )
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall seconds (default), or CPU seconds of this process (fairer on a loaded machine)",
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
-    args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
+    args, batch_sizes = parse_args(argv, __doc__.split("\n")[0], add_options)
+    if args.dnc_path:
+        sys.path.insert(0, args.dnc_path)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     models, pypi_error = make_models()
-    report(args, batch_sizes, models, REFERENCE, notes={"dnc (PyPI) not timed": pypi_error})
+    notes = {"clock": args.clock, "dnc (PyPI)": pypi_error}
+    report(args, batch_sizes, models, REFERENCE, notes=notes, clock=CLOCKS[args.clock])
 
 
 if __name__ == "__main__":

@@ -39,6 +39,16 @@ mannlab.nn.addressing functions):
     (iv)  H^o_t = [h_t; r_t]
 Every sequence starts from zeros: memory, usage, precedence, links, weightings
 and read vectors (the DNC's reset; the controller's initial state is its own).
+
+Speed: on CPU float32/float64 tensors, with the fnn (tanh, sigmoid or relu), elman, lstm,
+pnr-elman or pnr-lstm controller and without the trace, a whole sequence runs as one
+autograd node whose forward and backward are compiled loops over time
+(mannlab.ops.dnc.sequence: steps (i)-(iv) of every step, the weight gradients one matrix
+product each after the backward; the links are kept for the backward only every
+ceil(sqrt(T)) steps and recomputed in between). The GRU controller, the trace, other
+devices and dtypes, autocast, torch.compile and ``mannlab.ops.use_kernels(False)`` take the
+step loop above (the reference: same values and gradients to rounding,
+tests/test_dnc_sequence.py). Each batch element is an independent loop over time.
 """
 
 from __future__ import annotations
@@ -48,9 +58,10 @@ from typing import Any, NamedTuple, Optional
 import torch
 from torch import nn
 
-from mannlab.models.base import MemoryCell, SequenceModel, check_positive
+from mannlab.models.base import MemoryCell, SequenceModel, check_positive, run_sequence
 from mannlab.nn.controllers import make_controller
 from mannlab.ops.dnc.function import dnc_memory_step, interface_sizes
+from mannlab.ops.dnc.sequence import DNCSequence, controller_code
 
 
 class DNCState(NamedTuple):
@@ -176,6 +187,47 @@ class DNCCell(MemoryCell):
         state = DNCState(ctrl, memory, reads, read_w, write_w, usage, precedence, links)
         return features, state, trace
 
+    # ------------------------------------------------------ the compiled path
+
+    compiled_ops = "dnc"
+
+    def compiled_covers(self, with_trace: bool) -> bool:
+        """The kernels implement the fnn (tanh, sigmoid, relu), elman, lstm, pnr-elman and
+        pnr-lstm controllers, without the trace; the GRU and the trace take the step loop."""
+        return not with_trace and controller_code(self.controller) is not None
+
+    def run_fused(self, x: torch.Tensor, state: DNCState, with_trace: bool, backward: bool):
+        """All steps of x (B, T, I) in the compiled kernels (mannlab.ops.dnc.sequence):
+        (features (B, T, F), final state, None); ``backward``: a graph is recorded."""
+        ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
+        kind, activation, pnr = controller_code(self.controller)
+        controller = self.controller
+        zeros = x.new_zeros(x.shape[0], controller.hidden_size)
+        h0 = ctrl[0] if ctrl else zeros
+        c0 = ctrl[1] if len(ctrl) > 1 else zeros
+        outputs = DNCSequence.apply(
+            self.precompute(x),
+            h0,
+            c0,
+            reads.flatten(1),
+            memory,
+            read_w,
+            write_w.squeeze(1),
+            usage,
+            precedence,
+            links,
+            controller.read_weight,
+            getattr(controller, "recurrent_weight", None),
+            self.interface.weight,
+            self.interface.bias,
+            (kind, activation, pnr, backward),
+        )
+        features, h, c, reads, memory, read_w, write_w, usage, precedence, links = outputs
+        ctrl = ((h, c) if len(ctrl) > 1 else (h,)) if ctrl else ()
+        reads = reads.unflatten(1, (self.read_heads, self.width))
+        state = DNCState(ctrl, memory, reads, read_w, write_w.unsqueeze(1), usage, precedence, links)
+        return features, state, None
+
 
 class DNC(SequenceModel):
     """Differentiable Neural Computer shaped like torch.nn.LSTM.
@@ -207,3 +259,7 @@ class DNC(SequenceModel):
         check_positive(controller_size=controller_size, read_heads=read_heads, memory_width=memory_width)
         super().__init__(input_size, output_size, controller_size + read_heads * memory_width, batch_first)
         self.cell = DNCCell(input_size, controller, controller_size, memory_slots, memory_width, read_heads)
+
+    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+        """The compiled whole-sequence path where it applies (ops/dispatch.py), else the step loop."""
+        return run_sequence(self.cell, x, state, with_trace)

@@ -1,5 +1,8 @@
-"""Compiled CPU kernels for the DNC memory step (numba): the equations of
-mannlab.models.dnc steps (ii)-(iii), in loops that numba compiles to machine code.
+"""Compiled CPU kernels for the DNC (numba): the memory step, the equations of
+mannlab.models.dnc steps (ii)-(iii), in loops that numba compiles to machine code
+(``memory_step_forward``/``_backward``, ops/dnc/function.py); and, at the end of this
+file, whole sequences: controller, interface layer and memory step of every time step
+(``sequence_forward``/``_backward``, ops/dnc/sequence.py).
 
 Why: on a CPU the DNC step is about 60 small tensor operations forward and 100
 backward, each a few microseconds of dispatch, plus several (B, N, N) link-matrix
@@ -33,7 +36,17 @@ import math
 import numpy as np
 
 from mannlab.ops.numba_cache import njit
-from mannlab.ops.numba_math import EPS, dot, row_norms, sigmoid, softmax_into, softplus, softplus_grad
+from mannlab.ops.numba_math import (
+    EPS,
+    FAST,
+    dot,
+    sigmoid,
+    sigmoid_array,
+    softmax_into,
+    softplus,
+    softplus_grad,
+    tanh_array,
+)
 
 
 @njit(fastmath={"reassoc"})
@@ -44,6 +57,13 @@ def _fast_dot(a, b):
     for j in range(a.shape[0]):
         total += a[j] * b[j]
     return total
+
+
+@njit
+def _row_norms(memory, out):
+    """max(|M(i)|, eps) for every slot, each norm a reassociated (vectorised) sum."""
+    for i in range(memory.shape[0]):
+        out[i] = max(math.sqrt(_fast_dot(memory[i], memory[i])), EPS)
 
 
 @njit
@@ -153,6 +173,77 @@ def _allocation_backward(grad_alloc, usage, order, grad_usage):
         suffix = grad_alloc[slot] * (1.0 - usage[slot]) + usage[slot] * suffix
 
 
+@njit(fastmath=FAST)
+def _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, backward):
+    """L_t (zero diagonal) from L_{t-1}, w^w_t and p_{t-1}, with f = L_t w^r_{t-1} and
+    b = L_t^T w^r_{t-1}, in one pass over the rows of L (each row's loops fused, so that
+    they vectorise and L is read once)."""
+    slots, read_heads = write_w.shape[0], read_prev.shape[0]
+    backward[:] = 0.0
+    for i in range(slots):
+        row, row_prev, weight = links[i], links_prev[i], write_w[i]
+        keep = 1.0 - weight
+        for j in range(slots):
+            row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+        row[i] = 0.0
+        for r in range(read_heads):
+            reads_r, read, column = read_prev[r], read_prev[r, i], backward[r]
+            total = 0.0
+            for j in range(slots):
+                total += row[j] * reads_r[j]
+                column[j] += row[j] * read
+            forward[r, i] = total
+
+
+@njit(fastmath=FAST)
+def _links_backward(
+    links_prev,
+    write_w,
+    prec_prev,
+    read_prev,
+    grad_fwd,
+    grad_bwd,
+    grad_links,
+    g_links_prev,
+    g_read_prev,
+    g_prec_prev,
+    grad_ww,
+):
+    """Backward of _links_forward through L_t and w^r_{t-1}: adds into g_read_prev,
+    g_prec_prev and grad_ww, writes g_links_prev (which may be grad_links itself: row i of
+    it is read before row i is written). Each row of L_t is recomputed from L_{t-1}
+    (cheaper than reading a second (N, N) array); one fused pass per head and one for the
+    rest, so that they vectorise."""
+    slots, read_heads = write_w.shape[0], read_prev.shape[0]
+    row, grad_row = np.empty(slots), np.empty(slots)
+    for i in range(slots):
+        row_prev, weight, grads = links_prev[i], write_w[i], grad_links[i]
+        keep = 1.0 - weight
+        for j in range(slots):
+            row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+            grad_row[j] = grads[j]
+        row[i] = 0.0
+        for r in range(read_heads):
+            grad_f, read = grad_fwd[r, i], read_prev[r, i]
+            reads_r, grad_b, g_reads_r = read_prev[r], grad_bwd[r], g_read_prev[r]
+            total = 0.0
+            for j in range(slots):
+                grad_row[j] += grad_f * reads_r[j] + grad_b[j] * read
+                g_reads_r[j] += grad_f * row[j]
+                total += grad_b[j] * row[j]
+            g_reads_r[i] += total
+        grad_row[i] = 0.0  # L[i, i] = 0, a constant
+        g_row_prev = g_links_prev[i]
+        total = 0.0
+        for j in range(slots):
+            grad = grad_row[j]
+            total += grad * (prec_prev[j] - row_prev[j])
+            g_row_prev[j] = grad * (keep - write_w[j])
+            grad_ww[j] -= grad * row_prev[j]
+            g_prec_prev[j] += grad * weight
+        grad_ww[i] += total
+
+
 @njit
 def _element_forward(
     raw,
@@ -193,7 +284,7 @@ def _element_forward(
         usage[i] = (usage_prev[i] + write_prev[i] - usage_prev[i] * write_prev[i]) * keep
     _allocation(usage, order, alloc)
     # write weighting, on M_{t-1}
-    row_norms(memory, norms[0])
+    _row_norms(memory, norms[0])
     key_norms[read_heads] = _content(
         act[o_wkey:o_vec], memory, norms[0], act[o_beta + read_heads], write_sim, write_content
     )
@@ -212,19 +303,9 @@ def _element_forward(
     for i in range(slots):
         prec[i] = (1.0 - total) * prec_prev[i] + write_w[i]
     sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
-    backward[:] = 0.0
-    for i in range(slots):
-        row, row_prev, weight = links[i], links_prev[i], write_w[i]
-        for j in range(slots):
-            row[j] = (1.0 - weight - write_w[j]) * row_prev[j] + weight * prec_prev[j]
-        row[i] = 0.0
-        for r in range(read_heads):
-            forward[r, i] = _fast_dot(row, read_prev[r])
-            read, column = read_prev[r, i], backward[r]
-            for j in range(slots):
-                column[j] += row[j] * read
+    _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, backward)
     # content read weightings on M_t, read modes, reads
-    row_norms(new_memory, norms[1])
+    _row_norms(new_memory, norms[1])
     for r in range(read_heads):
         key_norms[r] = _content(
             act[o_rkey + r * width : o_rkey + (r + 1) * width],
@@ -340,30 +421,19 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     grad_ww = grad_write_w.astype(np.float64)
     g_read_prev[:] = 0.0
     g_prec_prev[:] = 0.0
-    row, grad_row = np.empty(slots), np.empty(slots)
-    for i in range(slots):
-        row_prev, weight = links_prev[i], write_w[i]
-        for j in range(slots):
-            row[j] = (1.0 - weight - write_w[j]) * row_prev[j] + weight * prec_prev[j]
-        row[i] = 0.0
-        grad_row[:] = grad_links[i]
-        for r in range(read_heads):
-            grad_f, read = grad_fwd[r, i], read_prev[r, i]
-            reads_r, grad_b, g_reads_r = read_prev[r], grad_bwd[r], g_read_prev[r]
-            for j in range(slots):
-                grad_row[j] += grad_f * reads_r[j] + grad_b[j] * read
-            for j in range(slots):
-                g_reads_r[j] += grad_f * row[j]
-            g_reads_r[i] += _fast_dot(grad_b, row)
-        grad_row[i] = 0.0  # L[i, i] = 0, a constant
-        grad_ww[i] += _fast_dot(grad_row, prec_prev) - _fast_dot(grad_row, row_prev)
-        g_row_prev = g_links_prev[i]
-        for j in range(slots):
-            g_row_prev[j] = grad_row[j] * (1.0 - weight - write_w[j])
-        for j in range(slots):
-            grad_ww[j] -= grad_row[j] * row_prev[j]
-        for j in range(slots):
-            g_prec_prev[j] += grad_row[j] * weight
+    _links_backward(
+        links_prev,
+        write_w,
+        prec_prev,
+        read_prev,
+        grad_fwd,
+        grad_bwd,
+        grad_links,
+        g_links_prev,
+        g_read_prev,
+        g_prec_prev,
+        grad_ww,
+    )
     # precedence
     total, dot_prec = write_w.sum(), dot(grad_prec, prec_prev)
     for i in range(slots):
@@ -454,3 +524,351 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
             grad_act,
         )
     return grads_in
+
+
+# ----------------------------------------------------------------- whole sequence
+#
+# A whole sequence in one call each way: the controller (step (i) of models/dnc.py, the
+# controllers of mannlab.nn.controllers), the interface layer and the memory step above, for
+# every time step. Each batch element is one independent loop over time that reads the shared
+# weights and writes only its own rows, so the batch loop could run in parallel; the weight
+# gradients are left to the caller (one matrix product each over all steps).
+
+#: controller kinds and feed-forward activations of sequence_forward/backward
+FNN, ELMAN, LSTM = 0, 1, 2
+TANH, SIGMOID, RELU = 0, 1, 2
+
+
+@njit(fastmath=FAST)
+def _matvec_add(weight_t, vector, out):
+    """out += weight @ vector from weight_t = weight^T (K, G) row-major: one axpy over G per
+    entry of the vector, accumulated in out's dtype (as torch's addmm)."""
+    for k in range(weight_t.shape[0]):
+        row, value = weight_t[k], vector[k]
+        for g in range(row.shape[0]):
+            out[g] += row[g] * value
+
+
+@njit(fastmath=FAST)
+def _matvec_t_add(weight, vector, out):
+    """out += weight^T @ vector, weight (G, K) row-major (one axpy per row)."""
+    for g in range(weight.shape[0]):
+        row, value = weight[g], vector[g]
+        for k in range(row.shape[0]):
+            out[k] += row[k] * value
+
+
+@njit(fastmath=FAST)
+def _link_update(links_prev, write_w, prec_prev, links):
+    """L_t from L_{t-1}, w^w_t and p_{t-1}, as _links_forward computes it (same expression
+    and flags, so that the backward's recomputed links equal the forward's)."""
+    slots = write_w.shape[0]
+    for i in range(slots):
+        row, row_prev, weight = links[i], links_prev[i], write_w[i]
+        keep = 1.0 - weight
+        for j in range(slots):
+            row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+        row[i] = 0.0
+
+
+@njit(fastmath=FAST)
+def _controller_forward(
+    kind, activation, pnr, xp, reads, h_prev, c_prev, w_r_t, w_h_t, hbar, gates, h, c, h_out
+):
+    """Step (i): hbar = W_x x_t + b + W_r r_{t-1} (xp = W_x x_t + b; eqs. 9, 12), then
+    fnn h = phi(hbar); elman h = tanh(hbar + W_h h_{t-1}) (eqs. 1, 11); lstm eqs. 2-7 on
+    hbar + W_h h_{t-1}, gates (z, i, f, o). h_out = tanh(hbar[:H]) (eq. 10) when ``pnr``,
+    else h. ``gates`` keeps the activated pre-activations for the backward; the weights
+    come transposed (in, out)."""
+    hidden = h.shape[0]
+    hbar[:] = xp
+    _matvec_add(w_r_t, reads, hbar)
+    if kind == FNN:
+        if activation == TANH:
+            tanh_array(hbar, gates)
+        elif activation == SIGMOID:
+            sigmoid_array(hbar, gates)
+        else:
+            for k in range(hidden):
+                gates[k] = max(hbar[k], 0.0)
+        h[:] = gates
+        c[:] = c_prev
+    elif kind == ELMAN:
+        gates[:] = hbar
+        _matvec_add(w_h_t, h_prev, gates)
+        tanh_array(gates, gates)
+        h[:] = gates
+        c[:] = c_prev
+    else:
+        gates[:] = hbar
+        _matvec_add(w_h_t, h_prev, gates)
+        tanh_array(gates[:hidden], gates[:hidden])  # eq. 2
+        sigmoid_array(gates[hidden:], gates[hidden:])  # eqs. 3-5
+        for k in range(hidden):
+            c[k] = gates[2 * hidden + k] * c_prev[k] + gates[hidden + k] * gates[k]  # eq. 6
+        tanh_array(c, h)
+        for k in range(hidden):
+            h[k] *= gates[3 * hidden + k]  # eq. 7
+    if pnr:
+        tanh_array(hbar[:hidden], h_out)
+    else:
+        h_out[:] = h
+
+
+@njit(fastmath=FAST)
+def _controller_backward(kind, activation, gates, h, c, c_prev, d_h, d_c, d_pre, scratch):
+    """Backward of _controller_forward's recurrent part: from d_h (of h_t) and d_c (of c_t,
+    replaced by that of c_{t-1}), the gradient d_pre of the pre-activation (hbar, plus
+    W_h h_{t-1} for the recurrent kinds)."""
+    hidden = h.shape[0]
+    if kind == LSTM:
+        tanh_array(c, scratch)
+        for k in range(hidden):
+            z, i, f, o = gates[k], gates[hidden + k], gates[2 * hidden + k], gates[3 * hidden + k]
+            tc = scratch[k]
+            grad_c = d_c[k] + d_h[k] * o * (1.0 - tc * tc)
+            d_pre[k] = grad_c * i * (1.0 - z * z)
+            d_pre[hidden + k] = grad_c * z * i * (1.0 - i)
+            d_pre[2 * hidden + k] = grad_c * c_prev[k] * f * (1.0 - f)
+            d_pre[3 * hidden + k] = d_h[k] * tc * o * (1.0 - o)
+            d_c[k] = grad_c * f
+    elif kind == ELMAN or activation == TANH:
+        for k in range(hidden):
+            d_pre[k] = d_h[k] * (1.0 - h[k] * h[k])
+    elif activation == SIGMOID:
+        for k in range(hidden):
+            d_pre[k] = d_h[k] * h[k] * (1.0 - h[k])
+    else:
+        for k in range(hidden):
+            d_pre[k] = d_h[k] if h[k] > 0.0 else 0.0
+
+
+@njit
+def _state_slots(t, keep):
+    """Slots of the states before and after step t, and of step t's records: every step's
+    when ``keep`` (a backward follows), else two alternating slots and one record."""
+    if keep:
+        return t, t + 1, t
+    return t % 2, 1 - t % 2, 0
+
+
+def record_shapes(B, T, G, H, N, W, R, P, keep, every):
+    """(shape, float dtype: True for the state's, False for float64, None for int64) of each
+    record of sequence_forward, in its order: every step's (T + 1 states) with ``keep``,
+    else two alternating state slots and one step's scratch."""
+    Ts, S = (T, T + 1) if keep else (1, 2)
+    checkpoints = (T + every - 1) // every if keep else 1
+    state, f64, i64 = True, False, None
+    return (
+        ((B, S, H), state),
+        ((B, S, H), state),
+        ((B, S, N, W), state),
+        ((B, S, R, N), state),
+        ((B, S, N), state),
+        ((B, S, N), state),
+        ((B, S, N), state),
+        ((B, checkpoints, N, N), state),
+        ((B, Ts, G), state),
+        ((B, Ts, P), state),
+        ((B, Ts, P), state),
+        ((B, Ts, 4, N), f64),
+        ((B, Ts, 4, R, N), f64),
+        ((B, Ts, 2, N), f64),
+        ((B, Ts, R + 1), f64),
+        ((B, Ts, N), i64),
+    )
+
+
+@njit(fastmath=FAST)
+def sequence_forward(
+    xp,
+    h0,
+    c0,
+    r0,
+    m0,
+    wr0,
+    ww0,
+    u0,
+    p0,
+    l0,
+    w_r_t,
+    w_h_t,
+    w_xi_t,
+    b_xi,
+    kind,
+    activation,
+    pnr,
+    keep,
+    every,
+    records,
+):
+    """A whole DNC sequence. xp (B, T, G) = W_x x_t + b of the controller; initial state
+    h0, c0 (B, H) (zeros where the controller has none), r0 (B, R W), M_0 (B, N, W),
+    w^r_0 (B, R, N), w^w_0 (B, N), u_0, p_0 (B, N), L_0 (B, N, N); transposed (in, out):
+    the controller's W_r (R W, G) and W_h (H, G) (a dummy for fnn) and the interface
+    layer's W_xi (H, P); its bias b_xi (P).
+    Returns the features (B, T, H + R W), the final state (h, c, r, M, w^r, w^w, u, p, L)
+    and the records the backward reads: every step's with ``keep`` (else scratch), but of
+    the links L only every ``every``-th state (the backward recomputes the others from
+    w^w and p, and the (B, T, N, N) of all of them would be most of the memory). The
+    records are passed in (``record_shapes`` gives their shapes; the caller reuses them
+    between calls: fresh pages cost more than the arithmetic) and filled here."""
+    B, T = xp.shape[0], xp.shape[1]
+    G, H, RW = xp.shape[2], h0.shape[1], r0.shape[1]
+    N, W, R = m0.shape[1], m0.shape[2], wr0.shape[1]
+    dtype = xp.dtype
+    hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order = records
+    S = hs.shape[1]
+    out = np.empty((B, T, H + RW), dtype)
+    rs, l_last = np.empty((B, S, RW), dtype), np.empty((B, N, N), dtype)
+    for b in range(B):  # independent elements: own rows, own scratch
+        hbar, links = np.empty(G, dtype), np.empty((2, N, N), dtype)
+        hs[b, 0], cs[b, 0], rs[b, 0] = h0[b], c0[b], r0[b]
+        ms[b, 0], wrs[b, 0], wws[b, 0] = m0[b], wr0[b], ww0[b]
+        us[b, 0], ps[b, 0], links[0] = u0[b], p0[b], l0[b]
+        for t in range(T):
+            s, s1, st = _state_slots(t, keep)
+            if keep and t % every == 0:
+                ls[b, t // every] = links[t % 2]
+            _controller_forward(
+                kind,
+                activation,
+                pnr,
+                xp[b, t],
+                rs[b, s],
+                hs[b, s],
+                cs[b, s],
+                w_r_t,
+                w_h_t,
+                hbar,
+                gates[b, st],
+                hs[b, s1],
+                cs[b, s1],
+                out[b, t, :H],
+            )
+            raw = raws[b, st]
+            raw[:] = b_xi
+            _matvec_add(w_xi_t, hs[b, s1], raw)  # the interface vector W_xi h_t + b_i
+            _element_forward(
+                raw,
+                ms[b, s],
+                wrs[b, s],
+                wws[b, s],
+                us[b, s],
+                ps[b, s],
+                links[t % 2],
+                rs[b, s1].reshape((R, W)),
+                ms[b, s1],
+                wrs[b, s1],
+                wws[b, s1],
+                us[b, s1],
+                ps[b, s1],
+                links[1 - t % 2],
+                acts[b, st],
+                vectors[b, st],
+                paths[b, st],
+                norms[b, st],
+                key_norms[b, st],
+                order[b, st],
+            )
+            out[b, t, H:] = rs[b, s1]
+        l_last[b] = links[T % 2]
+    last = T if keep else T % 2
+    finals = (
+        hs[:, last].copy(),
+        cs[:, last].copy(),
+        rs[:, last].copy(),
+        ms[:, last].copy(),
+        wrs[:, last].copy(),
+        wws[:, last].copy(),
+        us[:, last].copy(),
+        ps[:, last].copy(),
+        l_last,
+    )
+    return out, finals
+
+
+@njit(fastmath=FAST)
+def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every, d_out, d_finals):
+    """Gradients of sequence_forward (with ``keep``, the same ``every``) given those of its
+    features and final state d_finals = (d_h, d_c, d_r, d_M, d_w^r, d_w^w, d_u, d_p, d_L);
+    the weights as stored (out, in). Returns the gradients of the controller's
+    pre-activation hbar (B, T, G) (= that of xp), of the recurrent pre-activation (B, T, G)
+    (= d hbar but for the z block of a pnr controller), of the raw interface vector
+    (B, T, P), and of the initial state (as sequence_forward's inputs). Each element goes
+    back over segments of ``every`` steps, first recomputing the segment's links from its
+    checkpoint (into scratch that stays in cache)."""
+    hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order = records
+    B, T, G = gates.shape[0], gates.shape[1], gates.shape[2]
+    H, N, W, R, P = hs.shape[2], ms.shape[2], ms.shape[3], wrs.shape[2], raws.shape[2]
+    RW = R * W
+    dtype = out.dtype
+    d_hbar, d_pre, d_raw = np.empty((B, T, G), dtype), np.empty((B, T, G), dtype), np.empty((B, T, P), dtype)
+    d_h0, d_c0, d_r0 = np.empty((B, H), dtype), np.empty((B, H), dtype), np.empty((B, RW), dtype)
+    d_m0, d_wr0 = np.empty((B, N, W), dtype), np.empty((B, R, N), dtype)
+    d_ww0, d_u0, d_p0 = np.empty((B, N), dtype), np.empty((B, N), dtype), np.empty((B, N), dtype)
+    d_l0 = np.empty((B, N, N), dtype)
+    for b in range(B):  # independent elements: own rows, own scratch
+        # gradients of the state after step t (carried back, in float64), and of the one before
+        dh, dc, dr = d_finals[0][b].astype(np.float64), d_finals[1][b].astype(np.float64), np.empty(RW)
+        dr[:] = d_finals[2][b]
+        dm, dwr = d_finals[3][b].astype(np.float64), d_finals[4][b].astype(np.float64)
+        dww, du = d_finals[5][b].astype(np.float64), d_finals[6][b].astype(np.float64)
+        # the links' gradient in place (row i of d L_t is read before row i of d L_{t-1} is
+        # written, and no other row), in the state's dtype: the largest buffer stays small
+        dp, dl = d_finals[7][b].astype(np.float64), d_finals[8][b].copy()
+        dm2, dwr2, dww2 = np.empty((N, W)), np.empty((R, N)), np.empty(N)
+        du2, dp2 = np.empty(N), np.empty(N)
+        d_reads, g_raw, grad_act = np.empty((R, W)), np.empty(P), np.empty(P)
+        d_state, d_pre_t, d_hbar_t, scratch = np.empty(H), np.empty(G), np.empty(G), np.empty(H)
+        segment = np.empty((every, N, N), dtype)
+        for k in range((T + every - 1) // every - 1, -1, -1):
+            t0, t1 = k * every, min(T, (k + 1) * every)
+            segment[0] = ls[b, k]
+            for t in range(t0, t1 - 1):
+                _link_update(segment[t - t0], wws[b, t + 1], ps[b, t], segment[t - t0 + 1])
+            for t in range(t1 - 1, t0 - 1, -1):
+                s, s1 = t, t + 1
+                for j in range(RW):
+                    d_reads[j // W, j % W] = d_out[b, t, H + j] + dr[j]
+                _element_backward(
+                    (raws[b, t], ms[b, s], wrs[b, s], wws[b, s], us[b, s], ps[b, s], segment[t - t0]),
+                    (ms[b, s1], wrs[b, s1], wws[b, s1], us[b, s1]),
+                    (acts[b, t], vectors[b, t], paths[b, t], norms[b, t], key_norms[b, t], order[b, t]),
+                    (d_reads, dm, dwr, dww, du, dp, dl),
+                    (g_raw, dm2, dwr2, dww2, du2, dp2, dl),
+                    grad_act,
+                )
+                dm, dm2, dwr, dwr2, dww, dww2 = dm2, dm, dwr2, dwr, dww2, dww
+                du, du2, dp, dp2 = du2, du, dp2, dp
+                d_raw[b, t] = g_raw
+                # h_t feeds the interface, the next step's controller and (standard) the output
+                d_state[:] = dh
+                _matvec_t_add(w_xi, g_raw, d_state)
+                if not pnr:
+                    d_state += d_out[b, t, :H]
+                _controller_backward(
+                    kind,
+                    activation,
+                    gates[b, t],
+                    hs[b, s1],
+                    cs[b, s1],
+                    cs[b, s],
+                    d_state,
+                    dc,
+                    d_pre_t,
+                    scratch,
+                )
+                d_hbar_t[:] = d_pre_t
+                if pnr:  # h_out = tanh(hbar[:H]), eq. 10
+                    for j in range(H):
+                        d_hbar_t[j] += d_out[b, t, j] * (1.0 - out[b, t, j] * out[b, t, j])
+                dh[:] = 0.0
+                if kind != FNN:
+                    _matvec_t_add(w_h, d_pre_t, dh)
+                dr[:] = 0.0
+                _matvec_t_add(w_r, d_hbar_t, dr)
+                d_pre[b, t], d_hbar[b, t] = d_pre_t, d_hbar_t
+        d_h0[b], d_c0[b], d_r0[b] = dh, dc, dr
+        d_m0[b], d_wr0[b], d_ww0[b], d_u0[b], d_p0[b], d_l0[b] = dm, dwr, dww, du, dp, dl
+    return d_hbar, d_pre, d_raw, (d_h0, d_c0, d_r0, d_m0, d_wr0, d_ww0, d_u0, d_p0, d_l0)

@@ -1,0 +1,138 @@
+"""How a whole-sequence kernel uses more than one core: the batch is cut into contiguous row
+blocks, one per thread, and the kernel runs once per block, each call on its own thread over
+the whole sequence; the blocks' results are joined after.
+
+The rule: the kernels use ``torch.get_num_threads()`` threads, as torch's own operators do, so
+``torch.set_num_threads(n)`` (what ``train.threads`` sets for a run) is the one setting. With
+one thread, or one row, the kernel is called exactly as before, on the whole batch (results
+bit-identical to the serial kernels). With n > 1 threads and B > 1 rows there are min(n, B)
+blocks. Why whole sequences per thread rather than numba's ``prange`` over the rows inside
+each time step: a kernel's time loop joins all rows at every step (one matrix product over
+the batch), so a prange there would meet a barrier several times per step, each a few
+microseconds on an idle machine and far more when another job holds a core; one block per
+thread meets once per call. The kernels are compiled with ``nogil=True`` so the blocks
+run at once, and their matrix products then run single-threaded (bridge.limit_blas_threads).
+
+Results: every row of a block is computed exactly as in a whole-batch call but for the
+matrix products, whose rounding may depend on the number of rows, so the values equal the
+one-thread ones to float rounding. Sums over the batch a kernel returns (the gradient of a
+shared weight) are added block by block in block order: with the same thread count the
+results are the same at every call (no racy reductions). Random draws never happen inside
+a kernel: they are inputs, drawn by torch before the call, and are cut like any other
+batch-major input, so samples do not depend on the thread count.
+
+How a kernel is called through here (ops/<model>/function.py)::
+
+    out, h, saved = threads.call(kernel, (Rows(x), Rows(noise, 1), weight, flag), (0, 0, SUM), batch)
+
+An argument wrapped in ``Rows`` holds the batch's rows along ``axis`` (0 for (B, ...), 1 for
+time-major (T, B, ...)), or is cut by a function ``(value, start, stop) -> value`` for any
+other layout; every other argument (weights, scalars, placeholders) goes whole to every
+block, and a plain tuple argument is looked into. ``join`` says how to join each part of the
+result: an axis (concatenate the blocks along it), ``SUM`` (add them in block order),
+``FIRST`` (a placeholder every block returns alike), or a tuple for a tuple result.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from mannlab.ops.bridge import limit_blas_threads
+
+#: join: add the blocks' values in block order (a sum over the batch)
+SUM = "sum"
+#: join: the value of the first block (a placeholder that does not depend on the rows)
+FIRST = "first"
+
+_pool: list[ThreadPoolExecutor | None] = [None]
+_pool_size = [0]
+_pool_lock = threading.Lock()
+
+
+def blocks(batch: int, threads: int | None = None) -> list[tuple[int, int]]:
+    """The row blocks [start, stop) of a batch of ``batch`` rows on ``threads`` threads (by
+    default torch.get_num_threads()): min(threads, batch) blocks of sizes differing by at
+    most one, the larger first."""
+    count = max(1, min(torch.get_num_threads() if threads is None else threads, batch))
+    size, extra = divmod(batch, count)
+    bounds, start = [], 0
+    for i in range(count):
+        stop = start + size + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+class Rows:
+    """A kernel argument whose rows are the batch's, along ``axis`` (or cut by ``axis(value,
+    start, stop)``)."""
+
+    __slots__ = ("value", "axis")
+
+    def __init__(self, value: Any, axis: int | Callable[[Any, int, int], Any] = 0):
+        self.value, self.axis = value, axis
+
+
+def call(kernel: Callable[..., Any], args: Sequence[Any], join: Any, batch: int) -> Any:
+    """``kernel(*args)`` over the batch's row blocks on torch.get_num_threads() threads, the
+    results joined (see the module docstring for ``Rows`` and ``join``). One block: the kernel
+    itself, called once on the arguments as given (unwrapped)."""
+    threads = torch.get_num_threads()
+    parts = blocks(batch, threads)
+    if len(parts) == 1:
+        limit_blas_threads(threads)
+        return kernel(*(_cut(value, None) for value in args))
+    limit_blas_threads(1)  # the blocks are the threads; a threaded BLAS inside would oversubscribe
+    calls = [tuple(_cut(value, part) for value in args) for part in parts]
+    pool = _executor(len(parts) - 1)
+    pending = [pool.submit(kernel, *block_args) for block_args in calls[1:]]
+    results = [kernel(*calls[0])]  # the first block on the calling thread
+    results.extend(future.result() for future in pending)
+    return _join(results, join)
+
+
+def _executor(workers: int) -> ThreadPoolExecutor:
+    """The module's thread pool, grown to at least ``workers`` threads."""
+    with _pool_lock:
+        if _pool[0] is None or _pool_size[0] < workers:
+            old = _pool[0]
+            _pool[0] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mannlab-kernel")
+            _pool_size[0] = workers
+            if old is not None:
+                old.shutdown(wait=False)
+        return _pool[0]
+
+
+def _cut(value: Any, part: tuple[int, int] | None) -> Any:
+    """The block ``part`` of an argument (None: the whole argument, unwrapped)."""
+    if isinstance(value, Rows):
+        if part is None:
+            return value.value
+        start, stop = part
+        if callable(value.axis):
+            return value.axis(value.value, start, stop)
+        index = (slice(None),) * value.axis + (slice(start, stop),)
+        # C-contiguous as the whole array (a view along axis 0), so the kernel compiles once
+        return np.ascontiguousarray(value.value[index])
+    if type(value) is tuple:
+        return tuple(_cut(item, part) for item in value)
+    return value
+
+
+def _join(results: list[Any], spec: Any) -> Any:
+    if isinstance(spec, tuple):
+        return tuple(_join([result[i] for result in results], s) for i, s in enumerate(spec))
+    if spec == FIRST:
+        return results[0]
+    if spec == SUM:
+        total = results[0].copy()
+        for value in results[1:]:
+            total += value
+        return total
+    return np.concatenate(results, axis=spec)

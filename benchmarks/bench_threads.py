@@ -1,14 +1,20 @@
 """Speed of the compiled whole-sequence kernels on two threads against one, in the same run.
 
 Measures training sequences per second (forward + loss + backward over a whole sequence, no
-optimizer update) of each model with torch.set_num_threads(1) and with
-torch.set_num_threads(2), which is what ``train.threads`` sets for a run: the kernels then
-cut the batch into one block of rows per thread (mannlab/ops/threads.py), and torch's own
-operators around them (input projection, output layer, weight gradients) use the same
-threads. Both settings take turns within every round (in a rotating order), and the ratio
-is the median over rounds of (one-thread time / two-thread time) measured in the same round,
-so a change of machine load slows both alike. Times are wall-clock seconds (CPU time would
-add up both threads and hide the gain).
+optimizer update) of each model in three settings:
+
+  1 thread            torch.set_num_threads(1): the serial kernels, as before
+  2 threads           torch.set_num_threads(2), what ``train.threads = 2`` sets for a run: the
+                      kernels cut the batch into one block of rows per thread
+                      (mannlab/ops/threads.py), and torch's own operators around them (input
+                      projection, output layer, weight gradients) use two threads too
+  kernels 2, torch 1  mannlab.ops.set_threads(2) with torch on one thread: only the kernels
+                      run on two threads
+
+The settings take turns within every round (in a rotating order); a ratio "x" is the median
+over rounds of (one-thread time / that setting's time) measured in the same round, so a
+change of machine load slows all alike. Times are wall-clock seconds (CPU time would add up
+both threads and hide the gain).
 
 Models, on random binary inputs and targets (input 9, output 8: the copy task's sizes),
 each at the size of its own benchmark:
@@ -46,7 +52,8 @@ from bench_ntm import INPUT, OUTPUT, time_round_robin  # noqa: E402
 from bench_tardis import TARDISLogits  # noqa: E402
 from bench_tardis import train_step as tardis_train_step  # noqa: E402
 
-THREADS = (1, 2)
+#: name: (torch's threads, the kernels' threads; None: torch's)
+SETTINGS = {"1 thread": (1, None), "2 threads": (2, None), "kernels 2, torch 1": (1, 2)}
 
 
 def models() -> dict[str, tuple[nn.Module, Callable]]:
@@ -60,9 +67,10 @@ def models() -> dict[str, tuple[nn.Module, Callable]]:
     }
 
 
-def on_threads(count: int, step: Callable, model: nn.Module, x: torch.Tensor, target: torch.Tensor):
+def on_threads(setting: tuple[int, int | None], step: Callable, model: nn.Module, x, target):
     def call() -> None:
-        torch.set_num_threads(count)
+        torch.set_num_threads(setting[0])
+        mannlab.ops.set_threads(setting[1])
         step(model, x, target)
 
     return call
@@ -76,24 +84,21 @@ def measure(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:
             gen = torch.Generator().manual_seed(batch)
             x = (torch.rand(batch, args.steps, INPUT, generator=gen) > 0.5).float()
             target = (torch.rand(batch, args.steps, OUTPUT, generator=gen) > 0.5).float()
-            calls = {count: on_threads(count, step, model, x, target) for count in THREADS}
+            calls = {key: on_threads(setting, step, model, x, target) for key, setting in SETTINGS.items()}
             times = time_round_robin(calls, args.warmup, args.repeats)
-            one, two = times[1], times[2]
-            records.append(
-                {
-                    "model": name,
-                    "batch": batch,
-                    "seq_per_s_1": batch / statistics.median(one),
-                    "seq_per_s_2": batch / statistics.median(two),
-                    "speedup": statistics.median(a / b for a, b in zip(one, two)),
-                }
-            )
-            print(
-                f"| {name} | {batch} | {records[-1]['seq_per_s_1']:.1f} | {records[-1]['seq_per_s_2']:.1f} "
-                f"| {records[-1]['speedup']:.2f} |",
-                flush=True,
-            )
+            one = times["1 thread"]
+            record = {"model": name, "batch": batch}
+            for key, values in times.items():
+                record[f"seq/s, {key}"] = batch / statistics.median(values)
+                if key != "1 thread":
+                    record[f"x, {key}"] = statistics.median(a / b for a, b in zip(one, values))
+            records.append(record)
+            print("| " + " | ".join(_cell(v) for v in record.values()) + " |", flush=True)
     return records
+
+
+def _cell(value) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
@@ -119,17 +124,21 @@ def main(argv: list[str] | None = None) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     print(
         f"torch {torch.__version__}, mannlab {mannlab.__version__}, {os.cpu_count()} CPUs, T = {args.steps}, "
-        f"{args.repeats} rounds, load average at start {load}"
+        f"{args.repeats} rounds, load average at start {load:.2f}"
     )
-    print("| model | batch | seq/s, 1 thread | seq/s, 2 threads | 2 threads / 1 thread |")
-    print("|---|---|---|---|---|")
+    columns = ["model", "batch", "seq/s, 1 thread"]
+    for key in list(SETTINGS)[1:]:  # as the records: seq/s, then the ratio to one thread
+        columns += [f"seq/s, {key}", f"x, {key}"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
     start = time.perf_counter()
     try:
         records = measure(args, batch_sizes)
     finally:
         torch.set_num_threads(threads_before)
+        mannlab.ops.set_threads(None)
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    print(f"load average at end {load_end}, {time.perf_counter() - start:.0f} s")
+    print(f"load average at end {load_end:.2f}, {time.perf_counter() - start:.0f} s")
     if args.json:
         settings = {
             "torch": torch.__version__,

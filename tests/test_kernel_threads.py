@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import float64_seq, leaves, small_model
-from mannlab.ops import dispatch, threads, use_kernels
+from mannlab.ops import dispatch, set_threads, threads, use_kernels
 from mannlab.ops.threads import Rows
 
 
@@ -28,6 +28,20 @@ def test_blocks_are_contiguous_and_balanced():
     assert threads.blocks(5, 2) == [(0, 3), (3, 5)]
     assert threads.blocks(1, 4) == [(0, 1)]
     assert threads.blocks(3, 8) == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_set_threads_overrides_torch_and_none_follows_it_again():
+    with torch_threads(1):
+        assert threads.get_threads() == 1
+        set_threads(2)
+        try:
+            assert threads.get_threads() == 2 and threads.blocks(5) == [(0, 3), (3, 5)]
+        finally:
+            set_threads(None)
+        assert threads.get_threads() == 1 and threads.blocks(5) == [(0, 5)]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="thread count >= 1 or None"):
+            set_threads(bad)
 
 
 def test_one_thread_calls_the_kernel_once_on_the_arguments_as_given():
@@ -133,3 +147,31 @@ def test_two_threads_equal_one_to_rounding_and_repeat_exactly(name, kw, trace):
     for key in g_one:
         assert torch.equal(g_two[key], g_again[key]), key
         assert torch.allclose(g_one[key], g_two[key], rtol=0, atol=1e-10), key
+
+
+def _call_in_blocks():
+    x = np.arange(8.0).reshape(4, 2)
+    with torch_threads(2):
+        return threads.call(lambda v: v * 2.0, (Rows(x),), 0, 4)
+
+
+def _child(queue):
+    queue.put(_call_in_blocks().tolist())
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_blocks_run_in_a_forked_child():
+    """A child forked after the pool started gets a pool of its own (the parent's threads do
+    not exist there: the old pool would never run a block)."""
+    import multiprocessing
+
+    _call_in_blocks()  # the pool exists in the parent
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0
+    assert queue.get(timeout=5) == (np.arange(8.0).reshape(4, 2) * 2).tolist()

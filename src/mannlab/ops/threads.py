@@ -3,10 +3,13 @@ blocks, one per thread, and the kernel runs once per block, each call on its own
 the whole sequence; the blocks' results are joined after.
 
 The rule: the kernels use ``torch.get_num_threads()`` threads, as torch's own operators do, so
-``torch.set_num_threads(n)`` (what ``train.threads`` sets for a run) is the one setting. With
-one thread, or one row, the kernel is called exactly as before, on the whole batch (results
-bit-identical to the serial kernels). With n > 1 threads and B > 1 rows there are min(n, B)
-blocks. Why whole sequences per thread rather than numba's ``prange`` over the rows inside
+``torch.set_num_threads(n)`` (what ``train.threads`` sets for a run) sets both;
+``mannlab.ops.set_threads(n)`` sets the kernels' count alone (``None``: follow torch again),
+for when torch's operators are better left on one thread (on a loaded machine two intra-op
+threads made a whole training step up to 10x slower, while the kernels' blocks still gained).
+With one thread, or one row, the kernel is called exactly as before, on the whole batch
+(results bit-identical to the serial kernels). With n > 1 threads and B > 1 rows there are
+min(n, B) blocks. Why whole sequences per thread rather than numba's ``prange`` over the rows inside
 each time step: a kernel's time loop joins all rows at every step (one matrix product over
 the batch), so a prange there would meet a barrier several times per step, each a few
 microseconds on an idle machine and far more when another job holds a core; one block per
@@ -35,6 +38,7 @@ result: an axis (concatenate the blocks along it), ``SUM`` (add them in block or
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,16 +54,30 @@ SUM = "sum"
 #: join: the value of the first block (a placeholder that does not depend on the rows)
 FIRST = "first"
 
+_threads: list[int | None] = [None]  # set_threads; None: torch.get_num_threads()
 _pool: list[ThreadPoolExecutor | None] = [None]
 _pool_size = [0]
 _pool_lock = threading.Lock()
 
 
+def set_threads(count: int | None) -> None:
+    """Run the compiled whole-sequence kernels on ``count`` threads whatever torch's setting;
+    ``None`` (the default): as many as torch.get_num_threads()."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"set_threads expects a thread count >= 1 or None, got {count!r}")
+    _threads[0] = count
+
+
+def get_threads() -> int:
+    """The number of threads the kernels run on (set_threads, else torch.get_num_threads())."""
+    return torch.get_num_threads() if _threads[0] is None else _threads[0]
+
+
 def blocks(batch: int, threads: int | None = None) -> list[tuple[int, int]]:
     """The row blocks [start, stop) of a batch of ``batch`` rows on ``threads`` threads (by
-    default torch.get_num_threads()): min(threads, batch) blocks of sizes differing by at
-    most one, the larger first."""
-    count = max(1, min(torch.get_num_threads() if threads is None else threads, batch))
+    default get_threads()): min(threads, batch) blocks of sizes differing by at most one, the
+    larger first."""
+    count = max(1, min(get_threads() if threads is None else threads, batch))
     size, extra = divmod(batch, count)
     bounds, start = [], 0
     for i in range(count):
@@ -80,13 +98,13 @@ class Rows:
 
 
 def call(kernel: Callable[..., Any], args: Sequence[Any], join: Any, batch: int) -> Any:
-    """``kernel(*args)`` over the batch's row blocks on torch.get_num_threads() threads, the
-    results joined (see the module docstring for ``Rows`` and ``join``). One block: the kernel
-    itself, called once on the arguments as given (unwrapped)."""
-    threads = torch.get_num_threads()
-    parts = blocks(batch, threads)
+    """``kernel(*args)`` over the batch's row blocks on get_threads() threads, the results
+    joined (see the module docstring for ``Rows`` and ``join``). One block: the kernel itself,
+    called once on the arguments as given (unwrapped), its matrix products on torch's threads
+    as before."""
+    parts = blocks(batch)
     if len(parts) == 1:
-        limit_blas_threads(threads)
+        limit_blas_threads(torch.get_num_threads())
         return kernel(*(_cut(value, None) for value in args))
     limit_blas_threads(1)  # the blocks are the threads; a threaded BLAS inside would oversubscribe
     calls = [tuple(_cut(value, part) for value in args) for part in parts]
@@ -95,6 +113,18 @@ def call(kernel: Callable[..., Any], args: Sequence[Any], join: Any, batch: int)
     results = [kernel(*calls[0])]  # the first block on the calling thread
     results.extend(future.result() for future in pending)
     return _join(results, join)
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's pool threads do not exist there, and an executor that
+    believes they do would never run a block."""
+    global _pool_lock
+    _pool[0], _pool_size[0] = None, 0
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _executor(workers: int) -> ThreadPoolExecutor:

@@ -107,12 +107,49 @@ def call(kernel: Callable[..., Any], args: Sequence[Any], join: Any, batch: int)
         limit_blas_threads(torch.get_num_threads())
         return kernel(*(_cut(value, None) for value in args))
     limit_blas_threads(1)  # the blocks are the threads; a threaded BLAS inside would oversubscribe
-    calls = [tuple(_cut(value, part) for value in args) for part in parts]
+    joined = _Joined(batch)
     pool = _executor(len(parts) - 1)
-    pending = [pool.submit(kernel, *block_args) for block_args in calls[1:]]
-    results = [kernel(*calls[0])]  # the first block on the calling thread
+    pending = [pool.submit(_block, kernel, args, join, part, joined) for part in parts[1:]]
+    results = [_block(kernel, args, join, parts[0], joined)]  # the first on the calling thread
     results.extend(future.result() for future in pending)
-    return _join(results, join)
+    return _join(results, join, joined)
+
+
+class _Joined:
+    """The whole-batch arrays the blocks copy their rows into, each allocated by the first
+    block that returns it (so the copies run on the blocks' threads, not after them)."""
+
+    def __init__(self, batch: int):
+        self.batch, self.arrays, self.lock = batch, {}, threading.Lock()
+
+    def place(self, value: np.ndarray, axis: int, part: tuple[int, int], key: tuple[int, ...]) -> None:
+        start, stop = part
+        if value.ndim <= axis or value.shape[axis] != stop - start:
+            raise ValueError(
+                f"threads.call: result {key} of shape {value.shape} should have the block's "
+                f"{stop - start} rows along axis {axis}"
+            )
+        with self.lock:
+            whole = self.arrays.get(key)
+            if whole is None:
+                shape = value.shape[:axis] + (self.batch,) + value.shape[axis + 1 :]
+                whole = self.arrays[key] = np.empty(shape, value.dtype)
+        whole[(slice(None),) * axis + (slice(start, stop),)] = value
+
+
+def _block(kernel, args, join, part, joined: _Joined) -> Any:
+    """One block: its arguments cut, the kernel, its rows copied into the joined arrays."""
+    result = kernel(*(_cut(value, part) for value in args))
+    _place(result, join, part, joined, ())
+    return result
+
+
+def _place(result: Any, spec: Any, part: tuple[int, int], joined: _Joined, key: tuple[int, ...]) -> None:
+    if isinstance(spec, tuple):
+        for i, item_spec in enumerate(spec):
+            _place(result[i], item_spec, part, joined, key + (i,))
+    elif spec not in (SUM, FIRST):
+        joined.place(result, spec, part, key)
 
 
 def _forget_pool() -> None:
@@ -155,9 +192,12 @@ def _cut(value: Any, part: tuple[int, int] | None) -> Any:
     return value
 
 
-def _join(results: list[Any], spec: Any) -> Any:
+def _join(results: list[Any], spec: Any, joined: _Joined, key: tuple[int, ...] = ()) -> Any:
+    """The blocks' results as one: the joined arrays, sums in block order, first values."""
     if isinstance(spec, tuple):
-        return tuple(_join([result[i] for result in results], s) for i, s in enumerate(spec))
+        return tuple(
+            _join([result[i] for result in results], s, joined, key + (i,)) for i, s in enumerate(spec)
+        )
     if spec == FIRST:
         return results[0]
     if spec == SUM:
@@ -165,4 +205,4 @@ def _join(results: list[Any], spec: Any) -> Any:
         for value in results[1:]:
             total += value
         return total
-    return np.concatenate(results, axis=spec)
+    return joined.arrays[key]

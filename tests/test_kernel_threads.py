@@ -84,6 +84,29 @@ def test_call_cuts_rows_and_joins_blocks(count):
     assert np.array_equal(cut[1][1], whole[1][1])
 
 
+def test_kept_blocks_go_back_to_their_own_blocks():
+    """KEEP leaves a result in its row blocks (never copied); given back to call as an
+    argument, each block gets its own, on the blocks of the call that made it (as a backward
+    runs on its forward's blocks, whatever the thread count is by then)."""
+
+    def forward(x):
+        return x * 2.0, x + 1.0
+
+    def backward(saved, grad):
+        return saved * grad
+
+    x = np.arange(10.0).reshape(5, 2)
+    with torch_threads(2):
+        y, kept = threads.call(forward, (Rows(x),), (0, threads.KEEP), 5)
+    assert isinstance(kept, threads.Blocks) and kept.parts == [(0, 3), (3, 5)]
+    assert np.array_equal(y, x * 2.0) and np.array_equal(np.concatenate(kept.values), x + 1.0)
+    with torch_threads(1):
+        grad = threads.call(backward, (kept, Rows(np.full((5, 2), 3.0))), 0, 5)
+        assert np.array_equal(grad, (x + 1.0) * 3.0)
+        _, whole = threads.call(forward, (Rows(x),), (0, threads.KEEP), 5)
+    assert whole.parts == [(0, 5)] and np.array_equal(whole.values[0], x + 1.0)
+
+
 def float_leaves(value):
     return [t for t in leaves(value) if t.is_floating_point()]
 
@@ -91,15 +114,18 @@ def float_leaves(value):
 def run(model, x, count, trace):
     """Outputs (with trace) and every parameter and input gradient of one forward and backward
     on ``count`` threads, from seed 3; the number of row blocks of each kernel call."""
-    joins = []
-    original = threads.blocks
+    joins = []  # per kernel call, the blocks run on threads (0: the kernel called once, whole)
+    original_call, original_block = threads.call, threads._block
 
-    def counting(batch, count=None):
-        parts = original(batch, count)
-        joins.append(len(parts))
-        return parts
+    def counting_call(*args):
+        joins.append(0)
+        return original_call(*args)
 
-    threads.blocks = counting
+    def counting_block(*args):
+        joins[-1] += 1
+        return original_block(*args)
+
+    threads.call, threads._block = counting_call, counting_block
     try:
         model.zero_grad()
         inp = x.clone().requires_grad_()
@@ -109,7 +135,7 @@ def run(model, x, count, trace):
             loss = sum(((i + 1) * t).sin().sum() for i, t in enumerate(float_leaves(out)))
             loss.backward()
     finally:
-        threads.blocks = original
+        threads.call, threads._block = original_call, original_block
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     grads["input"] = inp.grad.clone()
     return leaves(out), grads, joins
@@ -136,7 +162,7 @@ def test_two_threads_equal_one_to_rounding_and_repeat_exactly(name, kw, trace):
     one, g_one, joins_one = run(model, x, 1, trace)
     two, g_two, joins_two = run(model, x, 2, trace)
     again, g_again, _ = run(model, x, 2, trace)
-    assert joins_one == [1, 1] and joins_two == [2, 2]  # forward and backward, each cut in two
+    assert joins_one == [0, 0] and joins_two == [2, 2]  # forward and backward, each cut in two
     for a, b, c in zip(one, two, again):
         assert torch.equal(b, c)
         if a.is_floating_point():

@@ -5,8 +5,8 @@ the whole sequence; the blocks' results are joined after.
 The rule: the kernels use ``torch.get_num_threads()`` threads, as torch's own operators do, so
 ``torch.set_num_threads(n)`` (what ``train.threads`` sets for a run) sets both;
 ``mannlab.ops.set_threads(n)`` sets the kernels' count alone (``None``: follow torch again),
-for when torch's operators are better left on one thread (on a loaded machine two intra-op
-threads made a whole training step up to 10x slower, while the kernels' blocks still gained).
+for when torch's operators are better left on one thread (on the loaded 2-core machine two
+intra-op threads made a whole training step 4-20x slower: benchmarks/bench_threads.py).
 With one thread, or one row, the kernel is called exactly as before, on the whole batch
 (results bit-identical to the serial kernels). With n > 1 threads and B > 1 rows there are
 min(n, B) blocks. Why whole sequences per thread rather than numba's ``prange`` over the rows inside
@@ -26,14 +26,18 @@ batch-major input, so samples do not depend on the thread count.
 
 How a kernel is called through here (ops/<model>/function.py)::
 
-    out, h, saved = threads.call(kernel, (Rows(x), Rows(noise, 1), weight, flag), (0, 0, SUM), batch)
+    args = (Rows(x), Rows(noise, 1), weight, flag)
+    out, d_weight, saved = threads.call(kernel, args, (0, SUM, KEEP), batch)
 
 An argument wrapped in ``Rows`` holds the batch's rows along ``axis`` (0 for (B, ...), 1 for
 time-major (T, B, ...)), or is cut by a function ``(value, start, stop) -> value`` for any
 other layout; every other argument (weights, scalars, placeholders) goes whole to every
 block, and a plain tuple argument is looked into. ``join`` says how to join each part of the
 result: an axis (concatenate the blocks along it), ``SUM`` (add them in block order),
-``FIRST`` (a placeholder every block returns alike), or a tuple for a tuple result.
+``FIRST`` (a placeholder every block returns alike), ``KEEP`` (keep the blocks' values apart,
+as a ``Blocks``: for what only the backward reads, which then goes back to ``call`` as an
+argument, each block getting its own, so it is never copied), or a tuple for a tuple result.
+A call given a ``Blocks`` argument runs on that argument's row blocks.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ from mannlab.ops.bridge import limit_blas_threads
 SUM = "sum"
 #: join: the value of the first block (a placeholder that does not depend on the rows)
 FIRST = "first"
+#: join: keep the blocks' values apart (a Blocks)
+KEEP = "keep"
 
 _threads: list[int | None] = [None]  # set_threads; None: torch.get_num_threads()
 _pool: list[ThreadPoolExecutor | None] = [None]
@@ -97,22 +103,56 @@ class Rows:
         self.value, self.axis = value, axis
 
 
+class Blocks:
+    """The values of a result joined with KEEP, one per row block, and those blocks."""
+
+    __slots__ = ("values", "parts")
+
+    def __init__(self, values: list[Any], parts: list[tuple[int, int]]):
+        if len(values) != len(parts):
+            raise ValueError(f"Blocks: {len(values)} values for {len(parts)} row blocks")
+        self.values, self.parts = values, parts
+
+
 def call(kernel: Callable[..., Any], args: Sequence[Any], join: Any, batch: int) -> Any:
     """``kernel(*args)`` over the batch's row blocks on get_threads() threads, the results
     joined (see the module docstring for ``Rows`` and ``join``). One block: the kernel itself,
     called once on the arguments as given (unwrapped), its matrix products on torch's threads
     as before."""
-    parts = blocks(batch)
+    kept = _blocks_in(args)
+    parts = blocks(batch) if kept is None else kept.parts  # a backward runs on its forward's blocks
     if len(parts) == 1:
         limit_blas_threads(torch.get_num_threads())
-        return kernel(*(_cut(value, None) for value in args))
+        result = kernel(*(_cut(value, None, 0) for value in args))
+        return _keep_whole(result, join, parts) if _keeps(join) else result
     limit_blas_threads(1)  # the blocks are the threads; a threaded BLAS inside would oversubscribe
     joined = _Joined(batch)
     pool = _executor(len(parts) - 1)
-    pending = [pool.submit(_block, kernel, args, join, part, joined) for part in parts[1:]]
-    results = [_block(kernel, args, join, parts[0], joined)]  # the first on the calling thread
+    pending = [pool.submit(_block, kernel, args, join, parts, i, joined) for i in range(1, len(parts))]
+    results = [_block(kernel, args, join, parts, 0, joined)]  # the first on the calling thread
     results.extend(future.result() for future in pending)
-    return _join(results, join, joined)
+    return _join(results, join, joined, parts)
+
+
+def _blocks_in(value: Any) -> Blocks | None:
+    if isinstance(value, Blocks):
+        return value
+    if type(value) in (tuple, list):
+        for item in value:
+            if (found := _blocks_in(item)) is not None:
+                return found
+    return None
+
+
+def _keeps(spec: Any) -> bool:
+    return spec == KEEP or (isinstance(spec, tuple) and any(_keeps(item) for item in spec))
+
+
+def _keep_whole(result: Any, spec: Any, parts: list[tuple[int, int]]) -> Any:
+    """A one-block result with its KEEP parts as Blocks of one value."""
+    if isinstance(spec, tuple):
+        return tuple(_keep_whole(result[i], item, parts) for i, item in enumerate(spec))
+    return Blocks([result], parts) if spec == KEEP else result
 
 
 class _Joined:
@@ -137,10 +177,10 @@ class _Joined:
         whole[(slice(None),) * axis + (slice(start, stop),)] = value
 
 
-def _block(kernel, args, join, part, joined: _Joined) -> Any:
-    """One block: its arguments cut, the kernel, its rows copied into the joined arrays."""
-    result = kernel(*(_cut(value, part) for value in args))
-    _place(result, join, part, joined, ())
+def _block(kernel, args, join, parts, index: int, joined: _Joined) -> Any:
+    """Block ``index``: its arguments cut, the kernel, its rows copied into the joined arrays."""
+    result = kernel(*(_cut(value, parts[index], index) for value in args))
+    _place(result, join, parts[index], joined, ())
     return result
 
 
@@ -148,7 +188,7 @@ def _place(result: Any, spec: Any, part: tuple[int, int], joined: _Joined, key: 
     if isinstance(spec, tuple):
         for i, item_spec in enumerate(spec):
             _place(result[i], item_spec, part, joined, key + (i,))
-    elif spec not in (SUM, FIRST):
+    elif spec not in (SUM, FIRST, KEEP):
         joined.place(result, spec, part, key)
 
 
@@ -176,8 +216,10 @@ def _executor(workers: int) -> ThreadPoolExecutor:
         return _pool[0]
 
 
-def _cut(value: Any, part: tuple[int, int] | None) -> Any:
-    """The block ``part`` of an argument (None: the whole argument, unwrapped)."""
+def _cut(value: Any, part: tuple[int, int] | None, index: int) -> Any:
+    """Block ``index``, rows ``part``, of an argument (None: the whole argument, unwrapped)."""
+    if isinstance(value, Blocks):
+        return value.values[index]
     if isinstance(value, Rows):
         if part is None:
             return value.value
@@ -188,16 +230,19 @@ def _cut(value: Any, part: tuple[int, int] | None) -> Any:
         # C-contiguous as the whole array (a view along axis 0), so the kernel compiles once
         return np.ascontiguousarray(value.value[index])
     if type(value) is tuple:
-        return tuple(_cut(item, part) for item in value)
+        return tuple(_cut(item, part, index) for item in value)
     return value
 
 
-def _join(results: list[Any], spec: Any, joined: _Joined, key: tuple[int, ...] = ()) -> Any:
-    """The blocks' results as one: the joined arrays, sums in block order, first values."""
+def _join(results: list[Any], spec: Any, joined: _Joined, parts, key: tuple[int, ...] = ()) -> Any:
+    """The blocks' results as one: the joined arrays, sums in block order, first values,
+    Blocks."""
     if isinstance(spec, tuple):
         return tuple(
-            _join([result[i] for result in results], s, joined, key + (i,)) for i, s in enumerate(spec)
+            _join([result[i] for result in results], s, joined, parts, key + (i,)) for i, s in enumerate(spec)
         )
+    if spec == KEEP:
+        return Blocks(results, parts)
     if spec == FIRST:
         return results[0]
     if spec == SUM:

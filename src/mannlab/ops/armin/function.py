@@ -12,7 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
-from mannlab.ops.threads import FIRST, Rows
+from mannlab.ops.threads import KEEP, Blocks, Rows
 
 #: The kernels' addressing modes (ops/armin/kernels.py: SOFT, GUMBEL_RELAXED, ...).
 MODES = {"soft": 0, "gumbel-relaxed": 1, "gumbel": 2, "argmax": 3}
@@ -104,7 +104,7 @@ class ARMINSequence(torch.autograd.Function):
                 mode,
                 keep,
             ),
-            (0, 0, 0, (0,) * 17 + (1 if use_zone else FIRST,)),
+            (0, 0, 0, KEEP),  # what the backward reads stays in its row blocks: never copied
             xp.shape[0],
         )
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
@@ -119,23 +119,24 @@ class ARMINSequence(torch.autograd.Function):
                 lnc_w,
                 lng_w,
                 lnh_w,
-                *(torch.from_numpy(v) for v in saved),
+                *(torch.from_numpy(v) for block in saved.values for v in block),
             )
-        ctx.options = (use_map, use_zone, float(inv_tau), int(mode), xp.shape[-1])
+        ctx.options = (use_map, use_zone, float(inv_tau), int(mode), xp.shape[-1], saved.parts)
         return torch.from_numpy(out), torch.from_numpy(h), torch.from_numpy(m)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, d_h, d_m):
-        use_map, use_zone, inv_tau, mode, width = ctx.options
-        steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w, *saved = ctx.saved_tensors
+        use_map, use_zone, inv_tau, mode, width, parts = ctx.options
+        steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w, *flat = ctx.saved_tensors
         a = as_array
         map_w = a(w_map) if use_map else np.zeros((1, 1), a(w_ch).dtype)
-        *rows, zone = (a(v) for v in saved)  # (B, ...) arrays, then the zoneout weights (T, B, d_h)
+        n = len(flat) // len(parts)
+        blocks = [flat[i * n : (i + 1) * n] for i in range(len(parts))]  # the forward's saved, per block
         grads = threads.call(
             dispatch.load("armin").sequence_backward,
             (
-                tuple(Rows(v) for v in rows) + (Rows(zone, 1) if use_zone else zone,),
+                Blocks([tuple(a(v) for v in block) for block in blocks], parts),
                 Rows(a(steps0)),
                 a(w_ch),
                 a(w_cr),
@@ -157,7 +158,13 @@ class ARMINSequence(torch.autograd.Function):
             d_out.shape[0],
         )
         d_xc, d_xg, d_xs, d_v, d_yc, d_yg, d_yh, d_h0, d_m0 = (torch.from_numpy(g) for g in grads)
-        (hprev, _, _, r_all, _, hg_all, rg_all, xc_all, xg_all, xh_all, _, _, hs_all, *_) = saved
+
+        def rows(i):  # saved array i over the whole batch
+            return blocks[0][i] if len(blocks) == 1 else torch.cat([block[i] for block in blocks])
+
+        hprev, r_all, hg_all, rg_all, xc_all, xg_all, xh_all, hs_all = (
+            rows(i) for i in (0, 3, 5, 6, 7, 8, 9, 12)
+        )
 
         def outer(grad, value):  # sum over batch and time of grad ⊗ value
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])

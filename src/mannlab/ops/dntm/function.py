@@ -12,7 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
-from mannlab.ops.threads import SUM, Rows
+from mannlab.ops.threads import KEEP, SUM, Blocks, Rows
 
 #: The kernels' addressing modes (ops/dntm/kernels.py: SOFT, SAMPLE, ARGMAX).
 SOFT, SAMPLE, ARGMAX = 0, 1, 2
@@ -84,16 +84,24 @@ class DNTMSequence(torch.autograd.Function):
                 trace,
                 every,
             ),
-            (0,) * 6 + ((0,) * 6, (0,) * 5),  # every result is (B, ...)
+            # (B, ...) results; what only the backward reads stays in its row blocks (never copied)
+            (0,) * 6 + ((0,) * 6, KEEP),
             B,
         )
         records = tuple(torch.from_numpy(r) for r in records)
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
             ctx.save_for_backward(
-                xp, h0, w_r, w_h, w_p, address, *records, *(torch.from_numpy(v) for v in saved)
+                xp,
+                h0,
+                w_r,
+                w_h,
+                w_p,
+                address,
+                *records,
+                *(torch.from_numpy(v) for block in saved.values for v in block),
             )
-        ctx.options = options
+        ctx.options, ctx.parts = options, saved.parts
         hnew, act, beta_pre, probs, index, memory = records
         ctx.mark_non_differentiable(index)
         ctx.set_materialize_grads(False)
@@ -105,11 +113,13 @@ class DNTMSequence(torch.autograd.Function):
         R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every, constants = ctx.options
         similarity_eps, lru_decay = constants
         xp, h0, w_r, w_h, w_p, address, *rest = ctx.saved_tensors
-        records, saved = rest[:6], rest[6:]
+        records, flat = rest[:6], rest[6:]
+        n = len(flat) // len(ctx.parts)
+        blocks = [flat[i * n : (i + 1) * n] for i in range(len(ctx.parts))]  # the forward's, per block
         hnew = records[0]
         a = as_array
         B, T = xp.shape[:2]
-        N, dc = address.shape[0], saved[3].shape[2]  # checkpoints of C: (B, ., d_c, N)
+        N, dc = address.shape[0], blocks[0][3].shape[2]  # checkpoints of C: (B, ., d_c, N)
         dtype = a(xp).dtype
 
         def given(grad, *shape):  # a gradient autograd did not materialise: zeros
@@ -122,7 +132,7 @@ class DNTMSequence(torch.autograd.Function):
                 Rows(a(xp)),
                 Rows(a(h0)),
                 tuple(Rows(a(v)) for v in records),
-                tuple(Rows(a(v)) for v in saved),
+                Blocks([tuple(a(v) for v in block) for block in blocks], ctx.parts),
                 a(w_r),
                 a(w_h) if gru else dummy,
                 a(w_p),
@@ -157,7 +167,7 @@ class DNTMSequence(torch.autograd.Function):
         d_xp, d_a, d_g, d_p, d_address, d_h0, d_phi0, d_c0, d_vr0, d_vw0 = (
             torch.from_numpy(g) for g in grads
         )
-        phiprev = saved[0]
+        phiprev = blocks[0][0] if len(blocks) == 1 else torch.cat([block[0] for block in blocks])
         hprev = (
             torch.cat([h0.unsqueeze(1), hnew[:, :-1]], 1)  # h_{s-1}
             if gru and ctx.needs_input_grad[8]

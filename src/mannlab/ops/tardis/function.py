@@ -12,7 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
-from mannlab.ops.threads import SUM, Rows
+from mannlab.ops.threads import KEEP, SUM, Blocks, Rows
 
 #: The kernels' addressing modes (ops/tardis/kernels.py: GUMBEL, REINFORCE, ARGMAX).
 MODES = {"gumbel": 0, "reinforce": 1, "argmax": 2}
@@ -106,7 +106,7 @@ class TARDISSequence(torch.autograd.Function):
                 train,
                 keep,
             ),
-            (0,) * 12 + ((0,) * 22,),  # the outputs and the saved arrays are all (B, ...)
+            (0,) * 12 + (KEEP,),  # what the backward reads stays in its row blocks: never copied
             xg.shape[0],
         )
         outputs = tuple(
@@ -141,9 +141,9 @@ class TARDISSequence(torch.autograd.Function):
                 lng_w,
                 lnc_w,
                 lnm_w,
-                *(torch.from_numpy(v) for v in saved),
+                *(torch.from_numpy(v) for block in saved.values for v in block),
             )
-        ctx.options = options
+        ctx.options, ctx.parts = options, saved.parts
         return outputs
 
     @staticmethod
@@ -184,8 +184,10 @@ class TARDISSequence(torch.autograd.Function):
             lng_w,
             lnc_w,
             lnm_w,
-            *saved,
+            *flat,
         ) = ctx.saved_tensors
+        n = len(flat) // len(ctx.parts)
+        blocks = [flat[i * n : (i + 1) * n] for i in range(len(ctx.parts))]  # the forward's, per block
         a = as_array
         gumbel = mode == MODES["gumbel"]
         read_grad = gumbel or d_probs is not None  # does any gradient reach π?
@@ -198,7 +200,7 @@ class TARDISSequence(torch.autograd.Function):
         grads = threads.call(
             dispatch.load("tardis").sequence_backward,
             (
-                tuple(Rows(a(v)) for v in saved),
+                Blocks([tuple(a(v) for v in block) for block in blocks], ctx.parts),
                 Rows(a(h_all)),
                 Rows(a(r_all)),
                 Rows(a(probs)),
@@ -228,7 +230,7 @@ class TARDISSequence(torch.autograd.Function):
                 Rows(given(d_write_w, probs)),
                 Rows(given(d_resets, resets)),
                 Rows(given(d_tau, tau)),
-                Rows(given(d_c, saved[1][:, 0])),
+                Rows(given(d_c, h_all[:, 0])),  # c_T is (B, d) as h_t
                 Rows(given(d_C, C)),
             ),
             # per row, but the gradients of aproj, of the score vector and of the layer norms
@@ -238,7 +240,9 @@ class TARDISSequence(torch.autograd.Function):
         (d_xg, d_xr, d_h0, d_c0, d_C0, d_mp0, d_aproj, dv, dvm, d_taupre, d_score, *d_ln) = (
             torch.from_numpy(g) for g in grads
         )
-        hprev, v_all = saved[0], saved[17]
+        hprev, v_all = (
+            blocks[0][i] if len(blocks) == 1 else torch.cat([b[i] for b in blocks]) for i in (0, 17)
+        )
         d = hprev.shape[-1]
 
         def outer(grad, value):  # sum over batch and time of grad ⊗ value

@@ -10,8 +10,9 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from mannlab.ops import dispatch
-from mannlab.ops.bridge import as_array, limit_blas_threads
+from mannlab.ops import dispatch, threads
+from mannlab.ops.bridge import as_array
+from mannlab.ops.threads import KEEP, Blocks, Rows
 
 #: The kernels' addressing modes (ops/armin/kernels.py: SOFT, GUMBEL_RELAXED, ...).
 MODES = {"soft": 0, "gumbel-relaxed": 1, "gumbel": 2, "argmax": 3}
@@ -74,33 +75,37 @@ class ARMINSequence(torch.autograd.Function):
         use_map, use_zone = w_map is not None, zone is not None
         zone = zone if use_zone else xp.new_zeros(1, 1, 1)
         map_t = a(w_map.t()) if use_map else np.zeros((1, 1), a(xp).dtype)
-        compiled = dispatch.load("armin")
-        limit_blas_threads(torch.get_num_threads())
-        out, h, m, saved = compiled.sequence_forward(
-            a(xp),
-            a(noise),
-            a(zone),
-            use_zone,
-            a(h0),
-            a(m0),
-            a(steps0),
-            a(w_ch[:C].t()),
-            a(w_ch[C:].t()),
-            a(w_cr.t()),
-            a(w_gh.t()),
-            a(w_gr.t()),
-            map_t,
-            use_map,
-            a(lnc_w),
-            a(lnc_b),
-            a(lng_w),
-            a(lng_b),
-            a(lnh_w),
-            a(lnh_b),
-            eps,
-            inv_tau,
-            mode,
-            keep,
+        noisy = mode in (MODES["gumbel-relaxed"], MODES["gumbel"])  # else noise is a placeholder
+        out, h, m, saved = threads.call(
+            dispatch.load("armin").sequence_forward,
+            (
+                Rows(a(xp)),
+                Rows(a(noise), 1) if noisy else a(noise),
+                Rows(a(zone), 1) if use_zone else a(zone),
+                use_zone,
+                Rows(a(h0)),
+                Rows(a(m0)),
+                Rows(a(steps0)),
+                a(w_ch[:C].t()),
+                a(w_ch[C:].t()),
+                a(w_cr.t()),
+                a(w_gh.t()),
+                a(w_gr.t()),
+                map_t,
+                use_map,
+                a(lnc_w),
+                a(lnc_b),
+                a(lng_w),
+                a(lng_b),
+                a(lnh_w),
+                a(lnh_b),
+                eps,
+                inv_tau,
+                mode,
+                keep,
+            ),
+            (0, 0, 0, KEEP),  # what the backward reads stays in its row blocks: never copied
+            xp.shape[0],
         )
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
@@ -114,39 +119,52 @@ class ARMINSequence(torch.autograd.Function):
                 lnc_w,
                 lng_w,
                 lnh_w,
-                *(torch.from_numpy(v) for v in saved),
+                *(torch.from_numpy(v) for block in saved.values for v in block),
             )
-        ctx.options = (use_map, use_zone, float(inv_tau), int(mode), xp.shape[-1])
+        ctx.options = (use_map, use_zone, float(inv_tau), int(mode), xp.shape[-1], saved.parts)
         return torch.from_numpy(out), torch.from_numpy(h), torch.from_numpy(m)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, d_h, d_m):
-        use_map, use_zone, inv_tau, mode, width = ctx.options
-        steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w, *saved = ctx.saved_tensors
+        use_map, use_zone, inv_tau, mode, width, parts = ctx.options
+        steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w, *flat = ctx.saved_tensors
         a = as_array
         map_w = a(w_map) if use_map else np.zeros((1, 1), a(w_ch).dtype)
-        grads = dispatch.load("armin").sequence_backward(
-            tuple(a(v) for v in saved),
-            a(steps0),
-            a(w_ch),
-            a(w_cr),
-            a(w_gh),
-            a(w_gr),
-            map_w,
-            use_map,
-            use_zone,
-            a(lnc_w),
-            a(lng_w),
-            a(lnh_w),
-            inv_tau,
-            mode,
-            a(d_out),
-            a(d_h),
-            a(d_m),
+        n = len(flat) // len(parts)
+        blocks = [flat[i * n : (i + 1) * n] for i in range(len(parts))]  # the forward's saved, per block
+        grads = threads.call(
+            dispatch.load("armin").sequence_backward,
+            (
+                Blocks([tuple(a(v) for v in block) for block in blocks], parts),
+                Rows(a(steps0)),
+                a(w_ch),
+                a(w_cr),
+                a(w_gh),
+                a(w_gr),
+                map_w,
+                use_map,
+                use_zone,
+                a(lnc_w),
+                a(lng_w),
+                a(lnh_w),
+                inv_tau,
+                mode,
+                Rows(a(d_out)),
+                Rows(a(d_h)),
+                Rows(a(d_m)),
+            ),
+            (0,) * 9,
+            d_out.shape[0],
         )
         d_xc, d_xg, d_xs, d_v, d_yc, d_yg, d_yh, d_h0, d_m0 = (torch.from_numpy(g) for g in grads)
-        (hprev, _, _, r_all, _, hg_all, rg_all, xc_all, xg_all, xh_all, _, _, hs_all, *_) = saved
+
+        def rows(i):  # saved array i over the whole batch
+            return blocks[0][i] if len(blocks) == 1 else torch.cat([block[i] for block in blocks])
+
+        hprev, r_all, hg_all, rg_all, xc_all, xg_all, xh_all, hs_all = (
+            rows(i) for i in (0, 3, 5, 6, 7, 8, 9, 12)
+        )
 
         def outer(grad, value):  # sum over batch and time of grad ⊗ value
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])

@@ -41,7 +41,7 @@ from mannlab.ops.numba_math import FAST, argmax, layer_norm, layer_norm_backward
 SOFT, GUMBEL_RELAXED, GUMBEL_ST, ARGMAX = 0, 1, 2, 3
 
 
-@njit(fastmath=FAST)
+@njit(fastmath=FAST, nogil=True)
 def sequence_forward(
     xp,
     noise,
@@ -224,7 +224,7 @@ def sequence_forward(
     return out, h, memory, saved
 
 
-@njit(fastmath=FAST)
+@njit(fastmath=FAST, nogil=True)
 def sequence_backward(
     saved,
     steps0,

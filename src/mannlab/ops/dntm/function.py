@@ -10,11 +10,30 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from mannlab.ops import dispatch
-from mannlab.ops.bridge import as_array, limit_blas_threads
+from mannlab.ops import dispatch, threads
+from mannlab.ops.bridge import as_array
+from mannlab.ops.threads import KEEP, SUM, Blocks, Rows
 
 #: The kernels' addressing modes (ops/dntm/kernels.py: SOFT, SAMPLE, ARGMAX).
 SOFT, SAMPLE, ARGMAX = 0, 1, 2
+
+
+def _noise_rows(B, R, H, N):
+    """Cuts the Exp(1) draws (T J, B K N) to rows [start, stop): each step's row holds the
+    read heads' draws (B, R, N), then the write heads' (B, H, N)."""
+
+    def cut(noise, start, stop):
+        S = noise.shape[0]
+        reads = noise[:, : B * R * N].reshape(S, B, R * N)[:, start:stop]
+        writes = noise[:, B * R * N :].reshape(S, B, H * N)[:, start:stop]
+        return np.concatenate([reads.reshape(S, -1), writes.reshape(S, -1)], 1)
+
+    return cut
+
+
+def _rows_if(grad, placeholder):
+    """A gradient of the records as a kernel argument: its rows, or (not given) a placeholder."""
+    return placeholder if grad is None else Rows(as_array(grad))
 
 
 class DNTMSequence(torch.autograd.Function):
@@ -34,43 +53,55 @@ class DNTMSequence(torch.autograd.Function):
         similarity_eps, lru_decay = constants
         a = as_array
         dummy = np.zeros((1, 1), a(xp).dtype)
-        compiled = dispatch.load("dntm")
-        limit_blas_threads(torch.get_num_threads())
-        out, h, phi, c, vr, vw, records, saved = compiled.sequence_forward(
-            a(xp),
-            a(noise),
-            a(h0),
-            a(phi0),
-            a(c0),
-            a(vr0),
-            a(vw0),
-            a(w_r.t()),
-            a(w_h.t()) if gru else dummy,
-            a(b_hh) if gru else dummy[0],
-            a(w_p.t()),
-            a(b_p),
-            a(address),
-            R,
-            H,
-            J,
-            gru,
-            lru,
-            nop,
-            memory_keys,
-            mode,
-            similarity_eps,
-            lru_decay,
-            keep,
-            trace,
-            every,
+        B, N = xp.shape[0], address.shape[0]
+        out, h, phi, c, vr, vw, records, saved = threads.call(
+            dispatch.load("dntm").sequence_forward,
+            (
+                Rows(a(xp)),
+                Rows(a(noise), _noise_rows(B, R, H, N)) if mode == SAMPLE else a(noise),
+                Rows(a(h0)),
+                Rows(a(phi0)),
+                Rows(a(c0)),
+                Rows(a(vr0)),
+                Rows(a(vw0)),
+                a(w_r.t()),
+                a(w_h.t()) if gru else dummy,
+                a(b_hh) if gru else dummy[0],
+                a(w_p.t()),
+                a(b_p),
+                a(address),
+                R,
+                H,
+                J,
+                gru,
+                lru,
+                nop,
+                memory_keys,
+                mode,
+                similarity_eps,
+                lru_decay,
+                keep,
+                trace,
+                every,
+            ),
+            # (B, ...) results; what only the backward reads stays in its row blocks (never copied)
+            (0,) * 6 + ((0,) * 6, KEEP),
+            B,
         )
         records = tuple(torch.from_numpy(r) for r in records)
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
             ctx.save_for_backward(
-                xp, h0, w_r, w_h, w_p, address, *records, *(torch.from_numpy(v) for v in saved)
+                xp,
+                h0,
+                w_r,
+                w_h,
+                w_p,
+                address,
+                *records,
+                *(torch.from_numpy(v) for block in saved.values for v in block),
             )
-        ctx.options = options
+        ctx.options, ctx.parts = options, saved.parts
         hnew, act, beta_pre, probs, index, memory = records
         ctx.mark_non_differentiable(index)
         ctx.set_materialize_grads(False)
@@ -82,54 +113,61 @@ class DNTMSequence(torch.autograd.Function):
         R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every, constants = ctx.options
         similarity_eps, lru_decay = constants
         xp, h0, w_r, w_h, w_p, address, *rest = ctx.saved_tensors
-        records, saved = rest[:6], rest[6:]
+        records, flat = rest[:6], rest[6:]
+        n = len(flat) // len(ctx.parts)
+        blocks = [flat[i * n : (i + 1) * n] for i in range(len(ctx.parts))]  # the forward's, per block
         hnew = records[0]
         a = as_array
         B, T = xp.shape[:2]
-        N, dc = address.shape[0], saved[3].shape[2]  # checkpoints of C: (B, ., d_c, N)
+        N, dc = address.shape[0], blocks[0][3].shape[2]  # checkpoints of C: (B, ., d_c, N)
         dtype = a(xp).dtype
 
         def given(grad, *shape):  # a gradient autograd did not materialise: zeros
             return a(grad) if grad is not None else np.zeros(shape, dtype)
 
         dummy = np.zeros((1, 1), dtype)
-        grads = dispatch.load("dntm").sequence_backward(
-            a(xp),
-            a(h0),
-            tuple(a(v) for v in records),
-            tuple(a(v) for v in saved),
-            a(w_r),
-            a(w_h) if gru else dummy,
-            a(w_p),
-            a(address),
-            R,
-            H,
-            J,
-            gru,
-            lru,
-            nop,
-            memory_keys,
-            mode,
-            similarity_eps,
-            lru_decay,
-            every,
-            given(d_out, B, T, w_p.shape[1] + w_r.shape[1]),
-            given(d_h, B, w_p.shape[1]),
-            given(d_phi, B, w_r.shape[1]),
-            given(d_c, B, N, dc),
-            given(d_vr, B, R, N),
-            given(d_vw, B, H, N),
-            given(d_probs, 1, 1, 1, 1),
-            d_probs is not None,
-            given(d_act, 1, 1, 1),
-            d_act is not None,
-            given(d_memory, 1, 1, 1, 1),
-            d_memory is not None,
+        grads = threads.call(
+            dispatch.load("dntm").sequence_backward,
+            (
+                Rows(a(xp)),
+                Rows(a(h0)),
+                tuple(Rows(a(v)) for v in records),
+                Blocks([tuple(a(v) for v in block) for block in blocks], ctx.parts),
+                a(w_r),
+                a(w_h) if gru else dummy,
+                a(w_p),
+                a(address),
+                R,
+                H,
+                J,
+                gru,
+                lru,
+                nop,
+                memory_keys,
+                mode,
+                similarity_eps,
+                lru_decay,
+                every,
+                Rows(given(d_out, B, T, w_p.shape[1] + w_r.shape[1])),
+                Rows(given(d_h, B, w_p.shape[1])),
+                Rows(given(d_phi, B, w_r.shape[1])),
+                Rows(given(d_c, B, N, dc)),
+                Rows(given(d_vr, B, R, N)),
+                Rows(given(d_vw, B, H, N)),
+                _rows_if(d_probs, np.zeros((1, 1, 1, 1), dtype)),
+                d_probs is not None,
+                _rows_if(d_act, np.zeros((1, 1, 1), dtype)),
+                d_act is not None,
+                _rows_if(d_memory, np.zeros((1, 1, 1, 1), dtype)),
+                d_memory is not None,
+            ),
+            (0,) * 4 + (SUM,) + (0,) * 5,  # per row, but the gradient of A
+            B,
         )
         d_xp, d_a, d_g, d_p, d_address, d_h0, d_phi0, d_c0, d_vr0, d_vw0 = (
             torch.from_numpy(g) for g in grads
         )
-        phiprev = saved[0]
+        phiprev = blocks[0][0] if len(blocks) == 1 else torch.cat([block[0] for block in blocks])
         hprev = (
             torch.cat([h0.unsqueeze(1), hnew[:, :-1]], 1)  # h_{s-1}
             if gru and ctx.needs_input_grad[8]

@@ -298,7 +298,7 @@ def _step_weights(probs, index, discrete, nop, weights):
             weights[k, N - 1] = 0.0
 
 
-@njit(fastmath=FAST)
+@njit(fastmath=FAST, nogil=True)
 def sequence_forward(
     xp,
     noise,
@@ -713,7 +713,7 @@ def _fnn_backward(dh_out, dh_heads, h_new, da):
         da[k] = (dh_out[k] + dh_heads[k]) * (1.0 - h_new[k] * h_new[k])
 
 
-@njit(fastmath=FAST)
+@njit(fastmath=FAST, nogil=True)
 def sequence_backward(
     xp,
     h0,

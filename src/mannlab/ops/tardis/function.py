@@ -10,8 +10,9 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from mannlab.ops import dispatch
-from mannlab.ops.bridge import as_array, limit_blas_threads
+from mannlab.ops import dispatch, threads
+from mannlab.ops.bridge import as_array
+from mannlab.ops.threads import KEEP, SUM, Blocks, Rows
 
 #: The kernels' addressing modes (ops/tardis/kernels.py: GUMBEL, REINFORCE, ARGMAX).
 MODES = {"gumbel": 0, "reinforce": 1, "argmax": 2}
@@ -69,25 +70,24 @@ class TARDISSequence(torch.autograd.Function):
         lnv = [a(p) if use_ln else one for p in (lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b)]
         # everything h_t multiplies, [W_m; W_h; W_h^γ; w^τ] (c + 4d + 2 + m + 1, d): one product
         w_h = torch.cat([w_m, w_hg, w_qh, w_tau.view(1, -1)]).detach()
-        compiled = dispatch.load("tardis")
-        limit_blas_threads(torch.get_num_threads())
-        (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last, saved) = (
-            compiled.sequence_forward(
-                a(xg),
-                a(xr),
-                none if gumbel is None else a(gumbel),
-                none if logistic is None else a(logistic),
-                none if mask is None else a(mask),
+        (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last, saved) = threads.call(
+            dispatch.load("tardis").sequence_forward,
+            (
+                Rows(a(xg)),
+                Rows(a(xr)),
+                none if gumbel is None else Rows(a(gumbel), 1),  # (T, B, .) draws and masks
+                none if logistic is None else Rows(a(logistic), 1),
+                none if mask is None else Rows(a(mask), 1),
                 mask is not None,
-                a(h0),
-                a(c0),
-                a(C0),
-                a(mp0),
+                Rows(a(h0)),
+                Rows(a(c0)),
+                Rows(a(C0)),
+                Rows(a(mp0)),
                 a(aproj),
                 a(address),
-                a(counts0),
-                a(last0),
-                a(steps0),
+                Rows(a(counts0)),
+                Rows(a(last0)),
+                Rows(a(steps0)),
                 a(w_h.t()),
                 a(w_rg.t()),
                 a(w_c.t()),
@@ -105,7 +105,9 @@ class TARDISSequence(torch.autograd.Function):
                 mode,
                 train,
                 keep,
-            )
+            ),
+            (0,) * 12 + (KEEP,),  # what the backward reads stays in its row blocks: never copied
+            xg.shape[0],
         )
         outputs = tuple(
             torch.from_numpy(v)
@@ -139,9 +141,9 @@ class TARDISSequence(torch.autograd.Function):
                 lng_w,
                 lnc_w,
                 lnm_w,
-                *(torch.from_numpy(v) for v in saved),
+                *(torch.from_numpy(v) for block in saved.values for v in block),
             )
-        ctx.options = options
+        ctx.options, ctx.parts = options, saved.parts
         return outputs
 
     @staticmethod
@@ -182,8 +184,10 @@ class TARDISSequence(torch.autograd.Function):
             lng_w,
             lnc_w,
             lnm_w,
-            *saved,
+            *flat,
         ) = ctx.saved_tensors
+        n = len(flat) // len(ctx.parts)
+        blocks = [flat[i * n : (i + 1) * n] for i in range(len(ctx.parts))]  # the forward's, per block
         a = as_array
         gumbel = mode == MODES["gumbel"]
         read_grad = gumbel or d_probs is not None  # does any gradient reach π?
@@ -193,44 +197,52 @@ class TARDISSequence(torch.autograd.Function):
             return a(grad) if grad is not None else np.zeros(like.shape, a(like).dtype)
 
         one = np.ones(1, a(h_all).dtype)
-        grads = dispatch.load("tardis").sequence_backward(
-            tuple(a(v) for v in saved),
-            a(h_all),
-            a(r_all),
-            a(probs),
-            a(resets),
-            a(tau),
-            a(C),
-            a(mask) if mask is not None else np.zeros((1, 1, 1), a(h_all).dtype),
-            mask is not None,
-            a(address),
-            a(aproj),
-            a(steps0),
-            a(w_h),
-            a(w_rg),
-            a(w_c),
-            a(score),
-            learned,
-            use_ln,
-            *(a(p) if use_ln else one for p in (lng_w, lnc_w, lnm_w)),
-            reset_temperature,
-            mode,
-            read_grad,
-            given(d_h_all, h_all),
-            given(d_r_all, r_all),
-            given(d_probs, probs),
-            d_probs is not None,
-            given(d_read_w, probs),
-            given(d_write_w, probs),
-            given(d_resets, resets),
-            given(d_tau, tau),
-            given(d_c, saved[1][:, 0]),
-            given(d_C, C),
+        grads = threads.call(
+            dispatch.load("tardis").sequence_backward,
+            (
+                Blocks([tuple(a(v) for v in block) for block in blocks], ctx.parts),
+                Rows(a(h_all)),
+                Rows(a(r_all)),
+                Rows(a(probs)),
+                Rows(a(resets)),
+                Rows(a(tau)),
+                Rows(a(C)),
+                Rows(a(mask), 1) if mask is not None else np.zeros((1, 1, 1), a(h_all).dtype),
+                mask is not None,
+                a(address),
+                a(aproj),
+                Rows(a(steps0)),
+                a(w_h),
+                a(w_rg),
+                a(w_c),
+                a(score),
+                learned,
+                use_ln,
+                *(a(p) if use_ln else one for p in (lng_w, lnc_w, lnm_w)),
+                reset_temperature,
+                mode,
+                read_grad,
+                Rows(given(d_h_all, h_all)),
+                Rows(given(d_r_all, r_all)),
+                Rows(given(d_probs, probs)),
+                d_probs is not None,
+                Rows(given(d_read_w, probs)),
+                Rows(given(d_write_w, probs)),
+                Rows(given(d_resets, resets)),
+                Rows(given(d_tau, tau)),
+                Rows(given(d_c, h_all[:, 0])),  # c_T is (B, d) as h_t
+                Rows(given(d_C, C)),
+            ),
+            # per row, but the gradients of aproj, of the score vector and of the layer norms
+            (0,) * 6 + (SUM, 0, 0, 0) + (SUM,) * 7,
+            h_all.shape[0],
         )
         (d_xg, d_xr, d_h0, d_c0, d_C0, d_mp0, d_aproj, dv, dvm, d_taupre, d_score, *d_ln) = (
             torch.from_numpy(g) for g in grads
         )
-        hprev, v_all = saved[0], saved[17]
+        hprev, v_all = (
+            blocks[0][i] if len(blocks) == 1 else torch.cat([b[i] for b in blocks]) for i in (0, 17)
+        )
         d = hprev.shape[-1]
 
         def outer(grad, value):  # sum over batch and time of grad ⊗ value

@@ -63,7 +63,7 @@ from mannlab.ops.numba_math import (
 GUMBEL, REINFORCE, ARGMAX = 0, 1, 2
 
 
-@njit(fastmath=FAST, error_model="numpy")
+@njit(fastmath=FAST, error_model="numpy", nogil=True)
 def sequence_forward(
     xg,
     xr,
@@ -315,7 +315,7 @@ def sequence_forward(
     return h_all, r_all, probs, readw, writew, resets, tau_all, u_all, c, C, counts, last, saved
 
 
-@njit(fastmath=FAST, error_model="numpy")
+@njit(fastmath=FAST, error_model="numpy", nogil=True)
 def sequence_backward(
     saved,
     h_all,

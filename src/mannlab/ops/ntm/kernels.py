@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from mannlab.ops.numba_cache import njit
-from mannlab.ops.numba_math import EPS, dot, row_norms, sigmoid, softmax_into, softplus, softplus_grad
+from mannlab.ops.numba_math import EPS, FAST, dot, row_norms, sigmoid, softmax_into, softplus, softplus_grad
 
 
 @njit
@@ -320,6 +320,139 @@ def _params_backward(
 
 
 @njit
+def _element_backward(
+    p,
+    memory,
+    read_prev,
+    write_prev,
+    width,
+    num_shifts,
+    new_memory,
+    read_w,
+    write_w,
+    erase,
+    add,
+    betas,
+    gates,
+    shifts,
+    gammas,
+    paths,
+    key_norms,
+    norms_before,
+    norms_after,
+    grad_reads,
+    grad_memory_out,
+    grad_read_w,
+    grad_write_w,
+    grad_params,
+    grad_memory,
+    grad_read_prev,
+    grad_write_prev,
+):
+    """Backward of ``_element_forward`` for one batch element: fills grad_params (P),
+    grad_memory (M_{t-1}), grad_read_prev and grad_write_prev from the gradients of
+    (reads, M_t, w^r_t, w^w_t). Every incoming gradient is read before the outgoing one of
+    the same quantity is written, so grad_memory may be grad_memory_out (and likewise the
+    weightings): the whole-sequence backward carries them in place."""
+    slots = memory.shape[0]
+    write_heads, read_heads = write_prev.shape[0], read_prev.shape[0]
+    heads = write_heads + read_heads
+    similarity, content, gated, shifted = paths[0], paths[1], paths[2], paths[3]
+    grad_new = grad_memory_out.copy()
+    grad_rw = np.empty(slots)
+    grad_key, grad_shift = np.empty(width), np.empty(num_shifts)
+    grad_ww = grad_write_w.copy()
+    grad_erase, grad_add = np.empty((write_heads, width)), np.empty((write_heads, width))
+    grad_params[:] = 0.0
+    # (iii) r = w^r M_t, then the read addressing on M_t
+    for r in range(read_heads):
+        h = write_heads + r
+        for i in range(slots):
+            grad_rw[i] = grad_read_w[r, i] + dot(new_memory[i], grad_reads[r])
+            for j in range(width):
+                grad_new[i, j] += read_w[r, i] * grad_reads[r, j]
+        base = h * (width + 3 + num_shifts)
+        grad_beta, grad_gate, grad_gamma = _address_backward(
+            grad_rw,
+            p[base : base + width],
+            key_norms[h],
+            new_memory,
+            norms_after,
+            read_prev[r],
+            betas[h],
+            gates[h],
+            shifts[h],
+            gammas[h],
+            similarity[h],
+            content[h],
+            gated[h],
+            shifted[h],
+            read_w[r],
+            grad_key,
+            grad_new,
+            grad_read_prev[r],
+            grad_shift,
+        )
+        _params_backward(
+            grad_params,
+            p,
+            h,
+            width,
+            num_shifts,
+            grad_key,
+            grad_beta,
+            grad_gate,
+            grad_shift,
+            grad_gamma,
+            gates[h],
+            shifts[h],
+        )
+    # (ii) the erase/add write, then the write addressing on M_{t-1}
+    _write_backward(grad_new, memory, write_w, erase, add, grad_memory, grad_ww, grad_erase, grad_add)
+    offset = heads * (width + 3 + num_shifts)
+    for h in range(write_heads):
+        base = h * (width + 3 + num_shifts)
+        grad_beta, grad_gate, grad_gamma = _address_backward(
+            grad_ww[h],
+            p[base : base + width],
+            key_norms[h],
+            memory,
+            norms_before,
+            write_prev[h],
+            betas[h],
+            gates[h],
+            shifts[h],
+            gammas[h],
+            similarity[h],
+            content[h],
+            gated[h],
+            shifted[h],
+            write_w[h],
+            grad_key,
+            grad_memory,
+            grad_write_prev[h],
+            grad_shift,
+        )
+        _params_backward(
+            grad_params,
+            p,
+            h,
+            width,
+            num_shifts,
+            grad_key,
+            grad_beta,
+            grad_gate,
+            grad_shift,
+            grad_gamma,
+            gates[h],
+            shifts[h],
+        )
+        start = offset + h * 2 * width
+        grad_params[start : start + width] = grad_erase[h] * erase[h] * (1.0 - erase[h])
+        grad_params[start + width : start + 2 * width] = grad_add[h]
+
+
+@njit
 def memory_step_backward(
     params,
     memory,
@@ -339,110 +472,297 @@ def memory_step_backward(
     saved intermediates."""
     _, new_memory, read_w, write_w, erase, add, betas, gates, shifts, gammas = outputs
     paths, key_norms, slot_norms = saved
-    slots = memory.shape[1]
-    write_heads, read_heads = write_prev.shape[1], read_prev.shape[1]
-    heads = write_heads + read_heads
     grad_params = np.zeros_like(params)
     grad_memory = np.empty_like(memory)
     grad_read_prev = np.empty_like(read_prev)
     grad_write_prev = np.empty_like(write_prev)
-    # gradients of one element
-    grad_new = np.empty((slots, width))
-    grad_rw = np.empty(slots)
-    grad_key, grad_shift = np.empty(width), np.empty(num_shifts)
-    grad_ww = np.empty((write_heads, slots))
-    grad_erase, grad_add = np.empty((write_heads, width)), np.empty((write_heads, width))
     for b in range(memory.shape[0]):
-        p = params[b]
-        similarity, content, gated, shifted = paths[b, 0], paths[b, 1], paths[b, 2], paths[b, 3]
-        # (iii) r = w^r M_t, then the read addressing on M_t
-        grad_new[:] = grad_memory_out[b]
-        for r in range(read_heads):
-            h = write_heads + r
-            for i in range(slots):
-                grad_rw[i] = grad_read_w[b, r, i] + dot(new_memory[b, i], grad_reads[b, r])
-                for j in range(width):
-                    grad_new[i, j] += read_w[b, r, i] * grad_reads[b, r, j]
-            base = h * (width + 3 + num_shifts)
-            grad_beta, grad_gate, grad_gamma = _address_backward(
-                grad_rw,
-                p[base : base + width],
-                key_norms[b, h],
-                new_memory[b],
-                slot_norms[b, 1],
-                read_prev[b, r],
-                betas[b, h],
-                gates[b, h],
-                shifts[b, h],
-                gammas[b, h],
-                similarity[h],
-                content[h],
-                gated[h],
-                shifted[h],
-                read_w[b, r],
-                grad_key,
-                grad_new,
-                grad_read_prev[b, r],
-                grad_shift,
-            )
-            _params_backward(
-                grad_params[b],
-                p,
-                h,
-                width,
-                num_shifts,
-                grad_key,
-                grad_beta,
-                grad_gate,
-                grad_shift,
-                grad_gamma,
-                gates[b, h],
-                shifts[b, h],
-            )
-        # (ii) the erase/add write, then the write addressing on M_{t-1}
-        grad_ww[:] = grad_write_w[b]
-        _write_backward(
-            grad_new, memory[b], write_w[b], erase[b], add[b], grad_memory[b], grad_ww, grad_erase, grad_add
+        _element_backward(
+            params[b],
+            memory[b],
+            read_prev[b],
+            write_prev[b],
+            width,
+            num_shifts,
+            new_memory[b],
+            read_w[b],
+            write_w[b],
+            erase[b],
+            add[b],
+            betas[b],
+            gates[b],
+            shifts[b],
+            gammas[b],
+            paths[b],
+            key_norms[b],
+            slot_norms[b, 0],
+            slot_norms[b, 1],
+            grad_reads[b],
+            grad_memory_out[b],
+            grad_read_w[b],
+            grad_write_w[b],
+            grad_params[b],
+            grad_memory[b],
+            grad_read_prev[b],
+            grad_write_prev[b],
         )
-        offset = heads * (width + 3 + num_shifts)
-        for h in range(write_heads):
-            base = h * (width + 3 + num_shifts)
-            grad_beta, grad_gate, grad_gamma = _address_backward(
-                grad_ww[h],
-                p[base : base + width],
-                key_norms[b, h],
-                memory[b],
-                slot_norms[b, 0],
-                write_prev[b, h],
-                betas[b, h],
-                gates[b, h],
-                shifts[b, h],
-                gammas[b, h],
-                similarity[h],
-                content[h],
-                gated[h],
-                shifted[h],
-                write_w[b, h],
-                grad_key,
-                grad_memory[b],
-                grad_write_prev[b, h],
-                grad_shift,
-            )
-            _params_backward(
-                grad_params[b],
-                p,
-                h,
+    return grad_params, grad_memory, grad_read_prev, grad_write_prev
+
+
+# ------------------------------------------------------------------ whole sequence
+#
+# The controller (mannlab.nn.controllers), the head layer and the memory step above, for
+# every step of a sequence in one call each way. Each batch element runs its whole sequence
+# on its own (its own rows of every array, no shared accumulator), so the element loop may
+# run in parallel; the weight gradients are left to the caller (one matrix product each
+# over all B T steps of the gradients these kernels return).
+
+#: Controller kinds of the sequence kernels (ops/ntm/sequence.py names them).
+FNN, ELMAN, LSTM = 0, 1, 2
+
+
+@njit(fastmath=FAST)
+def _affine(out, weight_t, x):
+    """out += x @ weight_t for weight_t (len(x), len(out)): row by row, so the inner loop is
+    a contiguous multiply-add that vectorises without reordering a sum."""
+    for k in range(x.shape[0]):
+        value = x[k]
+        if value != 0.0:
+            row = weight_t[k]
+            for g in range(out.shape[0]):
+                out[g] += row[g] * value
+
+
+@njit
+def _controller_forward(kind, pnr, pre, c_prev, h, c, h_out):
+    """Activations of the controller from its pre-activation ``pre`` (G,), which it
+    overwrites with the activated gates: tanh for FNN and Elman (eq. 1), [z; i; f; o] for
+    the LSTM (eqs. 2-7). Writes h_t, c_t (LSTM) and h_out (h_t, or for the partially
+    non-recurrent controllers tanh(h'bar_t), eq. 10, which the caller left in h_out)."""
+    hidden = h.shape[0]
+    if kind == LSTM:
+        for k in range(hidden):
+            pre[k] = math.tanh(pre[k])  # z, eq. 2
+        for k in range(hidden, 4 * hidden):
+            pre[k] = sigmoid(pre[k])  # i, f, o, eqs. 3-5
+        for k in range(hidden):
+            c[k] = pre[2 * hidden + k] * c_prev[k] + pre[hidden + k] * pre[k]  # eq. 6
+            h[k] = pre[3 * hidden + k] * math.tanh(c[k])  # eq. 7
+    else:
+        for k in range(hidden):
+            pre[k] = math.tanh(pre[k])
+            h[k] = pre[k]
+    if pnr:
+        for k in range(hidden):
+            h_out[k] = math.tanh(h_out[k])
+    else:
+        h_out[:] = h
+
+
+@njit
+def sequence_forward(
+    xp,
+    h0,
+    c0,
+    r0,
+    m0,
+    wr0,
+    ww0,
+    w_read_t,
+    w_rec_t,
+    w_head_t,
+    b_head,
+    kind,
+    pnr,
+    width,
+    num_shifts,
+    keep,
+):
+    """xp (B, T, G) = W_x x_t + b for every step, the initial state h0, c0 (B, d_h; zeros
+    where the controller has none), r0 (B, R W), m0 (B, N, W), wr0 (B, R, N), ww0 (B, H, N);
+    the controller's read and recurrent weights and the head layer, transposed (in, out).
+    Returns the features (B, T, d_h + R W), the states (index 0 the initial one, t + 1 after
+    step t): h, c (B, T + 1, d_h), reads (B, T + 1, R W), memory (B, T + 1, N, W), w^r, w^w,
+    and the per-step records (activated gates (B, T, G), raw head parameters (B, T, P), e,
+    a, beta, g, s, gamma, the addressing paths, key and slot norms). With ``keep`` False (no
+    backward and no trace) the states have two rows, used in turn, and the records one."""
+    B, T, G = xp.shape[0], xp.shape[1], xp.shape[2]
+    hidden, P = h0.shape[1], b_head.shape[0]
+    R, H, N = wr0.shape[1], ww0.shape[1], m0.shape[1]
+    K, dtype = R + H, xp.dtype
+    S = T + 1 if keep else 2
+    Ts = T if keep else 1
+    out = np.empty((B, T, hidden + R * width), dtype)
+    hs, cs = np.empty((B, S, hidden), dtype), np.empty((B, S, hidden), dtype)
+    reads = np.empty((B, S, R * width), dtype)
+    memory = np.empty((B, S, N, width), dtype)
+    read_w, write_w = np.empty((B, S, R, N), dtype), np.empty((B, S, H, N), dtype)
+    acts, params = np.empty((B, Ts, G), dtype), np.empty((B, Ts, P), dtype)
+    erase, add = np.empty((B, Ts, H, width), dtype), np.empty((B, Ts, H, width), dtype)
+    betas, gates, gammas = (
+        np.empty((B, Ts, K), dtype),
+        np.empty((B, Ts, K), dtype),
+        np.empty((B, Ts, K), dtype),
+    )
+    shifts = np.empty((B, Ts, K, num_shifts), dtype)
+    paths = np.empty((B, Ts, 4, K, N))
+    key_norms, slot_norms = np.empty((B, Ts, K)), np.empty((B, Ts, 2, N))
+    for b in range(B):
+        hs[b, 0] = h0[b]
+        cs[b, 0] = c0[b]
+        reads[b, 0] = r0[b]
+        memory[b, 0] = m0[b]
+        read_w[b, 0] = wr0[b]
+        write_w[b, 0] = ww0[b]
+        for t in range(T):
+            now, nxt = (t, t + 1) if keep else (t % 2, (t + 1) % 2)
+            ts = t if keep else 0
+            pre, h_out = acts[b, ts], out[b, t, :hidden]
+            pre[:] = xp[b, t]
+            _affine(pre, w_read_t, reads[b, now])  # W_x x_t + W_r r_{t-1} + b
+            if pnr:
+                h_out[:] = pre[:hidden]  # h'bar_t, eqs. 9 and 12
+            if kind != FNN:
+                _affine(pre, w_rec_t, hs[b, now])  # + W_h h_{t-1}
+            _controller_forward(kind, pnr, pre, cs[b, now], hs[b, nxt], cs[b, nxt], h_out)  # (i)
+            head = params[b, ts]
+            head[:] = b_head
+            _affine(head, w_head_t, hs[b, nxt])
+            _element_forward(  # (ii) and (iii)
+                head,
+                memory[b, now],
+                read_w[b, now],
+                write_w[b, now],
                 width,
                 num_shifts,
-                grad_key,
-                grad_beta,
-                grad_gate,
-                grad_shift,
-                grad_gamma,
-                gates[b, h],
-                shifts[b, h],
+                memory[b, nxt],
+                reads[b, nxt].reshape((R, width)),
+                read_w[b, nxt],
+                write_w[b, nxt],
+                erase[b, ts],
+                add[b, ts],
+                betas[b, ts],
+                gates[b, ts],
+                shifts[b, ts],
+                gammas[b, ts],
+                paths[b, ts, 0],
+                paths[b, ts, 1],
+                paths[b, ts, 2],
+                paths[b, ts, 3],
+                key_norms[b, ts],
+                slot_norms[b, ts, 0],
+                slot_norms[b, ts, 1],
             )
-            start = offset + h * 2 * width
-            grad_params[b, start : start + width] = grad_erase[h] * erase[b, h] * (1.0 - erase[b, h])
-            grad_params[b, start + width : start + 2 * width] = grad_add[h]
-    return grad_params, grad_memory, grad_read_prev, grad_write_prev
+            out[b, t, hidden:] = reads[b, nxt]  # (iv)
+    states = (hs, cs, reads, memory, read_w, write_w)
+    records = (acts, params, erase, add, betas, gates, shifts, gammas, paths, key_norms, slot_norms)
+    return out, states, records
+
+
+@njit
+def sequence_backward(
+    out,
+    states,
+    records,
+    w_read,
+    w_rec,
+    w_head,
+    kind,
+    pnr,
+    width,
+    num_shifts,
+    d_out,
+    d_h,
+    d_c,
+    d_r,
+    d_m,
+    d_wr,
+    d_ww,
+):
+    """Backward through time of ``sequence_forward`` (its outputs, states and records),
+    given the gradients of the features (B, T, F) and of the final state; the weights
+    untransposed (out, in). Returns the gradients of xp (B, T, G), of the recurrent
+    pre-activation W_h h_{t-1} (B, T, G; differs from xp's only for the partially
+    non-recurrent controllers, whose h_out also reads h'bar_t), of the raw head parameters
+    (B, T, P) and of the initial state (h0, c0, r0, m0, wr0, ww0)."""
+    hs, cs, reads, memory, read_w, write_w = states
+    acts, params, erase, add, betas, gates, shifts, gammas, paths, key_norms, slot_norms = records
+    B, T, G = acts.shape[0], acts.shape[1], acts.shape[2]
+    hidden, P = hs.shape[2], params.shape[2]
+    R = read_w.shape[2]
+    dtype = acts.dtype
+    d_xp = np.empty((B, T, G), dtype)
+    d_rec = np.empty((B, T, G), dtype) if pnr else d_xp
+    d_params = np.empty((B, T, P), dtype)
+    g_h, g_c, g_r = d_h.copy(), d_c.copy(), d_r.copy()
+    g_m, g_wr, g_ww = d_m.copy(), d_wr.copy(), d_ww.copy()
+    grad_reads = np.empty((R, width), dtype)
+    grad_pre = np.empty(G, dtype)
+    for b in range(B):
+        for t in range(T - 1, -1, -1):
+            for j in range(R * width):
+                grad_reads[j // width, j % width] = d_out[b, t, hidden + j] + g_r[b, j]
+            head_grad = d_params[b, t]
+            _element_backward(
+                params[b, t],
+                memory[b, t],
+                read_w[b, t],
+                write_w[b, t],
+                width,
+                num_shifts,
+                memory[b, t + 1],
+                read_w[b, t + 1],
+                write_w[b, t + 1],
+                erase[b, t],
+                add[b, t],
+                betas[b, t],
+                gates[b, t],
+                shifts[b, t],
+                gammas[b, t],
+                paths[b, t],
+                key_norms[b, t],
+                slot_norms[b, t, 0],
+                slot_norms[b, t, 1],
+                grad_reads,
+                g_m[b],
+                g_wr[b],
+                g_ww[b],
+                head_grad,
+                g_m[b],
+                g_wr[b],
+                g_ww[b],
+            )
+            # the head layer: d h_t = W_p^T d params (+ d h_out for the standard controllers)
+            grad_h = g_h[b]
+            _affine(grad_h, w_head, head_grad)
+            if not pnr:
+                for k in range(hidden):
+                    grad_h[k] += d_out[b, t, k]
+            # (i) the controller, eqs. 1-7
+            gate = acts[b, t]
+            if kind == LSTM:
+                grad_c = g_c[b]
+                for k in range(hidden):
+                    z, i, f, o = gate[k], gate[hidden + k], gate[2 * hidden + k], gate[3 * hidden + k]
+                    tanh_c = math.tanh(cs[b, t + 1, k])
+                    dc = grad_c[k] + grad_h[k] * o * (1.0 - tanh_c * tanh_c)
+                    grad_pre[k] = dc * i * (1.0 - z * z)
+                    grad_pre[hidden + k] = dc * z * i * (1.0 - i)
+                    grad_pre[2 * hidden + k] = dc * cs[b, t, k] * f * (1.0 - f)
+                    grad_pre[3 * hidden + k] = grad_h[k] * tanh_c * o * (1.0 - o)
+                    grad_c[k] = dc * f
+            else:
+                for k in range(hidden):
+                    grad_pre[k] = grad_h[k] * (1.0 - gate[k] * gate[k])
+            d_rec[b, t] = grad_pre
+            if pnr:  # h_out = tanh(h'bar_t) also reads the z block of the input pre-activation
+                d_xp[b, t] = grad_pre
+                for k in range(hidden):
+                    h_out = out[b, t, k]
+                    d_xp[b, t, k] += d_out[b, t, k] * (1.0 - h_out * h_out)
+            grad_h[:] = 0.0
+            if kind != FNN:
+                _affine(grad_h, w_rec, grad_pre)  # d h_{t-1}
+            g_r[b] = 0.0
+            _affine(g_r[b], w_read, d_xp[b, t])  # d r_{t-1}
+    return d_xp, d_rec, d_params, (g_h, g_c, g_r, g_m, g_wr, g_ww)

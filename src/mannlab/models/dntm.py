@@ -673,7 +673,11 @@ class DNTM(SequenceModel):
         self.baseline = InputBaseline(input_size, controller_size) if input_baseline else None
         self.predictor = nn.Linear(self.cell.features, input_size) if self.prediction_weight else None
         self.uses_aux_loss = bool(
-            reinforce or self.entropy_weight or self.sharpen_weight or self.rw_weight or self.prediction_weight
+            reinforce
+            or self.entropy_weight
+            or self.sharpen_weight
+            or self.rw_weight
+            or self.prediction_weight
         )
 
     @property

@@ -552,6 +552,7 @@ def _controller_forward(kind, pnr, pre, c_prev, h, c, h_out):
         for k in range(hidden):
             pre[k] = math.tanh(pre[k])
             h[k] = pre[k]
+            c[k] = 0.0  # no cell state: its rows stay defined
     if pnr:
         for k in range(hidden):
             h_out[k] = math.tanh(h_out[k])

@@ -32,7 +32,17 @@ import math
 import numpy as np
 
 from mannlab.ops.numba_cache import njit
-from mannlab.ops.numba_math import EPS, FAST, dot, row_norms, sigmoid, softmax_into, softplus, softplus_grad
+from mannlab.ops.numba_math import (
+    EPS,
+    dot,
+    log_array,
+    row_norms,
+    scaled_softmax_into,
+    sigmoid,
+    softmax_into,
+    softplus,
+    softplus_grad,
+)
 
 
 @njit
@@ -56,16 +66,27 @@ def _address(
     key_norm = max(math.sqrt(dot(key, key)), EPS)
     for i in range(slots):
         similarity[i] = dot(key, memory[i]) / (key_norm * norms[i])
-    softmax_into(beta * similarity, content)
+    scaled_softmax_into(beta, similarity, content)
     for i in range(slots):
         gated[i] = previous[i] + gate * (content[i] - previous[i])
-    for i in range(slots):
-        total = 0.0
-        for m in range(num_shifts):
-            total += gated[(i - (m - reach)) % slots] * shift[m]
-        shifted[i] = total
-    softmax_into(gamma * np.log(shifted + EPS), weights)
+    shifted[:] = 0.0
+    for m in range(num_shifts):
+        _shift_add(gated, m - reach, shift[m], shifted)
+    log_array(shifted, EPS, weights)  # w = softmax(gamma log(w~ + eps))
+    scaled_softmax_into(gamma, weights, weights)
     return key_norm
+
+
+@njit
+def _shift_add(values, offset, scale, out):
+    """out(i) += scale values((i - offset) mod N) for |offset| < N, in two straight runs
+    (no division per element)."""
+    slots = values.shape[0]
+    cut = offset % slots
+    for i in range(cut, slots):
+        out[i] += scale * values[i - cut]
+    for i in range(cut):
+        out[i] += scale * values[i - cut + slots]
 
 
 @njit
@@ -96,17 +117,20 @@ def _address_backward(
     reach = num_shifts // 2
     # sharpening
     grad_z = weights * (grad_w - (weights * grad_w).sum())
-    grad_gamma = (grad_z * np.log(shifted + EPS)).sum()
+    log_shifted = np.empty_like(shifted)
+    log_array(shifted, EPS, log_shifted)
+    grad_gamma = (grad_z * log_shifted).sum()
     grad_shifted = gamma * grad_z / (shifted + EPS)
-    # circular shift
+    # circular shift: w~(i) = sum_m w^g((i - k_m) mod N) s(m)
     grad_gated = np.zeros_like(gated)
     for m in range(num_shifts):
+        cut = (m - reach) % slots
         total = 0.0
         for i in range(slots):
-            j = (i - (m - reach)) % slots
+            j = i - cut if i >= cut else i - cut + slots
             total += grad_shifted[i] * gated[j]
-            grad_gated[j] += grad_shifted[i] * shift[m]
         grad_shift[m] = total
+        _shift_add(grad_shifted, -(m - reach), shift[m], grad_gated)
     # interpolation
     grad_gate = ((content - previous) * grad_gated).sum()
     grad_content = gate * grad_gated
@@ -512,25 +536,15 @@ def memory_step_backward(
 # ------------------------------------------------------------------ whole sequence
 #
 # The controller (mannlab.nn.controllers), the head layer and the memory step above, for
-# every step of a sequence in one call each way. Each batch element runs its whole sequence
-# on its own (its own rows of every array, no shared accumulator), so the element loop may
-# run in parallel; the weight gradients are left to the caller (one matrix product each
-# over all B T steps of the gradients these kernels return).
+# every step of a sequence in one call each way. Per step, the controller's and the head
+# layer's matrix products are one BLAS call over the batch; everything else runs element by
+# element, each on its own rows of every array (no shared accumulator), so those loops may
+# run in parallel. The weight gradients are left to the caller: one matrix product each
+# over all T B steps of the gradients these kernels return. Arrays over time are time-major
+# (T, B, ...), so that each step's rows are one contiguous block for BLAS.
 
 #: Controller kinds of the sequence kernels (ops/ntm/sequence.py names them).
 FNN, ELMAN, LSTM = 0, 1, 2
-
-
-@njit(fastmath=FAST)
-def _affine(out, weight_t, x):
-    """out += x @ weight_t for weight_t (len(x), len(out)): row by row, so the inner loop is
-    a contiguous multiply-add that vectorises without reordering a sum."""
-    for k in range(x.shape[0]):
-        value = x[k]
-        if value != 0.0:
-            row = weight_t[k]
-            for g in range(out.shape[0]):
-                out[g] += row[g] * value
 
 
 @njit
@@ -582,11 +596,12 @@ def sequence_forward(
     """xp (B, T, G) = W_x x_t + b for every step, the initial state h0, c0 (B, d_h; zeros
     where the controller has none), r0 (B, R W), m0 (B, N, W), wr0 (B, R, N), ww0 (B, H, N);
     the controller's read and recurrent weights and the head layer, transposed (in, out).
-    Returns the features (B, T, d_h + R W), the states (index 0 the initial one, t + 1 after
-    step t): h, c (B, T + 1, d_h), reads (B, T + 1, R W), memory (B, T + 1, N, W), w^r, w^w,
-    and the per-step records (activated gates (B, T, G), raw head parameters (B, T, P), e,
-    a, beta, g, s, gamma, the addressing paths, key and slot norms). With ``keep`` False (no
-    backward and no trace) the states have two rows, used in turn, and the records one."""
+    Returns the features (B, T, d_h + R W), the states (time-major, row 0 the initial one,
+    t + 1 after step t): h, c (T + 1, B, d_h), reads (T + 1, B, R W), memory
+    (T + 1, B, N, W), w^r, w^w, and the per-step records (activated gates (T, B, G), raw
+    head parameters (T, B, P), e, a, beta, g, s, gamma, the addressing paths, key and slot
+    norms). With ``keep`` False (no backward and no trace) the states have two rows, used
+    in turn, and the records one."""
     B, T, G = xp.shape[0], xp.shape[1], xp.shape[2]
     hidden, P = h0.shape[1], b_head.shape[0]
     R, H, N = wr0.shape[1], ww0.shape[1], m0.shape[1]
@@ -594,70 +609,88 @@ def sequence_forward(
     S = T + 1 if keep else 2
     Ts = T if keep else 1
     out = np.empty((B, T, hidden + R * width), dtype)
-    hs, cs = np.empty((B, S, hidden), dtype), np.empty((B, S, hidden), dtype)
-    reads = np.empty((B, S, R * width), dtype)
-    memory = np.empty((B, S, N, width), dtype)
-    read_w, write_w = np.empty((B, S, R, N), dtype), np.empty((B, S, H, N), dtype)
-    acts, params = np.empty((B, Ts, G), dtype), np.empty((B, Ts, P), dtype)
-    erase, add = np.empty((B, Ts, H, width), dtype), np.empty((B, Ts, H, width), dtype)
+    hs, cs = np.empty((S, B, hidden), dtype), np.empty((S, B, hidden), dtype)
+    reads = np.empty((S, B, R * width), dtype)
+    memory = np.empty((S, B, N, width), dtype)
+    read_w, write_w = np.empty((S, B, R, N), dtype), np.empty((S, B, H, N), dtype)
+    acts, params = np.empty((Ts, B, G), dtype), np.empty((Ts, B, P), dtype)
+    erase, add = np.empty((Ts, B, H, width), dtype), np.empty((Ts, B, H, width), dtype)
     betas, gates, gammas = (
-        np.empty((B, Ts, K), dtype),
-        np.empty((B, Ts, K), dtype),
-        np.empty((B, Ts, K), dtype),
+        np.empty((Ts, B, K), dtype),
+        np.empty((Ts, B, K), dtype),
+        np.empty((Ts, B, K), dtype),
     )
-    shifts = np.empty((B, Ts, K, num_shifts), dtype)
-    paths = np.empty((B, Ts, 4, K, N))
-    key_norms, slot_norms = np.empty((B, Ts, K)), np.empty((B, Ts, 2, N))
-    for b in range(B):
-        hs[b, 0] = h0[b]
-        cs[b, 0] = c0[b]
-        reads[b, 0] = r0[b]
-        memory[b, 0] = m0[b]
-        read_w[b, 0] = wr0[b]
-        write_w[b, 0] = ww0[b]
-        for t in range(T):
-            now, nxt = (t, t + 1) if keep else (t % 2, (t + 1) % 2)
-            ts = t if keep else 0
-            pre, h_out = acts[b, ts], out[b, t, :hidden]
-            pre[:] = xp[b, t]
-            _affine(pre, w_read_t, reads[b, now])  # W_x x_t + W_r r_{t-1} + b
-            if pnr:
-                h_out[:] = pre[:hidden]  # h'bar_t, eqs. 9 and 12
-            if kind != FNN:
-                _affine(pre, w_rec_t, hs[b, now])  # + W_h h_{t-1}
-            _controller_forward(kind, pnr, pre, cs[b, now], hs[b, nxt], cs[b, nxt], h_out)  # (i)
-            head = params[b, ts]
-            head[:] = b_head
-            _affine(head, w_head_t, hs[b, nxt])
-            _element_forward(  # (ii) and (iii)
-                head,
-                memory[b, now],
-                read_w[b, now],
-                write_w[b, now],
+    shifts = np.empty((Ts, B, K, num_shifts), dtype)
+    paths = np.empty((Ts, B, 4, K, N))
+    key_norms, slot_norms = np.empty((Ts, B, K)), np.empty((Ts, B, 2, N))
+    hs[0] = h0
+    cs[0] = c0
+    reads[0] = r0
+    memory[0] = m0
+    read_w[0] = wr0
+    write_w[0] = ww0
+    for t in range(T):
+        now, nxt = (t, t + 1) if keep else (t % 2, (t + 1) % 2)
+        ts = t if keep else 0
+        pre = acts[ts]
+        pre[:] = xp[:, t] + np.dot(reads[now], w_read_t)  # W_x x_t + W_r r_{t-1} + b
+        if pnr:
+            out[:, t, :hidden] = pre[:, :hidden]  # h'bar_t, eqs. 9 and 12
+        if kind != FNN:
+            pre += np.dot(hs[now], w_rec_t)  # + W_h h_{t-1}
+        for b in range(B):  # (i)
+            _controller_forward(kind, pnr, pre[b], cs[now, b], hs[nxt, b], cs[nxt, b], out[b, t, :hidden])
+        params[ts] = np.dot(hs[nxt], w_head_t) + b_head
+        for b in range(B):  # (ii) and (iii)
+            _element_forward(
+                params[ts, b],
+                memory[now, b],
+                read_w[now, b],
+                write_w[now, b],
                 width,
                 num_shifts,
-                memory[b, nxt],
-                reads[b, nxt].reshape((R, width)),
-                read_w[b, nxt],
-                write_w[b, nxt],
-                erase[b, ts],
-                add[b, ts],
-                betas[b, ts],
-                gates[b, ts],
-                shifts[b, ts],
-                gammas[b, ts],
-                paths[b, ts, 0],
-                paths[b, ts, 1],
-                paths[b, ts, 2],
-                paths[b, ts, 3],
-                key_norms[b, ts],
-                slot_norms[b, ts, 0],
-                slot_norms[b, ts, 1],
+                memory[nxt, b],
+                reads[nxt, b].reshape((R, width)),
+                read_w[nxt, b],
+                write_w[nxt, b],
+                erase[ts, b],
+                add[ts, b],
+                betas[ts, b],
+                gates[ts, b],
+                shifts[ts, b],
+                gammas[ts, b],
+                paths[ts, b, 0],
+                paths[ts, b, 1],
+                paths[ts, b, 2],
+                paths[ts, b, 3],
+                key_norms[ts, b],
+                slot_norms[ts, b, 0],
+                slot_norms[ts, b, 1],
             )
-            out[b, t, hidden:] = reads[b, nxt]  # (iv)
+            out[b, t, hidden:] = reads[nxt, b]  # (iv)
     states = (hs, cs, reads, memory, read_w, write_w)
     records = (acts, params, erase, add, betas, gates, shifts, gammas, paths, key_norms, slot_norms)
     return out, states, records
+
+
+@njit
+def _controller_backward(kind, gate, c_prev, c, grad_h, grad_c, grad_pre):
+    """Gradient of the controller's pre-activation from that of h_t (and, for the LSTM, of
+    c_t in grad_c, which becomes that of c_{t-1}); ``gate`` the activated gates."""
+    hidden = grad_h.shape[0]
+    if kind == LSTM:
+        for k in range(hidden):
+            z, i, f, o = gate[k], gate[hidden + k], gate[2 * hidden + k], gate[3 * hidden + k]
+            tanh_c = math.tanh(c[k])
+            dc = grad_c[k] + grad_h[k] * o * (1.0 - tanh_c * tanh_c)
+            grad_pre[k] = dc * i * (1.0 - z * z)
+            grad_pre[hidden + k] = dc * z * i * (1.0 - i)
+            grad_pre[2 * hidden + k] = dc * c_prev[k] * f * (1.0 - f)
+            grad_pre[3 * hidden + k] = grad_h[k] * tanh_c * o * (1.0 - o)
+            grad_c[k] = dc * f
+    else:
+        for k in range(hidden):
+            grad_pre[k] = grad_h[k] * (1.0 - gate[k] * gate[k])
 
 
 @njit
@@ -682,88 +715,67 @@ def sequence_backward(
 ):
     """Backward through time of ``sequence_forward`` (its outputs, states and records),
     given the gradients of the features (B, T, F) and of the final state; the weights
-    untransposed (out, in). Returns the gradients of xp (B, T, G), of the recurrent
-    pre-activation W_h h_{t-1} (B, T, G; differs from xp's only for the partially
+    untransposed (out, in). Returns the gradients (time-major) of xp (T, B, G), of the
+    recurrent pre-activation W_h h_{t-1} (T, B, G; differs from xp's only for the partially
     non-recurrent controllers, whose h_out also reads h'bar_t), of the raw head parameters
-    (B, T, P) and of the initial state (h0, c0, r0, m0, wr0, ww0)."""
+    (T, B, P) and of the initial state (h0, c0, r0, m0, wr0, ww0)."""
     hs, cs, reads, memory, read_w, write_w = states
     acts, params, erase, add, betas, gates, shifts, gammas, paths, key_norms, slot_norms = records
-    B, T, G = acts.shape[0], acts.shape[1], acts.shape[2]
+    T, B, G = acts.shape[0], acts.shape[1], acts.shape[2]
     hidden, P = hs.shape[2], params.shape[2]
     R = read_w.shape[2]
     dtype = acts.dtype
-    d_xp = np.empty((B, T, G), dtype)
-    d_rec = np.empty((B, T, G), dtype) if pnr else d_xp
-    d_params = np.empty((B, T, P), dtype)
+    d_xp = np.empty((T, B, G), dtype)
+    d_rec = np.empty((T, B, G), dtype) if pnr else d_xp
+    d_params = np.empty((T, B, P), dtype)
     g_h, g_c, g_r = d_h.copy(), d_c.copy(), d_r.copy()
     g_m, g_wr, g_ww = d_m.copy(), d_wr.copy(), d_ww.copy()
-    grad_reads = np.empty((R, width), dtype)
-    grad_pre = np.empty(G, dtype)
-    for b in range(B):
-        for t in range(T - 1, -1, -1):
+    grad_reads = np.empty((B, R, width), dtype)
+    for t in range(T - 1, -1, -1):
+        for b in range(B):  # (iii) and (ii)
             for j in range(R * width):
-                grad_reads[j // width, j % width] = d_out[b, t, hidden + j] + g_r[b, j]
-            head_grad = d_params[b, t]
+                grad_reads[b, j // width, j % width] = d_out[b, t, hidden + j] + g_r[b, j]
             _element_backward(
-                params[b, t],
-                memory[b, t],
-                read_w[b, t],
-                write_w[b, t],
+                params[t, b],
+                memory[t, b],
+                read_w[t, b],
+                write_w[t, b],
                 width,
                 num_shifts,
-                memory[b, t + 1],
-                read_w[b, t + 1],
-                write_w[b, t + 1],
-                erase[b, t],
-                add[b, t],
-                betas[b, t],
-                gates[b, t],
-                shifts[b, t],
-                gammas[b, t],
-                paths[b, t],
-                key_norms[b, t],
-                slot_norms[b, t, 0],
-                slot_norms[b, t, 1],
-                grad_reads,
+                memory[t + 1, b],
+                read_w[t + 1, b],
+                write_w[t + 1, b],
+                erase[t, b],
+                add[t, b],
+                betas[t, b],
+                gates[t, b],
+                shifts[t, b],
+                gammas[t, b],
+                paths[t, b],
+                key_norms[t, b],
+                slot_norms[t, b, 0],
+                slot_norms[t, b, 1],
+                grad_reads[b],
                 g_m[b],
                 g_wr[b],
                 g_ww[b],
-                head_grad,
+                d_params[t, b],
                 g_m[b],
                 g_wr[b],
                 g_ww[b],
             )
-            # the head layer: d h_t = W_p^T d params (+ d h_out for the standard controllers)
-            grad_h = g_h[b]
-            _affine(grad_h, w_head, head_grad)
-            if not pnr:
-                for k in range(hidden):
-                    grad_h[k] += d_out[b, t, k]
-            # (i) the controller, eqs. 1-7
-            gate = acts[b, t]
-            if kind == LSTM:
-                grad_c = g_c[b]
-                for k in range(hidden):
-                    z, i, f, o = gate[k], gate[hidden + k], gate[2 * hidden + k], gate[3 * hidden + k]
-                    tanh_c = math.tanh(cs[b, t + 1, k])
-                    dc = grad_c[k] + grad_h[k] * o * (1.0 - tanh_c * tanh_c)
-                    grad_pre[k] = dc * i * (1.0 - z * z)
-                    grad_pre[hidden + k] = dc * z * i * (1.0 - i)
-                    grad_pre[2 * hidden + k] = dc * cs[b, t, k] * f * (1.0 - f)
-                    grad_pre[3 * hidden + k] = grad_h[k] * tanh_c * o * (1.0 - o)
-                    grad_c[k] = dc * f
-            else:
-                for k in range(hidden):
-                    grad_pre[k] = grad_h[k] * (1.0 - gate[k] * gate[k])
-            d_rec[b, t] = grad_pre
+        # the head layer: d h_t = d params W_p (+ d h_out for the standard controllers)
+        grad_h = g_h + np.dot(d_params[t], w_head)
+        if not pnr:
+            grad_h += d_out[:, t, :hidden]
+        for b in range(B):  # (i) the controller, eqs. 1-7
+            _controller_backward(kind, acts[t, b], cs[t, b], cs[t + 1, b], grad_h[b], g_c[b], d_rec[t, b])
             if pnr:  # h_out = tanh(h'bar_t) also reads the z block of the input pre-activation
-                d_xp[b, t] = grad_pre
+                d_xp[t, b] = d_rec[t, b]
                 for k in range(hidden):
                     h_out = out[b, t, k]
-                    d_xp[b, t, k] += d_out[b, t, k] * (1.0 - h_out * h_out)
-            grad_h[:] = 0.0
-            if kind != FNN:
-                _affine(grad_h, w_rec, grad_pre)  # d h_{t-1}
-            g_r[b] = 0.0
-            _affine(g_r[b], w_read, d_xp[b, t])  # d r_{t-1}
+                    d_xp[t, b, k] += d_out[b, t, k] * (1.0 - h_out * h_out)
+        if kind != FNN:
+            g_h = np.dot(d_rec[t], w_rec)  # d h_{t-1}
+        g_r = np.dot(d_xp[t], w_read)  # d r_{t-1}
     return d_xp, d_rec, d_params, (g_h, g_c, g_r, g_m, g_wr, g_ww)

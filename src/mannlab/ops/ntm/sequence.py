@@ -20,7 +20,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch
-from mannlab.ops.bridge import as_array
+from mannlab.ops.bridge import as_array, limit_blas_threads
 
 #: Controller kinds of the kernels (ops/ntm/kernels.py: FNN, ELMAN, LSTM).
 FNN, ELMAN, LSTM = 0, 1, 2
@@ -53,6 +53,7 @@ class NTMSequence(torch.autograd.Function):
     def forward(ctx, xp, h0, c0, r0, m0, wr0, ww0, w_read, w_rec, w_head, b_head, options):
         a = as_array
         dummy = np.zeros((1, 1), a(xp).dtype)
+        limit_blas_threads(torch.get_num_threads())
         out, states, records = dispatch.load("ntm").sequence_forward(
             a(xp),
             a(h0),
@@ -81,11 +82,12 @@ class NTMSequence(torch.autograd.Function):
             ctx.save_for_backward(w_read, w_rec, w_head, out, *states, *records)
         # the final state: row T, or row T mod 2 of the two rows used in turn
         last = xp.shape[1] if options.keep or options.trace else xp.shape[1] % 2
-        final = tuple(s[:, last] for s in states)
+        final = tuple(s[last] for s in states)
         if not options.trace:
             return (out, *final)
-        hs, cs, reads, memory, read_w, write_w = (s[:, 1:] for s in states)
-        erase, add, betas, gates, shifts, gammas = records[2:8]
+        # the kernels' arrays over time are time-major: (T, B, ...) -> (B, T, ...)
+        hs, cs, reads, memory, read_w, write_w = (s[1:].transpose(0, 1) for s in states)
+        erase, add, betas, gates, shifts, gammas = (r.transpose(0, 1) for r in records[2:8])
         extra = (reads, memory, read_w, write_w, erase, add, betas, gates, shifts, gammas)
         ctx.mark_non_differentiable(*extra)
         return (out, *final, *extra)
@@ -101,7 +103,7 @@ class NTMSequence(torch.autograd.Function):
         dtype = a(out).dtype
 
         def given(grad, like):  # a gradient autograd did not materialise: zeros
-            return a(grad) if grad is not None else np.zeros(like[:, -1].shape, dtype)
+            return a(grad) if grad is not None else np.zeros(like[-1].shape, dtype)
 
         dummy = np.zeros((1, 1), dtype)
         d_xp, d_rec, d_params, initial = dispatch.load("ntm").sequence_backward(
@@ -123,25 +125,25 @@ class NTMSequence(torch.autograd.Function):
             given(d_wr, read_w),
             given(d_ww, write_w),
         )
-        d_xp, d_rec, d_params = (torch.from_numpy(g) for g in (d_xp, d_rec, d_params))
+        d_xp, d_rec, d_params = (torch.from_numpy(g) for g in (d_xp, d_rec, d_params))  # (T, B, .)
         d_h0, d_c0, d_r0, d_m0, d_wr0, d_ww0 = (torch.from_numpy(g) for g in initial)
 
-        def outer(grad, value):  # sum over batch and steps of grad ⊗ value
+        def outer(grad, value):  # sum over steps and batch of grad ⊗ value
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
 
         need = ctx.needs_input_grad
         recurrent = w_rec is not None
         return (
-            d_xp,
+            d_xp.transpose(0, 1),
             d_h0 if recurrent else None,
             d_c0 if options.kind == LSTM else None,
             d_r0,
             d_m0,
             d_wr0,
             d_ww0,
-            outer(d_xp, reads[:, :-1]) if need[7] else None,  # W_r: r_{t-1}
-            outer(d_rec, hs[:, :-1]) if recurrent and need[8] else None,  # W_h: h_{t-1}
-            outer(d_params, hs[:, 1:]) if need[9] else None,  # head layer: h_t
+            outer(d_xp, reads[:-1]) if need[7] else None,  # W_r: r_{t-1}
+            outer(d_rec, hs[:-1]) if recurrent and need[8] else None,  # W_h: h_{t-1}
+            outer(d_params, hs[1:]) if need[9] else None,  # head layer: h_t
             d_params.sum((0, 1)) if need[10] else None,
             None,
         )

@@ -34,9 +34,8 @@ import numpy as np
 from mannlab.ops.numba_cache import njit
 from mannlab.ops.numba_math import (
     EPS,
-    dot,
+    FAST,
     log_array,
-    row_norms,
     scaled_softmax_into,
     sigmoid,
     softmax_into,
@@ -56,28 +55,45 @@ def _activate(params, head, width, num_shifts, shift_out):
     return base, beta, gate, gamma
 
 
-@njit
+@njit(fastmath=FAST)
+def _dot(a, b):
+    """a . b, its sum reordered so that it vectorises (the memory step's hot loops)."""
+    total = 0.0
+    for j in range(a.shape[0]):
+        total += a[j] * b[j]
+    return total
+
+
+@njit(fastmath=FAST)
+def _slot_norms(memory, out):
+    """max(|M(i)|, eps) for every slot."""
+    for i in range(memory.shape[0]):
+        out[i] = max(math.sqrt(_dot(memory[i], memory[i])), EPS)
+
+
+@njit(fastmath=FAST)
 def _address(
     key, memory, norms, previous, beta, gate, shift, gamma, similarity, content, gated, shifted, weights
 ):
     """One head's chain (module docstring); fills the intermediates, returns max(|k|, eps)."""
     slots, num_shifts = memory.shape[0], shift.shape[0]
     reach = num_shifts // 2
-    key_norm = max(math.sqrt(dot(key, key)), EPS)
+    key_norm = max(math.sqrt(_dot(key, key)), EPS)
     for i in range(slots):
-        similarity[i] = dot(key, memory[i]) / (key_norm * norms[i])
+        similarity[i] = _dot(key, memory[i]) / (key_norm * norms[i])
     scaled_softmax_into(beta, similarity, content)
     for i in range(slots):
         gated[i] = previous[i] + gate * (content[i] - previous[i])
     shifted[:] = 0.0
     for m in range(num_shifts):
         _shift_add(gated, m - reach, shift[m], shifted)
-    log_array(shifted, EPS, weights)  # w = softmax(gamma log(w~ + eps))
-    scaled_softmax_into(gamma, weights, weights)
+    logs = np.empty(slots)  # in double precision, for float32 weightings too
+    log_array(shifted, EPS, logs)
+    scaled_softmax_into(gamma, logs, weights)  # w = softmax(gamma log(w~ + eps))
     return key_norm
 
 
-@njit
+@njit(fastmath=FAST)
 def _shift_add(values, offset, scale, out):
     """out(i) += scale values((i - offset) mod N) for |offset| < N, in two straight runs
     (no division per element)."""
@@ -89,7 +105,7 @@ def _shift_add(values, offset, scale, out):
         out[i] += scale * values[i - cut + slots]
 
 
-@njit
+@njit(fastmath=FAST)
 def _address_backward(
     grad_w,
     key,
@@ -143,16 +159,17 @@ def _address_backward(
     for i in range(slots):
         grad_sim = beta * grad_logits[i]
         if grad_sim != 0.0:
-            scale = grad_sim / norms[i]
+            inverse = 1.0 / norms[i]
+            scale = grad_sim * inverse
             for j in range(key.shape[0]):
-                unit = memory[i, j] / norms[i]
+                unit = memory[i, j] * inverse
                 grad_unit_key[j] += grad_sim * unit
                 grad_memory[i, j] += scale * (unit_key[j] - unit * similarity[i])
     grad_key[:] = (grad_unit_key - unit_key * (unit_key * grad_unit_key).sum()) / key_norm
     return grad_beta, grad_gate, grad_gamma
 
 
-@njit
+@njit(fastmath=FAST)
 def _element_forward(
     params,
     memory,
@@ -183,7 +200,7 @@ def _element_forward(
     norms_before, norms_after: the slot norms of M_{t-1} and M_t (N,)."""
     write_heads, read_heads = write_prev.shape[0], read_prev.shape[0]
     offset = (write_heads + read_heads) * (width + 3 + num_shifts)
-    row_norms(memory, norms_before)
+    _slot_norms(memory, norms_before)
     for h in range(write_heads):  # (ii) address M_{t-1}
         base, betas[h], gates[h], gammas[h] = _activate(params, h, width, num_shifts, shifts[h])
         key_norms[h] = _address(
@@ -213,7 +230,7 @@ def _element_forward(
             for h in range(write_heads):
                 value += write_w[h, i] * add[h, j]
             new_memory[i, j] = value
-    row_norms(new_memory, norms_after)
+    _slot_norms(new_memory, norms_after)
     for r in range(read_heads):  # (iii) address M_t, read
         h = write_heads + r
         base, betas[h], gates[h], gammas[h] = _activate(params, h, width, num_shifts, shifts[h])
@@ -232,11 +249,11 @@ def _element_forward(
             shifted[h],
             read_w[r],
         )
-        for j in range(width):
-            total = 0.0
-            for i in range(memory.shape[0]):
-                total += read_w[r, i] * new_memory[i, j]
-            reads[r, j] = total
+        reads[r] = 0.0
+        for i in range(memory.shape[0]):  # slot by slot: contiguous rows of M_t
+            weight = read_w[r, i]
+            for j in range(width):
+                reads[r, j] += weight * new_memory[i, j]
 
 
 @njit
@@ -293,7 +310,7 @@ def memory_step_forward(params, memory, read_prev, write_prev, width, num_shifts
     return outputs, (paths, key_norms, slot_norms)
 
 
-@njit
+@njit(fastmath=FAST)
 def _write_backward(grad_new, memory, write_w, erase, add, grad_memory, grad_write_w, grad_erase, grad_add):
     """Backward of the erase/add write: fills grad_memory (M_{t-1}), adds into grad_write_w,
     fills grad_erase and grad_add."""
@@ -343,7 +360,7 @@ def _params_backward(
     grad_params[start + num_shifts] = grad_gamma * softplus_grad(params[start + num_shifts])
 
 
-@njit
+@njit(fastmath=FAST)
 def _element_backward(
     p,
     memory,
@@ -392,7 +409,7 @@ def _element_backward(
     for r in range(read_heads):
         h = write_heads + r
         for i in range(slots):
-            grad_rw[i] = grad_read_w[r, i] + dot(new_memory[i], grad_reads[r])
+            grad_rw[i] = grad_read_w[r, i] + _dot(new_memory[i], grad_reads[r])
             for j in range(width):
                 grad_new[i, j] += read_w[r, i] * grad_reads[r, j]
         base = h * (width + 3 + num_shifts)

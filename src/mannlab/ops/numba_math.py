@@ -313,11 +313,11 @@ def scaled_softmax_into(scale, logits, out):
     top = logits[0]
     for j in range(1, logits.shape[0]):
         top = max(top, logits[j])
+    for j in range(logits.shape[0]):  # no sum in this loop: it vectorises without fastmath
+        out[j] = _exp_exact(scale * (logits[j] - top))
     total = 0.0
     for j in range(logits.shape[0]):
-        value = _exp_exact(scale * (logits[j] - top))
-        out[j] = value
-        total += value
+        total += out[j]
     inverse = 1.0 / total
     for j in range(logits.shape[0]):
         out[j] *= inverse

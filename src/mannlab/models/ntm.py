@@ -25,6 +25,13 @@ with address = content (eq. 8, cosine K) -> interpolation -> circular shift ->
 sharpening: the functions of mannlab.nn.addressing. Steps (ii) and (iii), with the
 head activations, run as one fused autograd function (mannlab.ops.ntm)
 with the same values and gradients.
+
+On CPU float32/float64 tensors (mannlab.ops.dispatch.route) a whole sequence of steps
+(i)-(iv) runs as one autograd node over compiled kernels (mannlab.ops.ntm.sequence) for
+the feed-forward (tanh), Elman, LSTM and partially non-recurrent controllers: the same
+values and gradients as the step loop, which stays the reference and runs everywhere
+else (the GRU controller, other devices and dtypes, autocast, torch.compile). Its trace
+fields carry no gradient.
 """
 
 from __future__ import annotations

@@ -222,14 +222,20 @@ def _element_forward(
         for j in range(width):
             erase[h, j] = sigmoid(params[start + j])
             add[h, j] = params[start + width + j]
-    for i in range(memory.shape[0]):  # erase, then add
-        for j in range(width):
-            value = memory[i, j]
-            for h in range(write_heads):
-                value *= 1.0 - write_w[h, i] * erase[h, j]
-            for h in range(write_heads):
-                value += write_w[h, i] * add[h, j]
-            new_memory[i, j] = value
+    if write_heads == 1:  # the usual case, without the loops over the heads
+        for i in range(memory.shape[0]):
+            weight = write_w[0, i]
+            for j in range(width):
+                new_memory[i, j] = memory[i, j] * (1.0 - weight * erase[0, j]) + weight * add[0, j]
+    else:  # erase, then add
+        for i in range(memory.shape[0]):
+            for j in range(width):
+                value = memory[i, j]
+                for h in range(write_heads):
+                    value *= 1.0 - write_w[h, i] * erase[h, j]
+                for h in range(write_heads):
+                    value += write_w[h, i] * add[h, j]
+                new_memory[i, j] = value
     _slot_norms(new_memory, norms_after)
     for r in range(read_heads):  # (iii) address M_t, read
         h = write_heads + r
@@ -317,6 +323,18 @@ def _write_backward(grad_new, memory, write_w, erase, add, grad_memory, grad_wri
     write_heads, slots, width = write_w.shape[0], memory.shape[0], memory.shape[1]
     grad_erase[:] = 0.0
     grad_add[:] = 0.0
+    if write_heads == 1:  # the usual case, without the loops over the other heads
+        for i in range(slots):
+            weight, total = write_w[0, i], 0.0
+            for j in range(width):
+                grad = grad_new[i, j]
+                grad_memory[i, j] = grad * (1.0 - weight * erase[0, j])
+                grad_keep = grad * memory[i, j]
+                total += add[0, j] * grad - grad_keep * erase[0, j]
+                grad_erase[0, j] -= grad_keep * weight
+                grad_add[0, j] += weight * grad
+            grad_write_w[0, i] += total
+        return
     for i in range(slots):
         for j in range(width):
             keep = 1.0

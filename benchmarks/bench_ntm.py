@@ -9,12 +9,23 @@ for three models measured in the same run, on the same inputs:
   LSTMCell   torch.nn.LSTMCell(9, 100) stepped in a Python loop + Linear(100, 8):
              the reference, since the NTM also steps its controller in Python
   LSTM       torch.nn.LSTM(9, 100) (the fused sequence op) + Linear, for information
+  NTM (tensor path)  the same NTM with the compiled kernels switched off (mannlab.ops.use_kernels)
+  pytorch-ntm  loudinthecloud/pytorch-ntm's EncapsulatedNTM in the same configuration (100-unit
+             LSTM controller, 128 x 20 memory, one read and one write head, copy width 8),
+             imported from a checkout given with --pytorch-ntm DIR (not measured without it);
+             its outputs are already sigmoids, which the loss here takes as logits (one more
+             element-wise op, the same work otherwise)
 
 and, once per training setting (untimed), the bytes autograd keeps for the
 backward pass (unique tensor storages saved during the forward): the
-activation memory a training step needs beyond the weights.
+activation memory a training step needs beyond the weights; and the peak memory of a
+training step: how far the process's resident set (Linux's VmHWM, reset before the step
+through /proc/self/clear_refs, after glibc's malloc_trim has returned the free heap) rises
+above where it stood: everything the step allocates at once, tensors, NumPy arrays of the
+kernels and the allocators' overhead ("n/a" where Linux's counters are not available).
 
     python benchmarks/bench_ntm.py                       # batch 1 and 32, T=41, 1 thread
+    python benchmarks/bench_ntm.py --pytorch-ntm ~/src/pytorch-ntm
     python benchmarks/bench_ntm.py --threads 2 --json bench.json
 
 One thread by default: on a small machine, intra-op threads mostly add noise,
@@ -24,10 +35,14 @@ and the ratio to LSTMCell is what should stay comparable between machines.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
+import importlib
 import json
 import os
 import platform
 import statistics
+import sys
 import time
 from typing import Callable
 
@@ -117,6 +132,30 @@ def ntm_copy() -> nn.Module:
     )
 
 
+class PytorchNTM(nn.Module):
+    """loudinthecloud/pytorch-ntm's EncapsulatedNTM (``aio``, its package ``ntm``) in the copy
+    configuration, stepped over a (B, T, 9) input as its copy task steps it."""
+
+    def __init__(self, aio):
+        super().__init__()
+        self.ntm = aio.EncapsulatedNTM(INPUT, OUTPUT, HIDDEN, 1, 1, 128, 20)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.ntm.init_sequence(x.shape[0])
+        return torch.stack([self.ntm(x_t)[0] for x_t in x.unbind(1)], dim=1)
+
+
+def import_pytorch_ntm(directory: str):
+    """The ``ntm.aio`` module of a pytorch-ntm checkout at ``directory``."""
+    if not os.path.isfile(os.path.join(directory, "ntm", "aio.py")):
+        raise SystemExit(f"--pytorch-ntm: expected a pytorch-ntm checkout with ntm/aio.py, got {directory!r}")
+    sys.path.insert(0, os.path.abspath(directory))
+    try:
+        return importlib.import_module("ntm.aio")
+    finally:
+        sys.path.pop(0)
+
+
 MODELS: dict[str, Callable[[], nn.Module]] = {"NTM": ntm_copy, "LSTMCell": LSTMCellLoop, "LSTM": FusedLSTM}
 REFERENCE = "LSTMCell"
 
@@ -193,6 +232,34 @@ def saved_for_backward_bytes(model: nn.Module, x: torch.Tensor, target: torch.Te
     return sum(n for ptr, n in storages.items() if ptr not in params)  # activations only
 
 
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def peak_memory_mb(call: Callable[[], None]) -> float | None:
+    """How far the resident set rises above its level before ``call`` (MB), from Linux's
+    high-water mark VmHWM reset through /proc/self/clear_refs; None elsewhere. The freed
+    heap goes back to the system first (glibc's malloc_trim), so the step's allocations
+    show as new resident pages rather than reuse."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
+            clear.write("5")  # reset VmHWM to the current resident set
+        before = _status_kb("VmRSS")
+        call()
+        return (_status_kb("VmHWM") - before) / 1024
+    except OSError:
+        return None
+
+
 def run(
     models: dict[str, nn.Module],
     reference: str,
@@ -204,12 +271,14 @@ def run(
     infer: Callable = infer_step,
     saved_memory: bool = True,
     clock: Callable[[], float] = time.perf_counter,
+    peak_memory: bool = False,
 ) -> list[dict]:
     """Time every model, mode and batch size; return one record per measurement.
 
     ``us_per_step`` is the median time per call divided by ``steps``; ``ratio`` is the
     median over rounds of (this model's time / the reference's time in the same round);
-    with ``saved_memory`` training records also hold ``saved_mb`` (see above).
+    with ``saved_memory`` training records also hold ``saved_mb``, with ``peak_memory``
+    ``peak_mb`` (see above).
     """
     records = []
     for batch in batch_sizes:
@@ -232,24 +301,34 @@ def run(
                 }
                 if mode == "train" and saved_memory:
                     record["saved_mb"] = saved_for_backward_bytes(models[name], x, target) / 2**20
+                if mode == "train" and peak_memory:
+                    record["peak_mb"] = peak_memory_mb(calls[name])
                 records.append(record)
     return records
 
 
-def markdown_table(records: list[dict]) -> str:
+def markdown_table(records: list[dict], notes: dict[str, str] | None = None) -> str:
+    """The records as a markdown table; ``notes`` adds a row per model not measured."""
     reference = records[0]["reference"]
     memory = any("saved_mb" in r for r in records)
+    peak = any("peak_mb" in r for r in records)
     lines = [
         f"| mode | batch | model | µs / step | × {reference} |"
-        + (" saved for backward (MB) |" if memory else ""),
-        "|---|---:|---|---:|---:|" + ("---:|" if memory else ""),
+        + (" saved for backward (MB) |" if memory else "")
+        + (" peak (MB) |" if peak else ""),
+        "|---|---:|---|---:|---:|" + ("---:|" if memory else "") + ("---:|" if peak else ""),
     ]
     for r in records:
         saved = (f" {r['saved_mb']:.2f} |" if "saved_mb" in r else " |") if memory else ""
+        if peak:
+            value = r.get("peak_mb")
+            saved += f" {value:.1f} |" if value is not None else (" n/a |" if "peak_mb" in r else " |")
         lines.append(
             f"| {r['mode']} | {r['batch']} | {r['model']} | {r['us_per_step']:.0f} "
             f"| {r['ratio']:.2f} |{saved}"
         )
+    for name, why in (notes or {}).items():
+        lines.append(f"| | | {name} | {why} | |" + (" |" if memory else "") + (" |" if peak else ""))
     return "\n".join(lines)
 
 
@@ -259,11 +338,13 @@ def report(
     models: dict[str, nn.Module],
     reference: str,
     notes: dict | None = None,
+    not_measured: dict[str, str] | None = None,
     **run_options,
 ) -> None:
     """Time the models, print the settings line and the table, write --json if asked.
 
-    ``notes`` go into the JSON settings and are printed under the settings line.
+    ``notes`` go into the JSON settings and are printed under the settings line;
+    ``not_measured`` (model -> why) are listed under the table.
     """
     settings = {
         "torch": torch.__version__,
@@ -292,7 +373,7 @@ def report(
     for key, value in (notes or {}).items():
         if value:
             print(f"{key}: {value}\n")
-    print(markdown_table(records))
+    print(markdown_table(records, not_measured))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"settings": settings, "records": records}, handle, indent=2)
@@ -339,11 +420,30 @@ def parse_args(
     return args, batch_sizes
 
 
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pytorch-ntm",
+        metavar="DIR",
+        help="a checkout of loudinthecloud/pytorch-ntm to measure against (not measured without it)",
+    )
+    parser.add_argument(
+        "--no-tensor-path", action="store_true", help="leave out the NTM's tensor path (kernels off)"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
-    args, batch_sizes = parse_args(argv, __doc__.split("\n")[0])
+    args, batch_sizes = parse_args(argv, __doc__.split("\n")[0], add_options)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    report(args, batch_sizes, {name: make() for name, make in MODELS.items()}, REFERENCE)
+    models = {name: make() for name, make in MODELS.items()}
+    if not args.no_tensor_path:
+        models["NTM (tensor path)"] = TensorPath(models["NTM"])
+    not_measured = {}
+    if args.pytorch_ntm:
+        models["pytorch-ntm"] = PytorchNTM(import_pytorch_ntm(args.pytorch_ntm))
+    else:
+        not_measured["pytorch-ntm"] = "not measured (--pytorch-ntm DIR)"
+    report(args, batch_sizes, models, REFERENCE, not_measured=not_measured, peak_memory=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,13 @@ with address = content (eq. 8, cosine K) -> interpolation -> circular shift ->
 sharpening: the functions of mannlab.nn.addressing. Steps (ii) and (iii), with the
 head activations, run as one fused autograd function (mannlab.ops.ntm)
 with the same values and gradients.
+
+On CPU float32/float64 tensors (mannlab.ops.dispatch.route) a whole sequence of steps
+(i)-(iv) runs as one autograd node over compiled kernels (mannlab.ops.ntm.sequence) for
+the feed-forward (tanh), Elman, LSTM and partially non-recurrent controllers: the same
+values and gradients as the step loop, which stays the reference and runs everywhere
+else (the GRU controller, other devices and dtypes, autocast, torch.compile). Its trace
+fields carry no gradient.
 """
 
 from __future__ import annotations
@@ -35,9 +42,26 @@ import torch
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.base import MemoryCell, SequenceModel, batched, check_positive
-from mannlab.nn.controllers import make_controller
+from mannlab.models.base import MemoryCell, SequenceModel, batched, check_positive, run_sequence
+from mannlab.nn.controllers import (
+    ElmanController,
+    FNNController,
+    LSTMController,
+    PNRElmanController,
+    PNRLSTMController,
+    make_controller,
+)
+from mannlab.ops.ntm import sequence as compiled
 from mannlab.ops.ntm.function import ntm_memory_step
+
+#: The controllers the compiled whole-sequence path implements: (kind, partially non-recurrent).
+_COMPILED_CONTROLLERS = {
+    FNNController: (compiled.FNN, False),
+    ElmanController: (compiled.ELMAN, False),
+    LSTMController: (compiled.LSTM, False),
+    PNRElmanController: (compiled.ELMAN, True),
+    PNRLSTMController: (compiled.LSTM, True),
+}
 
 
 class NTMState(NamedTuple):
@@ -155,6 +179,60 @@ class NTMCell(MemoryCell):
         trace = NTMTrace(read_w, write_w, reads, *out[4:], memory) if with_trace else None
         return features, NTMState(ctrl, memory, reads, read_w, write_w), trace
 
+    # ------------------------------------------------------ the fused path
+
+    compiled_ops = "ntm"
+
+    def compiled_covers(self, with_trace: bool) -> bool:
+        """The kernels implement the feed-forward (tanh), Elman, LSTM and partially
+        non-recurrent controllers, any heads and shifts, with or without the trace; the GRU
+        (and a feed-forward controller with another activation) take the step loop."""
+        controller = self.controller
+        covered = type(controller) in _COMPILED_CONTROLLERS
+        return covered and (type(controller) is not FNNController or controller.activation is torch.tanh)
+
+    def run_fused(self, x: torch.Tensor, state: NTMState, with_trace: bool, backward: bool):
+        """All steps of x (B, T, I) in the compiled kernels (ops/ntm/sequence.py): (features
+        (B, T, F), final state, the :class:`NTMTrace` stacked over time or None); ``backward``:
+        a graph is recorded (dispatch.route). The trace's fields carry no gradient here."""
+        ctrl, memory, reads, read_w, write_w = state
+        controller = self.controller
+        kind, pnr = _COMPILED_CONTROLLERS[type(controller)]
+        zeros = x.new_zeros(x.shape[0], controller.hidden_size)
+        h0 = ctrl[0] if kind != compiled.FNN else zeros
+        c0 = ctrl[1] if kind == compiled.LSTM else zeros
+        options = compiled.Options(kind, pnr, self.width, self.num_shifts, backward, with_trace)
+        out = compiled.NTMSequence.apply(
+            self.precompute(x),
+            h0,
+            c0,
+            reads.flatten(1),
+            memory,
+            read_w,
+            write_w,
+            controller.read_weight,
+            controller.recurrent_weight if kind != compiled.FNN else None,
+            self.head_params.weight,
+            self.head_params.bias,
+            options,
+        )
+        features, h, c, reads, memory, read_w, write_w = out[:7]
+        ctrl = () if kind == compiled.FNN else (h, c) if kind == compiled.LSTM else (h,)
+        state = NTMState(ctrl, memory, reads.unflatten(1, (self.read_heads, self.width)), read_w, write_w)
+        if not with_trace:
+            return features, state, None
+        step_reads, step_memory, step_read_w, step_write_w, erase, add, *heads = out[7:]
+        trace = NTMTrace(
+            step_read_w,
+            step_write_w,
+            step_reads.unflatten(-1, (self.read_heads, self.width)),
+            erase,
+            add,
+            *heads,
+            step_memory,
+        )
+        return features, state, trace
+
 
 class NTM(SequenceModel):
     """Neural Turing Machine shaped like torch.nn.LSTM.
@@ -197,3 +275,7 @@ class NTM(SequenceModel):
             write_heads,
             shift_range,
         )
+
+    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+        """The time loop, or where it applies and pays the compiled whole sequence."""
+        return run_sequence(self.cell, x, state, with_trace)

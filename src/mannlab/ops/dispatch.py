@@ -9,8 +9,9 @@ that decides, call by call, which path runs.
 
 A compiled path runs where the switch is on, autocast is off, the tensors are CPU
 float32/float64 and the kernels of ``mannlab.ops.<name>.kernels`` import (numba present;
-they compile on first use, then load from numba's disk cache). The NTM and DNC steps ask
-:func:`compiled_applies`. The whole-sequence cells (NTM, D-NTM, TARDIS, ARMIN) go through
+they compile on first use, then load from numba's disk cache). The NTM and DNC memory steps of
+the step loop ask :func:`compiled_applies`. The whole-sequence cells (NTM, DNC, D-NTM,
+TARDIS, ARMIN) go through
 :func:`route`, which reads what only the cell knows (models/base.py gives the defaults):
 
     compiled_ops                        the name of its ops package ("tardis")

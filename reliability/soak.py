@@ -229,12 +229,17 @@ def command_report(args) -> None:
     figures = args.figures or args.out
     figures.mkdir(parents=True, exist_ok=True)
     plot(runs, figures)
+    print(
+        "| run | recipe | steps asked | steps run | stopped by | non-finite "
+        "| RSS start / after first sample / end / max (MiB) | wall s | CPU s |"
+    )
+    print("|---|---|---:|---:|---|---:|---|---:|---:|")
     for name, run in summary.items():
-        mib = {k: run[k] / 2**20 for k in ("rss_start", "rss_end", "rss_max")}
+        mib = [run[k] / 2**20 for k in ("rss_start", "rss_after_first_sample", "rss_end", "rss_max")]
         print(
-            f"{name}: {run['steps_done']}/{run['steps_asked']} {run['unit']}s, non-finite "
-            f"{run['non_finite_count']}, RSS start/end/max {mib['rss_start']:.1f}/{mib['rss_end']:.1f}/"
-            f"{mib['rss_max']:.1f} MiB, wall {run['wall_seconds']} s, CPU {run['cpu_seconds']} s"
+            f"| {name} ({run['unit']}s) | {run['recipe']} | {run['steps_asked']:,} | {run['steps_done']:,} | "
+            f"{run.get('stopped', '')} | {run['non_finite_count']} | {' / '.join(f'{m:.1f}' for m in mib)} | "
+            f"{run['wall_seconds']:,.0f} | {run['cpu_seconds']:,.0f} |"
         )
 
 

@@ -175,7 +175,7 @@ def test_no_divergence_check_with_patience_zero_but_nan_still_stops(monkeypatch)
 
 def test_a_diverged_run_exits_1_with_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", *TINY, "--force", "--lr", "1000", "--set", "train.clip_grad_norm=0", "--steps", "20"])
+        main(["train", *TINY, "--force", "--lr", "10", "--set", "train.clip_grad_norm=0", "--steps", "20"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 1 and err.count("\n") == 1 and "diverge" in err
 
@@ -200,6 +200,9 @@ BAD_TRAIN = [
     "lr=-1",
     "lr=nan",
     "lr=inf",
+    "lr=10.5",
+    "lr=1e3",
+    "lr_after_solve=11",
     "lr_after_solve=nan",
     "lr_after_solve=-1",
     "solve_bce=nan",
@@ -309,7 +312,12 @@ CLI_CASES = {
         ["train", *TINY, "--set", "train.clip_grad_norm=-1"],
         "train.clip_grad_norm must be >= 0",
     ),
-    "lr nan": (None, ["train", *TINY, "--lr", "nan"], "train.lr must be > 0 and finite, got nan"),
+    "lr nan": (None, ["train", *TINY, "--lr", "nan"], "train.lr must be in (0, 10.0], got nan"),
+    "lr 1000": (
+        None,
+        ["train", *TINY, "--lr", "1000"],
+        "train.lr must be in (0, 10.0], got 1000.0 (a learning rate is finite and at most 10",
+    ),
 }
 RUN_CASES = {  # damage a finished run, then the command
     "non-UTF-8 run config": (

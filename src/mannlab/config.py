@@ -84,9 +84,13 @@ MAX_SEED = 2**63 - 1  # seeds are TOML integers (int64); the data seeds want the
 
 # The valid range of each number of TrainConfig: (low, high, low included, high included).
 INF = math.inf
+# The largest learning rate accepted: the recipes use 1e-4 to 3e-3, and a step of more
+# than 10 (Adam moves each weight by about lr per step) only diverges; larger values are
+# typos (1e3 for 1e-3) that would otherwise cost a run before the divergence check stops it.
+MAX_LR = 10.0
 RANGES: dict[str, tuple[float, float, bool, bool]] = {
-    "lr": (0, INF, False, False),
-    "lr_after_solve": (0, INF, True, False),
+    "lr": (0, MAX_LR, False, True),
+    "lr_after_solve": (0, MAX_LR, True, True),
     "momentum": (0, 1, True, False),
     "alpha": (0, 1, True, False),
     "eps": (0, INF, False, False),
@@ -111,6 +115,8 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
         )
     },
 }
+_LR_HINT = f"a learning rate is finite and at most {MAX_LR:g}; the recipes use 1e-4 to 3e-3"
+RANGE_HINTS = {"lr": _LR_HINT, "lr_after_solve": _LR_HINT}
 TOP_LEVEL_KEYS = ("seed", "seeds", "run_dir", "model", "task", "train")
 SECTIONS = ("model", "task", "train")
 
@@ -207,7 +213,7 @@ class TrainConfig:
             raise ConfigError(f"train.budget_clock must be 'wall' or 'cpu', got {self.budget_clock!r}")
         for name, bounds in RANGES.items():
             if getattr(self, name) is not None:
-                check_range(f"train.{name}", getattr(self, name), *bounds)
+                check_range(f"train.{name}", getattr(self, name), *bounds, hint=RANGE_HINTS.get(name, ""))
         if self.batch_size % self.samples_per_input:
             raise ConfigError(
                 f"train.batch_size ({self.batch_size}) must be a multiple of "
@@ -373,10 +379,10 @@ def apply_overrides(values: Mapping[str, Any], overrides: Iterable[str]) -> dict
 
 
 def check_range(
-    key: str, value: float, low: float, high: float, low_in: bool = True, high_in: bool = True
+    key: str, value: float, low: float, high: float, low_in: bool = True, high_in: bool = True, hint: str = ""
 ) -> None:
-    """ConfigError naming the valid range unless low <= value <= high (< where not ``_in``);
-    NaN is never in range."""
+    """ConfigError naming the valid range (and ``hint``, if given) unless low <= value <= high
+    (< where not ``_in``); NaN is never in range."""
     above = value >= low if low_in else value > low
     below = value <= high if high_in else value < high
     if not (above and below):  # NaN fails both
@@ -384,7 +390,7 @@ def check_range(
             valid = f"{'>=' if low_in else '>'} {low}" + (" and finite" if isinstance(value, float) else "")
         else:
             valid = f"in {'[' if low_in else '('}{low}, {high}{']' if high_in else ')'}"
-        raise ConfigError(f"{key} must be {valid}, got {value}")
+        raise ConfigError(f"{key} must be {valid}, got {value}" + (f" ({hint})" if hint else ""))
 
 
 # --- helpers -----------------------------------------------------------------

@@ -33,6 +33,10 @@ from mannlab.errors import DataError
 # No checksum of the archive is published by its authors; none is pinned.
 ARCHIVE = RemoteFile("https://dl.fbaipublicfiles.com/babi/tasks_1-20_v1-2.tar.gz")
 LANGUAGES = ("en", "en-10k")
+#: size limits of one task file and of all files read at once (the largest published
+#: file, en-10k qa19 train, is 2,475,046 bytes; 20 tasks x 2 splits stay under 40 MB)
+MAX_FILE_BYTES = 32 << 20
+MAX_TOTAL_BYTES = 256 << 20
 TASK_NAMES = {
     1: "single-supporting-fact",
     2: "two-supporting-facts",
@@ -156,7 +160,13 @@ def load_babi(
     if source.is_dir() and source.name in LANGUAGES:
         source = source.parent
     wanted = {(t, s): task_file_pattern(t, language, s) for t in tasks for s in splits}
-    files = read_members(source, lambda name: any(p.match(name) for p in wanted.values()))
+    files = read_members(
+        source,
+        lambda name: any(p.match(name) for p in wanted.values()),
+        MAX_FILE_BYTES,
+        "bAbI task files of a few MB (the largest published one, en-10k qa19 train, has 2,475,046 bytes)",
+        MAX_TOTAL_BYTES,
+    )
     out: dict[str, list[Question]] = {s: [] for s in splits}
     for (task, split), pattern in wanted.items():
         names = [n for n in files if pattern.match(n)]

@@ -26,6 +26,12 @@ Everything found is kept inside the data directory: a file, or a member of an un
 directory, that resolves (through symlinks) outside it is refused, so a crafted directory
 cannot make a loader read, say, a key file. The data directory itself may be a symlink.
 
+Reading is bounded: every file, archive member and decompressed stream is read in
+blocks and refused (DataError) once it passes the size limit the data set gives
+(``limit``, e.g. 128 MiB for the 100 MB enwik8), so a crafted archive of a few KB that
+decompresses to gigabytes (a decompression bomb) costs at most the limit in memory. A file
+that cannot be read (permissions) is a DataError naming it.
+
 Errors are ``DataError`` and say what to do (offline: where to put a copy).
 """
 
@@ -48,6 +54,10 @@ from mannlab.errors import DataError
 ENV_VAR = "MANNLAB_DATA"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 CHUNK = 1 << 20
+#: default size limits of ``read_members`` (loaders pass their data set's own): one
+#: member, and all wanted members together
+MAX_MEMBER_BYTES = 1 << 30
+MAX_TOTAL_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -185,40 +195,130 @@ def verify(path: Path, remote: RemoteFile, shown_as: str | None = None) -> None:
 # ------------------------------------------------------------ reading archives
 
 
+def open_data(path: Path):
+    """``path`` opened for binary reading; DataError naming it when it cannot be read."""
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+
+
+def unreadable(path: Path | str, exc: OSError) -> DataError:
+    """The DataError for a data file the operating system refuses to read."""
+    if isinstance(exc, PermissionError):
+        return DataError(
+            f"{path}: permission denied (the file cannot be read by this user); make it "
+            f"readable (chmod u+r) or point the data directory at a readable copy"
+        )
+    return DataError(f"{path}: cannot be read ({exc.strerror or exc})")
+
+
+def too_large(source: str, limit: int, expected: str, decompressed: bool = True) -> DataError:
+    """The DataError for a file or member larger than its data set's limit."""
+    how, what = (" when decompressed", "a corrupt or crafted archive (a decompression bomb?)")
+    if not decompressed:
+        how, what = "", "not the data set's file, or a damaged one"
+    return DataError(
+        f"{source}: more than {limit:,} bytes{how}; expected {expected}. Refused: {what}; "
+        f"replace it with a good copy"
+    )
+
+
+def read_capped(stream, limit: int, source: str, expected: str, decompressed: bool = True) -> bytes:
+    """The rest of ``stream`` (a file or decompressing reader), read in blocks; DataError
+    from ``too_large`` as soon as it passes ``limit`` bytes, so at most ``limit`` + 1 bytes
+    are ever held."""
+    chunks, total = [], 0
+    while True:
+        block = stream.read(min(CHUNK, limit + 1 - total))
+        if not block:
+            return b"".join(chunks)
+        total += len(block)
+        if total > limit:
+            raise too_large(source, limit, expected, decompressed)
+        chunks.append(block)
+
+
+def read_file(path: Path, limit: int, expected: str) -> bytes:
+    """The bytes of the (uncompressed) file ``path``, refused unread when larger than
+    ``limit``; DataError naming it when it cannot be read."""
+    with open_data(path) as fh:
+        try:
+            if os.fstat(fh.fileno()).st_size > limit:
+                raise too_large(str(path), limit, expected, decompressed=False)
+            return read_capped(fh, limit, str(path), expected, decompressed=False)
+        except OSError as exc:  # EIO, or a directory on some systems
+            raise unreadable(path, exc) from None
+
+
 def is_archive(path: Path) -> bool:
     """True for a .tar.gz, .tgz, .tar or .zip file."""
     return path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES)
 
 
-def read_members(source: Path, wanted: Callable[[str], bool]) -> dict[str, bytes]:
+def read_members(
+    source: Path,
+    wanted: Callable[[str], bool],
+    limit: int | None = None,
+    expected: str = "a file of a supported data set",
+    total_limit: int | None = None,
+) -> dict[str, bytes]:
     """The bytes of every file in ``source`` (archive or directory) whose relative path
     (with "/" separators) ``wanted`` accepts, read in one pass without extracting.
 
-    In a directory, a wanted file that resolves outside it (a symlink) is refused with a
-    DataError; symlinked subdirectories are not descended into.
+    A wanted member larger than ``limit`` bytes (default ``MAX_MEMBER_BYTES``), or wanted
+    members together larger than ``total_limit`` (default ``MAX_TOTAL_BYTES``), are a
+    DataError that names it and says ``expected``; a member that declares such a size is
+    refused before it is read, and one that does not is read in blocks and stopped at the
+    limit. In a directory, a wanted file that resolves outside it (a symlink) is refused
+    with a DataError; symlinked subdirectories are not descended into.
     """
-    source = Path(source)
-    if not (source.is_dir() or is_archive(source)):
-        raise DataError(f"{source} is neither a directory nor an archive ({', '.join(ARCHIVE_SUFFIXES)})")
+    limit = MAX_MEMBER_BYTES if limit is None else limit
+    total_limit = MAX_TOTAL_BYTES if total_limit is None else total_limit
+    budget = [total_limit]  # bytes the remaining wanted members may still take
+
+    def take(stream, name: str, declared: int | None, decompressed: bool = True) -> bytes:
+        """A wanted member's bytes within ``limit`` and what is left of ``total_limit``."""
+        cap = min(limit, budget[0])
+        try:
+            if declared is not None and declared > cap:
+                raise too_large(name, cap, expected, decompressed)
+            data = read_capped(stream, cap, name, expected, decompressed)
+        except DataError:
+            if cap == limit:
+                raise
+            raise DataError(
+                f"{source}: the wanted files pass {total_limit:,} bytes together at {name}; "
+                f"expected {expected}. Refused: a corrupt or crafted archive; replace it"
+            ) from None
+        budget[0] -= len(data)
+        return data
+
     out: dict[str, bytes] = {}
     try:
         if source.is_dir():
             for path in sorted(source.rglob("*")):
                 rel = path.relative_to(source).as_posix()
                 if path.is_file() and wanted(rel):
-                    out[rel] = check_inside(path, source).read_bytes()
+                    with open_data(check_inside(path, source)) as fh:
+                        size = os.fstat(fh.fileno()).st_size
+                        out[rel] = take(fh, str(path), size, decompressed=False)
         elif source.name.endswith(".zip"):
-            with zipfile.ZipFile(source) as archive:
+            with open_data(source) as fh, zipfile.ZipFile(fh) as archive:
                 for info in archive.infolist():
                     if not info.is_dir() and wanted(info.filename):
-                        out[info.filename] = archive.read(info)
+                        with archive.open(info) as member:
+                            out[info.filename] = take(member, f"{source}/{info.filename}", info.file_size)
         else:
-            with tarfile.open(source) as archive:
+            with open_data(source) as fh, tarfile.open(fileobj=fh) as archive:
                 for member in archive:
                     if member.isfile() and wanted(member.name):
-                        out[member.name] = archive.extractfile(member).read()
+                        name = f"{source}/{member.name}"
+                        out[member.name] = take(archive.extractfile(member), name, member.size)
     except DataError:
         raise
+    except PermissionError as exc:
+        raise unreadable(exc.filename or source, exc) from None
     # what corrupt archives raise: zipfile alone gives ValueError, NotImplementedError (an
     # unknown compression method) and RuntimeError (an encrypted member) besides BadZipFile
     except (

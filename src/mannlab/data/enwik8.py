@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mannlab.data.download import RemoteFile, locate, read_members
+from mannlab.data.download import RemoteFile, locate, read_file, read_members
 from mannlab.errors import DataError
 
 # No checksum is published with the archive; none is pinned.
 ARCHIVE = RemoteFile("http://mattmahoney.net/dc/enwik8.zip")
 SPLIT = (90_000_000, 5_000_000, 5_000_000)
+#: the largest corpus read (enwik8 and text8 are 100,000,000 bytes); a larger split asks more
+MAX_BYTES = 128 << 20
 
 
 def split_bytes(data: bytes, sizes: tuple[int, int, int] = SPLIT, source: str = "enwik8") -> dict[str, bytes]:
@@ -36,15 +38,18 @@ def load_enwik8(
 ) -> dict[str, bytes]:
     """The three splits, from ``enwik8.zip`` or an unpacked ``enwik8`` file."""
     source = locate("enwik8", ARCHIVE, data_dir, extracted=("enwik8",), fetch=fetch)
-    return split_bytes(read_corpus(source, "enwik8"), sizes, str(source))
+    return split_bytes(read_corpus(source, "enwik8", max(MAX_BYTES, sum(sizes))), sizes, str(source))
 
 
-def read_corpus(source: Path, member: str) -> bytes:
+def read_corpus(source: Path, member: str, limit: int | None = None) -> bytes:
     """The bytes of a one-file corpus (enwik8, text8): ``source`` is the file itself,
-    or an archive or directory holding a file named ``member``."""
+    or an archive or directory holding a file named ``member``; DataError past ``limit``
+    bytes (default ``MAX_BYTES``), read in blocks, never further."""
+    limit = MAX_BYTES if limit is None else limit
+    expected = f"the {member} corpus of 100,000,000 bytes (at most {limit:,})"
     if source.is_file() and not source.name.endswith(".zip"):
-        return source.read_bytes()
-    members = read_members(source, lambda name: Path(name).name == member)
+        return read_file(source, limit, expected)
+    members = read_members(source, lambda name: Path(name).name == member, limit, expected)
     if not members:
         raise DataError(f"{source} has no member named {member}")
     return next(iter(members.values()))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mannlab.data.download import RemoteFile, locate
+from mannlab.data.download import RemoteFile, locate, open_data, read_capped
 from mannlab.errors import DataError
 
 MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
@@ -36,6 +36,9 @@ FILES = {
         MIRROR + "t10k-labels-idx1-ubyte.gz", md5="ec29112dd5afa0611ce80d1b7f02629c"
     ),
 }
+#: the largest IDX file read, decompressed (train images: 47,040,016 bytes)
+MAX_BYTES = 64 << 20
+_EXPECTED = "an MNIST IDX file of at most 47,040,016 bytes (60,000 images of 28 x 28)"
 _TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
@@ -61,14 +64,18 @@ def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
 
 
 def read_idx(path: Path) -> np.ndarray:
-    """An IDX file, gzip-compressed (.gz) or not."""
-    try:
-        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(
-            f"{path}: cannot decompress ({exc}); the file is corrupt or truncated: "
-            f"delete it to download again, or replace it"
-        ) from None
+    """An IDX file, gzip-compressed (.gz) or not, of at most ``MAX_BYTES`` (decompressed:
+    the stream is read in blocks and refused past the limit)."""
+    with open_data(path) as fh:
+        compressed = path.name.endswith(".gz")
+        try:
+            stream = gzip.GzipFile(fileobj=fh) if compressed else fh
+            raw = read_capped(stream, MAX_BYTES, str(path), _EXPECTED, decompressed=compressed)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DataError(
+                f"{path}: cannot decompress ({exc}); the file is corrupt or truncated: "
+                f"delete it to download again, or replace it"
+            ) from None
     return parse_idx(raw, str(path))
 
 

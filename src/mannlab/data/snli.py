@@ -24,6 +24,8 @@ from mannlab.errors import DataError
 ARCHIVE = RemoteFile("https://nlp.stanford.edu/projects/snli/snli_1.0.zip")
 LABELS = ("entailment", "neutral", "contradiction")
 SPLIT_FILES = {"train": "snli_1.0_train.jsonl", "valid": "snli_1.0_dev.jsonl", "test": "snli_1.0_test.jsonl"}
+#: the largest split file read (the published train .jsonl is a few hundred MB)
+MAX_BYTES = 1 << 30
 _WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
 
 
@@ -82,7 +84,13 @@ def load_snli(
         raise DataError(f"SNLI splits are {', '.join(SPLIT_FILES)}, got {unknown}")
     source = locate("snli", ARCHIVE, data_dir, extracted=("snli_1.0",), fetch=fetch)
     names = {SPLIT_FILES[s]: s for s in splits}
-    files = read_members(source, lambda name: name.rsplit("/", 1)[-1] in names)
+    files = read_members(
+        source,
+        lambda name: name.rsplit("/", 1)[-1] in names,
+        MAX_BYTES,
+        f"SNLI 1.0 .jsonl split files of at most {MAX_BYTES:,} bytes each (train is a few hundred MB)",
+        3 * MAX_BYTES,
+    )
     out = {}
     for name, split in names.items():
         found = sorted(n for n in files if n.rsplit("/", 1)[-1] == name)

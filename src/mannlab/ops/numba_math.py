@@ -183,8 +183,9 @@ def _float_bits(typingctx, value):
 
 
 @njit(inline="always", error_model="numpy")
-def _expm1_exact(x):
-    """expm1(x) for x in [-700, 700], as 2^n (expm1(r) + 1) - 1 (exact relative for |x| small)."""
+def _exp_parts(x):
+    """(2^n, expm1(r)) with x = n ln 2 + r, |r| <= ln 2 / 2: the range reduction and the
+    polynomial that _expm1_exact and _exp_exact share."""
     t = x * _LOG2E + _ROUND
     n = t - _ROUND
     r = (x - n * _LN2_HI) - n * _LN2_LO
@@ -202,7 +203,14 @@ def _expm1_exact(x):
     p = p * r + 0.5
     p = p * r + 1.0
     scale = _bits_as_float(((_float_bits(t) - _ROUND_BITS) + 1023) << 52)  # 2^n
-    return scale * (p * r) + (scale - 1.0)
+    return scale, p * r
+
+
+@njit(inline="always", error_model="numpy")
+def _expm1_exact(x):
+    """expm1(x) for x in [-700, 700], as 2^n (expm1(r) + 1) - 1 (exact relative for |x| small)."""
+    scale, expm1_r = _exp_parts(x)
+    return scale * expm1_r + (scale - 1.0)
 
 
 @njit(inline="always", error_model="numpy")
@@ -253,25 +261,8 @@ _EXPONENT_ONE = 0x3FF0000000000000
 def _exp_exact(x):
     """exp(x) for x <= 0 (softmax logits less their maximum); below -700 it returns
     exp(-700) ~ 1e-304 instead of a smaller number or 0."""
-    x = max(x, -700.0)
-    t = x * _LOG2E + _ROUND
-    n = t - _ROUND
-    r = (x - n * _LN2_HI) - n * _LN2_LO
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    scale = _bits_as_float(((_float_bits(t) - _ROUND_BITS) + 1023) << 52)  # 2^n
-    return scale + scale * (p * r)
+    scale, expm1_r = _exp_parts(max(x, -700.0))
+    return scale + scale * expm1_r
 
 
 @njit(inline="always", error_model="numpy")

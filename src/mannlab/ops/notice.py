@@ -17,7 +17,7 @@ NAMES = {"ntm": "NTM", "dnc": "DNC", "dntm": "D-NTM", "tardis": "TARDIS", "armin
 # One-off compile time of each ops package's kernels (forward and backward of the default
 # model: CPU seconds measured on a busy 2-core x86 machine, rounded up); numba's disk cache
 # makes later processes start at once.
-COMPILE_SECONDS = {"ntm": 30, "dnc": 35, "dntm": 50, "tardis": 35, "armin": 30}
+COMPILE_SECONDS = {"ntm": 45, "dnc": 45, "dntm": 50, "tardis": 35, "armin": 30}
 
 _missing_said = False
 

@@ -44,24 +44,10 @@ from torch import nn
 from mannlab.errors import ConfigError
 from mannlab.models.base import MemoryCell, SequenceModel, batched, check_positive, run_sequence
 from mannlab.nn.controllers import (
-    ElmanController,
-    FNNController,
-    LSTMController,
-    PNRElmanController,
-    PNRLSTMController,
     make_controller,
 )
 from mannlab.ops.ntm import sequence as compiled
 from mannlab.ops.ntm.function import ntm_memory_step
-
-#: The controllers the compiled whole-sequence path implements: (kind, partially non-recurrent).
-_COMPILED_CONTROLLERS = {
-    FNNController: (compiled.FNN, False),
-    ElmanController: (compiled.ELMAN, False),
-    LSTMController: (compiled.LSTM, False),
-    PNRElmanController: (compiled.ELMAN, True),
-    PNRLSTMController: (compiled.LSTM, True),
-}
 
 
 class NTMState(NamedTuple):
@@ -187,9 +173,8 @@ class NTMCell(MemoryCell):
         """The kernels implement the feed-forward (tanh), Elman, LSTM and partially
         non-recurrent controllers, any heads and shifts, with or without the trace; the GRU
         (and a feed-forward controller with another activation) take the step loop."""
-        controller = self.controller
-        covered = type(controller) in _COMPILED_CONTROLLERS
-        return covered and (type(controller) is not FNNController or controller.activation is torch.tanh)
+        code = compiled.controller_code(self.controller)
+        return code is not None and code[1] == compiled.TANH
 
     def run_fused(self, x: torch.Tensor, state: NTMState, with_trace: bool, backward: bool):
         """All steps of x (B, T, I) in the compiled kernels (ops/ntm/sequence.py): (features
@@ -197,7 +182,7 @@ class NTMCell(MemoryCell):
         a graph is recorded (dispatch.route). The trace's fields carry no gradient here."""
         ctrl, memory, reads, read_w, write_w = state
         controller = self.controller
-        kind, pnr = _COMPILED_CONTROLLERS[type(controller)]
+        kind, _, pnr = compiled.controller_code(controller)
         zeros = x.new_zeros(x.shape[0], controller.hidden_size)
         h0 = ctrl[0] if kind != compiled.FNN else zeros
         c0 = ctrl[1] if kind == compiled.LSTM else zeros

@@ -19,41 +19,11 @@ from collections import OrderedDict
 
 import numpy as np
 import torch
-from torch import nn
 from torch.autograd.function import once_differentiable
 
-from mannlab.nn.controllers import (
-    ElmanController,
-    FNNController,
-    LSTMController,
-    PNRElmanController,
-    PNRLSTMController,
-)
 from mannlab.ops import dispatch
 from mannlab.ops.bridge import as_array
-
-#: The kernels' controller kinds and feed-forward activations (ops/dnc/kernels.py).
-FNN, ELMAN, LSTM = 0, 1, 2
-ACTIVATIONS = {torch.tanh: 0, torch.sigmoid: 1, torch.relu: 2}
-_KINDS = {
-    FNNController: (FNN, False),
-    ElmanController: (ELMAN, False),
-    PNRElmanController: (ELMAN, True),
-    LSTMController: (LSTM, False),
-    PNRLSTMController: (LSTM, True),
-}
-
-
-def controller_code(controller: nn.Module) -> tuple[int, int, bool] | None:
-    """(kind, activation, partially non-recurrent) of a controller the kernels implement,
-    or None (the GRU, subclasses, unknown activations: the tensor path)."""
-    kind = _KINDS.get(type(controller))
-    if kind is None:
-        return None
-    activation = ACTIVATIONS.get(controller.activation) if kind[0] == FNN else 0
-    if activation is None:
-        return None
-    return kind[0], activation, kind[1]
+from mannlab.ops.controller_codes import ELMAN, FNN, LSTM, controller_code  # noqa: F401 -- re-exported
 
 
 def _most_references(arrays: tuple) -> int:

@@ -21,9 +21,7 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch
 from mannlab.ops.bridge import as_array, limit_blas_threads
-
-#: Controller kinds of the kernels (ops/ntm/kernels.py: FNN, ELMAN, LSTM).
-FNN, ELMAN, LSTM = 0, 1, 2
+from mannlab.ops.controller_codes import ELMAN, FNN, LSTM, TANH, controller_code  # noqa: F401 -- re-exported
 
 
 class Options(NamedTuple):

@@ -9,7 +9,14 @@ step and batch seed (a sampled batch is ``task.sample(batch_size, [seed, step])`
 step reproduces it). The resident set size (RSS, from /proc/self/statm) and the mean loss
 are sampled every ``--every`` steps.
 
+A long soak can be split over several sittings: the run saves its state (weights, optimizer,
+random-number state, the carried TBPTT state, the samples and clocks so far) to
+``OUT/<name>.ckpt`` every ``--save-minutes`` and when it stops, and ``--resume`` continues it
+from there to the same steps as one uninterrupted run. RSS is that of each sitting's process,
+so the samples after a resume start from a fresh process (the report marks each sitting).
+
     python reliability/soak.py train --model ntm --steps 10000 --out OUT
+    python reliability/soak.py train --model ntm --steps 100000 --max-minutes 60 --out OUT --resume
     python reliability/soak.py tbptt --segments 10000 --data-dir DIR --out OUT
     python reliability/soak.py report --out OUT --figures docs/figures
 
@@ -38,6 +45,7 @@ import torch
 from mannlab import recipes
 from mannlab.building import build_run
 from mannlab.config import load_config
+from mannlab.rundir.checkpoint import load_checkpoint, save_checkpoint
 from mannlab.training.loop import batch_source
 from mannlab.training.optimizer import make_optimizer
 
@@ -88,15 +96,49 @@ def first_non_finite(tensors: list[tuple[str, torch.Tensor]]) -> str | None:
 
 
 class Soak:
-    """One model trained ``steps`` steps with every-step checks and periodic RSS samples."""
+    """One model trained ``steps`` steps with every-step checks and periodic RSS samples.
+    With ``checkpoint`` (a directory) the run saves its state there and can resume."""
 
-    def __init__(self, config, every: int):
+    def __init__(self, config, every: int, checkpoint: Path | None = None):
         self.config, self.cfg, self.every = config, config.train, every
         torch.manual_seed(config.seed)
         self.task, self.model = build_run(config)
         self.optimizer = make_optimizer(self.model, self.cfg)
         self.source = batch_source(config, self.task, self.model)
         self.params = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.checkpoint = checkpoint
+        # progress carried over sittings: steps done, samples, pending losses, clocks
+        self.done, self.losses = 0, []
+        self.rows = [{"step": 0, "rss": rss_bytes(), "loss": None, "sitting": 0}]
+        self.wall_before = self.cpu_before = 0.0
+        self.sitting = 0
+
+    def resume(self) -> None:
+        """Continue from ``checkpoint``: weights, optimizer, RNG, TBPTT state and progress."""
+        meta, state = load_checkpoint(self.checkpoint, self.model)
+        if meta.get("config") != self.config.to_dict():
+            sys.exit(f"{self.checkpoint} was saved by a soak of another config: use another --out or --name")
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng_state"])
+        self.source.restore(state, self.model)
+        self.done, self.rows, self.losses = state["done"], state["samples"], state["losses"]
+        self.wall_before, self.cpu_before = state["wall"], state["cpu"]
+        self.sitting = state["sitting"] + 1
+        self.rows.append({"step": self.done, "rss": rss_bytes(), "loss": None, "sitting": self.sitting})
+
+    def save(self, wall: float, cpu: float) -> None:
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng_state": torch.get_rng_state(),
+            "done": self.done,
+            "samples": self.rows,
+            "losses": self.losses,
+            "wall": wall,
+            "cpu": cpu,
+            "sitting": self.sitting,
+            **self.source.extra_state(),
+        }
+        save_checkpoint(self.checkpoint, self.model, {"soak": True, "config": self.config.to_dict()}, state)
 
     def batch_seed(self, step: int) -> list[int] | None:
         """The seed of step ``step``'s sampled batch (None for a TBPTT segment)."""
@@ -120,59 +162,76 @@ class Soak:
             return value, {"where": "parameter", "tensor": bad}
         return value, None
 
-    def run(self, steps: int, progress_every: int, max_minutes: float = 0.0) -> dict[str, Any]:
-        """Train up to ``steps`` steps, or until ``max_minutes`` of wall time (0: no limit)."""
+    def run(
+        self, steps: int, progress_every: int, max_minutes: float = 0.0, save_minutes: float = 0.0
+    ) -> dict[str, Any]:
+        """Train until ``steps`` steps are done (over all sittings), or for ``max_minutes``
+        of wall time (0: no limit); save every ``save_minutes`` (0: only at the end) when
+        there is a checkpoint directory."""
         self.model.train()
-        rows = [{"step": 0, "rss": rss_bytes(), "loss": None}]
-        losses: list[float] = []
         non_finite = None
         wall, cpu = time.perf_counter(), time.process_time()
-        done = 0
         deadline = wall + 60 * max_minutes if max_minutes > 0 else math.inf
+        next_save = wall + 60 * save_minutes if save_minutes > 0 else math.inf
         stopped = "steps"
-        for step in range(steps):
-            if time.perf_counter() > deadline:
+        for step in range(self.done, steps):
+            now = time.perf_counter()
+            if now > deadline:
                 stopped = "time"
                 break
+            if self.checkpoint is not None and now > next_save:
+                self.save(self.wall_before + now - wall, self.cpu_before + time.process_time() - cpu)
+                next_save = now + 60 * save_minutes
             value, bad = self.step(step)
             if bad is not None:
                 non_finite = {"step": step, "batch_seed": self.batch_seed(step), **bad}
                 stopped = "non-finite"
                 break
-            losses.append(value)
-            done = step + 1
-            if done % self.every == 0:
-                rows.append({"step": done, "rss": rss_bytes(), "loss": float(np.mean(losses))})
-                losses = []
-            if progress_every and done % progress_every == 0:
+            self.losses.append(value)
+            self.done = step + 1
+            if self.done % self.every == 0:
+                self._sample()
+            if progress_every and self.done % progress_every == 0:
                 print(
-                    f"{self.config.model}: {done}/{steps} {self.source.unit}s, loss {rows[-1]['loss']:.4f}, "
-                    f"rss {rows[-1]['rss'] / 2**20:.1f} MiB, {time.perf_counter() - wall:.0f} s",
+                    f"{self.config.model}: {self.done}/{steps} {self.source.unit}s, "
+                    f"loss {self.rows[-1]['loss']:.4f}, rss {self.rows[-1]['rss'] / 2**20:.1f} MiB, "
+                    f"{time.perf_counter() - wall:.0f} s",
                     flush=True,
                 )
-        if losses:
-            rows.append({"step": done, "rss": rss_bytes(), "loss": float(np.mean(losses))})
-        rss = [r["rss"] for r in rows]
+        if self.losses and not (stopped == "time" and self.checkpoint is not None):
+            self._sample()  # a timed-out run with a checkpoint keeps them for its next sitting
+        wall_total = self.wall_before + time.perf_counter() - wall
+        cpu_total = self.cpu_before + time.process_time() - cpu
+        if self.checkpoint is not None and non_finite is None:
+            self.save(wall_total, cpu_total)
+        rss = [r["rss"] for r in self.rows]
+        first = next((r["rss"] for r in self.rows[1:] if r["sitting"] == 0), None)
         return {
             "model": self.config.model,
             "task": self.config.task,
             "unit": self.source.unit,
             "steps_asked": steps,
-            "steps_done": done,
+            "steps_done": self.done,
             "stopped": stopped,
             "max_minutes": max_minutes,
+            "sittings": self.sitting + 1,
             "non_finite": non_finite,
             "non_finite_count": 0 if non_finite is None else 1,
             "rss_start": rss[0],
-            "rss_after_first_sample": rss[1] if len(rss) > 1 else None,
+            "rss_after_first_sample": first,
             "rss_end": rss[-1],
             "rss_max": max(rss),
             "peak_rss": peak_rss_bytes(),
-            "wall_seconds": round(time.perf_counter() - wall, 1),
-            "cpu_seconds": round(time.process_time() - cpu, 1),
+            "wall_seconds": round(wall_total, 1),
+            "cpu_seconds": round(cpu_total, 1),
             "threads": torch.get_num_threads(),
-            "samples": rows,
+            "samples": self.rows,
         }
+
+    def _sample(self) -> None:
+        loss = float(np.mean(self.losses))
+        self.rows.append({"step": self.done, "rss": rss_bytes(), "loss": loss, "sitting": self.sitting})
+        self.losses = []
 
 
 # ------------------------------------------------------------------ commands
@@ -201,10 +260,22 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
+def run_name(args) -> str:
+    return args.name or (args.model if args.command == "train" else "tbptt")
+
+
+def start(config, args) -> Soak:
+    """A new soak, or with ``--resume`` the one saved in OUT/<name>.ckpt."""
+    soak = Soak(config, args.every, args.out / f"{run_name(args)}.ckpt")
+    if args.resume:
+        soak.resume()
+    return soak
+
+
 def command_train(args) -> dict[str, Any]:
     recipe = args.recipe or RECIPES[args.model]
     config = load_config(recipes.resolve(recipe), args.set)
-    result = Soak(config, args.every).run(args.steps, args.progress, args.max_minutes)
+    result = start(config, args).run(args.steps, args.progress, args.max_minutes, args.save_minutes)
     return {"recipe": recipe, "overrides": args.set, **result}
 
 
@@ -216,7 +287,7 @@ def command_tbptt(args) -> dict[str, Any]:
         data, stream = Path(args.data_dir), "PTB characters (--data-dir)"
     overrides = [f"task.data_dir={json.dumps(str(data))}", *args.set]
     config = load_config(recipes.resolve(args.recipe), overrides)
-    result = Soak(config, args.every).run(args.segments, args.progress, args.max_minutes)
+    result = start(config, args).run(args.segments, args.progress, args.max_minutes, args.save_minutes)
     return {"recipe": args.recipe, "overrides": args.set, "stream": stream, **result}
 
 
@@ -256,13 +327,17 @@ def plot(runs: dict[str, dict[str, Any]], folder: Path) -> None:
         ("rss", "RSS (MiB)", 2**-20, "soak-rss.png"),
     ):
         fig, ax = plt.subplots(figsize=(7, 4))
-        for run_name, run in runs.items():
-            rows = [r for r in run["samples"] if r[key] is not None]
-            ax.plot(
-                [r["step"] for r in rows],
-                [r[key] * scale for r in rows],
-                label=f"{run_name} ({run['unit']}s)",
-            )
+        for name_, run in runs.items():
+            steps, values, sitting = [], [], 0
+            for r in run["samples"]:
+                if r.get("sitting", 0) != sitting:  # a new process: break the line
+                    steps.append(r["step"])
+                    values.append(math.nan)
+                    sitting = r["sitting"]
+                if r[key] is not None:
+                    steps.append(r["step"])
+                    values.append(r[key] * scale)
+            ax.plot(steps, values, label=f"{name_} ({run['unit']}s)")
         ax.set_xlabel("step (TBPTT: segment)")
         ax.set_ylabel(ylabel)
         if key == "loss":
@@ -286,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("--set", action="append", default=[], help="config override, as in mannlab")
         sub.add_argument("--max-minutes", type=float, default=0.0, help="wall-time limit (0: none)")
         sub.add_argument("--name", help="run file name (default: the model, or 'tbptt')")
+        sub.add_argument(
+            "--save-minutes", type=float, default=10.0, help="save the state every N minutes (0: at the end)"
+        )
+        sub.add_argument("--resume", action="store_true", help="continue the run saved in OUT/<name>.ckpt")
     train, tbptt = commands.choices["train"], commands.choices["tbptt"]
     train.add_argument("--model", choices=sorted(RECIPES), required=True)
     train.add_argument("--recipe", help="recipe name or file (default: the model's copy recipe)")
@@ -305,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     result = command_train(args) if args.command == "train" else command_tbptt(args)
-    write_json(args.out / f"{args.name or (args.model if args.command == 'train' else 'tbptt')}.json", result)
+    write_json(args.out / f"{run_name(args)}.json", result)
     bad = result["non_finite"]
     print(f"non-finite: {bad}" if bad else f"no non-finite value in {result['steps_done']} {result['unit']}s")
     return 1 if bad else 0

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from mannlab.config import RunConfig
@@ -93,8 +94,12 @@ def test_commands_write_the_run_the_summary_and_the_figures(tmp_path):
     assert soak.main(["train", "--model", "lstm", "--recipe", str(recipe), "--steps", "3", *common]) == 0
     run = json.loads((out / "lstm.json").read_text())
     assert run["steps_done"] == 3 and run["non_finite_count"] == 0 and run["recipe"] == str(recipe)
+    resume = ["train", "--model", "lstm", "--recipe", str(recipe), "--steps", "5", "--resume"]
+    assert soak.main([*resume, *common]) == 0
+    run = json.loads((out / "lstm.json").read_text())
+    assert run["steps_done"] == 5 and run["sittings"] == 2
     soak.main(["report", "--out", str(out), "--figures", str(tmp_path / "fig")])
-    assert json.loads((out / "summary.json").read_text())["lstm"]["steps_asked"] == 3
+    assert json.loads((out / "summary.json").read_text())["lstm"]["steps_asked"] == 5
     assert (tmp_path / "fig" / "soak-loss.png").stat().st_size > 0
     assert (tmp_path / "fig" / "soak-rss.png").stat().st_size > 0
 
@@ -104,3 +109,24 @@ def test_synthetic_stream_is_in_the_ptb_character_format(tmp_path):
     text = (folder / "ptb.char.train.txt").read_text()
     assert set(text) <= set("abcdefghijklmnopqrstuvwxyz_ \n") and text.endswith(" \n ")
     assert len(text.split()) >= 2000
+
+
+def test_a_resumed_soak_ends_as_one_run(tmp_path):
+    whole = soak.Soak(RunConfig.from_dict(TINY), 2, tmp_path / "whole.ckpt").run(steps=6, progress_every=0)
+    soak.Soak(RunConfig.from_dict(TINY), 2, tmp_path / "split.ckpt").run(steps=3, progress_every=0)
+    second = soak.Soak(RunConfig.from_dict(TINY), 2, tmp_path / "split.ckpt")
+    second.resume()
+    split = second.run(steps=6, progress_every=0)
+    assert split["steps_done"] == 6 and split["sittings"] == 2 and whole["sittings"] == 1
+    a, b = ({r["step"]: r["loss"] for r in run["samples"] if r["loss"] is not None} for run in (whole, split))
+    assert a[2] == b[2] and a[6] == b[6]
+    saved = soak.Soak(RunConfig.from_dict(TINY), 2, tmp_path / "whole.ckpt")
+    saved.resume()
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(saved.params, second.params))
+
+
+def test_resume_refuses_another_config(tmp_path):
+    soak.Soak(RunConfig.from_dict(TINY), 2, tmp_path / "a.ckpt").run(steps=1, progress_every=0)
+    other = RunConfig.from_dict({**TINY, "seed": 4})
+    with pytest.raises(SystemExit, match="another config"):
+        soak.Soak(other, 2, tmp_path / "a.ckpt").resume()

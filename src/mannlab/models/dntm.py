@@ -38,6 +38,23 @@ hops of a memory network; only the last step's h and φ reach the output):
 The NOP cell (nop=True) is one more addressable row: a weighting may point at
 it, but its reads return nothing and its writes are dropped (its content stays 0).
 
+Location-based addressing (location_shifts = r > 0): NTM eqs. 7-9 (Graves et al.
+2014) applied after eq. 13; an option of the authors' code, not in the paper's
+D-NTM. Every head (read and write, every addressing step) also emits from h_t
+    g    interpolation gate, sigmoid(.)       s  shift distribution over -r..r, softmax(.)
+    γ_s  shift sharpening, 1 + softplus(.)    w^c  the weighting of eqs. 10-13
+and its weighting becomes
+    w^g = g w^c + (1 - g) w_{t-1}                        NTM eq. 7
+    w~_i = sum_j w^g_j s_{(i - j) mod N'}                NTM eq. 8 (circular over N' rows)
+    w_i = w~_i^γ_s / sum_j w~_j^γ_s                      NTM eq. 9
+with w_{t-1} the same head's previous final (soft, pre-sampling) weighting, carried
+in the state (``DNTMState.location``) and one-hot on cell 0 at the start, so that
+shifts can move a sharp pointer from the first step. Sharpening is computed as
+softmax(γ_s log(w~ + ε)), ε = 1e-8, for a finite gradient at w~ = 0. This w is the
+distribution used (soft) or sampled / argmaxed (discrete) and recorded in the trace's
+probabilities, so REINFORCE, the entropy bonus and λ_S act on it. r = 0 (the default)
+is the paper's D-NTM. Only the per-step tensor path implements it.
+
 Addressing modes (``addressing``): "soft" uses w, u as they are; "reinforce"
 samples one-hot w~, u~ from them while training (section 4) and takes the
 argmax at evaluation; "argmax" always takes the argmax (a soft-trained model
@@ -137,19 +154,63 @@ def lru_address(logits: torch.Tensor, gate: torch.Tensor, average: torch.Tensor)
     return weights, LRU_DECAY * average + (1 - LRU_DECAY) * logits.detach()
 
 
+def location_address(
+    content: torch.Tensor,
+    previous: torch.Tensor,
+    gate: torch.Tensor,
+    shift: torch.Tensor,
+    gamma: torch.Tensor,
+) -> torch.Tensor:
+    """Location-based addressing after eq. 13 (NTM eqs. 7-9; location_shifts > 0).
+
+    content w^c (B, K, N'), previous w_{t-1} (B, K, N'), gate g (B, K), shift s
+    (B, K, 2r+1) over -r..r, gamma γ_s (B, K) >= 1 -> w (B, K, N'): interpolation,
+    circular shift over the N' rows, sharpening (mannlab.nn.addressing, ε = 1e-8).
+    """
+    gated = ntm_addressing.interpolate(content, previous, gate)  # NTM eq. 7
+    return ntm_addressing.sharpen(ntm_addressing.circular_shift(gated, shift), gamma)  # eqs. 8-9
+
+
+def check_shifts(location_shifts: Any, slots: int) -> int:
+    """Constructor guard for location_shifts r: an int >= 0 with 2r + 1 <= N' (the shifts
+    -r..r then move to distinct rows of the circular memory)."""
+    if isinstance(location_shifts, bool) or not isinstance(location_shifts, int) or location_shifts < 0:
+        raise ConfigError(
+            "location_shifts must be an integer >= 0 (0: no location-based addressing), "
+            f"got {location_shifts!r}"
+        )
+    if 2 * location_shifts + 1 > slots:
+        raise ConfigError(
+            f"location_shifts must satisfy 2 * location_shifts + 1 <= {slots} addressable cells "
+            f"(memory_slots + nop), got {location_shifts}"
+        )
+    return location_shifts
+
+
 # --------------------------------------------------------------------- state
+
+
+class DNTMLocation(NamedTuple):
+    """The previous final weightings w_{t-1} of NTM eq. 7, with location_shifts > 0."""
+
+    read: torch.Tensor  # (B, R, N')
+    write: torch.Tensor  # (B, H, N')
 
 
 class DNTMState(NamedTuple):
     """Recurrent state after a step: controller state, content part C (B, N', d_c),
-    read vectors φ (B, R, d_a + d_c) and the LRU averages v of the read (B, R, N')
-    and write (B, H, N') heads. The address part A is a parameter, not state."""
+    read vectors φ (B, R, d_a + d_c), the LRU averages v of the read (B, R, N')
+    and write (B, H, N') heads, and with location_shifts > 0 a :class:`DNTMLocation`
+    (else ``()``, the default, as the feed-forward controller's empty state, so code
+    that builds the first five fields keeps working). The address part A is a
+    parameter, not state."""
 
     controller: Any
     content: torch.Tensor
     read_vectors: torch.Tensor
     read_lru: torch.Tensor
     write_lru: torch.Tensor
+    location: Any = ()
 
 
 class DNTMStepTrace(NamedTuple):
@@ -200,6 +261,10 @@ class _Heads(NamedTuple):
     erase: torch.Tensor  # (B, H, d_c)  e
     input_gate: torch.Tensor  # (B, H)  α
     candidate: torch.Tensor  # (B, H, d_c)  c̄
+    # location-based addressing (location_shifts > 0), read heads first as β and γ
+    interpolation: Optional[torch.Tensor] = None  # (B, R + H)  g
+    shift: Optional[torch.Tensor] = None  # (B, R + H, 2r+1)  s
+    sharpening: Optional[torch.Tensor] = None  # (B, R + H)  γ_s
 
 
 # ---------------------------------------------------------------------- cell
@@ -228,6 +293,7 @@ class DNTMCell(MemoryCell):
         nop: bool = False,
         addressing: str = "soft",
         write_keys: str = "memory",
+        location_shifts: int = 0,
     ):
         super().__init__()
         self.input_size = input_size
@@ -245,6 +311,7 @@ class DNTMCell(MemoryCell):
         self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
         self.write_keys = check_choice("write_keys", write_keys, WRITE_KEYS)
         self.slots = memory_slots + int(nop)  # N'
+        self.location_shifts = check_shifts(location_shifts, self.slots)  # r
         self.address_size, self.content_size = address_size, content_size
         self.width = address_size + content_size  # d_a + d_c
         self.read_heads, self.write_heads = read_heads, write_heads
@@ -257,6 +324,8 @@ class DNTMCell(MemoryCell):
         #   [k^r (R*W) | k^w (H*K) | β (R+H) | γ (R+H) | e (H*d_c) | α_h (H) | W_m h + b_m (H*d_c)]
         self.write_key_size = dc if write_keys == "content" else self.width
         self.split_sizes = [R * self.width, H * self.write_key_size, R + H, R + H, H * dc, H, H * dc]
+        if self.location_shifts:  # then, for NTM eqs. 7-9: [g (R+H) | s ((R+H)(2r+1)) | γ_s (R+H)]
+            self.split_sizes += [R + H, (R + H) * (2 * self.location_shifts + 1), R + H]
         self.head_params = nn.Linear(controller_size, sum(self.split_sizes))
         nn.init.xavier_uniform_(self.head_params.weight, gain=1.4)
         nn.init.normal_(self.head_params.bias, std=0.01)
@@ -269,7 +338,9 @@ class DNTMCell(MemoryCell):
         self.register_buffer("access", access, persistent=False)
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> DNTMState:
-        """C_0 = 0, φ_0 = 0, v_0 = 0 (and the controller's learned initial state)."""
+        """C_0 = 0, φ_0 = 0, v_0 = 0 (and the controller's learned initial state); with
+        location_shifts > 0, w_0 one-hot on cell 0 for every head (a sharp start, so that
+        shifts move a sharp pointer; a uniform w_0 would stay uniform under any shift)."""
         ref = self.address
         zero = torch.zeros(
             (), device=ref.device if device is None else device, dtype=ref.dtype if dtype is None else dtype
@@ -279,12 +350,18 @@ class DNTMCell(MemoryCell):
             return zero.expand(batch_size, *shape)
 
         N, R, H = self.slots, self.read_heads, self.write_heads
+        location: Any = ()
+        if self.location_shifts:
+            first = zero.new_zeros(N)
+            first[0] = 1.0
+            location = DNTMLocation(first.expand(batch_size, R, N), first.expand(batch_size, H, N))
         return DNTMState(
             controller=self.controller.initial_state(batch_size, device, dtype),
             content=zeros(N, self.content_size),
             read_vectors=zeros(R, self.width),
             read_lru=zeros(R, N),
             write_lru=zeros(H, N),
+            location=location,
         )
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:
@@ -325,9 +402,9 @@ class DNTMCell(MemoryCell):
     def _heads(self, h: torch.Tensor, x_write: torch.Tensor) -> _Heads:
         """h_t (B, d_h) and the precomputed [W_x x_t | v_α^T x_t] -> activated head parameters."""
         B, R, H, dc = h.shape[0], self.read_heads, self.write_heads, self.content_size
-        read_keys, write_keys, strengths, gates, erase, gate_h, content_h = self.head_params(h).split(
-            self.split_sizes, dim=-1
-        )
+        read_keys, write_keys, strengths, gates, erase, gate_h, content_h, *location = self.head_params(
+            h
+        ).split(self.split_sizes, dim=-1)
         input_x, gate_x = x_write.split([H * dc, H], dim=-1)
         alpha = torch.sigmoid(gate_h + gate_x)  # eq. 3
         candidate = torch.relu(content_h + (alpha.unsqueeze(-1) * input_x.view(B, H, dc)).flatten(1))  # eq. 4
@@ -339,7 +416,16 @@ class DNTMCell(MemoryCell):
             torch.sigmoid(erase).view(B, H, dc),
             alpha,
             candidate.view(B, H, dc),
+            *self._location_heads(location),
         )
+
+    def _location_heads(self, location: list) -> tuple:
+        """The raw [g | s | γ_s] groups -> (g, s, γ_s) activated as in NTM eqs. 7-9, or ()."""
+        if not location:
+            return ()
+        gate, shift, sharpening = location
+        shift = shift.view(shift.shape[0], self.read_heads + self.write_heads, -1)
+        return torch.sigmoid(gate), torch.softmax(shift, dim=-1), F.softplus(sharpening) + 1
 
     def _address(self, keys, strengths, gates, memory, average):
         """Eqs. 10-13: (probs w (B, K, N'), new LRU average v (B, K, N'))."""
@@ -348,9 +434,16 @@ class DNTMCell(MemoryCell):
             return lru_address(logits, gates, average)  # eqs. 12-13
         return torch.softmax(logits, dim=-1), average  # eq. 11
 
+    @staticmethod
+    def _locate(probs, previous, heads: _Heads, part: slice) -> torch.Tensor:
+        """NTM eqs. 7-9 for the heads in ``part`` (read heads first) of ``heads``."""
+        return location_address(
+            probs, previous, heads.interpolation[:, part], heads.shift[:, part], heads.sharpening[:, part]
+        )
+
     def step(self, inputs: torch.Tensor, state: DNTMState, with_trace: bool = False):
         """One time step from the precomputed inputs; returns ([h_t; φ_t], state, trace or None)."""
-        ctrl, content, reads, read_v, write_v = state
+        ctrl, content, reads, read_v, write_v, location = state
         x_proj, x_write = inputs.split(
             [inputs.shape[-1] - self.input_params.out_features, self.input_params.out_features], dim=-1
         )
@@ -369,6 +462,10 @@ class DNTMCell(MemoryCell):
             write_p, write_v = self._address(
                 heads.write_keys, heads.strengths[:, R:], heads.gates[:, R:], write_mem, write_v
             )
+            if self.location_shifts:  # NTM eqs. 7-9 after eq. 13, from each head's previous w
+                read_p = self._locate(read_p, location.read, heads, slice(None, R))
+                write_p = self._locate(write_p, location.write, heads, slice(R, None))
+                location = DNTMLocation(read_p, write_p)
             read_w = self._discretise(read_p, sample) if discrete else read_p
             write_w = self._discretise(write_p, sample) if discrete else write_p
             reads = self.read(memory, read_w)  # eq. 5
@@ -376,7 +473,7 @@ class DNTMCell(MemoryCell):
             if with_trace:
                 record.append((read_w, write_w, read_p, write_p, heads))
         features = torch.cat([h_out, reads.flatten(1)], dim=-1)
-        state = DNTMState(ctrl, content, reads, read_v, write_v)
+        state = DNTMState(ctrl, content, reads, read_v, write_v, location)
         trace = self._trace(record, reads, h_out, sample, content) if with_trace else None
         return features, state, trace
 
@@ -388,8 +485,11 @@ class DNTMCell(MemoryCell):
 
     def compiled_covers(self, with_trace: bool) -> bool:
         """The kernels implement the GRU and the feed-forward (tanh) controller (any heads, J,
-        LRU, NOP, write keys and addressing mode, with or without the trace)."""
+        LRU, NOP, write keys and addressing mode, with or without the trace), without
+        location-based addressing."""
         controller = self.controller
+        if self.location_shifts:
+            return False
         return type(controller) is GRUController or (
             type(controller) is FNNController and controller.activation is torch.tanh
         )
@@ -399,7 +499,7 @@ class DNTMCell(MemoryCell):
         the fields of :class:`DNTMStepTrace` stacked over time or None); ``backward``: a graph
         is recorded (dispatch.route)."""
         B, T = x.shape[:2]
-        ctrl, content, reads, read_v, write_v = state
+        ctrl, content, reads, read_v, write_v = state[:5]  # location is () here (compiled_covers)
         R, H, J, N = self.read_heads, self.write_heads, self.addressing_steps, self.slots
         gru = type(self.controller) is GRUController
         discrete = self.discrete()
@@ -560,7 +660,10 @@ class DNTM(SequenceModel):
     nop (one extra NOP cell), addressing "soft" | "reinforce" | "argmax", write_keys
     "memory" (eq. 10: write keys over m_i = [a_i; c_i], like read keys) or "content" (keys
     over C alone, as the text before eq. 10 sizes them: while C is zero every write
-    weighting is then uniform and carries no gradient, so writes cannot learn where to go).
+    weighting is then uniform and carries no gradient, so writes cannot learn where to go),
+    location_shifts r (0, the paper's D-NTM; r > 0 adds NTM-style interpolation, shifts by
+    -r..r and sharpening after eq. 13, as an option of the authors' code does: see the
+    module docstring; the per-step tensor path only).
 
     Training terms (``aux_loss``; zero when all are off): reinforce_weight (1 = the
     paper's cost; smaller values damp the estimator's noise in the shared controller),
@@ -603,6 +706,7 @@ class DNTM(SequenceModel):
         nop: bool = False,
         addressing: str = "soft",
         write_keys: str = "memory",
+        location_shifts: int = 0,
         curriculum_p0: float = 0.0,
         curriculum_every: int = 1,
         reinforce_weight: float = 1.0,
@@ -640,6 +744,7 @@ class DNTM(SequenceModel):
             nop,
             addressing,
             write_keys,
+            location_shifts=location_shifts,
         )
         reinforce = addressing == "reinforce"
         self.curriculum_p0 = check_number("curriculum_p0", curriculum_p0, 0, 1.0)

@@ -52,6 +52,11 @@ def _compare(given: Any, expected: Any, path: str, owner: str) -> None:
         if type(given) is not type(expected):
             kind = _type_name(expected)
             where = "" if path == "state" else f" field {path}"
+            if type(expected) is tuple and not expected:  # an option that is off keeps no state
+                raise TypeError(
+                    f"{owner} state{where} must be () (this model configuration keeps no state "
+                    f"there), got {_type_name(given)}"
+                )
             raise TypeError(
                 f"{owner} state{where} must be of type {kind} (as the model returns "
                 f"it), got {_type_name(given)}"

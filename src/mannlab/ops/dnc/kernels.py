@@ -173,26 +173,39 @@ def _allocation_backward(grad_alloc, usage, order, grad_usage):
         suffix = grad_alloc[slot] * (1.0 - usage[slot]) + usage[slot] * suffix
 
 
+@njit(fastmath=FAST, inline="always")
+def _link_row(row_prev, write_w, prec_prev, weight, keep, i, row):
+    """Row i of L_t: (1 - w^w[i] - w^w[j]) L_{t-1}[i, j] + w^w[i] p_{t-1}[j], zero at j = i,
+    in the links' dtype (keep = 1 - w^w[i]). The forward, the backward's recomputed segment
+    and its rows all call this one expression, so that they round alike."""
+    for j in range(row.shape[0]):
+        row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+    row[i] = 0.0
+
+
 @njit(fastmath=FAST)
 def _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, backward):
     """L_t (zero diagonal) from L_{t-1}, w^w_t and p_{t-1}, with f = L_t w^r_{t-1} and
-    b = L_t^T w^r_{t-1}, in one pass over the rows of L (each row's loops fused, so that
-    they vectorise and L is read once)."""
+    b = L_t^T w^r_{t-1}, in one pass over the rows of L. The arithmetic is in the links'
+    dtype (float32 vectors are twice as wide as float64 and need no conversions); the
+    columns of b are summed in a scratch of that dtype, so that every loop reads and writes
+    one dtype and vectorises."""
     slots, read_heads = write_w.shape[0], read_prev.shape[0]
-    backward[:] = 0.0
+    one = links.dtype.type(1.0)
+    column = np.zeros((read_heads, slots), links.dtype)
     for i in range(slots):
-        row, row_prev, weight = links[i], links_prev[i], write_w[i]
-        keep = 1.0 - weight
-        for j in range(slots):
-            row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
-        row[i] = 0.0
+        row, weight = links[i], write_w[i]
+        _link_row(links_prev[i], write_w, prec_prev, weight, one - weight, i, row)
         for r in range(read_heads):
-            reads_r, read, column = read_prev[r], read_prev[r, i], backward[r]
-            total = 0.0
+            reads_r, read, sums = read_prev[r], read_prev[r, i], column[r]
+            total = links.dtype.type(0.0)
             for j in range(slots):
                 total += row[j] * reads_r[j]
-                column[j] += row[j] * read
+                sums[j] += row[j] * read
             forward[r, i] = total
+    for r in range(read_heads):
+        for j in range(slots):
+            backward[r, j] = column[r, j]
 
 
 @njit(fastmath=FAST)
@@ -212,36 +225,47 @@ def _links_backward(
     """Backward of _links_forward through L_t and w^r_{t-1}: adds into g_read_prev,
     g_prec_prev and grad_ww, writes g_links_prev (which may be grad_links itself: row i of
     it is read before row i is written). Each row of L_t is recomputed from L_{t-1}
-    (cheaper than reading a second (N, N) array); one fused pass per head and one for the
-    rest, so that they vectorise."""
+    (cheaper than reading a second (N, N) array). As in the forward, the arithmetic is in
+    the links' dtype and the column sums (L_t^T df, and those of dL_t o L_{t-1} and of
+    w^w_t dL_t) go to scratch of that dtype, added to the float64 gradients at the end."""
     slots, read_heads = write_w.shape[0], read_prev.shape[0]
-    row, grad_row = np.empty(slots), np.empty(slots)
+    dtype = links_prev.dtype
+    one = dtype.type(1.0)
+    grad_f, grad_b = grad_fwd.astype(dtype), grad_bwd.astype(dtype)
+    columns = np.zeros((read_heads, slots), dtype)  # L_t^T df per head
+    col_links = np.zeros(slots, dtype)  # sum_i dL[i, j] L_{t-1}[i, j]
+    col_prec = np.zeros(slots, dtype)  # sum_i w^w[i] dL[i, j]
+    row, grad_row = np.empty(slots, dtype), np.empty(slots, dtype)
     for i in range(slots):
         row_prev, weight, grads = links_prev[i], write_w[i], grad_links[i]
-        keep = 1.0 - weight
+        keep = one - weight
+        _link_row(row_prev, write_w, prec_prev, weight, keep, i, row)
         for j in range(slots):
-            row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
             grad_row[j] = grads[j]
-        row[i] = 0.0
         for r in range(read_heads):
-            grad_f, read = grad_fwd[r, i], read_prev[r, i]
-            reads_r, grad_b, g_reads_r = read_prev[r], grad_bwd[r], g_read_prev[r]
-            total = 0.0
+            g_f, read = grad_f[r, i], read_prev[r, i]
+            reads_r, g_b, sums = read_prev[r], grad_b[r], columns[r]
+            total = dtype.type(0.0)
             for j in range(slots):
-                grad_row[j] += grad_f * reads_r[j] + grad_b[j] * read
-                g_reads_r[j] += grad_f * row[j]
-                total += grad_b[j] * row[j]
-            g_reads_r[i] += total
+                grad_row[j] += g_f * reads_r[j] + g_b[j] * read
+                sums[j] += g_f * row[j]
+                total += g_b[j] * row[j]
+            g_read_prev[r, i] += total
         grad_row[i] = 0.0  # L[i, i] = 0, a constant
         g_row_prev = g_links_prev[i]
-        total = 0.0
+        total = dtype.type(0.0)
         for j in range(slots):
             grad = grad_row[j]
             total += grad * (prec_prev[j] - row_prev[j])
             g_row_prev[j] = grad * (keep - write_w[j])
-            grad_ww[j] -= grad * row_prev[j]
-            g_prec_prev[j] += grad * weight
+            col_links[j] += grad * row_prev[j]
+            col_prec[j] += grad * weight
         grad_ww[i] += total
+    for j in range(slots):
+        grad_ww[j] -= col_links[j]
+        g_prec_prev[j] += col_prec[j]
+        for r in range(read_heads):
+            g_read_prev[r, j] += columns[r, j]
 
 
 @njit
@@ -560,15 +584,11 @@ def _matvec_t_add(weight, vector, out):
 
 @njit(fastmath=FAST)
 def _link_update(links_prev, write_w, prec_prev, links):
-    """L_t from L_{t-1}, w^w_t and p_{t-1}, as _links_forward computes it (same expression
-    and flags, so that the backward's recomputed links equal the forward's)."""
-    slots = write_w.shape[0]
-    for i in range(slots):
-        row, row_prev, weight = links[i], links_prev[i], write_w[i]
-        keep = 1.0 - weight
-        for j in range(slots):
-            row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
-        row[i] = 0.0
+    """L_t from L_{t-1}, w^w_t and p_{t-1}, row by row as _links_forward computes it."""
+    one = links.dtype.type(1.0)
+    for i in range(write_w.shape[0]):
+        weight = write_w[i]
+        _link_row(links_prev[i], write_w, prec_prev, weight, one - weight, i, links[i])
 
 
 @njit(fastmath=FAST)

@@ -40,9 +40,9 @@ from mannlab.ops.numba_math import (
     EPS,
     FAST,
     dot,
+    scaled_softmax_into,
     sigmoid,
     sigmoid_array,
-    scaled_softmax_into,
     softmax_into,
     softplus,
     softplus_grad,
@@ -60,11 +60,17 @@ def _fast_dot(a, b):
     return total
 
 
-@njit
-def _row_norms(memory, out):
-    """max(|M(i)|, eps) for every slot, each norm a reassociated (vectorised) sum."""
-    for i in range(memory.shape[0]):
-        out[i] = max(math.sqrt(_fast_dot(memory[i], memory[i])), EPS)
+@njit(fastmath=FAST)
+def _column_norms(memory, out):
+    """max(|M(i)|, eps) for every slot of a memory stored transposed, (W, N) (see
+    _element_forward): the sums run along the slots, so that the loops vectorise."""
+    width, slots = memory.shape
+    squares = np.zeros(slots)
+    for j in range(width):
+        for i in range(slots):
+            squares[i] += memory[j, i] * memory[j, i]
+    for i in range(slots):
+        out[i] = max(math.sqrt(squares[i]), EPS)
 
 
 @njit
@@ -117,10 +123,17 @@ def _activate_backward(grad_act, raw, act, read_heads, width, grad_raw):
 
 @njit(fastmath=FAST)
 def _content(key, memory, norms, strength, similarity, weights):
-    """C(M, k, beta) into weights, K into similarity; returns max(|k|, eps)."""
+    """C(M, k, beta) into weights, K into similarity, M transposed (W, N); returns
+    max(|k|, eps)."""
     key_norm = max(math.sqrt(dot(key, key)), EPS)
-    for i in range(memory.shape[0]):
-        similarity[i] = _fast_dot(key, memory[i]) / (key_norm * norms[i])
+    width, slots = memory.shape
+    similarity[:] = 0.0
+    for j in range(width):
+        entry = key[j]
+        for i in range(slots):
+            similarity[i] += entry * memory[j, i]
+    for i in range(slots):
+        similarity[i] = similarity[i] / (key_norm * norms[i])
     scaled_softmax_into(strength, similarity, weights)  # vectorised exp: libm's costs ~25 ns
     return key_norm
 
@@ -129,18 +142,23 @@ def _content(key, memory, norms, strength, similarity, weights):
 def _content_backward(
     grad_w, key, key_norm, memory, norms, strength, similarity, weights, grad_key, grad_memory
 ):
-    """Backward of ``_content``: writes grad_key, adds into grad_memory, returns grad beta."""
+    """Backward of ``_content``: writes grad_key, adds into grad_memory (both memories
+    transposed, (W, N)), returns grad beta."""
     grad_logits = weights * (grad_w - dot(weights, grad_w))
     unit_key = key / key_norm
-    grad_unit_key = np.zeros(key.shape[0])
-    for i in range(memory.shape[0]):
-        grad_sim = strength * grad_logits[i]
-        if grad_sim != 0.0:
-            inverse = 1.0 / norms[i]  # one division per slot, not per entry
-            scale, shrink = grad_sim * inverse, similarity[i] * inverse
-            for j in range(key.shape[0]):
-                grad_unit_key[j] += scale * memory[i, j]
-                grad_memory[i, j] += scale * (unit_key[j] - shrink * memory[i, j])
+    width, slots = memory.shape
+    scale, shrink = np.empty(slots), np.empty(slots)
+    for i in range(slots):
+        inverse = 1.0 / norms[i]  # one division per slot, not per entry
+        scale[i], shrink[i] = strength * grad_logits[i] * inverse, similarity[i] * inverse
+    grad_unit_key = np.empty(width)
+    for j in range(width):
+        entry, total = unit_key[j], 0.0
+        for i in range(slots):
+            value = memory[j, i]
+            total += scale[i] * value
+            grad_memory[j, i] += scale[i] * (entry - shrink[i] * value)
+        grad_unit_key[j] = total
     grad_key[:] = (grad_unit_key - unit_key * dot(unit_key, grad_unit_key)) / key_norm
     return dot(grad_logits, similarity)
 
@@ -308,9 +326,12 @@ def _element_forward(
     order,
 ):
     """Forward of one batch element; outputs and intermediates are written in place.
-    vectors (4, N): psi, a, c^w, K^w; paths (4, R, N): K^r, c^r, f, b; norms (2, N) of
-    M_{t-1} and M_t; key_norms (R + 1,): read keys, then the write key."""
-    slots, width, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
+    The memories M_{t-1} and M_t come transposed, (W, N): every loop over a memory then
+    runs along the N slots, not along the W (20) entries of a slot, too short a loop for
+    the vector units (2-4x faster). vectors (4, N): psi, a, c^w, K^w; paths (4, R, N):
+    K^r, c^r, f, b; norms (2, N) of M_{t-1} and M_t; key_norms (R + 1,): read keys, then
+    the write key."""
+    width, slots, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
     offsets = _offsets(read_heads, width)
     o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = offsets
     _activate(raw, read_heads, width, act)
@@ -324,7 +345,7 @@ def _element_forward(
         usage[i] = (usage_prev[i] + write_prev[i] - usage_prev[i] * write_prev[i]) * keep
     _allocation(usage, order, alloc)
     # write weighting, on M_{t-1}
-    _row_norms(memory, norms[0])
+    _column_norms(memory, norms[0])
     key_norms[read_heads] = _content(
         act[o_wkey:o_vec], memory, norms[0], act[o_beta + read_heads], write_sim, write_content
     )
@@ -334,10 +355,11 @@ def _element_forward(
     # erase/add write, in the memory's dtype
     one = memory.dtype.type(1.0)
     erase, vector = act[o_erase : o_erase + width], act[o_vec : o_vec + width]
-    for i in range(slots):
-        weight = write_w[i]
-        for j in range(width):
-            new_memory[i, j] = memory[i, j] * (one - weight * erase[j]) + weight * vector[j]
+    for j in range(width):
+        entry_e, entry_v = erase[j], vector[j]
+        for i in range(slots):
+            weight = write_w[i]
+            new_memory[j, i] = memory[j, i] * (one - weight * entry_e) + weight * entry_v
     # precedence, then links (from p_{t-1}) with f = L w^r_{t-1} and b = L^T w^r_{t-1}
     # in the same pass over the rows of L
     total = write_w.sum()
@@ -346,7 +368,7 @@ def _element_forward(
     sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
     _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, backward)
     # content read weightings on M_t, read modes, reads
-    _row_norms(new_memory, norms[1])
+    _column_norms(new_memory, norms[1])
     for r in range(read_heads):
         key_norms[r] = _content(
             act[o_rkey + r * width : o_rkey + (r + 1) * width],
@@ -359,12 +381,8 @@ def _element_forward(
         m = o_modes + 3 * r
         for i in range(slots):
             read_w[r, i] = act[m] * backward[r, i] + act[m + 1] * contents[r, i] + act[m + 2] * forward[r, i]
-        read = np.zeros(width)
-        for i in range(slots):
-            weight = read_w[r, i]
-            for j in range(width):
-                read[j] += weight * new_memory[i, j]
-        reads[r] = read
+        for j in range(width):
+            reads[r, j] = _fast_dot(read_w[r], new_memory[j])
 
 
 @njit
@@ -384,18 +402,20 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
     vectors, paths = np.empty((batch, 4, slots)), np.empty((batch, 4, read_heads, slots))
     norms, key_norms = np.empty((batch, 2, slots)), np.empty((batch, read_heads + 1))
     order = np.empty((batch, slots), np.int64)
+    memory_t, new_t = np.empty((width, slots), dtype), np.empty((width, slots), dtype)
     for b in range(batch):
         order[b] = np.arange(slots)  # the sort's starting permutation
+        memory_t[:] = memory[b].T  # the element step works on (W, N)
         _element_forward(
             raw[b],
-            memory[b],
+            memory_t,
             read_prev[b],
             write_prev[b, 0],
             usage_prev[b],
             prec_prev[b],
             links_prev[b],
             reads[b],
-            new_memory[b],
+            new_t,
             read_w[b],
             write_w[b, 0],
             usage[b],
@@ -408,6 +428,7 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
             key_norms[b],
             order[b],
         )
+        new_memory[b] = new_t.T
     return (
         (reads, new_memory, read_w, write_w, usage, prec, links),
         (act, vectors, paths, norms, key_norms, order),
@@ -424,21 +445,23 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     act, vectors, paths, norms, key_norms, order = saved
     grad_reads, grad_new, grad_read_w, grad_write_w, grad_usage, grad_prec, grad_links = grads_out
     g_raw, g_memory, g_read_prev, g_write_prev, g_usage_prev, g_prec_prev, g_links_prev = grads_in
-    slots, width, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
+    width, slots, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
     offsets = _offsets(read_heads, width)
     o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = offsets
     psi, alloc, write_content, write_sim = vectors[0], vectors[1], vectors[2], vectors[3]
     sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
-    grad_act[:] = 0.0
+    grad_act[:] = 0.0  # the memories and their gradients transposed, (W, N), as the forward
     # (iii) r = M^T w^r, read weighting, content on M_t
     grad_rw = np.empty(slots)
     grad_fwd, grad_bwd = np.empty((read_heads, slots)), np.empty((read_heads, slots))
     for r in range(read_heads):
         m = o_modes + 3 * r
-        for i in range(slots):
-            grad_rw[i] = grad_read_w[r, i] + _fast_dot(new_memory[i], grad_reads[r])
-            for j in range(width):
-                grad_new[i, j] += read_w[r, i] * grad_reads[r, j]
+        grad_rw[:] = grad_read_w[r]
+        for j in range(width):
+            grad_read = grad_reads[r, j]
+            for i in range(slots):
+                grad_rw[i] += new_memory[j, i] * grad_read
+                grad_new[j, i] += read_w[r, i] * grad_read
         grad_act[m] = dot(grad_rw, backward[r])
         grad_act[m + 1] = dot(grad_rw, contents[r])
         grad_act[m + 2] = dot(grad_rw, forward[r])
@@ -481,21 +504,18 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     for i in range(slots):
         g_prec_prev[i] += (1.0 - total) * grad_prec[i]
         grad_ww[i] += grad_prec[i] - dot_prec
-    # erase/add write (sums in scalars and local vectors, so that the loops vectorise)
+    # erase/add write (sums along the slots, so that the loops vectorise)
     erase, vector = act[o_erase : o_erase + width], act[o_vec : o_vec + width]
-    grad_erase, grad_vector = np.zeros(width), np.zeros(width)
-    for i in range(slots):
-        weight, total = write_w[i], 0.0
-        for j in range(width):
-            grad, value = grad_new[i, j], memory[i, j]
-            g_memory[i, j] = grad * (1.0 - weight * erase[j])
-            total += grad * (vector[j] - value * erase[j])
-            grad_erase[j] -= grad * value * weight
-            grad_vector[j] += grad * weight
-        grad_ww[i] += total
     for j in range(width):
-        grad_act[o_erase + j] += grad_erase[j]
-        grad_act[o_vec + j] += grad_vector[j]
+        entry_e, entry_v, grad_erase, grad_vector = erase[j], vector[j], 0.0, 0.0
+        for i in range(slots):
+            grad, value, weight = grad_new[j, i], memory[j, i], write_w[i]
+            g_memory[j, i] = grad * (1.0 - weight * entry_e)
+            grad_ww[i] += grad * (entry_v - value * entry_e)
+            grad_erase -= grad * value * weight
+            grad_vector += grad * weight
+        grad_act[o_erase + j] += grad_erase
+        grad_act[o_vec + j] += grad_vector
     # write weighting w^w = g^w (c^w + g^a (a - c^w)), then content on M_{t-1}
     alloc_gate, write_gate = act[o_ga], act[o_gw]
     grad_act[o_gw] = dot(grad_ww, write_content + alloc_gate * (alloc - write_content))
@@ -545,12 +565,15 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
         np.empty_like(links_prev),
     )
     grad_act = np.empty(raw.shape[1])
-    grad_new = np.empty(memory.shape[1:])
+    width, slots = memory.shape[2], memory.shape[1]  # the element step's memories: (W, N)
+    memory_t, new_t = np.empty((width, slots), memory.dtype), np.empty((width, slots), memory.dtype)
+    grad_new, g_memory = np.empty((width, slots)), np.empty((width, slots), memory.dtype)
     for b in range(memory.shape[0]):
-        grad_new[:] = grads_out[1][b]  # accumulates M_t's gradient
+        grad_new[:] = grads_out[1][b].T  # accumulates M_t's gradient
+        memory_t[:], new_t[:] = memory[b].T, outputs[0][b].T
         _element_backward(
-            (raw[b], memory[b], read_prev[b], write_prev[b, 0], usage_prev[b], prec_prev[b], links_prev[b]),
-            (outputs[0][b], outputs[1][b], outputs[2][b, 0], outputs[3][b]),
+            (raw[b], memory_t, read_prev[b], write_prev[b, 0], usage_prev[b], prec_prev[b], links_prev[b]),
+            (new_t, outputs[1][b], outputs[2][b, 0], outputs[3][b]),
             (saved[0][b], saved[1][b], saved[2][b], saved[3][b], saved[4][b], saved[5][b]),
             (
                 grads_out[0][b],
@@ -563,7 +586,7 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
             ),
             (
                 grads_in[0][b],
-                grads_in[1][b],
+                g_memory,
                 grads_in[2][b],
                 grads_in[3][b, 0],
                 grads_in[4][b],
@@ -572,6 +595,7 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
             ),
             grad_act,
         )
+        grads_in[1][b] = g_memory.T
     return grads_in
 
 
@@ -623,7 +647,9 @@ def _matvec_t_add(weight, vector, out):
         v0, v1 = dtype.type(vector[g]), dtype.type(vector[g + 1])
         v2, v3 = dtype.type(vector[g + 2]), dtype.type(vector[g + 3])
         for k in range(cols):
-            sums[k] += (weight[g, k] * v0 + weight[g + 1, k] * v1) + (weight[g + 2, k] * v2 + weight[g + 3, k] * v3)
+            sums[k] += (weight[g, k] * v0 + weight[g + 1, k] * v1) + (
+                weight[g + 2, k] * v2 + weight[g + 3, k] * v3
+            )
         g += 4
     for g in range(g, rows):
         value = dtype.type(vector[g])
@@ -735,7 +761,7 @@ def record_shapes(B, T, G, H, N, W, R, P, keep, every):
     return (
         ((B, S, H), state),
         ((B, S, H), state),
-        ((B, S, N, W), state),
+        ((B, S, W, N), state),  # the memories transposed (see _element_forward)
         ((B, S, R, N), state),
         ((B, S, N), state),
         ((B, S, N), state),
@@ -797,7 +823,7 @@ def sequence_forward(
     for b in range(B):  # independent elements: own rows, own scratch
         hbar, links = np.empty(G, dtype), np.empty((2, N, N), dtype)
         hs[b, 0], cs[b, 0], rs[b, 0] = h0[b], c0[b], r0[b]
-        ms[b, 0], wrs[b, 0], wws[b, 0] = m0[b], wr0[b], ww0[b]
+        ms[b, 0], wrs[b, 0], wws[b, 0] = m0[b].T, wr0[b], ww0[b]
         us[b, 0], ps[b, 0], links[0] = u0[b], p0[b], l0[b]
         for t in range(T):
             s, s1, st = _state_slots(t, keep)
@@ -853,11 +879,14 @@ def sequence_forward(
             out[b, t, H:] = rs[b, s1]
         l_last[b] = links[T % 2]
     last = T if keep else T % 2
+    m_last = np.empty((B, N, W), dtype)
+    for b in range(B):
+        m_last[b] = ms[b, last].T
     finals = (
         hs[:, last].copy(),
         cs[:, last].copy(),
         rs[:, last].copy(),
-        ms[:, last].copy(),
+        m_last,
         wrs[:, last].copy(),
         wws[:, last].copy(),
         us[:, last].copy(),
@@ -879,7 +908,7 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
     checkpoint (into scratch that stays in cache)."""
     hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order = records
     B, T, G = gates.shape[0], gates.shape[1], gates.shape[2]
-    H, N, W, R, P = hs.shape[2], ms.shape[2], ms.shape[3], wrs.shape[2], raws.shape[2]
+    H, W, N, R, P = hs.shape[2], ms.shape[2], ms.shape[3], wrs.shape[2], raws.shape[2]
     RW = R * W
     dtype = out.dtype
     d_hbar, d_pre, d_raw = np.empty((B, T, G), dtype), np.empty((B, T, G), dtype), np.empty((B, T, P), dtype)
@@ -891,12 +920,13 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
         # gradients of the state after step t (carried back, in float64), and of the one before
         dh, dc, dr = d_finals[0][b].astype(np.float64), d_finals[1][b].astype(np.float64), np.empty(RW)
         dr[:] = d_finals[2][b]
-        dm, dwr = d_finals[3][b].astype(np.float64), d_finals[4][b].astype(np.float64)
+        dm, dwr = np.empty((W, N)), d_finals[4][b].astype(np.float64)
+        dm[:] = d_finals[3][b].T  # the memories transposed, as in the records
         dww, du = d_finals[5][b].astype(np.float64), d_finals[6][b].astype(np.float64)
         # the links' gradient in place (row i of d L_t is read before row i of d L_{t-1} is
         # written, and no other row), in the state's dtype: the largest buffer stays small
         dp, dl = d_finals[7][b].astype(np.float64), d_finals[8][b].copy()
-        dm2, dwr2, dww2 = np.empty((N, W)), np.empty((R, N)), np.empty(N)
+        dm2, dwr2, dww2 = np.empty((W, N)), np.empty((R, N)), np.empty(N)
         du2, dp2 = np.empty(N), np.empty(N)
         d_reads, g_raw, grad_act = np.empty((R, W)), np.empty(P), np.empty(P)
         d_state, d_pre_t, d_hbar_t, scratch = np.empty(H), np.empty(G), np.empty(G), np.empty(H)
@@ -949,5 +979,5 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
                 _matvec_t_add(w_r, d_hbar_t, dr)
                 d_pre[b, t], d_hbar[b, t] = d_pre_t, d_hbar_t
         d_h0[b], d_c0[b], d_r0[b] = dh, dc, dr
-        d_m0[b], d_wr0[b], d_ww0[b], d_u0[b], d_p0[b], d_l0[b] = dm, dwr, dww, du, dp, dl
+        d_m0[b], d_wr0[b], d_ww0[b], d_u0[b], d_p0[b], d_l0[b] = dm.T, dwr, dww, du, dp, dl
     return d_hbar, d_pre, d_raw, (d_h0, d_c0, d_r0, d_m0, d_wr0, d_ww0, d_u0, d_p0, d_l0)

@@ -257,44 +257,55 @@ def _links_backward(
     grad_ww,
 ):
     """Backward of _links_forward through L_t and w^r_{t-1}: adds into g_read_prev,
-    g_prec_prev and grad_ww, writes g_links_prev (which may be grad_links itself: row i of
-    it is read before row i is written). Each row of L_t is recomputed from L_{t-1}
-    (cheaper than reading a second (N, N) array). As in the forward, the arithmetic is in
-    the links' dtype and the column sums (L_t^T df, and those of dL_t o L_{t-1} and of
-    w^w_t dL_t) go to scratch of that dtype, added to the float64 gradients at the end."""
+    g_prec_prev and grad_ww, writes g_links_prev (not grad_links itself: the loops vectorise
+    only when the arrays they write and read differ). One pass over the rows: each row of
+    L_t is recomputed from L_{t-1} (cheaper than reading a second (N, N) array) and its
+    gradient dL'[i, :] = dL_t[i, :] + the directional weightings' outer products formed and
+    used in the same loop; heads after the first take one more loop each. As in the forward,
+    the arithmetic is in the links' dtype and the column sums (L_t^T df, and those of
+    dL' o L_{t-1} and of w^w_t dL') go to scratch of that dtype, added to the float64
+    gradients at the end."""
     slots, read_heads = write_w.shape[0], read_prev.shape[0]
     dtype = links_prev.dtype
-    one = dtype.type(1.0)
+    one, zero = dtype.type(1.0), dtype.type(0.0)
     grad_f, grad_b = grad_fwd.astype(dtype), grad_bwd.astype(dtype)
     columns = np.zeros((read_heads, slots), dtype)  # L_t^T df per head
-    col_links = np.zeros(slots, dtype)  # sum_i dL[i, j] L_{t-1}[i, j]
-    col_prec = np.zeros(slots, dtype)  # sum_i w^w[i] dL[i, j]
-    row, grad_row = np.empty(slots, dtype), np.empty(slots, dtype)
+    col_links = np.zeros(slots, dtype)  # sum_i dL'[i, j] L_{t-1}[i, j]
+    col_prec = np.zeros(slots, dtype)  # sum_i w^w[i] dL'[i, j]
+    others = np.zeros(slots, dtype)  # the other heads' part of dL'[i, :]
+    reads0, g_b0, sums0 = read_prev[0], grad_b[0], columns[0]
     for i in range(slots):
-        row_prev, weight, grads = links_prev[i], write_w[i], grad_links[i]
+        weight = write_w[i]
         keep = one - weight
-        _link_row(row_prev, write_w, prec_prev, weight, keep, i, row)
-        for j in range(slots):
-            grad_row[j] = grads[j]
-        for r in range(read_heads):
+        for r in range(1, read_heads):
             g_f, read = grad_f[r, i], read_prev[r, i]
-            reads_r, g_b, sums = read_prev[r], grad_b[r], columns[r]
-            total = dtype.type(0.0)
+            if r == 1:
+                others[:] = 0.0
             for j in range(slots):
-                grad_row[j] += g_f * reads_r[j] + g_b[j] * read
-                sums[j] += g_f * row[j]
-                total += g_b[j] * row[j]
-            g_read_prev[r, i] += total
-        grad_row[i] = 0.0  # L[i, i] = 0, a constant
-        g_row_prev = g_links_prev[i]
-        total = dtype.type(0.0)
+                others[j] += g_f * read_prev[r, j] + grad_b[r, j] * read
+        g_f0, read0, total0, total = grad_f[0, i], reads0[i], zero, zero
         for j in range(slots):
-            grad = grad_row[j]
-            total += grad * (prec_prev[j] - row_prev[j])
-            g_row_prev[j] = grad * (keep - write_w[j])
-            col_links[j] += grad * row_prev[j]
+            prev = links_prev[i, j]
+            link = (keep - write_w[j]) * prev + weight * prec_prev[j]
+            grad = grad_links[i, j] + g_f0 * reads0[j] + g_b0[j] * read0 + others[j]
+            link = zero if j == i else link  # L[i, i] = 0, a constant
+            grad = zero if j == i else grad
+            sums0[j] += g_f0 * link
+            total0 += g_b0[j] * link
+            total += grad * (prec_prev[j] - prev)
+            g_links_prev[i, j] = grad * (keep - write_w[j])
+            col_links[j] += grad * prev
             col_prec[j] += grad * weight
+        g_read_prev[0, i] += total0
         grad_ww[i] += total
+        for r in range(1, read_heads):
+            g_f, total_r = grad_f[r, i], zero
+            for j in range(slots):
+                link = (keep - write_w[j]) * links_prev[i, j] + weight * prec_prev[j]
+                link = zero if j == i else link
+                columns[r, j] += g_f * link
+                total_r += grad_b[r, j] * link
+            g_read_prev[r, i] += total_r
     for j in range(slots):
         grad_ww[j] -= col_links[j]
         g_prec_prev[j] += col_prec[j]
@@ -911,6 +922,7 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
     H, W, N, R, P = hs.shape[2], ms.shape[2], ms.shape[3], wrs.shape[2], raws.shape[2]
     RW = R * W
     dtype = out.dtype
+    w_r_t = np.ascontiguousarray(w_r.T)
     d_hbar, d_pre, d_raw = np.empty((B, T, G), dtype), np.empty((B, T, G), dtype), np.empty((B, T, P), dtype)
     d_h0, d_c0, d_r0 = np.empty((B, H), dtype), np.empty((B, H), dtype), np.empty((B, RW), dtype)
     d_m0, d_wr0 = np.empty((B, N, W), dtype), np.empty((B, R, N), dtype)
@@ -923,9 +935,9 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
         dm, dwr = np.empty((W, N)), d_finals[4][b].astype(np.float64)
         dm[:] = d_finals[3][b].T  # the memories transposed, as in the records
         dww, du = d_finals[5][b].astype(np.float64), d_finals[6][b].astype(np.float64)
-        # the links' gradient in place (row i of d L_t is read before row i of d L_{t-1} is
-        # written, and no other row), in the state's dtype: the largest buffer stays small
-        dp, dl = d_finals[7][b].astype(np.float64), d_finals[8][b].copy()
+        # the links' gradient in two buffers, in turn (in place, _links_backward's loop
+        # would not vectorise), in the state's dtype
+        dp, dl, dl2 = d_finals[7][b].astype(np.float64), d_finals[8][b].copy(), np.empty((N, N), dtype)
         dm2, dwr2, dww2 = np.empty((W, N)), np.empty((R, N)), np.empty(N)
         du2, dp2 = np.empty(N), np.empty(N)
         d_reads, g_raw, grad_act = np.empty((R, W)), np.empty(P), np.empty(P)
@@ -945,10 +957,11 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
                     (ms[b, s1], wrs[b, s1], wws[b, s1], us[b, s1]),
                     (acts[b, t], vectors[b, t], paths[b, t], norms[b, t], key_norms[b, t], order[b, t]),
                     (d_reads, dm, dwr, dww, du, dp, dl),
-                    (g_raw, dm2, dwr2, dww2, du2, dp2, dl),
+                    (g_raw, dm2, dwr2, dww2, du2, dp2, dl2),
                     grad_act,
                 )
                 dm, dm2, dwr, dwr2, dww, dww2 = dm2, dm, dwr2, dwr, dww2, dww
+                dl, dl2 = dl2, dl
                 du, du2, dp, dp2 = du2, du, dp2, dp
                 d_raw[b, t] = g_raw
                 # h_t feeds the interface, the next step's controller and (standard) the output
@@ -975,8 +988,8 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
                 dh[:] = 0.0
                 if kind != FNN:
                     _matvec_t_add(w_h, d_pre_t, dh)
-                dr[:] = 0.0
-                _matvec_t_add(w_r, d_hbar_t, dr)
+                for j in range(RW):  # R W dots along G (the rows of w_r are only R W long)
+                    dr[j] = _fast_dot(w_r_t[j], d_hbar_t)
                 d_pre[b, t], d_hbar[b, t] = d_pre_t, d_hbar_t
         d_h0[b], d_c0[b], d_r0[b] = dh, dc, dr
         d_m0[b], d_wr0[b], d_ww0[b], d_u0[b], d_p0[b], d_l0[b] = dm.T, dwr, dww, du, dp, dl

@@ -7,8 +7,17 @@ file, whole sequences: controller, interface layer and memory step of every time
 Why: on a CPU the DNC step is about 60 small tensor operations forward and 100
 backward, each a few microseconds of dispatch, plus several (B, N, N) link-matrix
 temporaries. Here the whole step is one call each way and the link matrix is
-touched in two passes forward and one backward. The results equal the composition
+touched in one pass forward and one backward (plus the recomputation of the links
+between checkpoints, in the sequence backward). The results equal the composition
 of mannlab.nn.addressing primitives to rounding (tests/test_fused_dnc_step.py).
+
+What keeps the loops on the vector units (each measured; numba cannot tell LLVM that two
+arrays do not alias, so a loop that writes an array it also reads, or a sum kept in an
+array, runs one value at a time): the memory is kept transposed, (W, N), so that its
+loops run along the N slots and not along a slot's W entries; the link matrix's
+arithmetic runs in the state's dtype (float32 vectors are twice as wide and need no
+conversions), its column sums in scratch of that dtype; gradients that a loop both reads
+and writes go to a second buffer; tanh_array and sigmoid_array never run in place.
 
 Layout of one batch element's raw interface vector (P,), as DNCCell emits it:
     [k^r (R*W), k^w (W), v (W) | beta^r (R), beta^w | e (W), f (R), g^a, g^w | pi (3R)]

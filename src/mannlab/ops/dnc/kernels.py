@@ -344,13 +344,15 @@ def _element_forward(
     norms,
     key_norms,
     order,
+    norms_known,
 ):
     """Forward of one batch element; outputs and intermediates are written in place.
     The memories M_{t-1} and M_t come transposed, (W, N): every loop over a memory then
     runs along the N slots, not along the W (20) entries of a slot, too short a loop for
     the vector units (2-4x faster). vectors (4, N): psi, a, c^w, K^w; paths (4, R, N):
     K^r, c^r, f, b; norms (2, N) of M_{t-1} and M_t; key_norms (R + 1,): read keys, then
-    the write key."""
+    the write key. With ``norms_known`` norms[0] already holds M_{t-1}'s slot norms (the
+    previous step's norms[1]: a sequence computes each memory's norms once)."""
     width, slots, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
     offsets = _offsets(read_heads, width)
     o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = offsets
@@ -365,7 +367,8 @@ def _element_forward(
         usage[i] = (usage_prev[i] + write_prev[i] - usage_prev[i] * write_prev[i]) * keep
     _allocation(usage, order, alloc)
     # write weighting, on M_{t-1}
-    _column_norms(memory, norms[0])
+    if not norms_known:
+        _column_norms(memory, norms[0])
     key_norms[read_heads] = _content(
         act[o_wkey:o_vec], memory, norms[0], act[o_beta + read_heads], write_sim, write_content
     )
@@ -447,6 +450,7 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
             norms[b],
             key_norms[b],
             order[b],
+            False,
         )
         new_memory[b] = new_t.T
     return (
@@ -790,9 +794,9 @@ def record_shapes(B, T, G, H, N, W, R, P, keep, every):
         ((B, Ts, G), state),
         ((B, Ts, P), state),
         ((B, Ts, P), state),
-        ((B, Ts, 4, N), f64),
-        ((B, Ts, 4, R, N), f64),
-        ((B, Ts, 2, N), f64),
+        ((B, Ts, 4, N), state),  # the intermediates in the state's dtype: a quarter of
+        ((B, Ts, 4, R, N), state),  # the records' bytes, written and read once a step
+        ((B, Ts, 2, N), state),
         ((B, Ts, R + 1), f64),
         ((B, Ts, N), i64),
     )
@@ -851,10 +855,14 @@ def sequence_forward(
                 ls[b, t // every] = links[t % 2]
             # the allocation's sort starts from the previous step's order (same slot
             # without keep)
+            # and M_{t-1}'s slot norms are those step t - 1 computed for its M_t
             if t == 0:
                 order[b, st] = np.arange(N)
             elif keep:
                 order[b, st] = order[b, st - 1]
+                norms[b, st, 0] = norms[b, st - 1, 1]
+            else:
+                norms[b, st, 0] = norms[b, st, 1]
             _controller_forward(
                 kind,
                 activation,
@@ -895,6 +903,7 @@ def sequence_forward(
                 norms[b, st],
                 key_norms[b, st],
                 order[b, st],
+                t > 0,
             )
             out[b, t, H:] = rs[b, s1]
         l_last[b] = links[T % 2]

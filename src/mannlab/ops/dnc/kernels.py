@@ -219,8 +219,9 @@ def _allocation_backward(grad_alloc, usage, order, grad_usage):
 @njit(fastmath=FAST, inline="always")
 def _link_row(row_prev, write_w, prec_prev, weight, keep, i, row):
     """Row i of L_t: (1 - w^w[i] - w^w[j]) L_{t-1}[i, j] + w^w[i] p_{t-1}[j], zero at j = i,
-    in the links' dtype (keep = 1 - w^w[i]). The forward, the backward's recomputed segment
-    and its rows all call this one expression, so that they round alike."""
+    in the links' dtype (keep = 1 - w^w[i]). The forward and the backward's recomputed
+    segment call this one expression, and _links_backward writes it out the same way, so
+    that they round alike."""
     for j in range(row.shape[0]):
         row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
     row[i] = 0.0

@@ -297,7 +297,9 @@ def _links_backward(
         for j in range(slots):
             prev = links_prev[i, j]
             link = (keep - write_w[j]) * prev + weight * prec_prev[j]
-            grad = grad_links[i, j] + g_f0 * reads0[j] + g_b0[j] * read0 + others[j]
+            grad = grad_links[i, j] + g_f0 * reads0[j] + g_b0[j] * read0
+            if read_heads > 1:  # loop-invariant: LLVM makes two loops, one without the load
+                grad += others[j]
             link = zero if j == i else link  # L[i, i] = 0, a constant
             grad = zero if j == i else grad
             sums0[j] += g_f0 * link

@@ -4,11 +4,13 @@ tensor path, in values and gradients, and is taken exactly where it applies."""
 import gc
 import weakref
 
+import numpy as np
 import pytest
 import torch
 
 import mannlab
 from mannlab.models.dnc import DNCCell
+from mannlab.nn import addressing
 from mannlab.nn.controllers import CONTROLLERS
 from mannlab.ops import dispatch, use_kernels
 from mannlab.ops.dnc.sequence import DNCSequence, controller_code
@@ -184,3 +186,19 @@ def test_records_are_reused_only_once_their_graph_is_gone():
         r1 = torch.autograd.grad(dnc(x)[0].sum(), list(dnc.parameters()))
         r2 = torch.autograd.grad(dnc(x.flip(1))[0].sum(), list(dnc.parameters()))
     assert_close(g1 + g2, r1 + r2, 1e-4)
+
+
+def test_allocation_sort_from_any_starting_order_is_the_stable_sort():
+    # The kernels sort the usage by insertion, starting from the previous step's order;
+    # from any starting permutation the result must be the stable ascending order (ties
+    # to the lower slot) and the allocation that of the reference.
+    pytest.importorskip("numba")
+    kernels = dispatch.load("dnc")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        usage = rng.random(12).round(1)  # rounded: many ties
+        order, alloc = rng.permutation(12), np.empty(12)
+        kernels._allocation(usage, order, alloc)
+        assert (order == np.argsort(usage, kind="stable")).all()
+        expected = addressing.allocation(torch.from_numpy(usage)[None])[0]
+        torch.testing.assert_close(torch.from_numpy(alloc), expected, rtol=1e-12, atol=1e-12)

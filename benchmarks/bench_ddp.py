@@ -3,9 +3,11 @@ the same run, as sequences per second of whole training steps.
 
 For each model the trainer's own step (training/sampled.py's batch, training/distributed.py's
 DDP runner, training/update.py's guarded update, and the loop's per-step all-reduce of the
-losses) runs at one global batch (default 32) on the copy task with the model's default
-configuration: first in one process (the whole batch), then in two processes started here
-(half the batch each, gloo on 127.0.0.1), each with ``torch.set_num_threads(1)``. Warm-up
+losses, overlapped with the backward) runs at one global batch (default 32) on the copy task
+with the model's default configuration: in one process (the whole batch), then in two
+processes started here (half the batch each, gloo on 127.0.0.1), each with
+``torch.set_num_threads(1)``, alternating for ``--rounds`` rounds (the medians are reported,
+and the range of the per-round ratios: one round is noisy on a small machine). Warm-up
 steps come first (a first kernel compile, the allocator); the timed steps are between two
 barriers. The ratio "2 processes / 1 process" is the speed-up of data parallelism on this
 machine; its load average is printed beside it (on a machine shared with other jobs the
@@ -24,6 +26,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import time
 
 import torch
@@ -46,6 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32, help="the global batch")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating 1- and 2-process runs")
     parser.add_argument("--json", metavar="OUT", help="also write the records as JSON")
     return parser.parse_args(argv)
 
@@ -79,8 +83,8 @@ def _measure(rank: int, world: int, port: int, model: str, args: argparse.Namesp
 
     def step(i: int) -> None:
         loss, task_loss = source.losses(net, i, runner)
-        reported = distributed.mean_over_ranks(torch.stack([loss.detach(), task_loss.detach()]))
-        apply_update(net, optimizer, loss, config.train.clip_grad_norm, reported=reported[0])
+        reported = distributed.mean_over_ranks_later(torch.stack([loss.detach(), task_loss.detach()]))
+        apply_update(net, optimizer, loss, config.train.clip_grad_norm, reported=lambda: reported()[0])
 
     for i in range(args.warmup):
         step(i)
@@ -114,16 +118,24 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     records = []
     print(f"global batch {args.batch_size}, {args.steps} timed steps, 1 thread per process")
-    print(f"{'model':8} {'1 proc seq/s':>13} {'2 procs seq/s':>14} {'ratio':>6} {'cpu ratio':>9}")
+    print(f"{args.rounds} rounds, medians; ratio range over the rounds in brackets")
+    print(f"{'model':8} {'1 proc seq/s':>13} {'2 procs seq/s':>14} {'ratio':>18} {'cpu ratio':>9}")
     for model in args.models.split(","):
-        one = run(model, 1, args)
-        two = run(model, 2, args)
-        ratio = two["sequences_per_second"] / one["sequences_per_second"]
-        cpu_ratio = one["cpu"] / two["cpu"]
-        records.append({"model": model, "one": one, "two": two, "ratio": ratio, "cpu_ratio": cpu_ratio})
+        rounds = [(run(model, 1, args), run(model, 2, args)) for _ in range(args.rounds)]
+        ratios = [two["sequences_per_second"] / one["sequences_per_second"] for one, two in rounds]
+        record = {
+            "model": model,
+            "rounds": [{"one": one, "two": two} for one, two in rounds],
+            "one": statistics.median(one["sequences_per_second"] for one, _ in rounds),
+            "two": statistics.median(two["sequences_per_second"] for _, two in rounds),
+            "ratio": statistics.median(ratios),
+            "cpu_ratio": statistics.median(one["cpu"] / two["cpu"] for one, two in rounds),
+        }
+        records.append(record)
+        spread = f"[{min(ratios):.2f}-{max(ratios):.2f}]"
         print(
-            f"{model:8} {one['sequences_per_second']:13.1f} {two['sequences_per_second']:14.1f} "
-            f"{ratio:6.2f} {cpu_ratio:9.2f}"
+            f"{model:8} {record['one']:13.1f} {record['two']:14.1f} {record['ratio']:6.2f} {spread:>11} "
+            f"{record['cpu_ratio']:9.2f}"
         )
     load_after = os.getloadavg()
     print(

@@ -250,3 +250,27 @@ def test_val_lengths_is_checked():
         config = RunConfig(model="lstm", task=task, train=TrainConfig(val_lengths="max_length"))
         with pytest.raises(ConfigError, match="held-out split"):
             build_run(config)
+
+
+def test_a_reported_loss_given_later_is_checked_after_the_backward_before_the_step():
+    # the data-parallel trainer passes the global loss as a function (its all-reduce runs
+    # during the backward); a non-finite value still stops before the weights change
+    from mannlab.training.update import apply_update
+
+    layer = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in layer.parameters()]
+    calls = []
+
+    def reported():
+        calls.append(layer.weight.grad is not None)  # the backward has run
+        return torch.tensor(float("nan"))
+
+    with pytest.raises(NonFiniteLossError, match="loss is nan"):
+        apply_update(layer, optimizer, layer(torch.ones(1, 2)).sum(), clip=1.0, reported=reported)
+    assert calls == [True]
+    assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
+    apply_update(
+        layer, optimizer, layer(torch.ones(1, 2)).sum(), clip=1.0, reported=lambda: torch.tensor(1.0)
+    )
+    assert not all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))

@@ -157,15 +157,19 @@ def gather_along(tensor: torch.Tensor, axis: int) -> torch.Tensor:
     return torch.cat(parts, dim=axis)
 
 
-def global_scale(count: torch.Tensor) -> torch.Tensor:
-    """world_size * count / (the sum of ``count`` over the ranks): multiplies a rank's loss
-    that is a mean over its own ``count`` terms (scored bits or steps) so that DDP's average
-    over ranks is the mean over all the global batch's terms. 1 without a process group."""
+def global_scale(count: torch.Tensor, total: torch.Tensor | None = None) -> torch.Tensor:
+    """world_size * count / total, ``total`` being the sum of ``count`` over the ranks:
+    multiplies a rank's loss that is a mean over its own ``count`` terms (scored bits or
+    steps) so that DDP's average over ranks is the mean over all the global batch's terms.
+    Without ``total`` it is all-reduced here (a collective: each one is a point where the
+    ranks wait for each other, so callers that hold the global batch pass it). 1 without a
+    process group."""
     if not active():
         return torch.ones((), dtype=count.dtype, device=count.device)
-    total = count.detach().clone()
-    dist.all_reduce(total)
-    return world_size() * count.detach() / total.clamp_min(1)
+    if total is None:
+        total = count.detach().clone()
+        dist.all_reduce(total)
+    return world_size() * count.detach() / total.to(count.dtype).clamp_min(1)
 
 
 def mean_over_ranks(values: torch.Tensor) -> torch.Tensor:
@@ -175,6 +179,25 @@ def mean_over_ranks(values: torch.Tensor) -> torch.Tensor:
     total = values.detach().clone()
     dist.all_reduce(total)
     return total / world_size()
+
+
+def mean_over_ranks_later(values: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """``mean_over_ranks(values)``, all-reduced in the background: returns a function that
+    waits for it and gives it (the same tensor on every call). The trainer starts it before
+    the backward, whose gradient all-reduce then follows it without a wait in between."""
+    if not active():
+        return lambda: values
+    total = values.detach().clone()
+    work = dist.all_reduce(total, async_op=True)
+    done: list[torch.Tensor] = []
+
+    def result() -> torch.Tensor:
+        if not done:
+            work.wait()
+            done.append(total / world_size())
+        return done[0]
+
+    return result
 
 
 # ---------------------------------------------------------------- decisions

@@ -294,12 +294,11 @@ class _Trainer:
     def _train_step(self, step: int) -> tuple[float, float]:
         with autocast(self.train_cfg.precision, self.device):
             loss, task_loss = self.source.losses(self.model, step, self.runner)
-        reported = None
+        shared = None
         if distributed.active():  # the global batch's losses, and rank 0's clock, on every rank
             time_up = loss.new_tensor(float(distributed.is_main() and self._clock_says_stop()))
             values = torch.stack([loss.detach(), task_loss.detach(), time_up]).float()
-            shared = distributed.mean_over_ranks(values)
-            reported, self._time_up = shared[:2].cpu(), bool(shared[2] > 0)
+            shared = distributed.mean_over_ranks_later(values)  # waited for after the backward
         try:
             apply_update(
                 self.model,
@@ -307,11 +306,13 @@ class _Trainer:
                 loss,
                 self.train_cfg.clip_grad_norm,
                 self.scaler,
-                reported=None if reported is None else reported[0],
+                reported=None if shared is None else lambda: shared()[0],
             )
         except NonFiniteLossError as exc:
             self._fail(step, str(exc))
-        if reported is not None:
+        if shared is not None:
+            reported = shared().cpu()
+            self._time_up = bool(reported[2] > 0)
             return reported[0].item(), reported[1].item()
         return loss.item(), task_loss.item()
 

@@ -54,11 +54,12 @@ class SampledBatches:
             inputs, targets, mask = (
                 t.repeat_interleave(cfg.samples_per_input, dim=0) for t in (inputs, targets, mask)
             )
+        scored = mask.sum(dtype=torch.float32) if distributed.active() else None  # the global batch's
         inputs, targets, mask = distributed.shard((inputs, targets, mask), cfg.batch_size)
         start_minibatch(model, step)  # per-minibatch switches, e.g. the D-NTM curriculum
         if run is None:
-            return sequence_loss(model, task, inputs, targets, mask)
-        return run(sequence_loss, task, inputs, targets, mask)
+            return sequence_loss(model, task, inputs, targets, mask, scored)
+        return run(sequence_loss, task, inputs, targets, mask, scored)
 
     def train_row(
         self, losses: list[tuple[float, float]], step: int

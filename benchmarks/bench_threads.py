@@ -23,6 +23,8 @@ each at the size of its own benchmark:
   TARDIS        bench_tardis.py's: hidden 120, 16 cells of 4 + 32, gumbel reads
   D-NTM soft    bench_dntm.py's: 100-unit GRU, 128 cells of 8 + 8, soft addressing, J = 1
   D-NTM reinforce  the same with sampled one-hot weightings and aux_loss (REINFORCE)
+  NTM           bench_ntm.py's: 100-unit LSTM controller, 128 x 20 memory, one read and one
+                write head
 
     python benchmarks/bench_threads.py                         # batch 8 and 32, T = 41
     python benchmarks/bench_threads.py --batch-sizes 32 --repeats 21 --json threads.json
@@ -48,7 +50,8 @@ import mannlab  # noqa: E402
 from bench_armin import armin  # noqa: E402
 from bench_dntm import dntm  # noqa: E402
 from bench_dntm import train_step as dntm_train_step  # noqa: E402
-from bench_ntm import INPUT, OUTPUT, time_round_robin  # noqa: E402
+from bench_ntm import INPUT, OUTPUT, ntm_copy, time_round_robin  # noqa: E402
+from bench_ntm import train_step as ntm_train_step  # noqa: E402
 from bench_tardis import TARDISLogits  # noqa: E402
 from bench_tardis import train_step as tardis_train_step  # noqa: E402
 
@@ -64,6 +67,7 @@ def models() -> dict[str, tuple[nn.Module, Callable]]:
         "TARDIS": (TARDISLogits("gumbel", True), tardis_train_step),
         "D-NTM soft": (dntm("soft", 1), dntm_train_step),
         "D-NTM reinforce": (dntm("reinforce", 1), dntm_train_step),
+        "NTM": (ntm_copy(), ntm_train_step),
     }
 
 
@@ -78,7 +82,14 @@ def on_threads(setting: tuple[int, int | None], step: Callable, model: nn.Module
 
 def measure(args: argparse.Namespace, batch_sizes: list[int]) -> list[dict]:
     records = []
-    for name, (model, step) in models().items():
+    chosen = models()
+    if args.models:
+        wanted = [name.strip() for name in args.models.split(",")]
+        unknown = [name for name in wanted if name not in chosen]
+        if unknown:
+            raise SystemExit(f"--models: unknown {unknown}; the models are {list(chosen)}")
+        chosen = {name: chosen[name] for name in wanted}
+    for name, (model, step) in chosen.items():
         model.train()
         for batch in batch_sizes:
             gen = torch.Generator().manual_seed(batch)
@@ -103,6 +114,7 @@ def _cell(value) -> str:
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help="comma-separated names of the table (default: all)")
     parser.add_argument("--batch-sizes", default="8,32", help="comma-separated (default: 8,32)")
     parser.add_argument("--steps", type=int, default=41, help="sequence length T (default 41)")
     parser.add_argument("--repeats", type=int, default=11, help="timed rounds (default 11)")

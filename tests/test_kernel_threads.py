@@ -148,10 +148,14 @@ MODELS = [
     ("tardis", dict(addressing="reinforce"), True),
     ("dntm", dict(addressing="reinforce"), True),
     ("dntm", dict(addressing="soft", controller="fnn", read_heads=2), True),
+    ("ntm", dict(controller="lstm"), True),
+    ("ntm", dict(controller="pnr-lstm", read_heads=2), False),
 ]
 
 
-@pytest.mark.parametrize("name, kw, trace", MODELS, ids=[f"{m[0]}-{m[1]['addressing']}" for m in MODELS])
+@pytest.mark.parametrize(
+    "name, kw, trace", MODELS, ids=[f"{m[0]}-{'-'.join(map(str, m[1].values()))}" for m in MODELS]
+)
 def test_two_threads_equal_one_to_rounding_and_repeat_exactly(name, kw, trace):
     """Batch 3 on two threads (blocks of 2 and 1 rows) in training: outputs, state, trace and
     every gradient equal the one-thread run to float64 rounding; sampled reads and write

@@ -609,7 +609,7 @@ def _controller_forward(kind, pnr, pre, c_prev, h, c, h_out):
         h_out[:] = h
 
 
-@njit
+@njit(nogil=True)  # row blocks run on threads at once (ops/threads.py)
 def sequence_forward(
     xp,
     h0,
@@ -728,7 +728,7 @@ def _controller_backward(kind, gate, c_prev, c, grad_h, grad_c, grad_pre):
             grad_pre[k] = grad_h[k] * (1.0 - gate[k] * gate[k])
 
 
-@njit
+@njit(nogil=True)
 def sequence_backward(
     out,
     states,

@@ -8,7 +8,8 @@ Why: at batch 1 the per-step path is about 20 tensor operations of the controlle
 layer plus the memory step's one kernel call each way, each a few microseconds of dispatch
 and autograd bookkeeping; here the time loop runs in machine code. Each batch element runs
 its sequence on its own; the weight gradients are one matrix product each over all B T
-steps, after the kernel.
+steps, after the kernel. With several threads the batch runs in row blocks, one kernel call
+per thread (ops/threads.py).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from mannlab.ops import dispatch
-from mannlab.ops.bridge import as_array, limit_blas_threads
+from mannlab.ops import dispatch, threads
+from mannlab.ops.bridge import as_array
 from mannlab.ops.controller_codes import ELMAN, FNN, LSTM, TANH, controller_code  # noqa: F401 -- re-exported
+from mannlab.ops.threads import Rows
 
 
 class Options(NamedTuple):
@@ -35,6 +37,11 @@ class Options(NamedTuple):
     num_shifts: int
     keep: bool
     trace: bool
+
+
+# the kernels' states (T + 1 or 2, B, ...) and records (T or 1, B, ...): rows along axis 1
+_TIME_MAJOR_STATES = (1,) * 6
+_TIME_MAJOR_RECORDS = (1,) * 11
 
 
 class NTMSequence(torch.autograd.Function):
@@ -51,24 +58,23 @@ class NTMSequence(torch.autograd.Function):
     def forward(ctx, xp, h0, c0, r0, m0, wr0, ww0, w_read, w_rec, w_head, b_head, options):
         a = as_array
         dummy = np.zeros((1, 1), a(xp).dtype)
-        limit_blas_threads(torch.get_num_threads())
-        out, states, records = dispatch.load("ntm").sequence_forward(
-            a(xp),
-            a(h0),
-            a(c0),
-            a(r0),
-            a(m0),
-            a(wr0),
-            a(ww0),
-            a(w_read.t()),
-            a(w_rec.t()) if w_rec is not None else dummy,
-            a(w_head.t()),
-            a(b_head),
-            options.kind,
-            options.pnr,
-            options.width,
-            options.num_shifts,
-            options.keep or options.trace,
+        out, states, records = threads.call(
+            dispatch.load("ntm").sequence_forward,
+            (
+                Rows(a(xp)),
+                *(Rows(a(s)) for s in (h0, c0, r0, m0, wr0, ww0)),
+                a(w_read.t()),
+                a(w_rec.t()) if w_rec is not None else dummy,
+                a(w_head.t()),
+                a(b_head),
+                options.kind,
+                options.pnr,
+                options.width,
+                options.num_shifts,
+                options.keep or options.trace,
+            ),
+            (0, _TIME_MAJOR_STATES, _TIME_MAJOR_RECORDS),
+            xp.shape[0],
         )
         out = torch.from_numpy(out)
         states = tuple(torch.from_numpy(s) for s in states)
@@ -104,24 +110,24 @@ class NTMSequence(torch.autograd.Function):
             return a(grad) if grad is not None else np.zeros(like[-1].shape, dtype)
 
         dummy = np.zeros((1, 1), dtype)
-        d_xp, d_rec, d_params, initial = dispatch.load("ntm").sequence_backward(
-            a(out),
-            tuple(a(s) for s in states),
-            tuple(a(r) for r in records),
-            a(w_read),
-            a(w_rec) if w_rec is not None else dummy,
-            a(w_head),
-            options.kind,
-            options.pnr,
-            options.width,
-            options.num_shifts,
-            a(d_out) if d_out is not None else np.zeros(out.shape, dtype),
-            given(d_h, hs),
-            given(d_c, cs),
-            given(d_r, reads),
-            given(d_m, memory),
-            given(d_wr, read_w),
-            given(d_ww, write_w),
+        d_xp, d_rec, d_params, initial = threads.call(
+            dispatch.load("ntm").sequence_backward,
+            (
+                Rows(a(out)),
+                tuple(Rows(a(s), 1) for s in states),
+                tuple(Rows(a(r), 1) for r in records),
+                a(w_read),
+                a(w_rec) if w_rec is not None else dummy,
+                a(w_head),
+                options.kind,
+                options.pnr,
+                options.width,
+                options.num_shifts,
+                Rows(a(d_out) if d_out is not None else np.zeros(out.shape, dtype)),
+                *(Rows(given(g, like)) for g, like in zip((d_h, d_c, d_r, d_m, d_wr, d_ww), states)),
+            ),
+            (1, 1, 1, (0,) * 6),
+            out.shape[0],
         )
         d_xp, d_rec, d_params = (torch.from_numpy(g) for g in (d_xp, d_rec, d_params))  # (T, B, .)
         d_h0, d_c0, d_r0, d_m0, d_wr0, d_ww0 = (torch.from_numpy(g) for g in initial)

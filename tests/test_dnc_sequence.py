@@ -84,9 +84,18 @@ def test_inference_without_graph_equals_tensor_path():
     assert_close([y, *state.controller, *state[1:]], [y_ref, *state_ref.controller, *state_ref[1:]], 1e-5)
 
 
-def test_gradcheck_of_the_function():
+@pytest.mark.parametrize(
+    "B, T, H, N, W, R",
+    [
+        (2, 3, 2, 4, 2, 1),
+        # an odd N (the link forward's rows go in pairs, then the last alone), two heads,
+        # T = 5: two segments of every = 3 steps, whose memories and links the backward
+        # recomputes from their checkpoints
+        (1, 5, 2, 5, 2, 2),
+    ],
+)
+def test_gradcheck_of_the_function(B, T, H, N, W, R):
     torch.manual_seed(1)
-    B, T, H, N, W, R = 2, 3, 2, 4, 2, 1
     d = dict(dtype=torch.float64)
     cell = DNCCell(3, "lstm", H, N, W, R).double()
 

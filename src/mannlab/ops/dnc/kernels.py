@@ -228,24 +228,52 @@ def _link_row(row_prev, write_w, prec_prev, weight, keep, i, row):
 
 
 @njit(fastmath=FAST)
+def _memory_write(memory, write_w, erase, vector, new_memory):
+    """The erase/add write M_t = M_{t-1} o (1 - w^w e^T) + w^w v^T in the memory's dtype, both
+    memories transposed (W, N). The forward and the backward's recomputed segment call this
+    one function, so that they round alike."""
+    one = memory.dtype.type(1.0)
+    for j in range(memory.shape[0]):
+        entry_e, entry_v = erase[j], vector[j]
+        for i in range(memory.shape[1]):
+            weight = write_w[i]
+            new_memory[j, i] = memory[j, i] * (one - weight * entry_e) + weight * entry_v
+
+
+@njit(fastmath=FAST)
 def _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, backward):
     """L_t (zero diagonal) from L_{t-1}, w^w_t and p_{t-1}, with f = L_t w^r_{t-1} and
-    b = L_t^T w^r_{t-1}, in one pass over the rows of L. The arithmetic is in the links'
+    b = L_t^T w^r_{t-1}, in one pass over the rows of L, two rows at a time (the column
+    sums of b loaded and stored once per two rows). The arithmetic is in the links'
     dtype (float32 vectors are twice as wide as float64 and need no conversions); the
     columns of b are summed in a scratch of that dtype, so that every loop reads and writes
     one dtype and vectorises."""
     slots, read_heads = write_w.shape[0], read_prev.shape[0]
-    one = links.dtype.type(1.0)
+    one, zero = links.dtype.type(1.0), links.dtype.type(0.0)
     column = np.zeros((read_heads, slots), links.dtype)
-    for i in range(slots):
-        row, weight = links[i], write_w[i]
-        _link_row(links_prev[i], write_w, prec_prev, weight, one - weight, i, row)
+    a = 0
+    while a + 2 <= slots:  # rows a and c = a + 1
+        c = a + 1
+        weight_a, weight_c = write_w[a], write_w[c]
+        _link_row(links_prev[a], write_w, prec_prev, weight_a, one - weight_a, a, links[a])
+        _link_row(links_prev[c], write_w, prec_prev, weight_c, one - weight_c, c, links[c])
         for r in range(read_heads):
-            reads_r, read, sums = read_prev[r], read_prev[r, i], column[r]
-            total = links.dtype.type(0.0)
+            read_a, read_c, total_a, total_c = read_prev[r, a], read_prev[r, c], zero, zero
             for j in range(slots):
-                total += row[j] * reads_r[j]
-                sums[j] += row[j] * read
+                link_a, link_c, read = links[a, j], links[c, j], read_prev[r, j]
+                total_a += link_a * read
+                total_c += link_c * read
+                column[r, j] += link_a * read_a + link_c * read_c
+            forward[r, a], forward[r, c] = total_a, total_c
+        a += 2
+    for i in range(a, slots):  # the last row of an odd N
+        weight = write_w[i]
+        _link_row(links_prev[i], write_w, prec_prev, weight, one - weight, i, links[i])
+        for r in range(read_heads):
+            read, total = read_prev[r, i], zero
+            for j in range(slots):
+                total += links[i, j] * read_prev[r, j]
+                column[r, j] += links[i, j] * read
             forward[r, i] = total
     for r in range(read_heads):
         for j in range(slots):
@@ -378,14 +406,7 @@ def _element_forward(
     alloc_gate, write_gate = act[o_ga], act[o_gw]
     for i in range(slots):
         write_w[i] = write_gate * (write_content[i] + alloc_gate * (alloc[i] - write_content[i]))
-    # erase/add write, in the memory's dtype
-    one = memory.dtype.type(1.0)
-    erase, vector = act[o_erase : o_erase + width], act[o_vec : o_vec + width]
-    for j in range(width):
-        entry_e, entry_v = erase[j], vector[j]
-        for i in range(slots):
-            weight = write_w[i]
-            new_memory[j, i] = memory[j, i] * (one - weight * entry_e) + weight * entry_v
+    _memory_write(memory, write_w, act[o_erase : o_erase + width], act[o_vec : o_vec + width], new_memory)
     # precedence, then links (from p_{t-1}) with f = L w^r_{t-1} and b = L^T w^r_{t-1}
     # in the same pass over the rows of L
     total = write_w.sum()
@@ -774,7 +795,7 @@ def record_shapes(B, T, G, H, N, W, R, P, keep, every):
     return (
         ((B, S, H), state),
         ((B, S, H), state),
-        ((B, S, W, N), state),  # the memories transposed (see _element_forward)
+        ((B, checkpoints, W, N), state),  # memories transposed (_element_forward), as L
         ((B, S, R, N), state),
         ((B, S, N), state),
         ((B, S, N), state),
@@ -821,8 +842,9 @@ def sequence_forward(
     layer's W_xi (H, P); its bias b_xi (P).
     Returns the features (B, T, H + R W), the final state (h, c, r, M, w^r, w^w, u, p, L)
     and the records the backward reads: every step's with ``keep`` (else scratch), but of
-    the links L only every ``every``-th state (the backward recomputes the others from
-    w^w and p, and the (B, T, N, N) of all of them would be most of the memory). The
+    the links L and the memory M only every ``every``-th state (the backward recomputes
+    the others from w^w, p, e and v: the (B, T, N, N) of all links would be most of the
+    memory, and the memories read back from DRAM cost more than their recomputation). The
     records are passed in (``record_shapes`` gives their shapes; the caller reuses them
     between calls: fresh pages cost more than the arithmetic) and filled here."""
     B, T = xp.shape[0], xp.shape[1]
@@ -833,15 +855,16 @@ def sequence_forward(
     S = hs.shape[1]
     out = np.empty((B, T, H + RW), dtype)
     rs, l_last = np.empty((B, S, RW), dtype), np.empty((B, N, N), dtype)
+    m_last = np.empty((B, N, W), dtype)
     for b in range(B):  # independent elements: own rows, own scratch
-        hbar, links = np.empty(G, dtype), np.empty((2, N, N), dtype)
+        hbar, links, mems = np.empty(G, dtype), np.empty((2, N, N), dtype), np.empty((2, W, N), dtype)
         hs[b, 0], cs[b, 0], rs[b, 0] = h0[b], c0[b], r0[b]
-        ms[b, 0], wrs[b, 0], wws[b, 0] = m0[b].T, wr0[b], ww0[b]
+        mems[0], wrs[b, 0], wws[b, 0] = m0[b].T, wr0[b], ww0[b]
         us[b, 0], ps[b, 0], links[0] = u0[b], p0[b], l0[b]
         for t in range(T):
             s, s1, st = _state_slots(t, keep)
             if keep and t % every == 0:
-                ls[b, t // every] = links[t % 2]
+                ls[b, t // every], ms[b, t // every] = links[t % 2], mems[t % 2]
             # the allocation's sort starts from the previous step's order (same slot
             # without keep)
             # and M_{t-1}'s slot norms are those step t - 1 computed for its M_t
@@ -873,14 +896,14 @@ def sequence_forward(
             _matvec_add(w_xi_t, hs[b, s1], raw)  # the interface vector W_xi h_t + b_i
             _element_forward(
                 raw,
-                ms[b, s],
+                mems[t % 2],
                 wrs[b, s],
                 wws[b, s],
                 us[b, s],
                 ps[b, s],
                 links[t % 2],
                 rs[b, s1].reshape((R, W)),
-                ms[b, s1],
+                mems[1 - t % 2],
                 wrs[b, s1],
                 wws[b, s1],
                 us[b, s1],
@@ -895,11 +918,8 @@ def sequence_forward(
                 t > 0,
             )
             out[b, t, H:] = rs[b, s1]
-        l_last[b] = links[T % 2]
+        l_last[b], m_last[b] = links[T % 2], mems[T % 2].T
     last = T if keep else T % 2
-    m_last = np.empty((B, N, W), dtype)
-    for b in range(B):
-        m_last[b] = ms[b, last].T
     finals = (
         hs[:, last].copy(),
         cs[:, last].copy(),
@@ -922,11 +942,12 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
     pre-activation hbar (B, T, G) (= that of xp), of the recurrent pre-activation (B, T, G)
     (= d hbar but for the z block of a pnr controller), of the raw interface vector
     (B, T, P), and of the initial state (as sequence_forward's inputs). Each element goes
-    back over segments of ``every`` steps, first recomputing the segment's links from its
-    checkpoint (into scratch that stays in cache)."""
+    back over segments of ``every`` steps, first recomputing the segment's links and
+    memories from its checkpoint (into scratch that stays in cache)."""
     hs, cs, ms, wrs, wws, us, ps, ls, gates, raws, acts, vectors, paths, norms, key_norms, order = records
     B, T, G = gates.shape[0], gates.shape[1], gates.shape[2]
     H, W, N, R, P = hs.shape[2], ms.shape[2], ms.shape[3], wrs.shape[2], raws.shape[2]
+    o_erase, o_vec = _offsets(R, W)[4], _offsets(R, W)[2]
     RW = R * W
     dtype = out.dtype
     w_r_t = np.ascontiguousarray(w_r.T)
@@ -949,19 +970,23 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
         du2, dp2 = np.empty(N), np.empty(N)
         d_reads, g_raw, grad_act = np.empty((R, W)), np.empty(P), np.empty(P)
         d_state, d_pre_t, d_hbar_t, scratch = np.empty(H), np.empty(G), np.empty(G), np.empty(H)
-        segment = np.empty((every, N, N), dtype)
+        segment, memories = np.empty((every, N, N), dtype), np.empty((every + 1, W, N), dtype)
         for k in range((T + every - 1) // every - 1, -1, -1):
             t0, t1 = k * every, min(T, (k + 1) * every)
-            segment[0] = ls[b, k]
+            segment[0], memories[0] = ls[b, k], ms[b, k]
             for t in range(t0, t1 - 1):
                 _link_update(segment[t - t0], wws[b, t + 1], ps[b, t], segment[t - t0 + 1])
+            for t in range(t0, t1):
+                act = acts[b, t]
+                erase, vector = act[o_erase : o_erase + W], act[o_vec : o_vec + W]
+                _memory_write(memories[t - t0], wws[b, t + 1], erase, vector, memories[t - t0 + 1])
             for t in range(t1 - 1, t0 - 1, -1):
                 s, s1 = t, t + 1
                 for j in range(RW):
                     d_reads[j // W, j % W] = d_out[b, t, H + j] + dr[j]
                 _element_backward(
-                    (raws[b, t], ms[b, s], wrs[b, s], wws[b, s], us[b, s], ps[b, s], segment[t - t0]),
-                    (ms[b, s1], wrs[b, s1], wws[b, s1], us[b, s1]),
+                    (raws[b, t], memories[t - t0], wrs[b, s], wws[b, s], us[b, s], ps[b, s], segment[t - t0]),
+                    (memories[t - t0 + 1], wrs[b, s1], wws[b, s1], us[b, s1]),
                     (acts[b, t], vectors[b, t], paths[b, t], norms[b, t], key_norms[b, t], order[b, t]),
                     (d_reads, dm, dwr, dww, du, dp, dl),
                     (g_raw, dm2, dwr2, dww2, du2, dp2, dl2),

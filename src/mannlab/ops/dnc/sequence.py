@@ -155,7 +155,7 @@ class DNCSequence(torch.autograd.Function):
         d_w_r = d_w_h = d_w_xi = None
         if need[10]:
             reads_prev = torch.cat([r0.unsqueeze(1), out[:, :-1, H:]], 1)  # r_{t-1}
-            d_w_r = _outer(d_hbar, reads_prev)
+            d_w_r = _outer(reads_prev, d_hbar).t()  # this way round 1.6x faster for R W = 20
         if w_h is not None and need[11]:
             d_w_h = _outer(d_pre, hs[:, :-1])
         if need[12]:

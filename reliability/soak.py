@@ -264,18 +264,22 @@ def run_name(args) -> str:
     return args.name or (args.model if args.command == "train" else "tbptt")
 
 
-def start(config, args) -> Soak:
-    """A new soak, or with ``--resume`` the one saved in OUT/<name>.ckpt."""
+def soak_to(config, args, asked: int) -> dict[str, Any]:
+    """A new soak, or with ``--resume`` the one saved in OUT/<name>.ckpt, run to ``asked``
+    steps. Resuming a run that already did them exits without touching its record."""
     soak = Soak(config, args.every, args.out / f"{run_name(args)}.ckpt")
     if args.resume:
         soak.resume()
-    return soak
+        if soak.done >= asked:
+            print(f"{run_name(args)}: already {soak.done} of {asked} {soak.source.unit}s; nothing to do")
+            sys.exit(0)
+    return soak.run(asked, args.progress, args.max_minutes, args.save_minutes)
 
 
 def command_train(args) -> dict[str, Any]:
     recipe = args.recipe or RECIPES[args.model]
     config = load_config(recipes.resolve(recipe), args.set)
-    result = start(config, args).run(args.steps, args.progress, args.max_minutes, args.save_minutes)
+    result = soak_to(config, args, args.steps)
     return {"recipe": recipe, "overrides": args.set, **result}
 
 
@@ -287,7 +291,7 @@ def command_tbptt(args) -> dict[str, Any]:
         data, stream = Path(args.data_dir), "PTB characters (--data-dir)"
     overrides = [f"task.data_dir={json.dumps(str(data))}", *args.set]
     config = load_config(recipes.resolve(args.recipe), overrides)
-    result = start(config, args).run(args.segments, args.progress, args.max_minutes, args.save_minutes)
+    result = soak_to(config, args, args.segments)
     return {"recipe": args.recipe, "overrides": args.set, "stream": stream, **result}
 
 

@@ -98,6 +98,9 @@ def test_commands_write_the_run_the_summary_and_the_figures(tmp_path):
     assert soak.main([*resume, *common]) == 0
     run = json.loads((out / "lstm.json").read_text())
     assert run["steps_done"] == 5 and run["sittings"] == 2
+    with pytest.raises(SystemExit) as done:  # a finished run is left as it is
+        soak.main([*resume, *common])
+    assert done.value.code == 0 and json.loads((out / "lstm.json").read_text()) == run
     soak.main(["report", "--out", str(out), "--figures", str(tmp_path / "fig")])
     assert json.loads((out / "summary.json").read_text())["lstm"]["steps_asked"] == 5
     assert (tmp_path / "fig" / "soak-loss.png").stat().st_size > 0

@@ -301,6 +301,7 @@ CLI_CASES = {
         "afile is a file, not a directory",
     ),
     "eval a file": (write("afile", b""), ["eval", "afile"], "is a file; expected a run directory"),
+    "NUL in a path": (None, ["train", *TINY, "--run-dir", "a\x00b"], "a path cannot contain a NUL byte"),
     "deep --set": (None, ["train", *TINY, "--set", "train.lr=" + "[" * 100_000], "nested too deeply"),
     "huge --seed": (None, ["train", *TINY, "--seed", "99999999999999999999"], "expected an integer in [0,"),
     "eval --batches 0": (None, ["eval", "run", "--batches", "0"], "expected an integer >= 1"),

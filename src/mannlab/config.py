@@ -247,6 +247,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_range("seed", self.seed, 0, MAX_SEED)
+        if self.run_dir is not None and "\x00" in self.run_dir:
+            raise ConfigError(f"run_dir cannot contain a NUL byte, got {self.run_dir!r}")
         for seed in self.seeds or ():
             check_range("seeds[...]", seed, 0, MAX_SEED)
 
@@ -318,6 +320,8 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
+    if "\x00" in str(path):  # open() would raise a bare ValueError
+        raise ConfigError(f"{str(path)!r} is not a valid path (it contains a NUL byte)")
     path = Path(path)
     try:
         with path.open("rb") as fh:

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import mannlab
 from mannlab.analysis import wormhole
-from mannlab.cli.arguments import name_list, positive_int, positive_int_list, seed
+from mannlab.cli.arguments import name_list, path, positive_int, positive_int_list, seed
 from mannlab.config import load_config
 from mannlab.errors import ConfigError
 from mannlab.reporting import analysis_figures as figures
@@ -105,7 +105,11 @@ def add_commands(command) -> None:
     )
     wormhole.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     wormhole.add_argument(
-        "--out", metavar="DIR", default="runs/wormhole", help="output directory (default runs/wormhole)"
+        "--out",
+        type=path,
+        metavar="DIR",
+        default="runs/wormhole",
+        help="output directory (default runs/wormhole)",
     )
     wormhole.set_defaults(func=cmd_simulate_wormhole)
 
@@ -158,7 +162,7 @@ def add_commands(command) -> None:
     )
     gradflow.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     gradflow.add_argument(
-        "--out", metavar="FILE.png", help="figure path (default runs/gradflow/gradflow-<task>.png)"
+        "--out", type=path, metavar="FILE.png", help="figure path (default runs/gradflow/gradflow-<task>.png)"
     )
     gradflow.set_defaults(func=cmd_gradflow)
 

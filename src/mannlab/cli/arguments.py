@@ -22,6 +22,7 @@ def add_set(parser: argparse.ArgumentParser) -> None:
         "--data-dir",
         dest="overrides",
         action=DataDir,
+        type=path,
         metavar="DIR",
         help="where data-set tasks (babi, mnist, strokes, ...) find their files: "
         "same as --set task.data_dir=DIR (default $MANNLAB_DATA, else ~/.cache/mannlab)",
@@ -55,6 +56,13 @@ class LoggerNames(argparse.Action):
         namespace.logger_names = names
         overrides = list(getattr(namespace, self.dest) or [])
         setattr(namespace, self.dest, overrides + [f"train.logger={json.dumps(','.join(names))}"])
+
+
+def path(text: str) -> str:
+    """A file or directory path: any text the file system can hold (no NUL byte)."""
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"a path cannot contain a NUL byte, got {text!r}")
+    return text
 
 
 def positive_int(text: str) -> int:

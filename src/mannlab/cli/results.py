@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mannlab.cli.arguments import DataDir, add_override, positive_int, positive_int_list, seed
+from mannlab.cli.arguments import DataDir, add_override, path, positive_int, positive_int_list, seed
 
 EVAL_HELP = """\
 Evaluate a run's best checkpoint (or --checkpoint last) the way its task is scored:
@@ -64,7 +64,9 @@ def add_commands(command) -> None:
         "  mannlab eval runs/babi-dnc-lstm/seed0 --split test --data-dir DIR\n"
         "  mannlab eval runs/ptb-char-lstm/seed0\n",
     )
-    evaluate.add_argument("run_dir", metavar="RUN", help="a run directory (written by train or run)")
+    evaluate.add_argument(
+        "run_dir", type=path, metavar="RUN", help="a run directory (written by train or run)"
+    )
     evaluate.add_argument(
         "--lengths",
         type=positive_int_list,
@@ -94,6 +96,7 @@ def add_commands(command) -> None:
         "--data-dir",
         dest="overrides",
         action=DataDir,
+        type=path,
         metavar="DIR",
         help="data-set and char-LM tasks: where the data files are (default: the run's task.data_dir)",
     )
@@ -105,13 +108,15 @@ def add_commands(command) -> None:
         PLOT_HELP,
         "example:\n  mannlab plot runs/ntm-copy-seed0 --length 40 --out figs/\n",
     )
-    plot.add_argument("run_dir", metavar="RUN", help="a run directory")
+    plot.add_argument("run_dir", type=path, metavar="RUN", help="a run directory")
     plot.add_argument(
         "--length",
         type=positive_int,
         help="sequence length of the memory-access figure (default: training length)",
     )
-    plot.add_argument("--out", metavar="DIR", help="directory for the figures (default RUN/figures)")
+    plot.add_argument(
+        "--out", type=path, metavar="DIR", help="directory for the figures (default RUN/figures)"
+    )
     plot.add_argument(
         "--checkpoint",
         choices=("best", "last"),
@@ -129,7 +134,7 @@ def add_commands(command) -> None:
         "--x cpu --out ptb.png\n"
         "  mannlab compare runs/ntm-copy/seed0 runs/ntm-copy/seed1 --threshold 0.02\n",
     )
-    compare.add_argument("runs", metavar="[LABEL=]RUN", nargs="+", help="run directories")
+    compare.add_argument("runs", type=path, metavar="[LABEL=]RUN", nargs="+", help="run directories")
     compare.add_argument(
         "--x",
         choices=("step", "wall", "cpu"),
@@ -141,6 +146,7 @@ def add_commands(command) -> None:
     compare.add_argument("--title", help="figure title")
     compare.add_argument(
         "--out",
+        type=path,
         metavar="FILE.png",
         default="compare.png",
         help="where to write the figure (default compare.png)",
@@ -155,9 +161,11 @@ def add_commands(command) -> None:
         "  mannlab report runs/table2-batched --paper --out docs/table2-batched.md\n"
         "  mannlab report runs/babi-dntm-soft-1step   # bAbI: test error per task\n",
     )
-    report.add_argument("runs_dir", metavar="RUNS_DIR", help="directory searched for run directories")
     report.add_argument(
-        "--out", metavar="FILE.md", help="where to write the markdown (default RUNS_DIR/report.md)"
+        "runs_dir", type=path, metavar="RUNS_DIR", help="directory searched for run directories"
+    )
+    report.add_argument(
+        "--out", type=path, metavar="FILE.md", help="where to write the markdown (default RUNS_DIR/report.md)"
     )
     report.add_argument(
         "--paper",

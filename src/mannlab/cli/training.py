@@ -8,7 +8,15 @@ from typing import Any
 
 from mannlab import recipes
 from mannlab.cli import arguments
-from mannlab.cli.arguments import add_device, add_logger, add_set, device_changes, int_list, positive_int
+from mannlab.cli.arguments import (
+    add_device,
+    add_logger,
+    add_set,
+    device_changes,
+    int_list,
+    path,
+    positive_int,
+)
 from mannlab.config import (
     RunConfig,
     default_config_dict,
@@ -63,7 +71,7 @@ def add_commands(command) -> None:
     train.add_argument("--model", help="model name (e.g. ntm, lstm)")
     train.add_argument("--task", help="task name (e.g. copy, repeat_copy, associative_recall, ptb-char)")
     train.add_argument(
-        "--config", metavar="FILE.toml", help="start from this run config instead of the defaults"
+        "--config", type=path, metavar="FILE.toml", help="start from this run config instead of the defaults"
     )
     add_set(train)
     train.add_argument(
@@ -73,7 +81,10 @@ def add_commands(command) -> None:
     train.add_argument("--batch-size", type=positive_int, help="sequences per step (train.batch_size)")
     train.add_argument("--lr", type=float, help="learning rate (train.lr)")
     train.add_argument(
-        "--run-dir", metavar="DIR", help="where to write the run (default runs/<model>-<task>-seed<seed>)"
+        "--run-dir",
+        type=path,
+        metavar="DIR",
+        help="where to write the run (default runs/<model>-<task>-seed<seed>)",
     )
     train.add_argument(
         "--resume",
@@ -103,7 +114,10 @@ def add_commands(command) -> None:
         "--seeds", type=int_list, metavar="S1,S2,...", help="seeds to train (overrides the recipe)"
     )
     run.add_argument(
-        "--run-dir", metavar="DIR", help="parent directory of the seed runs (default: the recipe's run_dir)"
+        "--run-dir",
+        type=path,
+        metavar="DIR",
+        help="parent directory of the seed runs (default: the recipe's run_dir)",
     )
     run.add_argument(
         "--resume", action="store_true", help="continue seeds that have a checkpoint, start the others"

@@ -79,6 +79,8 @@ class RemoteFile:
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
     """``data_dir``, else ``$MANNLAB_DATA``, else ``~/.cache/mannlab`` (not created here)."""
+    if data_dir is not None and "\x00" in str(data_dir):
+        raise DataError(f"data directory {str(data_dir)!r} is not a valid path (it contains a NUL byte)")
     return Path(data_dir or os.environ.get(ENV_VAR) or Path.home() / ".cache" / "mannlab").expanduser()
 
 

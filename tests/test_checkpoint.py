@@ -102,8 +102,24 @@ def test_truncated_files(tmp_path, name, match):
     _save(tmp_path / "ck", Tiny(), 1)
     path = tmp_path / "ck" / name
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    with pytest.raises(CheckpointError, match=f"{name} does not match its SHA-256"):
+        load_checkpoint(tmp_path / "ck", Tiny())
+    (tmp_path / "ck" / checkpoint.SUMS).unlink()  # a checkpoint from before the checksums
     with pytest.raises(CheckpointError, match=match):
         load_checkpoint(tmp_path / "ck", Tiny())
+
+
+def test_a_flipped_bit_in_the_weights_is_caught(tmp_path):
+    model = Tiny()
+    _save(tmp_path / "ck", model, 1)
+    path = tmp_path / "ck" / "weights.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x10  # the last byte of the last tensor: still a valid safetensors file
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="weights.safetensors does not match its SHA-256"):
+        load_checkpoint(tmp_path / "ck", Tiny())
+    (tmp_path / "ck" / checkpoint.SUMS).unlink()
+    load_checkpoint(tmp_path / "ck", Tiny())  # unchecked, as a checkpoint from before the checksums
 
 
 def test_weights_that_do_not_match(tmp_path):
@@ -133,7 +149,8 @@ def test_train_state_is_loaded_with_weights_only(tmp_path, monkeypatch):
     load_checkpoint(tmp_path / "ck")
     assert calls == [True]
     monkeypatch.undo()
-    # a pickle with an arbitrary class is refused, not executed
+    # a pickle with an arbitrary class is refused, not executed (even with no checksum to stop it)
+    (tmp_path / "ck" / checkpoint.SUMS).unlink()
     torch.save({"step": 1, "evil": NotATensor()}, tmp_path / "ck" / "train_state.pt")
     with pytest.raises(CheckpointError, match="train_state.pt is truncated, corrupt or holds objects"):
         load_checkpoint(tmp_path / "ck")

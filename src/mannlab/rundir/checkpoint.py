@@ -8,10 +8,16 @@ old or the new checkpoint complete; if it happens between the two renames,
 
 ``train_state.pt`` holds only tensors and plain containers and is read with
 ``torch.load(weights_only=True)``, so loading a checkpoint never runs pickled code.
+
+``sha256.json`` holds the SHA-256 of the three files, checked at every load: a file damaged
+after it was written (a flipped bit changes a weight without making the file unreadable) is
+a CheckpointError, not a silently different model. Checkpoints written before it existed
+load unchecked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,6 +35,7 @@ WEIGHTS = "weights.safetensors"
 META = "meta.json"
 TRAIN_STATE = "train_state.pt"
 FILES = (WEIGHTS, META, TRAIN_STATE)
+SUMS = "sha256.json"
 
 
 def save_checkpoint(
@@ -48,7 +55,8 @@ def save_checkpoint(
         _default_mode(tmp / WEIGHTS)  # safetensors writes 0600; a run is shared like its other files
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
         torch.save(train_state, tmp / TRAIN_STATE)
-        for name in FILES:
+        (tmp / SUMS).write_text(json.dumps({name: _sha256(tmp / name) for name in FILES}, indent=2))
+        for name in (*FILES, SUMS):
             fsync(tmp / name)
         fsync(tmp)
     except BaseException:
@@ -76,11 +84,33 @@ def load_checkpoint(
                 f"checkpoint {directory} is incomplete: {name} is missing. "
                 "Restore the file or start the run again without --resume."
             )
+    verify(directory, FILES)
     meta = _read_meta(directory / META)
     train_state = _read_train_state(directory / TRAIN_STATE)
     if model is not None:
         load_weights(directory / WEIGHTS, model)
     return meta, train_state
+
+
+def verify(directory: Path, names: tuple[str, ...]) -> None:
+    """Check the files ``names`` of a checkpoint against its sha256.json, if it has one."""
+    if not (directory / SUMS).is_file():
+        return
+    try:
+        sums = read_json(directory / SUMS)
+    except DataError as exc:
+        raise CheckpointError(f"{exc}. Restore it from a copy or start the run again.") from None
+    for name in names:
+        expected = sums.get(name) if isinstance(sums, dict) else None
+        if expected is not None and expected != _sha256(directory / name):
+            raise CheckpointError(
+                f"{directory / name} does not match its SHA-256 in {SUMS}: the file was damaged "
+                "after it was written. Restore it from a copy or start the run again without --resume."
+            )
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_weights(path: str | Path, model: torch.nn.Module) -> None:

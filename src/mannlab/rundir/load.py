@@ -14,7 +14,7 @@ import torch
 from mannlab.building import build_run
 from mannlab.config import RunConfig, config_toml, load_config
 from mannlab.errors import CheckpointError, ConfigError
-from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, load_weights
+from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, load_weights, verify
 from mannlab.rundir.files import write_atomic
 
 
@@ -88,5 +88,6 @@ def load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, 
     for name in (WEIGHTS, META):
         if not (directory / name).is_file():
             raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
+    verify(directory, (WEIGHTS, META))
     load_weights(directory / WEIGHTS, model)
     return _read_meta(directory / META)

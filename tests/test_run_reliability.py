@@ -327,6 +327,7 @@ RUN_CASES = {  # damage a finished run, then the command
         "not valid TOML in UTF-8",
     ),
     "non-UTF-8 metrics": (write("run/metrics.jsonl", b"\xff\xfe\n"), ["plot", "run"], "not UTF-8 text"),
+    "empty metrics": (write("run/metrics.jsonl", b""), ["plot", "run"], "no train or val row has metric"),
     "deep JSON metrics": (
         write("run/metrics.jsonl", b"[" * 100_000 + b"\n{}\n"),
         ["plot", "run"],

@@ -310,8 +310,8 @@ def learning_curve(
         The matplotlib Figure.
 
     Raises:
-        DataError: a malformed line other than the last one.
-        ValueError: no train or validation row has ``metric``.
+        DataError: a malformed line other than the last one, or no train or validation row
+            has ``metric`` (an empty or damaged log).
     """
     rows = _read_rows(metrics_path_or_rows)
     train_rows = [r for r in rows if r.get("split") == "train"]
@@ -321,7 +321,8 @@ def learning_curve(
         metric = next((k for k in ("bce", "ce") if any(k in r for r in train_rows + val_rows)), "bce")
     if not any(metric in r for r in train_rows + val_rows):
         keys = sorted({k for r in rows for k in r} - {"step", "split", "length"})
-        raise ValueError(f"no train or val row has metric '{metric}'; metrics present: {keys}")
+        where = f"{metrics_path_or_rows}: " if isinstance(metrics_path_or_rows, (str, os.PathLike)) else ""
+        raise DataError(f"{where}no train or val row has metric '{metric}'; metrics present: {keys}")
     train_key = next((k for k in (metric, "loss", "bce") if any(k in r for r in train_rows)), None)
     series: list[tuple[str, np.ndarray, np.ndarray, dict]] = []
     if train_key is not None:

@@ -812,7 +812,7 @@ def record_shapes(B, T, G, H, N, W, R, P, keep, every):
     )
 
 
-@njit(fastmath=FAST)
+@njit(fastmath=FAST, nogil=True)  # row blocks run on threads at once (ops/threads.py)
 def sequence_forward(
     xp,
     h0,
@@ -934,7 +934,7 @@ def sequence_forward(
     return out, finals
 
 
-@njit(fastmath=FAST)
+@njit(fastmath=FAST, nogil=True)
 def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every, d_out, d_finals):
     """Gradients of sequence_forward (with ``keep``, the same ``every``) given those of its
     features and final state d_finals = (d_h, d_c, d_r, d_M, d_w^r, d_w^w, d_u, d_p, d_L);

@@ -80,15 +80,22 @@ class PyPIDNC(nn.Module):
         return self.head(out)
 
 
+SIZES = dict(
+    controller="lstm", controller_size=HIDDEN, memory_slots=SLOTS, memory_width=WIDTH, read_heads=READS
+)
+
+
+def dnc() -> nn.Module:
+    """The benchmark's DNC with its output layer (also bench_threads.py's)."""
+    return Logits(mannlab.DNC(INPUT, OUTPUT, **SIZES))
+
+
 def make_models() -> tuple[dict[str, nn.Module], str | None]:
     """The models of the run; the PyPI DNC only if it imports and runs (else the error)."""
-    sizes = dict(
-        controller="lstm", controller_size=HIDDEN, memory_slots=SLOTS, memory_width=WIDTH, read_heads=READS
-    )
     models: dict[str, nn.Module] = {
-        "DNC": Logits(mannlab.DNC(INPUT, OUTPUT, **sizes)),
-        "DNC steps": TensorPath(Logits(mannlab.DNC(INPUT, OUTPUT, **sizes))),
-        "NTM": Logits(mannlab.NTM(INPUT, OUTPUT, **sizes)),
+        "DNC": dnc(),
+        "DNC steps": TensorPath(dnc()),
+        "NTM": Logits(mannlab.NTM(INPUT, OUTPUT, **SIZES)),
         "LSTMCell": LSTMCellLoop(HIDDEN),
         "LSTM": FusedLSTM(HIDDEN),
     }

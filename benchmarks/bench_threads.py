@@ -25,6 +25,7 @@ each at the size of its own benchmark:
   D-NTM reinforce  the same with sampled one-hot weightings and aux_loss (REINFORCE)
   NTM           bench_ntm.py's: 100-unit LSTM controller, 128 x 20 memory, one read and one
                 write head
+  DNC           bench_dnc.py's: 128-unit LSTM controller, 128 x 20 memory, one read head
 
     python benchmarks/bench_threads.py                         # batch 8 and 32, T = 41
     python benchmarks/bench_threads.py --batch-sizes 32 --repeats 21 --json threads.json
@@ -48,6 +49,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mannlab  # noqa: E402
 from bench_armin import armin  # noqa: E402
+from bench_dnc import dnc  # noqa: E402
 from bench_dntm import dntm  # noqa: E402
 from bench_dntm import train_step as dntm_train_step  # noqa: E402
 from bench_ntm import INPUT, OUTPUT, ntm_copy, time_round_robin  # noqa: E402
@@ -68,6 +70,7 @@ def models() -> dict[str, tuple[nn.Module, Callable]]:
         "D-NTM soft": (dntm("soft", 1), dntm_train_step),
         "D-NTM reinforce": (dntm("reinforce", 1), dntm_train_step),
         "NTM": (ntm_copy(), ntm_train_step),
+        "DNC": (dnc(), ntm_train_step),
     }
 
 

@@ -150,6 +150,9 @@ MODELS = [
     ("dntm", dict(addressing="soft", controller="fnn", read_heads=2), True),
     ("ntm", dict(controller="lstm"), True),
     ("ntm", dict(controller="pnr-lstm", read_heads=2), False),
+    ("dnc", dict(controller="lstm"), False),
+    ("dnc", dict(controller="fnn", read_heads=2), False),
+    ("dnc", dict(controller="pnr-elman"), False),
 ]
 
 
@@ -177,6 +180,38 @@ def test_two_threads_equal_one_to_rounding_and_repeat_exactly(name, kw, trace):
     for key in g_one:
         assert torch.equal(g_two[key], g_again[key]), key
         assert torch.allclose(g_one[key], g_two[key], rtol=0, atol=1e-10), key
+
+
+def test_dnc_one_row_on_two_threads_is_the_serial_kernel():
+    """B = 1 on two threads: one block, the kernels called once as with one thread, so the
+    values and gradients are bit-identical."""
+    model = small_model("dnc", 4, 3)
+    x = float64_seq(1, 9, 4)
+    one, g_one, _ = run(model, x, 1, False)
+    two, g_two, joins = run(model, x, 2, False)
+    assert joins == [0, 0]
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
+    assert g_one.keys() == g_two.keys() and all(torch.equal(g_one[k], g_two[k]) for k in g_one)
+
+
+def test_dnc_backward_on_other_blocks_than_its_forward():
+    """The DNC's records are whole-batch arrays that each block fills in its rows (views),
+    so a backward on another thread count than its forward's cuts them afresh: forward on
+    two threads and backward on one equal the one-thread run to rounding."""
+    model = small_model("dnc", 4, 3, controller="lstm")
+    x = float64_seq(5, 9, 4)
+    _, g_one, _ = run(model, x, 1, False)
+    model.zero_grad()
+    inp = x.clone().requires_grad_()
+    with use_kernels(True):
+        with torch_threads(2):
+            out = model(inp)
+        loss = sum(((i + 1) * t).sin().sum() for i, t in enumerate(float_leaves(out)))
+        with torch_threads(1):
+            loss.backward()
+    assert torch.allclose(inp.grad, g_one["input"], rtol=0, atol=1e-10)
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.grad, g_one[name], rtol=0, atol=1e-10), name
 
 
 def _call_in_blocks():

@@ -7,7 +7,9 @@ gradient against the cell's per-step tensor path.
 Why: on a CPU the per-step path costs a few microseconds of dispatch per tensor operation
 and autograd node, about 20 per step for the controller and interface even with the fused
 memory step; here a step costs its arithmetic. The weight gradients are one matrix product
-each over all B T steps after the backward loop.
+each over all B T steps after the backward loop. With several threads the batch runs in
+row blocks, one kernel call per thread (ops/threads.py): each block fills its rows of the
+pooled records, which are views along the batch, so nothing is copied or joined.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from mannlab.ops import dispatch
+from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
 from mannlab.ops.controller_codes import ELMAN, FNN, LSTM, controller_code  # noqa: F401 -- re-exported
+from mannlab.ops.threads import Rows
 
 
 def _most_references(arrays: tuple) -> int:
@@ -107,19 +110,25 @@ class DNCSequence(torch.autograd.Function):
         H, (N, W), R, P = h0.shape[1], memory.shape[1:], read_w.shape[1], b_xi.shape[0]
         shapes = kernels.record_shapes(B, T, G, H, N, W, R, P, keep, every)
         records = _POOL.take(shapes, a(xp).dtype)
-        out, finals = kernels.sequence_forward(
-            a(xp),
-            *(a(t) for t in state),
-            a(w_r.t()),
-            w_h_t,
-            a(w_xi.t()),
-            a(b_xi),
-            kind,
-            activation,
-            pnr,
-            keep,
-            every,
-            records,
+        # the records (B, ...) go to the blocks as row views: each block writes its own rows
+        out, finals = threads.call(
+            kernels.sequence_forward,
+            (
+                Rows(a(xp)),
+                *(Rows(a(t)) for t in state),
+                a(w_r.t()),
+                w_h_t,
+                a(w_xi.t()),
+                a(b_xi),
+                kind,
+                activation,
+                pnr,
+                keep,
+                every,
+                tuple(Rows(v) for v in records),
+            ),
+            (0, (0,) * 9),
+            B,
         )
         out = torch.from_numpy(out)
         if keep:
@@ -135,18 +144,23 @@ class DNCSequence(torch.autograd.Function):
         r0, w_r, w_h, w_xi, out, *records = ctx.saved_tensors
         a = as_array
         w_h_array = a(w_h) if w_h is not None else a(out.new_zeros(1, 1))
-        d_hbar, d_pre, d_raw, d_state = dispatch.load("dnc").sequence_backward(
-            a(out),
-            tuple(a(v) for v in records),
-            a(w_r),
-            w_h_array,
-            a(w_xi),
-            kind,
-            activation,
-            pnr,
-            every,
-            a(d_out),
-            tuple(a(g) for g in d_finals),
+        d_hbar, d_pre, d_raw, d_state = threads.call(
+            dispatch.load("dnc").sequence_backward,
+            (
+                Rows(a(out)),
+                tuple(Rows(a(v)) for v in records),
+                a(w_r),
+                w_h_array,
+                a(w_xi),
+                kind,
+                activation,
+                pnr,
+                every,
+                Rows(a(d_out)),
+                tuple(Rows(a(g)) for g in d_finals),
+            ),
+            (0, 0, 0, (0,) * 9),
+            out.shape[0],
         )
         d_hbar, d_pre, d_raw = torch.from_numpy(d_hbar), torch.from_numpy(d_pre), torch.from_numpy(d_raw)
         hs = records[0]  # h_0 .. h_T

@@ -15,10 +15,12 @@ file in /dev/shm (a token written by rank 0 and read back by all: the proof that
 share memory); ``MANNLAB_DDP_SHM=0`` turns it off. Otherwise DDP uses the gloo group.
 
 Protocol: each rank has a slot in each of two sets; for its g-th all-reduce a rank copies
-its tensor into its slot of set g % 2 and its size beside it, then stores g in its flag, waits until every flag is at
-least g, then sums the slots. A rank can reuse set g % 2 at g + 2 only after every flag has
-reached g + 1, i.e. after every rank has finished reading the set at g. Ranks whose sizes
-differ at the same g have called their collectives in another order: an error, not a sum.
+its tensor into its slot of set g % 2 and its size beside it, then stores g in its flag,
+waits until every flag is at least g, then sums the slots. A rank reuses set g % 2 at
+g + 2 only after every flag has reached g + 1, i.e. after every rank has finished reading
+the set at g. Ranks whose sizes differ at the same g have called their collectives in
+another order: an error, not a sum. The loop's reported losses are summed here too, after
+the backward (distributed.mean_over_ranks_later).
 """
 
 from __future__ import annotations

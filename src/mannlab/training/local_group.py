@@ -80,7 +80,7 @@ class SharedMemoryGroup(dist.ProcessGroup):
 
     def __init__(self, inner: dist.ProcessGroup, path: str, timeout: float):
         super().__init__(inner.rank(), inner.size())
-        self.inner, self.timeout = inner, timeout
+        self.inner, self.path, self.timeout = inner, path, timeout
         world = inner.size()
         header = TOKEN_BYTES + FLAG_STRIDE * world * 8
         # grows the file to its size with zeros: every flag starts at 0

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from mannlab.errors import ConfigError
+from mannlab.training import local_group
 
 T = TypeVar("T")
 # a rank waits this long for the others (e.g. while rank 0 alone validates or writes figures)
@@ -294,8 +295,6 @@ def ddp_group(device: torch.device) -> dist.ProcessGroup | None:
     """The process group DDP reduces gradients in: the shared-memory group when all ranks
     share this machine's memory and train on the CPU (training/local_group.py), else None
     (the default group: gloo or NCCL). Made once per process; collective on first use."""
-    from mannlab.training import local_group
-
     if device.type not in _local_groups:
         _local_groups[device.type] = local_group.local_group(device, TIMEOUT.total_seconds())
     return _local_groups[device.type]

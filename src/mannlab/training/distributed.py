@@ -295,6 +295,8 @@ def ddp_group(device: torch.device) -> dist.ProcessGroup | None:
     """The process group DDP reduces gradients in: the shared-memory group when all ranks
     share this machine's memory and train on the CPU (training/local_group.py), else None
     (the default group: gloo or NCCL). Made once per process; collective on first use."""
+    if device.type != "cpu":  # the same on every rank: no handshake (NCCL stays as it is)
+        return None
     if device.type not in _local_groups:
         _local_groups[device.type] = local_group.local_group(device, TIMEOUT.total_seconds())
     return _local_groups[device.type]
@@ -311,7 +313,8 @@ class Runner:
     when a model happened to use every parameter.
     Buffers are copied from rank 0 once, here, and not at each forward: the only buffers
     that change in training, the running reward moments (nn/sampling.py), are computed from
-    the global batch on every rank and stay equal."""
+    the global batch on every rank and stay equal. DDP sums the gradients in ``ddp_group``:
+    through shared memory on one CPU machine."""
 
     def __init__(self, model: nn.Module, device: torch.device):
         self.model = model

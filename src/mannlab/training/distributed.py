@@ -28,10 +28,13 @@ import torch.distributed as dist
 from torch import nn
 
 from mannlab.errors import ConfigError
+from mannlab.training import local_group
 
 T = TypeVar("T")
 # a rank waits this long for the others (e.g. while rank 0 alone validates or writes figures)
 TIMEOUT = datetime.timedelta(minutes=60)
+# device type -> the shared-memory group of DDP, or None where it is not used (ddp_group)
+_local_groups: dict[str, Any] = {}
 
 
 def env_world_size() -> int:
@@ -96,6 +99,7 @@ def start(device_name: str) -> torch.device:
 
 def teardown() -> None:
     """Close the process group if one is open."""
+    _local_groups.clear()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
@@ -182,18 +186,25 @@ def mean_over_ranks(values: torch.Tensor) -> torch.Tensor:
 
 
 def mean_over_ranks_later(values: torch.Tensor) -> Callable[[], torch.Tensor]:
-    """``mean_over_ranks(values)``, all-reduced in the background: returns a function that
-    waits for it and gives it (the same tensor on every call). The trainer starts it before
-    the backward, whose gradient all-reduce then follows it without a wait in between."""
+    """``mean_over_ranks(values)`` for after the backward: returns a function that gives it
+    (the same tensor on every call), to be called once on every rank. With gloo the
+    all-reduce starts now and runs during the backward; in the shared-memory group of DDP
+    (``ddp_group``) it runs in the call, when the ranks have just summed their gradients
+    there and so reach it together (a gloo all-reduce during the backward cost 1-3 ms of
+    ARMIN's step in bench_ddp.py)."""
     if not active():
         return lambda: values
     total = values.detach().clone()
-    work = dist.all_reduce(total, async_op=True)
+    group = _local_groups.get(total.device.type)
+    work = None if group is not None else dist.all_reduce(total, async_op=True)
     done: list[torch.Tensor] = []
 
     def result() -> torch.Tensor:
         if not done:
-            work.wait()
+            if work is None:
+                group.allreduce([total])
+            else:
+                work.wait()
             done.append(total / world_size())
         return done[0]
 
@@ -280,6 +291,17 @@ _NO_FORWARD_BUFFER_SYNC = (
 )
 
 
+def ddp_group(device: torch.device) -> dist.ProcessGroup | None:
+    """The process group DDP reduces gradients in: the shared-memory group when all ranks
+    share this machine's memory and train on the CPU (training/local_group.py), else None
+    (the default group: gloo or NCCL). Made once per process; collective on first use."""
+    if device.type != "cpu":  # the same on every rank: no handshake (NCCL stays as it is)
+        return None
+    if device.type not in _local_groups:
+        _local_groups[device.type] = local_group.local_group(device, TIMEOUT.total_seconds())
+    return _local_groups[device.type]
+
+
 class Runner:
     """Calls a step's loss function on the model: ``runner(fn, *args) = fn(model, *args)``,
     through DistributedDataParallel when a process group is open.
@@ -291,7 +313,8 @@ class Runner:
     when a model happened to use every parameter.
     Buffers are copied from rank 0 once, here, and not at each forward: the only buffers
     that change in training, the running reward moments (nn/sampling.py), are computed from
-    the global batch on every rank and stay equal."""
+    the global batch on every rank and stay equal. DDP sums the gradients in ``ddp_group``:
+    through shared memory on one CPU machine."""
 
     def __init__(self, model: nn.Module, device: torch.device):
         self.model = model
@@ -303,6 +326,7 @@ class Runner:
                 _LossModule(model),
                 device_ids=[device.index] if device.type == "cuda" else None,
                 find_unused_parameters=True,
+                process_group=ddp_group(device),
                 **_NO_FORWARD_BUFFER_SYNC,
             )
 

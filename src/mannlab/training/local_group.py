@@ -53,7 +53,7 @@ def enabled(device: torch.device) -> bool:
     )
 
 
-class _Done(dist._Work):
+class _Done(dist.Work):
     """A finished collective (the sums are computed synchronously)."""
 
     def __init__(self, result: list[torch.Tensor]):

@@ -158,7 +158,8 @@ def base(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def quiet_runs(monkeypatch):
+def quiet_runs(monkeypatch, offline):
+    # offline: a data-set task fails at once instead of trying the network
     # the figures take seconds and are fuzzed by the plot cases instead
     monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
     monkeypatch.setenv("MANNLAB_DATA", "data-dir-of-the-case")

@@ -154,24 +154,28 @@ def _content_backward(
     """Backward of ``_content``: writes grad_key, adds into grad_memory (both memories
     transposed, (W, N), grad_memory in the memory's dtype: its loop then runs on float32
     vectors for a float32 memory, as the tensor path computes it), returns grad beta."""
-    grad_logits = weights * (grad_w - dot(weights, grad_w))
-    unit_key = key / key_norm
     width, slots = memory.shape
     dtype = memory.dtype
-    scale, shrink = np.empty(slots, dtype), np.empty(slots, dtype)
+    mean, grad_beta = dot(weights, grad_w), 0.0
+    scale, shrink = np.empty(slots, dtype), np.empty(slots, dtype)  # the only scratch
     for i in range(slots):
+        grad_logit = weights[i] * (grad_w[i] - mean)
+        grad_beta += grad_logit * similarity[i]
         inverse = 1.0 / norms[i]  # one division per slot, not per entry
-        scale[i], shrink[i] = strength * grad_logits[i] * inverse, similarity[i] * inverse
-    grad_unit_key = np.empty(width)
+        scale[i], shrink[i] = strength * grad_logit * inverse, similarity[i] * inverse
+    along = 0.0  # unit key . its gradient; grad_key holds the latter meanwhile
     for j in range(width):
-        entry, total = dtype.type(unit_key[j]), dtype.type(0.0)
+        unit = key[j] / key_norm
+        entry, total = dtype.type(unit), dtype.type(0.0)
         for i in range(slots):
             value = memory[j, i]
             total += scale[i] * value
             grad_memory[j, i] += scale[i] * (entry - shrink[i] * value)
-        grad_unit_key[j] = total
-    grad_key[:] = (grad_unit_key - unit_key * dot(unit_key, grad_unit_key)) / key_norm
-    return dot(grad_logits, similarity)
+        grad_key[j] = total
+        along += unit * total
+    for j in range(width):
+        grad_key[j] = (grad_key[j] - key[j] / key_norm * along) / key_norm
+    return grad_beta
 
 
 @njit

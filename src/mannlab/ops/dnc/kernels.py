@@ -152,24 +152,30 @@ def _content_backward(
     grad_w, key, key_norm, memory, norms, strength, similarity, weights, grad_key, grad_memory
 ):
     """Backward of ``_content``: writes grad_key, adds into grad_memory (both memories
-    transposed, (W, N)), returns grad beta."""
-    grad_logits = weights * (grad_w - dot(weights, grad_w))
-    unit_key = key / key_norm
+    transposed, (W, N), grad_memory in the memory's dtype: its loop then runs on float32
+    vectors for a float32 memory, as the tensor path computes it), returns grad beta."""
     width, slots = memory.shape
-    scale, shrink = np.empty(slots), np.empty(slots)
+    dtype = memory.dtype
+    mean, grad_beta = dot(weights, grad_w), 0.0
+    scale, shrink = np.empty(slots, dtype), np.empty(slots, dtype)  # the only scratch
     for i in range(slots):
+        grad_logit = weights[i] * (grad_w[i] - mean)
+        grad_beta += grad_logit * similarity[i]
         inverse = 1.0 / norms[i]  # one division per slot, not per entry
-        scale[i], shrink[i] = strength * grad_logits[i] * inverse, similarity[i] * inverse
-    grad_unit_key = np.empty(width)
+        scale[i], shrink[i] = strength * grad_logit * inverse, similarity[i] * inverse
+    along = 0.0  # unit key . its gradient; grad_key holds the latter meanwhile
     for j in range(width):
-        entry, total = unit_key[j], 0.0
+        unit = key[j] / key_norm
+        entry, total = dtype.type(unit), dtype.type(0.0)
         for i in range(slots):
             value = memory[j, i]
             total += scale[i] * value
             grad_memory[j, i] += scale[i] * (entry - shrink[i] * value)
-        grad_unit_key[j] = total
-    grad_key[:] = (grad_unit_key - unit_key * dot(unit_key, grad_unit_key)) / key_norm
-    return dot(grad_logits, similarity)
+        grad_key[j] = total
+        along += unit * total
+    for j in range(width):
+        grad_key[j] = (grad_key[j] - key[j] / key_norm * along) / key_norm
+    return grad_beta
 
 
 @njit
@@ -499,14 +505,18 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     psi, alloc, write_content, write_sim = vectors[0], vectors[1], vectors[2], vectors[3]
     sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
     grad_act[:] = 0.0  # the memories and their gradients transposed, (W, N), as the forward
+    # (the memories' gradients in the memory's dtype, as the links': their (W, N) loops then
+    # run on float32 vectors for a float32 memory)
+    dtype = memory.dtype
+    one, zero = dtype.type(1.0), dtype.type(0.0)
     # (iii) r = M^T w^r, read weighting, content on M_t
-    grad_rw = np.empty(slots)
+    grad_rw = np.empty(slots, dtype)
     grad_fwd, grad_bwd = np.empty((read_heads, slots)), np.empty((read_heads, slots))
     for r in range(read_heads):
         m = o_modes + 3 * r
         grad_rw[:] = grad_read_w[r]
         for j in range(width):
-            grad_read = grad_reads[r, j]
+            grad_read = dtype.type(grad_reads[r, j])
             for i in range(slots):
                 grad_rw[i] += new_memory[j, i] * grad_read
                 grad_new[j, i] += read_w[r, i] * grad_read
@@ -554,16 +564,19 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
         grad_ww[i] += grad_prec[i] - dot_prec
     # erase/add write (sums along the slots, so that the loops vectorise)
     erase, vector = act[o_erase : o_erase + width], act[o_vec : o_vec + width]
+    sums_ww = np.zeros(slots, dtype)
     for j in range(width):
-        entry_e, entry_v, grad_erase, grad_vector = erase[j], vector[j], 0.0, 0.0
+        entry_e, entry_v, grad_erase, grad_vector = erase[j], vector[j], zero, zero
         for i in range(slots):
             grad, value, weight = grad_new[j, i], memory[j, i], write_w[i]
-            g_memory[j, i] = grad * (1.0 - weight * entry_e)
-            grad_ww[i] += grad * (entry_v - value * entry_e)
+            g_memory[j, i] = grad * (one - weight * entry_e)
+            sums_ww[i] += grad * (entry_v - value * entry_e)
             grad_erase -= grad * value * weight
             grad_vector += grad * weight
         grad_act[o_erase + j] += grad_erase
         grad_act[o_vec + j] += grad_vector
+    for i in range(slots):
+        grad_ww[i] += sums_ww[i]
     # write weighting w^w = g^w (c^w + g^a (a - c^w)), then content on M_{t-1}
     alloc_gate, write_gate = act[o_ga], act[o_gw]
     grad_act[o_gw] = dot(grad_ww, write_content + alloc_gate * (alloc - write_content))
@@ -615,7 +628,7 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
     grad_act = np.empty(raw.shape[1])
     width, slots = memory.shape[2], memory.shape[1]  # the element step's memories: (W, N)
     memory_t, new_t = np.empty((width, slots), memory.dtype), np.empty((width, slots), memory.dtype)
-    grad_new, g_memory = np.empty((width, slots)), np.empty((width, slots), memory.dtype)
+    grad_new, g_memory = np.empty((width, slots), memory.dtype), np.empty((width, slots), memory.dtype)
     for b in range(memory.shape[0]):
         grad_new[:] = grads_out[1][b].T  # accumulates M_t's gradient
         memory_t[:], new_t[:] = memory[b].T, outputs[0][b].T
@@ -994,16 +1007,17 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
     d_ww0, d_u0, d_p0 = np.empty((B, N), dtype), np.empty((B, N), dtype), np.empty((B, N), dtype)
     d_l0 = np.empty((B, N, N), dtype)
     for b in range(B):  # independent elements: own rows, own scratch
-        # gradients of the state after step t (carried back, in float64), and of the one before
+        # gradients of the state after step t (carried back, in float64 but for the memory's
+        # and the links', in the state's dtype), and of the one before
         dh, dc, dr = d_finals[0][b].astype(np.float64), d_finals[1][b].astype(np.float64), np.empty(RW)
         dr[:] = d_finals[2][b]
-        dm, dwr = np.empty((W, N)), d_finals[4][b].astype(np.float64)
+        dm, dwr = np.empty((W, N), dtype), d_finals[4][b].astype(np.float64)
         dm[:] = d_finals[3][b].T  # the memories transposed, as in the records
         dww, du = d_finals[5][b].astype(np.float64), d_finals[6][b].astype(np.float64)
         # the links' gradient in two buffers, in turn (in place, _links_backward's loop
         # would not vectorise), in the state's dtype
         dp, dl, dl2 = d_finals[7][b].astype(np.float64), d_finals[8][b].copy(), np.empty((N, N), dtype)
-        dm2, dwr2, dww2 = np.empty((W, N)), np.empty((R, N)), np.empty(N)
+        dm2, dwr2, dww2 = np.empty((W, N), dtype), np.empty((R, N)), np.empty(N)
         du2, dp2 = np.empty(N), np.empty(N)
         d_reads, g_raw, grad_act = np.empty((R, W)), np.empty(P), np.empty(P)
         d_state, d_pre_t, d_hbar_t, scratch = np.empty(H), np.empty(G), np.empty(G), np.empty(H)

@@ -89,11 +89,11 @@ def checkpoint_interval(batch: int, steps: int) -> int:
     scratch of ``every`` per thread, and B T / every + every is least at sqrt(B T). It is
     the speed's choice too: keeping fewer checkpoints and recomputing more measured faster
     (B 32, N 128, W 20, T 41, one thread, the training step per time step: every = 7, the
-    earlier ceil(sqrt(T)), about 1,490 us; every = 14, 21 or 41 about 1,420-1,440 us;
+    earlier ceil(sqrt(T)), about 1,480 us; every = 14, 21 or 41 about 1,420-1,440 us;
     every = 1, all links and memories kept and none recomputed, about 1,900 us, and at B 1
     90 us against 80: the records written to and read back from DRAM cost more than the
     recomputation in cache). Tests monkeypatch this to reach other segmentations."""
-    return min(steps, math.isqrt(batch * steps - 1) + 1)
+    return min(steps, math.isqrt(max(batch * steps, 1) - 1) + 1)
 
 
 def _outer(grad: torch.Tensor, value: torch.Tensor) -> torch.Tensor:

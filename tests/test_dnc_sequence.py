@@ -13,6 +13,7 @@ from mannlab.models.dnc import DNCCell
 from mannlab.nn import addressing
 from mannlab.nn.controllers import CONTROLLERS
 from mannlab.ops import dispatch, use_kernels
+from mannlab.ops.dnc import sequence
 from mannlab.ops.dnc.sequence import DNCSequence, controller_code
 
 SIZES = dict(controller_size=5, memory_slots=6, memory_width=3)
@@ -89,12 +90,15 @@ def test_inference_without_graph_equals_tensor_path():
     [
         (2, 3, 2, 4, 2, 1),
         # an odd N (the link forward's rows go in pairs, then the last alone), two heads,
-        # T = 5: two segments of every = 3 steps, whose memories and links the backward
-        # recomputes from their checkpoints
+        # T = 5: with the rule's interval (ceil(sqrt(B T)) = 3) two segments, whose
+        # memories and links the backward recomputes from their checkpoints
         (1, 5, 2, 5, 2, 2),
     ],
 )
-def test_gradcheck_of_the_function(B, T, H, N, W, R):
+@pytest.mark.parametrize("every", [None, 1, 2, 99])  # the rule's; one step, two, T per segment
+def test_gradcheck_of_the_function(B, T, H, N, W, R, every, monkeypatch):
+    if every is not None:
+        monkeypatch.setattr(sequence, "checkpoint_interval", lambda batch, steps: min(every, steps))
     torch.manual_seed(1)
     d = dict(dtype=torch.float64)
     cell = DNCCell(3, "lstm", H, N, W, R).double()

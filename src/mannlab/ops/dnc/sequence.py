@@ -83,6 +83,19 @@ class RecordPool:
 _POOL = RecordPool()
 
 
+def checkpoint_interval(batch: int, steps: int) -> int:
+    """Steps per segment of the links and memory checkpoints, ceil(sqrt(B T)) (at most T):
+    sequence_forward keeps B ceil(T / every) (N, N) link records and sequence_backward one
+    scratch of ``every`` per thread, and B T / every + every is least at sqrt(B T). It is
+    the speed's choice too: keeping fewer checkpoints and recomputing more measured faster
+    (B 32, N 128, W 20, T 41, one thread, the training step per time step: every = 7, the
+    earlier ceil(sqrt(T)), about 1,480 us; every = 14, 21 or 41 about 1,420-1,440 us;
+    every = 1, all links and memories kept and none recomputed, about 1,900 us, and at B 1
+    90 us against 80: the records written to and read back from DRAM cost more than the
+    recomputation in cache). Tests monkeypatch this to reach other segmentations."""
+    return min(steps, math.isqrt(max(batch * steps, 1) - 1) + 1)
+
+
 def _outer(grad: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """sum over batch and steps of grad (B, T, G) ⊗ value (B, T, K) -> (G, K)."""
     return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
@@ -93,7 +106,8 @@ class DNCSequence(torch.autograd.Function):
     (zeros where the controller has none), r_0 (B, R W), M_0 (B, N, W), w^r_0 (B, R, N),
     w^w_0 (B, N), u_0, p_0 (B, N), L_0 (B, N, N), the controller's W_r and W_h (None for
     fnn), the interface layer's weight and bias, and options (kind, activation, pnr, keep);
-    the links are checkpointed every ceil(sqrt(T)) steps for the backward.
+    the links and memories are checkpointed every ``checkpoint_interval(B, T)`` steps for
+    the backward.
     Outputs: the features (B, T, H + R W) and the final state in the same order."""
 
     @staticmethod
@@ -104,7 +118,7 @@ class DNCSequence(torch.autograd.Function):
         a = as_array
         w_h_t = a(w_h.t()) if w_h is not None else a(xp.new_zeros(1, 1))
         state = (h0, c0, r0, memory, read_w, write_w, usage, prec, links)
-        every = math.isqrt(xp.shape[1] - 1) + 1
+        every = checkpoint_interval(xp.shape[0], xp.shape[1])
         kernels = dispatch.load("dnc")
         B, T, G = xp.shape
         H, (N, W), R, P = h0.shape[1], memory.shape[1:], read_w.shape[1], b_xi.shape[0]

@@ -33,6 +33,11 @@ KERNELS = [
     "tests/test_dntm.py",
     "tests/test_tardis.py",
     "tests/test_armin.py",
+    "tests/test_ntm_sequence_kernel.py",
+    "tests/test_dnc_sequence.py",
+    "tests/test_fused_ntm_step.py",
+    "tests/test_fused_dnc_step.py",
+    "tests/test_kernel_threads.py",
 ]
 
 

@@ -247,8 +247,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_range("seed", self.seed, 0, MAX_SEED)
-        if self.run_dir is not None and "\x00" in self.run_dir:
-            raise ConfigError(f"run_dir cannot contain a NUL byte, got {self.run_dir!r}")
+        if self.run_dir is not None:
+            check_path("run_dir", self.run_dir)
         for seed in self.seeds or ():
             check_range("seeds[...]", seed, 0, MAX_SEED)
 
@@ -320,8 +320,7 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    if "\x00" in str(path):  # open() would raise a bare ValueError
-        raise ConfigError(f"{str(path)!r} is not a valid path (it contains a NUL byte)")
+    check_path("the config path", path)
     path = Path(path)
     try:
         with path.open("rb") as fh:
@@ -380,6 +379,13 @@ def apply_overrides(values: Mapping[str, Any], overrides: Iterable[str]) -> dict
                 )
             out.setdefault(section, {})[key] = value
     return out
+
+
+def check_path(name: str, value: str | Path) -> None:
+    """A path must be one the file system can hold: open() raises a bare ValueError on a
+    NUL byte."""
+    if "\x00" in str(value):
+        raise ConfigError(f"{name} cannot contain a NUL byte, got {str(value)!r}")
 
 
 def check_range(

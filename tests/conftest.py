@@ -15,6 +15,7 @@ SMALL = {
     "dnc": dict(controller_size=6, memory_slots=7, memory_width=3),
     "dntm": dict(controller_size=6, memory_slots=5, address_size=2, content_size=3),
     "lstm": dict(hidden_size=8),
+    "gru": dict(hidden_size=8),
     "tardis": dict(
         hidden_size=8, memory_slots=4, address_size=3, content_size=5, read_mlp_size=4, fusion_size=6
     ),

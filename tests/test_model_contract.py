@@ -49,6 +49,7 @@ MISSPELLED = {
     "dnc": ("memory_slot", "memory_slots"),
     "dntm": ("adress_size", "address_size"),
     "lstm": ("hiden_size", "hidden_size"),
+    "gru": ("hiden_size", "hidden_size"),
     "tardis": ("hiden_size", "hidden_size"),
     "armin": ("memory_slot", "memory_slots"),
 }
@@ -90,6 +91,7 @@ SIZES = {
         "addressing_steps",
     ],
     "lstm": ["hidden_size", "num_layers"],
+    "gru": ["hidden_size", "num_layers"],
     "tardis": ["hidden_size", "memory_slots", "address_size", "content_size", "temperature_every"],
     "armin": ["hidden_size", "memory_slots"],
 }
@@ -153,6 +155,7 @@ def test_unknown_controller_names_the_valid_ones(name):
         ("lstm", dict(layer_norm="yes"), "layer_norm must be true or false"),
         ("lstm", dict(zoneout=1.0), r"zoneout must be a probability in \[0, 1\)"),
         ("lstm", dict(fused=True, recurrent_dropout=0.1), "fused=true cannot run layer_norm"),
+        ("gru", dict(dropout=1.0), r"dropout must be a probability in \[0, 1\)"),
         ("tardis", dict(addressing="soft"), "addressing"),
         ("tardis", dict(temperature="fixed"), "temperature"),
         ("tardis", dict(discount=1.5), "discount"),
@@ -257,6 +260,7 @@ def test_bad_layout_error_names_the_time_major_layout(name):
         ("dnc", dict(read_heads=2), 6 + 2 * 3),
         ("dntm", dict(read_heads=2), 6 + 2 * (2 + 3)),  # controller + read heads x (address + content)
         ("lstm", {}, 8),
+        ("gru", {}, 8),
         ("tardis", {}, 6),  # the fusion layer
         ("armin", {}, 6 + 6),  # hidden + read vector (width = hidden)
     ],
@@ -283,7 +287,7 @@ def test_output_size_none_gives_the_features(name, kw, features):
         ("tardis", {}),
         ("armin", {}),
     ],
-)  # LSTM: no cell (torch.nn.LSTM inside)
+)  # LSTM and GRU: no cell (torch.nn.LSTM / GRU inside)
 def test_cell_loop_equals_sequence_module(name, kw):
     model = small(name, **kw)
     if name in SAMPLING:
@@ -315,6 +319,8 @@ def use_kernels(model, kernels, x):
         ("ntm", {}, None, [4]),
         ("dnc", dict(read_heads=2), None, [4]),
         ("lstm", {}, None, [5]),
+        ("gru", {}, None, [5]),
+        ("gru", dict(num_layers=2), None, [2, 7]),
         *[
             ("dntm", dict(read_heads=2, addressing=mode, addressing_steps=2, nop=True), kernels, [4])
             for mode in ("soft", "argmax", "reinforce")
@@ -369,7 +375,7 @@ def test_batch_elements_are_independent(name):
     y1, state1 = model(x[2:3])
     assert torch.allclose(y[2:3], y1, atol=1e-12)
     for a, b in zip(leaves(state), leaves(state1), strict=True):
-        batch_axis = 1 if name == "lstm" else 0  # (layers, batch, hidden) as torch.nn.LSTM
+        batch_axis = 1 if name in ("lstm", "gru") else 0  # (layers, batch, hidden) as torch.nn.LSTM
         assert torch.allclose(a.narrow(batch_axis, 2, 1).double(), b.double(), atol=1e-12)
 
 
@@ -396,6 +402,7 @@ def test_batch_first_false_matches(name, train):
         ("dnc", dict(read_heads=2)),
         ("lstm", {}),
         ("lstm", dict(layer_norm=True)),  # the per-step loop instead of nn.LSTM
+        ("gru", dict(num_layers=2)),
     ],
 )
 def test_gradcheck_through_the_whole_model(name, kw):

@@ -9,7 +9,7 @@ import importlib
 
 from mannlab import tasks
 from mannlab.errors import CheckpointError, ConfigError, DataError
-from mannlab.models import ARMIN, DNC, DNTM, LSTM, NTM, TARDIS, NTMCell, NTMState, NTMTrace, build_model
+from mannlab.models import ARMIN, DNC, DNTM, GRU, LSTM, NTM, TARDIS, NTMCell, NTMState, NTMTrace, build_model
 from mannlab.nn import addressing
 from mannlab.state import detach_state, map_state
 
@@ -24,6 +24,7 @@ __all__ = [
     "detach_state",
     "map_state",
     "LSTM",
+    "GRU",
     "NTM",
     "NTMCell",
     "NTMState",

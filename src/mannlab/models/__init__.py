@@ -11,6 +11,7 @@ from mannlab.models.armin import ARMIN, ARMINCell, ARMINState, ARMINTrace
 from mannlab.models.base import SequenceModel
 from mannlab.models.dnc import DNC, DNCCell, DNCState, DNCTrace
 from mannlab.models.dntm import DNTM, DNTMCell, DNTMState, DNTMTrace
+from mannlab.models.gru import GRU, GRUState, GRUTrace
 from mannlab.models.lstm import LSTM, LSTMState
 from mannlab.models.ntm import NTM, NTMCell, NTMState, NTMTrace
 from mannlab.models.tardis import TARDIS, TARDISCell, TARDISState, TARDISTrace
@@ -20,6 +21,7 @@ MODELS: dict[str, type[SequenceModel]] = {
     "dnc": DNC,
     "dntm": DNTM,
     "lstm": LSTM,
+    "gru": GRU,
     "tardis": TARDIS,
     "armin": ARMIN,
 }
@@ -50,6 +52,9 @@ __all__ = [
     "SequenceModel",
     "LSTM",
     "LSTMState",
+    "GRU",
+    "GRUState",
+    "GRUTrace",
     "NTM",
     "NTMCell",
     "NTMState",

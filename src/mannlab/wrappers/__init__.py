@@ -6,6 +6,8 @@ A task says what its inputs are (``task.input_kind``):
     "symbols"    integer symbols (char LM): an embedding in front (``CharLM``)
     "sentences"  word ids of one sentence per step (bAbI with a GRU fact encoder): the
                  encoder in front (``FactEncoded``)
+    "snippets"   a video's snippet features, scored by K proposal anchors per step (temporal
+                 action proposals): SST's input projection in front (``SST``)
 
 so tasks never import models and models never learn about tasks.
 """
@@ -19,6 +21,7 @@ from torch import nn
 from mannlab.models import build_model
 from mannlab.wrappers.embedding import CharLM
 from mannlab.wrappers.fact_encoder import FactEncoded, GRUFactEncoder, fact_encoded
+from mannlab.wrappers.sst import SST
 
 
 def model_for_task(task: Any, name: str, **kwargs: Any) -> nn.Module:
@@ -29,7 +32,9 @@ def model_for_task(task: Any, name: str, **kwargs: Any) -> nn.Module:
         return CharLM(task.input_size, name, **kwargs)
     if kind == "sentences":
         return fact_encoded(task, name, **kwargs)
+    if kind == "snippets":
+        return SST(task.input_size, task.output_size, name, **kwargs)
     return build_model(name, task.input_size, task.output_size, **kwargs)
 
 
-__all__ = ["model_for_task", "CharLM", "FactEncoded", "GRUFactEncoder", "fact_encoded"]
+__all__ = ["model_for_task", "CharLM", "FactEncoded", "GRUFactEncoder", "SST", "fact_encoded"]

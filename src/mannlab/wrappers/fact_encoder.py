@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from mannlab.models import build_model
+from mannlab.wrappers.passthrough import PassThrough
 
 
 def fact_encoded(task: Any, name: str, **kwargs: Any) -> "FactEncoded":
@@ -62,12 +63,14 @@ class GRUFactEncoder(nn.Module):
         return facts
 
 
-class FactEncoded(nn.Module):
+class FactEncoded(PassThrough, nn.Module):
     """``model`` reading facts encoded by ``encoder``: inputs ``(B, T, L + F)`` hold the word
     ids of one sentence per step (L channels) and F flag channels; the model sees
     ``[encoder(ids); flags]``. Called like the model (``y, state[, trace] = m(x, state,
     return_trace)``); other attributes (``aux_loss``, ``uses_aux_loss``, ``initial_state``,
     the curriculum and temperature switches the training loop sets, ...) are the model's."""
+
+    inner = "model"
 
     def __init__(self, encoder: nn.Module, model: nn.Module, sentence_length: int):
         super().__init__()
@@ -84,25 +87,3 @@ class FactEncoded(nn.Module):
 
     def forward(self, x: torch.Tensor, state: Any = None, return_trace: bool = False):
         return self.model(self.encode(x), state, return_trace=return_trace)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)  # parameters, buffers, submodules
-        except AttributeError:
-            if name in ("model", "encoder") or "_modules" not in self.__dict__:
-                raise
-            return getattr(self._modules["model"], name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # switches the loop sets on "the model" (soft_minibatch, inverse_temperature) reach it
-        model = self.__dict__.get("_modules", {}).get("model")
-        if (
-            model is not None
-            and name not in self.__dict__
-            and not hasattr(type(self), name)
-            and not isinstance(value, (nn.Module, torch.Tensor))
-            and hasattr(model, name)
-        ):
-            setattr(model, name, value)
-        else:
-            super().__setattr__(name, value)

@@ -130,7 +130,7 @@ def _first_hits(
         raise DataError("ground_truth holds no video")
     unknown = sorted(set(proposals) - set(ground_truth))
     if unknown:
-        shown = ", ".join(map(str, unknown[:5])) + (" ..." if len(unknown) > 5 else "")
+        shown = ", ".join(map(repr, unknown[:5])) + (" ..." if len(unknown) > 5 else "")
         raise DataError(
             f"proposals of {len(unknown)} video(s) not in the ground truth ({shown}); "
             "drop them before evaluating, they would change every video's share of proposals"

@@ -1,4 +1,4 @@
-"""Recall of temporal action proposals (ARMIN section 4.3, table 3 and figure 2; SST section 4).
+"""Recall of temporal action proposals (ARMIN section 4.3, table 3 and figure 2; SST).
 
 The convention is the ActivityNet / Escorcia et al. (DAPs) proposal evaluation that SST and
 the ARMIN authors used:
@@ -72,7 +72,7 @@ def average_recall_vs_proposals(
     points: Sequence[float] | np.ndarray = DEFAULT_POINTS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Average recall against the average number of proposals per video (ARMIN figure 2
-    left, SST figure 4): AR at each N of ``points`` is the mean over ``tious`` of the recall
+    left; SST plots the same): AR at each N of ``points`` is the mean over ``tious`` of the recall
     at N. Returns ``(points, average recall)`` as float64 arrays of the same length; past the
     average length of the lists every video keeps all its proposals and the curve is flat."""
     thresholds = _thresholds(tious)

@@ -1,4 +1,4 @@
-"""Figures of temporal action proposals: ARMIN figure 2 (as SST figure 4), one curve per model.
+"""Figures of temporal action proposals: ARMIN figure 2 (as SST plots them), one curve per model.
 
 - :func:`plot_recall_vs_proposals` (figure 2 left): average recall (tIoU 0.5:0.05:1.0)
   against the average number of proposals per video, log x axis.

@@ -96,7 +96,7 @@ def anchor_weights(label_arrays: Iterable[np.ndarray]) -> np.ndarray:
     ``label_arrays`` are the (T_i, K) label arrays of the training videos or windows (from
     :func:`proposal_labels`). ``p_k`` is the positive rate of anchor ``k`` over all steps of
     all arrays; column 0 is the positive label's weight ``1 - p_k`` and column 1 the
-    negative's ``p_k`` (SST section 3.2), so that the rare positives of long anchors are not
+    negative's ``p_k`` (SST's training loss), so that the rare positives of long anchors are not
     drowned by their negatives. An anchor never positive gets weights (1, 0): its negatives
     then cost nothing, as in SST's formula.
     """
@@ -121,7 +121,7 @@ def anchor_weights(label_arrays: Iterable[np.ndarray]) -> np.ndarray:
 def weighted_proposal_loss(
     logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | np.ndarray
 ) -> torch.Tensor:
-    """SST's weighted multi-label loss (SST eq. 2; ARMIN appendix C.3 trains with it).
+    """SST's weighted multi-label loss (ARMIN appendix C.3 trains with it).
 
     ``logits`` and ``labels`` are (B, T, K), ``mask`` (B, T) (1 where a step is scored) and
     ``weights`` (K, 2) from :func:`anchor_weights`. Returns the scalar mean, over the scored

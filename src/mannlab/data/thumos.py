@@ -307,8 +307,9 @@ def read_video_info(source: str | os.PathLike | Mapping[str, float]) -> dict[str
     text = decode_text(read_file(path, MAX_INFO_BYTES, "a CSV of `video,fps` rows"), str(path))
     rows = [(n, row) for n, row in enumerate(csv.reader(text.lstrip("\ufeff").splitlines()), 1) if row]
     columns = (0, 1)
-    if rows and not _is_number(rows[0][1] if len(rows[0]) > 1 else ""):
-        columns, rows = _header(rows[0][1], path), rows[1:]
+    first = rows[0][1] if rows else []
+    if first and not _is_number(first[1] if len(first) > 1 else ""):
+        columns, rows = _header(first, path), rows[1:]
     out: dict[str, float] = {}
     for lineno, row in rows:
         at = f"{path}, line {lineno}"

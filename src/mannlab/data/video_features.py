@@ -190,6 +190,10 @@ def _read_hdf5(path: Path, wanted: list[str]) -> dict[str, np.ndarray]:
             for name in wanted:
                 if name not in h5:
                     continue
+                if isinstance(h5.get(name, getlink=True), h5py.ExternalLink):
+                    raise DataError(
+                        f"{path}: {name} is a link to another file; expected the features stored in this file"
+                    )
                 node = h5[name]
                 where = f"{path}, dataset {name}"
                 if isinstance(node, h5py.Group):

@@ -6,6 +6,8 @@
     strokes    MNIST pen strokes (de Jong 2016): per-digit text files and the numpy encoding
     snli       SNLI 1.0 jsonl: premise, hypothesis, 3-way label
     enwik8     enwik8 bytes with the 90M / 5M / 5M split
+    thumos     THUMOS'14 temporal annotations (per-class files) with per-video features
+    video_features  per-video (T, D) feature arrays: .npy directory, .npz, HDF5
 
 The task classes that turn these into training batches live in ``mannlab.tasks``.
 """

@@ -103,6 +103,8 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "threads": (0, INF, True, False),
     "diverge_patience": (0, INF, True, False),
     "stop_after_solve": (0, INF, True, False),
+    "epochs": (0, INF, True, False),
+    "lr_decay_factor": (0, 1, False, True),
     **{
         name: (1, INF, True, False)
         for name in (
@@ -141,6 +143,16 @@ class TrainConfig:
     # on the same input then baseline each other (the D-NTM's reward = "samples")
     samples_per_input: int = 1
     steps: int = 2000  # total optimizer steps of the run
+    # N > 0: train at most N epochs of the task as well (tasks that define an epoch,
+    # ``task.steps_per_epoch(batch_size)``: the proposal tasks); the run then stops at
+    # min(train.steps, N epochs), and the recorded config holds that number as train.steps
+    epochs: int = 0
+    # step decay of the learning rate: after each step of lr_decay_steps and each epoch of
+    # lr_decay_epochs (a task with epochs) the lr (or lr_after_solve) is multiplied by
+    # lr_decay_factor; ARMIN C.2-C.3 divide it by 10 for the last 20% of the epochs
+    lr_decay_steps: tuple[int, ...] = ()
+    lr_decay_epochs: tuple[int, ...] = ()
+    lr_decay_factor: float = 0.1
     val_every: int = 200
     val_batch_size: int = 32
     val_batches: int = 2
@@ -219,6 +231,12 @@ class TrainConfig:
                 f"train.batch_size ({self.batch_size}) must be a multiple of "
                 f"train.samples_per_input ({self.samples_per_input})"
             )
+        for name in ("lr_decay_steps", "lr_decay_epochs"):
+            if any(m < 1 for m in getattr(self, name)):
+                raise ConfigError(
+                    f"train.{name} must be positive integers (the lr drops after those), "
+                    f"got {list(getattr(self, name))}"
+                )
         multiples = self.val_length_multiples
         if not multiples or 1 not in multiples or any(m < 1 for m in multiples):
             raise ConfigError(
@@ -228,7 +246,8 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        out["val_length_multiples"] = list(self.val_length_multiples)
+        for name in ("val_length_multiples", "lr_decay_steps", "lr_decay_epochs"):
+            out[name] = list(getattr(self, name))
         return out
 
 
@@ -424,10 +443,10 @@ def _valid_names(section: str) -> str:
 
             names = list(MODELS)
         else:
-            from mannlab.tasks import data_names, text_names
+            from mannlab.tasks import data_names, proposal_names, text_names
             from mannlab.tasks import names as task_names
 
-            names = list(task_names()) + list(data_names()) + list(text_names())
+            names = list(task_names()) + list(data_names()) + list(proposal_names()) + list(text_names())
     except ImportError:
         return ""
     return f" (one of: {', '.join(sorted(names))})"

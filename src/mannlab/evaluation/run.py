@@ -4,6 +4,9 @@ generated tasks (copy, recall, ...)    metrics at sequence lengths (fresh sample
 data-set tasks (bAbI, MNIST, strokes)  a whole split, with the error per group; written
                                        to <RUN>/eval-<split>.json
 char-LM tasks (ptb-char, ...)          valid and test bits per character, state carried
+proposal tasks (proposals-synthetic,   the whole videos of a split: proposals (NMS), recall at
+thumos14-proposals)                    1,000 proposals and AR; written to <RUN>/eval-<split>.json
+                                       with proposals-<split>.json and two figures
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from typing import Any, Sequence
 
 from mannlab.evaluation.bpc import split_bpc
 from mannlab.evaluation.lengths import evaluate_lengths
+from mannlab.evaluation.proposals import evaluate_proposals
 from mannlab.rundir import load_run, use_run_threads, write_atomic
 from mannlab.tasks.dataset import DatasetTask, evaluate_split
+from mannlab.tasks.proposals import ProposalTask
 from mannlab.tasks.strokes import StrokesTask, evaluate_feedback
 
 
@@ -31,8 +36,9 @@ def evaluate_run(
     limit: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate a run's checkpoint the way its task is scored; the result's ``kind`` says
-    which: "lengths" (``rows`` per length), "split" (evaluate_split's result) or "bpc"
-    (``valid`` and ``test``). ``overrides`` change the run's config before its weights load."""
+    which: "lengths" (``rows`` per length), "split" (evaluate_split's result), "bpc"
+    (``valid`` and ``test``) or "proposals" (evaluate_proposals's result). ``overrides``
+    change the run's config before its weights load."""
     config, task, model, meta = load_run(run_dir, checkpoint, overrides)
     use_run_threads(config)
     out: dict[str, Any] = {
@@ -44,6 +50,10 @@ def evaluate_run(
     }
     if getattr(task, "batching", "samples") == "streams":
         return {**out, "kind": "bpc", **{s: split_bpc(model, task, s) for s in ("valid", "test")}}
+    if isinstance(task, ProposalTask):
+        result = evaluate_proposals(model, task, split, out_dir=run_dir, label=config.model)
+        result.update(run_dir=str(run_dir), checkpoint=checkpoint, task=config.task, model=config.model)
+        return {**out, "kind": "proposals", "split": split, "result": result, "path": result["files"]["eval"]}
     if isinstance(task, DatasetTask):
         result = evaluate_split(model, task, split, batch_size or 100, limit)
         if isinstance(task, StrokesTask):

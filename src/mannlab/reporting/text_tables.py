@@ -86,6 +86,25 @@ def format_results(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_proposals(result: dict[str, Any]) -> str:
+    """What `mannlab eval` prints for a proposal task: ARMIN table 3's recall at 1,000
+    proposals (tIoU 0.6, 0.8) and the average recall at 50..1,000 proposals."""
+    found = result["result"]
+    summary = found["summary"]
+    recall = [k for k in summary if k.startswith("recall@")]
+    ar = [k for k in summary if k.startswith("ar@")]
+    lines = [
+        f"{result['model']} on {result['task']}, {result['split']} split, {result['checkpoint']} "
+        f"checkpoint (step {result['step']}): {found['videos']} videos, {found['instances']} "
+        f"ground-truth segments, {found['proposals_per_video']:.0f} proposals per video "
+        f"(NMS tIoU {found['settings']['nms_tiou']:g}, in {found['unit']})",
+        "  " + "  ".join(f"{k.replace('_tiou', ' tIoU ')} {summary[k]:.3f}" for k in recall),
+        "  average recall (tIoU 0.5:0.05:1): " + "  ".join(f"{k} {summary[k]:.3f}" for k in ar),
+    ]
+    lines += [f"written {path}" for path in found["files"].values()]
+    return "\n".join(lines)
+
+
 def format_evaluation(result: dict[str, Any]) -> str:
     """What `mannlab eval` prints for mannlab.evaluation.evaluate_run's result, by its kind."""
     where = f"{result['checkpoint']} checkpoint (step {result['step']})"
@@ -97,6 +116,8 @@ def format_evaluation(result: dict[str, Any]) -> str:
                 f"  {split}: {row['bpc']:.4f} BPC ({row['symbols']:,} symbols, {row['batch_size']} stream(s))"
             )
         return "\n".join(lines)
+    if result["kind"] == "proposals":
+        return format_proposals(result)
     if result["kind"] == "split":
         found = result["result"]
         lines = [

@@ -27,8 +27,10 @@ from mannlab.tasks.base import Task
 from mannlab.tasks.charlm import CHARLM_TASKS, CharLMTask
 from mannlab.tasks.enwik8 import Enwik8Task
 from mannlab.tasks.mnist import MnistTask
+from mannlab.tasks.proposals import ProposalTask, SyntheticProposalTask
 from mannlab.tasks.snli import SnliTask
 from mannlab.tasks.strokes import StrokesTask
+from mannlab.tasks.thumos_proposals import ThumosProposalTask
 
 TASKS: dict[str, type[Task]] = {
     cls.name: cls
@@ -48,6 +50,11 @@ TASKS: dict[str, type[Task]] = {
 DATA_TASKS: dict[str, type[Task]] = {
     cls.name: cls for cls in (BabiTask, MnistTask, StrokesTask, SnliTask, Enwik8Task)
 }
+# Temporal action proposals (tasks/proposals.py: SST on windows of whole videos, evaluated by
+# proposal recall), keyed like the others ("proposals-synthetic" works in ``make``).
+PROPOSAL_TASKS: dict[str, type[Task]] = {
+    cls.name.replace("-", "_"): cls for cls in (SyntheticProposalTask, ThumosProposalTask)
+}
 # Character-level language modelling over a corpus (tasks/charlm.py), one task per corpus;
 # trained on contiguous streams with truncated BPTT (``batching = "streams"``).
 TEXT_TASKS: dict[str, str] = {name.replace("-", "_"): name for name in CHARLM_TASKS}
@@ -62,6 +69,11 @@ def names() -> list[str]:
 def data_names() -> list[str]:
     """The tasks over real data sets (bAbI, MNIST, ...); ``make`` builds them too."""
     return list(DATA_TASKS)
+
+
+def proposal_names() -> list[str]:
+    """The temporal action proposal tasks (proposals-synthetic, thumos14-proposals)."""
+    return [cls.name for cls in PROPOSAL_TASKS.values()]
 
 
 def text_names() -> list[str]:
@@ -88,9 +100,9 @@ def make(name: str, **params: Any) -> Task:
     key = _key(name)
     if key in TEXT_TASKS:
         return CharLMTask(TEXT_TASKS[key], **params)
-    registry = {**TASKS, **DATA_TASKS}
+    registry = {**TASKS, **DATA_TASKS, **PROPOSAL_TASKS}
     if key not in registry:
-        valid = [*registry, *TEXT_TASKS.values()]
+        valid = [*TASKS, *DATA_TASKS, *proposal_names(), *TEXT_TASKS.values()]
         raise ConfigError(f"unknown task {name!r}; valid names: {', '.join(valid)}")
     return registry[key](**params)
 
@@ -101,10 +113,15 @@ __all__ = [
     "names",
     "data_names",
     "text_names",
+    "proposal_names",
     "batching",
     "TASKS",
     "DATA_TASKS",
     "TEXT_TASKS",
+    "PROPOSAL_TASKS",
+    "ProposalTask",
+    "SyntheticProposalTask",
+    "ThumosProposalTask",
     "CharLMTask",
     "CopyTask",
     "RepeatCopyTask",

@@ -65,6 +65,7 @@ from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.run_dir import check_run_dir, prepare_run_dir, restore_last, restore_ranks
 from mannlab.training.sampled import SampledBatches
+from mannlab.training.schedules import epoch_plan, step_decay
 from mannlab.training.source import BatchSource
 from mannlab.training.tbptt import StreamSegments
 from mannlab.training.update import DivergedError, NonFiniteLossError, apply_update
@@ -170,7 +171,9 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     distributed.check_batch(config.train.batch_size)
     model.to(device)
     task = on_device(task, device, config.train.precision)
-    config = config.replace(task_args=dict(task.params))  # record the resolved task parameters
+    # record the resolved task parameters, and train.steps capped at train.epochs
+    plan, lr_milestones = epoch_plan(config.train, task)
+    config = config.replace(task_args=dict(task.params), train=plan)
     optimizer = make_optimizer(model, config.train)
     source = batch_source(config, task, model)
     check_loggers(config.train)
@@ -200,7 +203,7 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         with _open_log(config, run_dir) as log:
-            trainer = _Trainer(config, task, model, optimizer, source, progress, log, run_dir)
+            trainer = _Trainer(config, task, model, optimizer, source, progress, log, run_dir, lr_milestones)
             trainer.run()
             return trainer.finish()
     finally:
@@ -222,7 +225,7 @@ def _open_log(config: RunConfig, run_dir: Path) -> Any:
 class _Trainer:
     """The state of one training session; `run` steps, `finish` writes the results."""
 
-    def __init__(self, config, task, model, optimizer, source, progress, log, run_dir):
+    def __init__(self, config, task, model, optimizer, source, progress, log, run_dir, lr_milestones=()):
         self.config, self.train_cfg = config, config.train
         self.task, self.model, self.optimizer, self.source = task, model, optimizer, source
         self.progress, self.log, self.run_dir = progress, log, run_dir
@@ -240,6 +243,7 @@ class _Trainer:
         # the step's forward and loss, through DistributedDataParallel under torchrun
         self.runner = distributed.Runner(model, self.device)
         self._time_up: bool | None = None  # rank 0's clock, shared with every rank at each step
+        self.lr_milestones = tuple(lr_milestones)  # steps after which the lr drops (epoch_plan)
 
     # ---------------------------------------------------------------- loop
 
@@ -259,6 +263,8 @@ class _Trainer:
             self.progress.initial_val = distributed.main_only(lambda: self.source.validate(self.model).value)
         try:
             while (reason := stop_reason(cfg, progress, self.clock, self._out_of_time())) is None:
+                if progress.step in self.lr_milestones:
+                    self._apply_lr()
                 self._losses.append(self._train_step(progress.step))
                 progress.step += 1
                 bar.update(1)
@@ -401,10 +407,12 @@ class _Trainer:
             self._apply_lr()
 
     def _apply_lr(self) -> None:
-        """train.lr, or train.lr_after_solve once the run has solved (also after a resume)."""
+        """train.lr, or train.lr_after_solve once the run has solved (also after a resume),
+        times train.lr_decay_factor for each lr milestone passed (schedules.step_decay)."""
         cfg = self.train_cfg
         solved = self.progress.solved_at_step is not None
         lr = cfg.lr_after_solve if (solved and cfg.lr_after_solve) else cfg.lr
+        lr = step_decay(lr, self.progress.step, self.lr_milestones, cfg.lr_decay_factor)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 

@@ -14,14 +14,22 @@ training minibatch, which sets the model's per-minibatch switches from the step.
                                  ``temperature_schedule = (every, maximum)`` (not None), sets
                                  ``model.inverse_temperature`` (ARMIN appendix C)
     inverse_temperature(t, every, maximum)   1/tau = min(1 + floor(t / every), maximum)
+    step_decay(lr, t, milestones, factor)    lr * factor^(milestones <= t): the step decay of
+                                 ARMIN C.2-C.3 (lr / 10 for the last epochs)
+    epoch_plan(train, task)      train.epochs and lr_decay_epochs in steps, from the task's
+                                 ``steps_per_epoch(batch_size)``
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import torch
 
+from mannlab.config import TrainConfig
+from mannlab.errors import ConfigError
 from mannlab.training import distributed
 
 
@@ -70,3 +78,32 @@ def inverse_temperature(step: int, every: int, maximum: float) -> float:
     if not maximum >= 1:
         raise ValueError(f"maximum must be >= 1, got {maximum}")
     return float(min(1 + step // every, maximum))
+
+
+def step_decay(lr: float, step: int, milestones: tuple[int, ...], factor: float) -> float:
+    """The learning rate of training step ``step`` (0-based): ``lr`` times ``factor`` once for
+    every milestone m <= step, i.e. the steps after m optimizer steps train at the lower rate."""
+    return lr * factor ** sum(step >= m for m in milestones)
+
+
+def epoch_plan(train: TrainConfig, task: Any) -> tuple[TrainConfig, tuple[int, ...]]:
+    """(train with ``steps`` capped at ``train.epochs`` epochs, the lr milestones in steps).
+
+    An epoch is what the task says it is (``task.steps_per_epoch(batch_size)``: for the
+    proposal tasks, as many windows as tile the training videos once). Without
+    ``train.epochs`` and ``train.lr_decay_epochs`` the task is not asked. ConfigError for
+    a task without epochs."""
+    milestones = tuple(sorted(set(train.lr_decay_steps)))
+    if not train.epochs and not train.lr_decay_epochs:
+        return train, milestones
+    per_epoch = getattr(task, "steps_per_epoch", None)
+    if per_epoch is None:
+        raise ConfigError(
+            f"train.epochs and train.lr_decay_epochs need a task that defines an epoch (the "
+            f"proposal tasks); {getattr(task, 'name', type(task).__name__)!r} does not: give "
+            f"train.steps and train.lr_decay_steps instead"
+        )
+    steps = int(per_epoch(train.batch_size))
+    if train.epochs:
+        train = dataclasses.replace(train, steps=min(train.steps, train.epochs * steps))
+    return train, tuple(sorted(set(milestones) | {e * steps for e in train.lr_decay_epochs}))

@@ -16,7 +16,14 @@ Evaluate a run's best checkpoint (or --checkpoint last) the way its task is scor
   (bAbI: per task, the mean and the failed tasks, error > 5%; strokes also with the
   predictions fed back), written to RUN/eval-<split>.json (what `mannlab report` reads);
 - char-LM tasks (ptb-char, text8, enwik8-char): valid and test bits per character with the
-  run's protocol (state carried).
+  run's protocol (state carried);
+- proposal tasks (proposals-synthetic, thumos14-proposals; SST, ARMIN section 4.3): every
+  video of --split run whole (state carried), scored proposals after NMS, recall at 1,000
+  proposals (tIoU 0.6, 0.8: ARMIN table 3) and average recall at 50..1,000 proposals;
+  writes RUN/eval-<split>.json, RUN/proposals-<split>.json (each video's proposals
+  [start, end] with scores and its ground truth, in seconds for THUMOS'14, in steps for the
+  synthetic task) and ARMIN figure 2's two plots in RUN/figures (what `mannlab compare
+  --proposals` reads).
 --set changes the run's config before its weights load, e.g. model.addressing=argmax tests a
 soft-trained D-NTM with discrete (argmax) addressing, the D-NTM paper's Discrete† column.
 """
@@ -33,6 +40,13 @@ Draw the validation curves of several runs in one figure (log scale): bce for th
 algorithmic tasks (at the training length), bpc for char-LM runs, ce for data-set tasks,
 against the training step or the wall or CPU minutes of training (--x). Each RUN is a run
 directory, optionally labelled as LABEL=RUN.
+
+--proposals: ARMIN figure 2 for runs of a proposal task instead, from each run's
+eval-<split>.json (run `mannlab eval RUN` first): average recall against the average number
+of proposals, and recall at 1,000 proposals against tIoU, one curve per label; runs under
+one label (by default the run's model, so a model's seeds) are drawn as their mean with a
+min-max band. Writes OUT-ar-vs-proposals.png and OUT-recall-vs-tiou.png (OUT: --out
+without .png) and prints table 3's numbers per label.
 """
 
 
@@ -132,7 +146,8 @@ def add_commands(command) -> None:
         COMPARE_HELP,
         "examples:\n  mannlab compare ARMIN=runs/ptb/armin/seed0 LSTM=runs/ptb/lstm/seed0 "
         "--x cpu --out ptb.png\n"
-        "  mannlab compare runs/ntm-copy/seed0 runs/ntm-copy/seed1 --threshold 0.02\n",
+        "  mannlab compare runs/ntm-copy/seed0 runs/ntm-copy/seed1 --threshold 0.02\n"
+        "  mannlab compare --proposals runs/proposals-synthetic-*/seed* --out figs/synthetic\n",
     )
     compare.add_argument("runs", type=path, metavar="[LABEL=]RUN", nargs="+", help="run directories")
     compare.add_argument(
@@ -144,6 +159,17 @@ def add_commands(command) -> None:
     compare.add_argument("--metric", help="validation metric (default: bce, bpc or ce, what the runs log)")
     compare.add_argument("--threshold", type=float, help="draw a dashed line at this value (e.g. 0.02)")
     compare.add_argument("--title", help="figure title")
+    compare.add_argument(
+        "--proposals",
+        action="store_true",
+        help="proposal-task runs: ARMIN figure 2 and table 3 from their eval-<split>.json",
+    )
+    compare.add_argument(
+        "--split",
+        default="test",
+        choices=("train", "valid", "test"),
+        help="with --proposals: the evaluated split to read (default test)",
+    )
     compare.add_argument(
         "--out",
         type=path,
@@ -236,6 +262,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.proposals:
+        return _compare_proposals(args)
     from mannlab.reporting import figures
 
     runs = {}
@@ -246,6 +274,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
         runs, args.out, metric=args.metric, x=args.x, title=args.title, threshold=args.threshold
     )
     print(f"comparison: {args.out}")
+    return 0
+
+
+def _compare_proposals(args: argparse.Namespace) -> int:
+    from mannlab.reporting.proposal_runs import compare_proposals, group_runs
+
+    groups = group_runs(args.runs, args.split)
+    paths, table = compare_proposals(groups, args.out, args.split, title=args.title)
+    print(table)
+    for figure in paths.values():
+        print(f"figure: {figure}")
     return 0
 
 

@@ -112,16 +112,19 @@ def evaluate_proposals(
     out_dir: str | Path | None = None,
     label: str = "model",
     chunk: int = 512,
+    about: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Proposals and recall of ``model`` on the whole videos of ``split`` (module docstring).
     With ``out_dir`` (a run directory), writes the proposals JSON, the eval JSON and the two
-    figures there (``label`` names the curve) and lists their paths under ``files``."""
+    figures there (``label`` names the curve) and lists their paths under ``files``.
+    ``about`` (run directory, model, task, checkpoint) is added to the result first."""
     videos = task.videos(split)
     proposals = propose(model, task, split, chunk)
     truth = {v.name: v.segments for v in videos}
     report = recall_report(proposals, truth)
     counts = [len(p) for p in proposals.values()]
     result: dict[str, Any] = {
+        **(about or {}),
         "split": split,
         "videos": len(videos),
         "instances": int(sum(len(t) for t in truth.values())),

@@ -51,8 +51,14 @@ def evaluate_run(
     if getattr(task, "batching", "samples") == "streams":
         return {**out, "kind": "bpc", **{s: split_bpc(model, task, s) for s in ("valid", "test")}}
     if isinstance(task, ProposalTask):
-        result = evaluate_proposals(model, task, split, out_dir=run_dir, label=config.model)
-        result.update(run_dir=str(run_dir), checkpoint=checkpoint, task=config.task, model=config.model)
+        about = dict(
+            run_dir=str(run_dir),
+            checkpoint=checkpoint,
+            step=meta.get("step"),
+            task=config.task,
+            model=config.model,
+        )
+        result = evaluate_proposals(model, task, split, out_dir=run_dir, label=config.model, about=about)
         return {**out, "kind": "proposals", "split": split, "result": result, "path": result["files"]["eval"]}
     if isinstance(task, DatasetTask):
         result = evaluate_split(model, task, split, batch_size or 100, limit)

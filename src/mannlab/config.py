@@ -75,6 +75,27 @@ DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         }
         for name in ("ptb-char", "text8", "enwik8-char")
     },
+    # Temporal action proposals (SST): Adam 2e-3 (ARMIN C.3) at 32 windows of 128 steps, clip
+    # 1.0 as in ARMIN's other experiments; the weighted loss starts near 2 p (1 - p) ln 2 per
+    # anchor (about 0.2), so a "solve" threshold means nothing here: solve_bce 0 turns it off.
+    # The recipes proposals-synthetic-* and thumos14-* hold the compared setups.
+    **{
+        ("*", name): {
+            "train": {
+                "optimizer": "adam",
+                "lr": 2e-3,
+                "clip_grad_norm": 1.0,
+                "batch_size": 32,
+                "steps": 2000,
+                "val_every": 250,
+                "val_batch_size": 64,
+                "val_batches": 4,
+                "checkpoint_every": 500,
+                "solve_bce": 0.0,
+            }
+        }
+        for name in ("proposals-synthetic", "thumos14-proposals")
+    },
 }
 
 OPTIMIZERS = ("rmsprop", "adam")

@@ -97,8 +97,9 @@ class ProposalTask(Task):
         for split in SPLITS:
             if not self._videos.get(split):
                 raise ConfigError(f"split {split!r} of task '{self.name}' has no videos")
-        self._labels = {
-            split: [self.labels_of(video) for video in videos] for split, videos in self._videos.items()
+        self._labels = {  # 0/1 as uint8: a quarter of the memory of float32
+            split: [self.labels_of(video).astype(np.uint8) for video in videos]
+            for split, videos in self._videos.items()
         }
         self.weights = anchor_weights(self._labels["train"])  # (K, 2), once, from the training split
         self.input_size = int(self._videos["train"][0].features.shape[1])
@@ -130,7 +131,8 @@ class ProposalTask(Task):
         return self._videos[split]
 
     def labels(self, split: str) -> list[np.ndarray]:
-        """The (T_v, K) float32 labels of each video of ``split``, in the order of ``videos``."""
+        """The (T_v, K) labels (0 or 1, uint8) of each video of ``split``, in the order of
+        ``videos``."""
         self._check_split(split)
         return self._labels[split]
 
@@ -238,7 +240,10 @@ class SyntheticProposalTask(ProposalTask):
     planted segments whose start the model must remember until their end. The three splits
     come from disjoint generator seeds (``3 data_seed``, ``3 data_seed + 1``, ``+ 2``), so no
     video is in two splits and every run with the same ``data_seed`` sees the same data.
-    Anchors of stride 2 cover the segment lengths up to 64 steps with 32 anchors."""
+    Anchors of stride 2 cover the segment lengths up to 64 steps with 32 anchors. 1,024
+    training videos of 512 steps: with 256 an LSTM of 95,000 parameters learned the training
+    videos' noise within 1,500 steps of 32 windows (validation loss rising from step 750
+    while the training loss fell); with 1,024 both still fell together at 1,500 steps."""
 
     name = "proposals-synthetic"
     #: the generator's own options (its defaults), passed through
@@ -254,7 +259,7 @@ class SyntheticProposalTask(ProposalTask):
     }
     defaults = {
         "data_seed": 0,
-        "train_videos": 256,
+        "train_videos": 1024,
         "valid_videos": 32,
         "test_videos": 64,
         "video_steps": 512,

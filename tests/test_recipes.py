@@ -46,3 +46,49 @@ def test_table1_recipe_has_the_paper_set_up_and_builds(recipe):
     parameters = sum(p.numel() for p in model.parameters())
     # within 30 % of table 5 (our TARDIS has a fusion layer and usage input the count leaves open)
     assert 0.7 < parameters / TABLE5_PARAMETERS[model_name] < 1.3
+
+
+# ---------------------------------------------------------------- temporal action proposals
+
+SYNTHETIC = ("gru", "lstm", "armin")
+# ARMIN appendix C.3: the THUMOS'14 models (name -> encoder options)
+THUMOS = {
+    "thumos14-sst-gru": ("gru", {"hidden_size": 256, "num_layers": 2}),
+    "thumos14-sst-lstm": ("lstm", {"hidden_size": 512, "zoneout": 0.3}),
+    "thumos14-masst": ("armin", {"hidden_size": 256, "memory_slots": 35, "zoneout": 0.3}),
+}
+
+
+def test_synthetic_proposal_recipes_compare_at_equal_parameters_and_steps():
+    counts, trains = {}, []
+    for name in SYNTHETIC:
+        config = load_config(RECIPES / f"proposals-synthetic-{name}.toml")
+        assert config.model == name and config.task == "proposals-synthetic"
+        assert config.seeds == (0, 1, 2) and config.run_dir == f"runs/proposals-synthetic-{name}"
+        _, model = build_run(config)
+        counts[name] = sum(p.numel() for p in model.parameters())
+        trains.append({k: v for k, v in config.train.to_dict().items()})
+        assert f"{counts[name]:,}" in (RECIPES / f"proposals-synthetic-{name}.toml").read_text()
+    assert max(counts.values()) / min(counts.values()) < 1.05, counts
+    assert all(train == trains[0] for train in trains)  # the same budget and training
+    assert trains[0]["lr_decay_steps"] == [int(0.8 * trains[0]["steps"])]
+
+
+@pytest.mark.parametrize("recipe", sorted(THUMOS))
+def test_thumos_recipes_have_appendix_c3_setup(recipe, tmp_path):
+    from test_proposal_task import write_thumos
+
+    data = f"task.data_dir={str(write_thumos(tmp_path, videos=24))!r}"  # 20 held out, as the recipe
+    config = load_config(RECIPES / f"{recipe}.toml", [data])
+    name, options = THUMOS[recipe]
+    assert config.model == name and config.task == "thumos14-proposals"
+    assert {k: config.model_args[k] for k in options} == options
+    assert (config.model_args["projection_size"], config.model_args["input_dropout"]) == (256, 0.2)
+    assert config.model_args["output_dropout"] == 0.2
+    train = config.train
+    assert (train.optimizer, train.lr, train.epochs, train.lr_decay_epochs) == ("adam", 2e-3, 300, (240,))
+    assert train.lr_decay_factor == 0.1 and train.steps >= 300 * 100
+    task, model = build_run(config)
+    assert (task.params["window"], task.params["anchors"], task.params["nms_tiou"]) == (128, 32, 0.8)
+    core = sum(p.numel() for p in model.core.parameters())
+    assert f"{core:,}" in (RECIPES / f"{recipe}.toml").read_text()

@@ -170,13 +170,9 @@ class ProposalTask(Task):
         """``batch_size`` windows of ``length`` (default ``window``) steps of ``split``, each
         uniform over all window positions: features (B, L, D), labels (B, L, K), mask (B, L)
         (0 on the padding after a video shorter than the window)."""
-        check_int({"batch_size": batch_size}, "batch_size")
         window = self.params["window"] if length is None else check_int({"length": length}, "length")
+        chosen, starts = self.window_positions(batch_size, seed, window, split)
         videos, labels = self.videos(split), self.labels(split)
-        rng = as_generator(seed)
-        positions = np.array([max(len(v.features) - window + 1, 1) for v in videos], dtype=np.float64)
-        chosen = rng.choice(len(videos), size=int(batch_size), p=positions / positions.sum())
-        starts = rng.integers(0, positions[chosen].astype(np.int64))
         inputs = np.zeros((batch_size, window, self.input_size), np.float32)
         targets = np.zeros((batch_size, window, self.output_size), np.float32)
         mask = np.zeros((batch_size, window), np.float32)
@@ -186,6 +182,22 @@ class ProposalTask(Task):
             targets[b, : len(part)] = labels[v][start : start + window]
             mask[b, : len(part)] = 1.0
         return torch.from_numpy(inputs), torch.from_numpy(targets), torch.from_numpy(mask)
+
+    def window_positions(
+        self,
+        batch_size: int,
+        seed: int | Sequence[int] | np.random.Generator,
+        window: int,
+        split: str = "train",
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(video index, first step) of each window ``sample`` draws with these arguments:
+        videos in proportion to their window positions, then a uniform position."""
+        check_int({"batch_size": batch_size}, "batch_size")
+        videos = self.videos(split)
+        rng = as_generator(seed)
+        positions = np.array([max(len(v.features) - window + 1, 1) for v in videos], dtype=np.float64)
+        chosen = rng.choice(len(videos), size=int(batch_size), p=positions / positions.sum())
+        return chosen, rng.integers(0, positions[chosen].astype(np.int64))
 
     def _sequence(self, rng: np.random.Generator, length: int | None):
         raise TypeError("proposal tasks sample windows of whole videos (see sample)")

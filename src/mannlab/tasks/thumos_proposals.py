@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from mannlab.data.download import data_root
-from mannlab.data.thumos import DATASET, OUT_OF_RANGE, load_thumos14
+from mannlab.data.thumos import DATASET, OUT_OF_RANGE, find_annotations, load_thumos14
 from mannlab.errors import ConfigError, DataError
 from mannlab.tasks.base import check_int
 from mannlab.tasks.proposal_math import ProposalVideo
@@ -77,6 +77,12 @@ def find_file(name: str, data_dir: str | None, what: str, suffixes: tuple[str, .
 def _load(key: tuple) -> dict[str, list[ProposalVideo]]:
     p = dict(key)
     data_dir = p["data_dir"]
+    annotations = {  # first: without them nothing else matters
+        split: find_annotations(split, data_dir)
+        if p[f"annotations_{split}"] is None
+        else p[f"annotations_{split}"]
+        for split in ("validation", "test")
+    }
     features = find_file(p["features"], data_dir, "features", FEATURE_SUFFIXES)
     test_features = (
         features
@@ -93,8 +99,8 @@ def _load(key: tuple) -> dict[str, list[ProposalVideo]]:
         data_dir=data_dir,
         out_of_range=p["out_of_range"],
     )
-    validation = load_thumos14(p["annotations_validation"], features, "validation", **common)
-    test = load_thumos14(p["annotations_test"], test_features, "test", **common)
+    validation = load_thumos14(annotations["validation"], features, "validation", **common)
+    test = load_thumos14(annotations["test"], test_features, "test", **common)
     validation = [ProposalVideo(*v.proposal_fields()) for v in validation]
     test = [ProposalVideo(*v.proposal_fields()) for v in test]
     held = p["valid_videos"]

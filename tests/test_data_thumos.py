@@ -3,11 +3,16 @@ and in a zip, features as .npy files, .npz and a mapping, seconds to steps, and 
 naming file, line or video for every malformed input (fixtures made here, never real data)."""
 
 import io
+import tempfile
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from fuzzing import corrupt, fuzz_settings, no_hang
 from mannlab.data import download, thumos, video_features
 from mannlab.errors import ConfigError, DataError
 
@@ -197,8 +202,22 @@ def test_archive_problems(tmp_path, monkeypatch):
     with zipfile.ZipFile(twice, "w") as archive:
         archive.writestr("a/Diving_val.txt", f"{V1} 1 2\n")
         archive.writestr("b/Diving_val.txt", f"{V1} 1 2\n")
-    with pytest.raises(DataError, match=r"Diving_val.txt twice \(a/Diving_val.txt and b/Diving_val.txt\)"):
+        archive.writestr("c/Diving_val.txt", f"{V1} 1 3\n")
+    with pytest.raises(
+        DataError, match=r"Diving_val.txt twice, with different contents \(a/Diving_val.txt and c/"
+    ):
         thumos.read_annotations(twice)
+    # an identical copy (the same archive unpacked twice) is read once; Windows separators work
+    with zipfile.ZipFile(twice, "w") as archive:
+        archive.writestr("a/Diving_val.txt", f"{V1} 1 2\n")
+        archive.writestr("b/Diving_val.txt", f"{V1} 1 2\n")
+        archive.writestr("annotation\\CliffDiving_val.txt", f"{V1} 1 2\n")
+    assert thumos.read_annotations(twice).actions == {
+        V1: [
+            (1.0, 2.0, "CliffDiving", f"{twice}/annotation\\CliffDiving_val.txt, line 1"),
+            (1.0, 2.0, "Diving", f"{twice}/a/Diving_val.txt, line 1"),
+        ]
+    }
     # macOS resource forks of the files are not annotation files
     with zipfile.ZipFile(tmp_path / "mac.zip", "w") as archive:
         archive.writestr("annotation/Diving_val.txt", f"{V1} 1 2\n")
@@ -324,3 +343,45 @@ def test_arguments_are_checked(tmp_path):
     ):
         with pytest.raises(ConfigError, match=what):
             thumos.load_thumos14(ann, FEATURES, **kwargs)
+
+
+def zip_bytes(files):
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+ANNOTATION_ZIP = zip_bytes({f"annotation/{name}": text for name, text in FILES.items()})
+NPZ = zip_bytes({f"{name}.npy": npy_bytes(array) for name, array in FEATURES.items()})
+
+
+@fuzz_settings(40)
+@given(
+    annotations=st.one_of(
+        st.just(ANNOTATION_ZIP),
+        corrupt(ANNOTATION_ZIP),
+        corrupt(FILES["Diving_val.txt"].encode()).map(lambda text: zip_bytes({"Diving_val.txt": text})),
+    ),
+    features=st.one_of(
+        st.just(NPZ),
+        corrupt(NPZ),
+        corrupt(npy_bytes(FEATURES[V2])).map(
+            lambda data: zip_bytes({f"{V1}.npy": npy_bytes(FEATURES[V1]), f"{V2}.npy": data})
+        ),
+    ),
+)
+def test_corrupt_archives_load_or_raise_data_error(annotations, features):
+    with tempfile.TemporaryDirectory() as folder, no_hang():
+        (Path(folder) / "a.zip").write_bytes(annotations)
+        (Path(folder) / "f.npz").write_bytes(features)
+        try:
+            videos = thumos.load_thumos14(Path(folder) / "a.zip", Path(folder) / "f.npz")
+        except DataError:
+            return
+        for video in videos:
+            assert video.features.ndim == 2 and np.isfinite(video.features).all()
+            steps = video.segments_steps()
+            assert (steps[:, 0] < steps[:, 1]).all() and (steps >= 0).all()
+            assert (steps <= len(video.features)).all()

@@ -221,8 +221,9 @@ def read_annotations(source: str | os.PathLike, split: str = "validation") -> Th
     """``split``'s class files and ambiguous parts from ``source`` (the zip or a directory).
 
     DataError for: no class file of the split, a class that is not one of THUMOS'14's 20, a
-    class file without segments, the same file twice, an archive member whose path leaves
-    the archive, a file over ``MAX_ANNOTATION_BYTES``, and malformed lines.
+    class file without segments, an archive member whose path leaves
+    the archive, a file over ``MAX_ANNOTATION_BYTES``, and malformed lines. A class file found
+    twice with the same contents is read once; with different contents it is a DataError.
     """
     _check_split(split)
     source = Path(source)
@@ -233,7 +234,7 @@ def read_annotations(source: str | os.PathLike, split: str = "validation") -> Th
     suffix = SUFFIXES[split]
 
     def wanted(name: str) -> bool:
-        path = PurePosixPath(name)
+        path = _member_path(name)
         match = _CLASS_FILE.match(path.name)
         junk = "__MACOSX" in path.parts or path.name.startswith("._")
         return bool(match) and match.group("suffix") == suffix and not junk
@@ -241,8 +242,8 @@ def read_annotations(source: str | os.PathLike, split: str = "validation") -> Th
     members = read_members(source, wanted, MAX_ANNOTATION_BYTES, _EXPECTED, MAX_ANNOTATION_TOTAL_BYTES)
     by_class: dict[str, str] = {}
     for name in sorted(members):
-        path = PurePosixPath(name)
-        if path.is_absolute() or ".." in path.parts or "\\" in name:
+        path = _member_path(name)
+        if path.is_absolute() or ".." in path.parts:
             raise DataError(
                 f"{source}: member {name!r} has a path outside the archive; expected relative "
                 f"paths such as annotation/Diving_{suffix}.txt"
@@ -253,11 +254,12 @@ def read_annotations(source: str | os.PathLike, split: str = "validation") -> Th
                 f"{source}/{name}: unknown class {cls!r}; expected one of the THUMOS'14 classes "
                 f"({', '.join(CLASSES)}) or {AMBIGUOUS}"
             )
-        if cls in by_class:
+        if cls in by_class and members[by_class[cls]] != members[name]:
             raise DataError(
-                f"{source}: {path.name} twice ({by_class[cls]} and {name}); expected one file per class"
+                f"{source}: {path.name} twice, with different contents ({by_class[cls]} and "
+                f"{name}); expected one file per class"
             )
-        by_class[cls] = name
+        by_class.setdefault(cls, name)  # an identical copy is read once
     if not set(by_class) - {AMBIGUOUS}:
         raise DataError(
             f"{source}: no annotation files found; expected <Class>_{suffix}.txt files of the "
@@ -278,6 +280,11 @@ def read_annotations(source: str | os.PathLike, split: str = "validation") -> Th
         for video, start, end, at in rows:
             actions.setdefault(video, []).append((start, end, cls, at))
     return ThumosAnnotations(actions, ambiguous)
+
+
+def _member_path(name: str) -> PurePosixPath:
+    """An archive member's path, with the backslashes of zips made on Windows as separators."""
+    return PurePosixPath(name.replace("\\", "/"))
 
 
 def _where_to_get(split: str) -> str:

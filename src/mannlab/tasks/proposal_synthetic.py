@@ -8,15 +8,15 @@ must know how long ago the segment started. This benchmark makes that the only w
 - background: every step's features are Gaussian noise, N(0, ``noise``^2) per value;
 - a planted segment ``[s, e)`` of action class c has a *start marker* (a fixed direction
   ``start[c]`` of norm ``marker``) added at step s and an *end marker* (``end[c]``) added at
-  step e - 1; the steps between are drawn from the background's distribution, so nothing
+  step e - 1; the steps between are plain background noise (no marker of any kind), so nothing
   inside the segment tells its length or start;
 - distractors: with probability ``false_starts`` a background gap gets one lone start
   marker that no end follows, so a start does not imply a segment and the end belongs to the
   latest start before it;
-- segment lengths are uniform in [``min_length``, ``max_length``] steps (the default 64 is
-  longer than a GRU or LSTM carries a count through noise easily); gaps before and between
-  segments are uniform in ``gap``; segments never overlap and every video holds at least
-  one.
+- segment lengths are uniform in [``min_length``, ``max_length``] steps (4 to 64 by
+  default, so some starts must be carried across dozens of noisy steps); gaps before and
+  between segments are uniform in ``gap``; segments never overlap and every video holds at
+  least one.
 
 At the end marker the model must recall the step of the latest start marker (up to
 ``max_length`` steps back, through noise) to score the anchor of the right length: the

@@ -282,3 +282,20 @@ def test_a_recipe_runs_and_evaluates_through_the_cli(tmp_path, monkeypatch, caps
     assert main(["eval", "runs/syn/seed0"]) == 0
     assert "recall@1000 tIoU 0.8" in capsys.readouterr().out
     assert (tmp_path / "runs/syn/seed0/figures/proposals_test_recall_vs_tiou.png").is_file()
+
+
+def test_report_has_a_proposal_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    sets = [*TINY_SETS, "model.hidden_size=4", "model.projection_size=6", "train.val_every=2"]
+    sets += ["train.val_batch_size=4", "train.val_batches=1"]
+    for seed in (0, 1):
+        argv = ["train", "--model", "gru", "--task", "proposals-synthetic", "--steps", "2"]
+        argv += ["--seed", f"{seed}", "--batch-size", "4", "--no-progress"]
+        argv += ["--run-dir", f"runs/gru/seed{seed}"]
+        assert main([*argv, *[a for s in sets for a in ("--set", s)]]) == 0
+    assert main(["eval", "runs/gru/seed0"]) == 0
+    capsys.readouterr()
+    assert main(["report", "runs"]) == 0
+    out = capsys.readouterr().out
+    assert "# Temporal action proposals in `runs`" in out and "| gru (`gru`) | 1 |" in out
+    assert "Not evaluated (1" in out and "`gru/seed1`" in out

@@ -63,7 +63,8 @@ tasks (bAbI, MNIST, SNLI, strokes) get a table of test error per group instead, 
 eval-test.json (written by `mannlab eval RUN --split test`), a column per configuration: runs alike but
 for the seed, the directory and the bAbI tasks share one (a jointly trained model's seeds, or
 the D-NTM paper's one model per bAbI task, e.g. DIR/qa<N>/seed0), named by their common
-directory. The markdown is
+directory. Runs of proposal tasks get ARMIN table 3's recall at 1,000 proposals and the
+average recall, a row per directory of seeds, from their eval-test.json. The markdown is
 printed and written to RUNS_DIR/report.md (or --out).
 """
 

@@ -39,7 +39,8 @@ then --set overrides, then the shortcut flags (--seed, --steps, ...).
 --set takes dotted keys with TOML values, e.g.
   --set model.controller=fnn --set task.max_length=10 --set train.lr=3e-4
 Sections: model (its keyword arguments), task (its parameters), train (see TrainConfig
-in mannlab/config.py: optimizer, lr, batch_size, steps, val_every, clip_grad_norm, ...;
+in mannlab/config.py: optimizer, lr, batch_size, steps, val_every, clip_grad_norm,
+lr_decay_steps (the lr times lr_decay_factor, 0.1, after each of those steps), ...;
 device and precision, also --device and --precision; threads, the torch threads, default 1:
 these small recurrent models run fastest on one CPU thread).
 """
@@ -56,6 +57,11 @@ examples:
       (char-level LM with truncated BPTT; tasks ptb-char, text8, enwik8-char; the task
       section takes data_dir, bptt, valid_batch_size, test_batch_size, valid_symbols,
       test_symbols; the model section also embedding_size, input_dropout, output_dropout)
+  mannlab train --model armin --task proposals-synthetic --set model.projection_size=64
+      (temporal action proposals, SST over any model; also thumos14-proposals with
+      --data-dir DIR; the model section also projection_size, input_dropout,
+      output_dropout; train.epochs and train.lr_decay_epochs count epochs of windows;
+      then `mannlab eval RUN` for recall at 1,000 proposals and the proposals JSON)
 """
 
 RUN_HELP = """\

@@ -503,8 +503,12 @@ def build_report(runs_dir: str | Path, paper: bool = False) -> str:
             f"summary.json, e.g. <group>/seed<k>/ as `mannlab run` writes them"
         )
     data_runs = [r for r in runs if r.task in _data_task_names()]
-    toy_runs = [r for r in runs if r not in data_runs]
+    proposal_runs = [r for r in runs if _is_proposal_task(r.task)]
+    toy_runs = [r for r in runs if r not in data_runs and r not in proposal_runs]
     lines = _data_section(runs_dir, root, data_runs)
+    if proposal_runs:
+        lines += ["", ""] if lines else []
+        lines += _proposal_section(runs_dir, root, proposal_runs)
     if toy_runs:
         lines += ["", ""] if lines else []
         lines += _toy_section(runs_dir, root, toy_runs, paper)
@@ -553,6 +557,39 @@ def _data_task_names() -> set[str]:
     from mannlab.tasks import data_names
 
     return set(data_names())
+
+
+def _is_proposal_task(name: str) -> bool:
+    from mannlab.tasks import proposal_names
+
+    return str(name).strip().lower().replace("_", "-") in proposal_names()
+
+
+def _proposal_section(runs_dir: str | Path, root: Path, runs: list[Run]) -> list[str]:
+    """ARMIN table 3's numbers of the proposal-task runs, a row per group of seeds, from each
+    run's eval-test.json (reporting/proposal_runs.py)."""
+    from mannlab.reporting.proposal_runs import EVAL_FILE, proposal_table, read_proposal_eval
+
+    evaluated = [r for r in runs if (r.path / EVAL_FILE.format(split="test")).is_file()]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(evaluated, key=lambda r: str(r.group)):
+        label = f"{r.model} (`{_relative(r.group, root)}`)"
+        groups.setdefault(label, []).append(read_proposal_eval(r.path, "test"))
+    lines = [
+        f"# Temporal action proposals in `{runs_dir}`",
+        "",
+        "Recall at 1,000 average proposals per video at tIoU 0.6 and 0.8 (ARMIN table 3) and "
+        "average recall (tIoU 0.5:0.05:1) at 50, 100 and 1,000 proposals, on the test videos, of "
+        "each run's best checkpoint, from its eval-test.json; a row per directory of seeds: "
+        "the mean, and [min, max] over seeds.",
+        "",
+        proposal_table(groups) if groups else "No run has an eval-test.json yet.",
+    ]
+    missing = [r for r in runs if r not in evaluated]
+    if missing:
+        lines += ["", f"Not evaluated ({len(missing)}; `mannlab eval RUN`):", ""]
+        lines += [f"- `{_relative(r.path, root)}`" for r in missing]
+    return lines
 
 
 def _data_section(runs_dir: str | Path, root: Path, data_runs: list[Run]) -> list[str]:

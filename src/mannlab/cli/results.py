@@ -224,6 +224,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from mannlab import tasks
     from mannlab.config import load_config
+    from mannlab.evaluation import loss_key
     from mannlab.reporting import figures
     from mannlab.rundir import load_run, use_run_threads
     from mannlab.training.figures import draw_memory_access
@@ -256,7 +257,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
     path = out / "learning_curve.png"
     figures.learning_curve(
-        metrics, path, title=f"{config.model} on {config.task}", threshold=config.train.solve_bce
+        metrics,
+        path,
+        metric=loss_key(task),  # the task's loss ("wbce" for proposal tasks), as training draws it
+        title=f"{config.model} on {config.task}",
+        threshold=config.train.solve_bce or None,  # 0: no solve threshold (proposal tasks)
     )
     print(f"learning curve: {path}")
     return 0

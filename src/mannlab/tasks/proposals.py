@@ -140,10 +140,6 @@ class ProposalTask(Task):
         """SST's labels of one whole video: (T, K) float32 (proposal_math.proposal_labels)."""
         return proposal_labels(video.segments, len(video.features), self.lengths, self.params["label_tiou"])
 
-    def split_size(self, split: str) -> int:
-        """Number of videos in ``split``."""
-        return len(self.videos(split))
-
     def windows(self, split: str = "train") -> int:
         """How many windows tile the videos of ``split`` once: sum of ceil(T_v / window)."""
         window = self.params["window"]

@@ -57,7 +57,7 @@ def draw_learning_curve(run_dir: Path, config: RunConfig, task: Any, out: Path) 
             path,
             metric=loss_key(task),
             title=f"{config.model} on {config.task}",
-            threshold=config.train.solve_bce,
+            threshold=config.train.solve_bce or None,  # 0: no solve threshold (proposal tasks)
         )
     return path
 

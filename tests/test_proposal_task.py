@@ -181,6 +181,8 @@ def test_evaluation_writes_proposals_recall_and_figures(tmp_path):
     saved = json.loads((tmp_path / "eval-test.json").read_text())
     assert saved["summary"] == summary and len(saved["curves"]["recall_vs_tiou"][0]) == 20
     assert (tmp_path / "figures" / "proposals_test_ar_vs_proposals.png").stat().st_size > 1000
+    first_two = evaluate_proposals(model, task, "test", limit=2, batch_size=1)
+    assert first_two["videos"] == 2 and "files" not in first_two
 
 
 # ------------------------------------------------------------------ THUMOS'14 from a tiny fixture

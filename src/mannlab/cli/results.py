@@ -90,7 +90,9 @@ def add_commands(command) -> None:
     )
     evaluate.add_argument("--batches", type=positive_int, default=4, help="batches per length (default 4)")
     evaluate.add_argument(
-        "--batch-size", type=positive_int, help="sequences per batch (default 32; data-set splits 100)"
+        "--batch-size",
+        type=positive_int,
+        help="sequences per batch (default 32; data-set splits 100; proposal tasks: videos, 16)",
     )
     evaluate.add_argument("--seed", type=seed, help="seed of the evaluation data (default: the run's seed)")
     evaluate.add_argument(
@@ -105,7 +107,11 @@ def add_commands(command) -> None:
         choices=("train", "valid", "test"),
         help="data-set tasks: the split to evaluate (default test)",
     )
-    evaluate.add_argument("--limit", type=positive_int, help="data-set tasks: only the first N examples")
+    evaluate.add_argument(
+        "--limit",
+        type=positive_int,
+        help="data-set tasks: only the first N examples (proposal tasks: videos)",
+    )
     add_override(evaluate)
     evaluate.add_argument(
         "--data-dir",

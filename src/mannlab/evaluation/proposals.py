@@ -75,13 +75,12 @@ def score_videos(
 
 
 def propose(
-    model: torch.nn.Module, task: Any, split: str = "test", chunk: int = 512
+    model: torch.nn.Module, task: Any, videos: list[ProposalVideo], chunk: int = 512, batch_size: int = 16
 ) -> dict[str, np.ndarray]:
     """Video name -> proposals (P, 3) ``[start, end, score]`` in steps, score descending, with
     the task's ``score_threshold``, ``nms_tiou`` and ``max_proposals``."""
     p = task.params
-    videos = task.videos(split)
-    scores = score_videos(model, videos, chunk)
+    scores = score_videos(model, videos, chunk, batch_size)
     return {
         video.name: decode_proposals(
             s, task.lengths, p["score_threshold"], p["nms_tiou"], max_proposals=p["max_proposals"]
@@ -113,13 +112,16 @@ def evaluate_proposals(
     label: str = "model",
     chunk: int = 512,
     about: dict[str, Any] | None = None,
+    limit: int | None = None,
+    batch_size: int = 16,
 ) -> dict[str, Any]:
-    """Proposals and recall of ``model`` on the whole videos of ``split`` (module docstring).
-    With ``out_dir`` (a run directory), writes the proposals JSON, the eval JSON and the two
+    """Proposals and recall of ``model`` on the whole videos of ``split`` (module docstring;
+    ``limit``: the first that many only; ``batch_size`` videos scored together). With
+    ``out_dir`` (a run directory), writes the proposals JSON, the eval JSON and the two
     figures there (``label`` names the curve) and lists their paths under ``files``.
     ``about`` (run directory, model, task, checkpoint) is added to the result first."""
-    videos = task.videos(split)
-    proposals = propose(model, task, split, chunk)
+    videos = task.videos(split)[:limit]
+    proposals = propose(model, task, videos, chunk, batch_size)
     truth = {v.name: v.segments for v in videos}
     report = recall_report(proposals, truth)
     counts = [len(p) for p in proposals.values()]

@@ -58,7 +58,16 @@ def evaluate_run(
             task=config.task,
             model=config.model,
         )
-        result = evaluate_proposals(model, task, split, out_dir=run_dir, label=config.model, about=about)
+        result = evaluate_proposals(
+            model,
+            task,
+            split,
+            out_dir=run_dir,
+            label=config.model,
+            about=about,
+            limit=limit,
+            batch_size=batch_size or 16,
+        )
         return {**out, "kind": "proposals", "split": split, "result": result, "path": result["files"]["eval"]}
     if isinstance(task, DatasetTask):
         result = evaluate_split(model, task, split, batch_size or 100, limit)

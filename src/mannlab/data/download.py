@@ -54,6 +54,19 @@ from mannlab.errors import DataError
 ENV_VAR = "MANNLAB_DATA"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 CHUNK = 1 << 20
+#: what reading a corrupt archive raises: zipfile alone gives ValueError, NotImplementedError
+#: (an unknown compression method) and RuntimeError (an encrypted member) besides BadZipFile
+CORRUPT_ARCHIVE = (
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    EOFError,
+    OSError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+)
 #: default size limits of ``read_members`` (loaders pass their data set's own): one
 #: member, and all wanted members together
 MAX_MEMBER_BYTES = 1 << 30
@@ -321,19 +334,7 @@ def read_members(
         raise
     except PermissionError as exc:
         raise unreadable(exc.filename or source, exc) from None
-    # what corrupt archives raise: zipfile alone gives ValueError, NotImplementedError (an
-    # unknown compression method) and RuntimeError (an encrypted member) besides BadZipFile
-    except (
-        tarfile.TarError,
-        zipfile.BadZipFile,
-        zlib.error,
-        lzma.LZMAError,
-        EOFError,
-        OSError,
-        ValueError,
-        NotImplementedError,
-        RuntimeError,
-    ) as exc:
+    except CORRUPT_ARCHIVE as exc:
         reason = " ".join(str(exc).split())
         raise DataError(
             f"{source} cannot be read ({type(exc).__name__}: {reason}); it looks corrupt or "

@@ -22,16 +22,14 @@ a DataError naming the file and the video. Arrays are returned as float32.
 from __future__ import annotations
 
 import importlib
-import lzma
 import os
 import zipfile
-import zlib
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 
-from mannlab.data.download import open_data, read_capped, read_members, too_large
+from mannlab.data.download import CORRUPT_ARCHIVE, open_data, read_capped, read_members, too_large
 from mannlab.data.strokes import parse_npy
 from mannlab.errors import DataError
 
@@ -154,17 +152,7 @@ def _read_npz(path: Path, wanted: list[str]) -> dict[str, np.ndarray]:
                 out[files[info.filename]] = parse_npy(data, where)
     except DataError:
         raise
-    # what a corrupt zip raises (see download.read_members)
-    except (
-        zipfile.BadZipFile,
-        zlib.error,
-        lzma.LZMAError,
-        EOFError,
-        OSError,
-        ValueError,
-        NotImplementedError,
-        RuntimeError,
-    ) as exc:
+    except CORRUPT_ARCHIVE as exc:
         reason = " ".join(str(exc).split())
         raise DataError(
             f"{path} cannot be read as an .npz file ({type(exc).__name__}: {reason}); it looks "

@@ -118,6 +118,19 @@ def anchor_weights(label_arrays: Iterable[np.ndarray]) -> np.ndarray:
     return np.stack([1.0 - rate, rate], axis=1)
 
 
+def weighted_pair_losses(
+    logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | np.ndarray
+) -> torch.Tensor:
+    """The terms of SST's weighted multi-label loss, one per (step, anchor), unmasked:
+    ``-(w+_k y log σ(l) + w-_k (1 - y) log(1 - σ(l)))`` with the logs as ``logsigmoid(±l)``;
+    ``logits`` and ``labels`` (..., K), ``weights`` (K, 2) from :func:`anchor_weights`."""
+    w = torch.as_tensor(weights, dtype=logits.dtype, device=logits.device)
+    if tuple(w.shape) != (logits.shape[-1], 2):
+        raise ValueError(f"weights must be (K, 2) = ({logits.shape[-1]}, 2), got {tuple(w.shape)}")
+    y = labels.to(logits.dtype)
+    return -(w[:, 0] * y * F.logsigmoid(logits) + w[:, 1] * (1.0 - y) * F.logsigmoid(-logits))
+
+
 def weighted_proposal_loss(
     logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | np.ndarray
 ) -> torch.Tensor:
@@ -138,13 +151,8 @@ def weighted_proposal_loss(
         )
     if tuple(mask.shape) != tuple(logits.shape[:2]):
         raise ValueError(f"mask must be (B, T) = {tuple(logits.shape[:2])}, got {tuple(mask.shape)}")
-    w = torch.as_tensor(weights, dtype=logits.dtype, device=logits.device)
-    if tuple(w.shape) != (logits.shape[2], 2):
-        raise ValueError(f"weights must be (K, 2) = ({logits.shape[2]}, 2), got {tuple(w.shape)}")
-    y = labels.to(logits.dtype)
     m = mask.to(logits.dtype)
-    per_pair = -(w[:, 0] * y * F.logsigmoid(logits) + w[:, 1] * (1.0 - y) * F.logsigmoid(-logits))
-    total = (per_pair * m[..., None]).sum()
+    total = (weighted_pair_losses(logits, labels, weights) * m[..., None]).sum()
     count = m.sum() * logits.shape[2]
     return total / count if count.item() > 0 else total * 0.0
 

@@ -43,7 +43,6 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from mannlab.errors import ConfigError
 from mannlab.tasks.base import Task, as_generator, check_int, masked_bce
@@ -52,6 +51,7 @@ from mannlab.tasks.proposal_math import (
     anchor_lengths,
     anchor_weights,
     proposal_labels,
+    weighted_pair_losses,
     weighted_proposal_loss,
 )
 from mannlab.tasks.proposal_synthetic import synthetic_videos
@@ -206,10 +206,7 @@ class ProposalTask(Task):
 
     def step_nll(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, T) weighted BCE summed over the anchors of each step, times ``mask``."""
-        w = torch.as_tensor(self.weights, dtype=logits.dtype, device=logits.device)
-        y = targets.to(logits.dtype)
-        pairs = -(w[:, 0] * y * F.logsigmoid(logits) + w[:, 1] * (1 - y) * F.logsigmoid(-logits))
-        return pairs.sum(-1) * mask.to(logits.dtype)
+        return weighted_pair_losses(logits, targets, self.weights).sum(-1) * mask.to(logits.dtype)
 
     def metrics(
         self,

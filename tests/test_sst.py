@@ -7,9 +7,10 @@ import torch
 
 from conftest import SMALL, leaves
 from mannlab import ConfigError, detach_state
+from mannlab.models import MODELS
 from mannlab.wrappers import SST, model_for_task
 
-NAMES = ["gru", "lstm", "armin"]
+NAMES = sorted(MODELS)  # every registered model can be SST's encoder
 D, K, P = 7, 5, 6
 
 

@@ -228,6 +228,17 @@ def unreadable(path: Path | str, exc: OSError) -> DataError:
     return DataError(f"{path}: cannot be read ({exc.strerror or exc})")
 
 
+def corrupt(source: Path | str, exc: Exception, kind: str = "", remedy: str = "replace it") -> DataError:
+    """The DataError for a file whose reader failed the way damaged files make it fail
+    (``kind``: what it was read as, e.g. "an .npz file")."""
+    reason = " ".join(str(exc).split())
+    as_kind = f" as {kind}" if kind else ""
+    return DataError(
+        f"{source} cannot be read{as_kind} ({type(exc).__name__}: {reason}); it looks corrupt or "
+        f"truncated: {remedy}"
+    )
+
+
 def too_large(source: str, limit: int, expected: str, decompressed: bool = True) -> DataError:
     """The DataError for a file or member larger than its data set's limit."""
     how, what = (" when decompressed", "a corrupt or crafted archive (a decompression bomb?)")
@@ -335,9 +346,5 @@ def read_members(
     except PermissionError as exc:
         raise unreadable(exc.filename or source, exc) from None
     except CORRUPT_ARCHIVE as exc:
-        reason = " ".join(str(exc).split())
-        raise DataError(
-            f"{source} cannot be read ({type(exc).__name__}: {reason}); it looks corrupt or "
-            f"truncated: delete it to download it again, or replace it"
-        ) from None
+        raise corrupt(source, exc, remedy="delete it to download it again, or replace it") from None
     return out

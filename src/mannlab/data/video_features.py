@@ -29,7 +29,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from mannlab.data.download import CORRUPT_ARCHIVE, open_data, read_capped, read_members, too_large
+from mannlab.data.download import CORRUPT_ARCHIVE, corrupt, open_data, read_capped, read_members, too_large
 from mannlab.data.strokes import parse_npy
 from mannlab.errors import DataError
 
@@ -153,11 +153,7 @@ def _read_npz(path: Path, wanted: list[str]) -> dict[str, np.ndarray]:
     except DataError:
         raise
     except CORRUPT_ARCHIVE as exc:
-        reason = " ".join(str(exc).split())
-        raise DataError(
-            f"{path} cannot be read as an .npz file ({type(exc).__name__}: {reason}); it looks "
-            f"corrupt or truncated: replace it"
-        ) from None
+        raise corrupt(path, exc, "an .npz file") from None
     return out
 
 
@@ -201,9 +197,5 @@ def _read_hdf5(path: Path, wanted: list[str]) -> dict[str, np.ndarray]:
     except DataError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
-        reason = " ".join(str(exc).split())
-        raise DataError(
-            f"{path} cannot be read as an HDF5 file ({type(exc).__name__}: {reason}); it looks "
-            f"corrupt or truncated: replace it"
-        ) from None
+        raise corrupt(path, exc, "an HDF5 file") from None
     return out

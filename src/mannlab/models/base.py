@@ -36,6 +36,13 @@ def check_positive(**sizes: int) -> None:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
+def check_probability(name: str, value: Any) -> float:
+    """Constructor guard: a dropout or zoneout probability in [0, 1), as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}")
+    return float(value)
+
+
 def check_choice(name: str, value: Any, valid: tuple[str, ...]) -> str:
     """Constructor guard: one of the ``valid`` names."""
     if value not in valid:

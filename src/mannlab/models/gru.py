@@ -21,8 +21,8 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-from mannlab.models.base import SequenceModel, check_positive
-from mannlab.models.lstm import _cpu_autocast_off, _probability
+from mannlab.models.base import SequenceModel, check_positive, check_probability
+from mannlab.models.lstm import _cpu_autocast_off
 
 
 class GRUState(NamedTuple):
@@ -57,7 +57,7 @@ class GRU(SequenceModel):
         check_positive(hidden_size=hidden_size, num_layers=num_layers)
         super().__init__(input_size, output_size, hidden_size, batch_first)
         self.hidden_size, self.num_layers = hidden_size, num_layers
-        self.output_dropout = nn.Dropout(_probability("dropout", dropout))
+        self.output_dropout = nn.Dropout(check_probability("dropout", dropout))
         self.gru = nn.GRU(input_size, hidden_size, num_layers, batch_first=True)
         self.h0 = nn.Parameter(torch.zeros(num_layers, 1, hidden_size))
 

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.base import SequenceModel, check_positive
+from mannlab.models.base import SequenceModel, check_positive, check_probability
 from mannlab.ops import dispatch
 
 
@@ -52,12 +52,6 @@ class LSTMTrace(NamedTuple):
     """Per-step hidden states of the last layer (B, T, hidden_size)."""
 
     hidden: torch.Tensor
-
-
-def _probability(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}")
-    return float(value)
 
 
 def zoneout(previous: torch.Tensor, new: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -109,9 +103,9 @@ class LSTM(SequenceModel):
             raise ConfigError(f"fused must be true, false or absent, got {fused!r}")
         super().__init__(input_size, output_size, hidden_size, batch_first)
         self.hidden_size, self.num_layers, self.layer_norm = hidden_size, num_layers, layer_norm
-        self.zoneout = _probability("zoneout", zoneout)
-        self.recurrent_dropout = _probability("recurrent_dropout", recurrent_dropout)
-        self.output_dropout = nn.Dropout(_probability("dropout", dropout))
+        self.zoneout = check_probability("zoneout", zoneout)
+        self.recurrent_dropout = check_probability("recurrent_dropout", recurrent_dropout)
+        self.output_dropout = nn.Dropout(check_probability("dropout", dropout))
         needs_cells = layer_norm or bool(self.zoneout) or bool(self.recurrent_dropout)
         if fused and needs_cells:
             raise ConfigError(

@@ -11,11 +11,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from mannlab.errors import ConfigError
-from mannlab.models import build_model
+from mannlab.wrappers.front_end import FrontEnd
 
 
-class CharLM(nn.Module):
+class CharLM(FrontEnd):
     """Embedding -> a registered sequence model (``mannlab.models.build_model``) whose
     output head gives logits over the symbols. ``logits, state = lm(tokens (B, T), state)``.
 
@@ -25,6 +24,7 @@ class CharLM(nn.Module):
     layer and auxiliary predictor stay where they are)."""
 
     OPTIONS = ("embedding_size", "input_dropout", "output_dropout")
+    LABEL = "the char-LM"
 
     def __init__(
         self,
@@ -36,20 +36,16 @@ class CharLM(nn.Module):
         **model_kwargs: Any,
     ):
         super().__init__()
-        for name, p in (("input_dropout", input_dropout), ("output_dropout", output_dropout)):
-            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-                raise ConfigError(f"model.{name} must be a probability in [0, 1), got {p!r}")
-        if isinstance(embedding_size, bool) or not isinstance(embedding_size, int) or embedding_size < 1:
-            raise ConfigError(f"model.embedding_size must be a positive integer, got {embedding_size!r}")
-        self.embedding = nn.Embedding(vocab_size, embedding_size)
-        self.dropout = nn.Dropout(input_dropout)
-        try:
-            self.core = build_model(model, embedding_size, vocab_size, **model_kwargs)
-        except ConfigError as exc:
-            raise ConfigError(f"{exc} (and the char-LM's own: {', '.join(self.OPTIONS)})") from None
-        self.output_dropout = nn.Dropout(output_dropout)
-        if output_dropout:
-            self.core.head.register_forward_pre_hook(lambda _, args: (self.output_dropout(args[0]),))
+        self.build(
+            "embedding",
+            lambda: nn.Embedding(vocab_size, embedding_size),
+            embedding_size,
+            model,
+            vocab_size,
+            input_dropout,
+            output_dropout,
+            model_kwargs,
+        )
         self.vocab_size = vocab_size
 
     @property
@@ -67,4 +63,4 @@ class CharLM(nn.Module):
                 f"CharLM expects (batch, time) symbol indices (integers), got "
                 f"{tuple(tokens.shape)} {tokens.dtype}"
             )
-        return self.core(self.dropout(self.embedding(tokens.long())), state, return_trace=return_trace)
+        return self.core(self.input_dropout(self.embedding(tokens.long())), state, return_trace=return_trace)

@@ -25,19 +25,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from mannlab.errors import ConfigError
-from mannlab.models import build_model
 from mannlab.models.base import check_input
+from mannlab.wrappers.front_end import FrontEnd
 from mannlab.wrappers.passthrough import PassThrough
 
 
-def _probability(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ConfigError(f"model.{name} must be a probability in [0, 1), got {value!r}")
-    return float(value)
-
-
-class SST(PassThrough, nn.Module):
+class SST(PassThrough, FrontEnd):
     """``logits, state = sst(features (B, T, feature_size), state)``: an input projection with
     dropout, then the registered model ``model`` whose head gives ``anchors`` logits per step
     (see the module docstring). Called like a model (``return_trace`` too); other attributes
@@ -45,6 +38,7 @@ class SST(PassThrough, nn.Module):
     sets) are the model's."""
 
     OPTIONS = ("projection_size", "input_dropout", "output_dropout")
+    LABEL = "SST"
     inner = "core"
 
     def __init__(
@@ -58,18 +52,17 @@ class SST(PassThrough, nn.Module):
         **model_kwargs: Any,
     ):
         super().__init__()
-        if isinstance(projection_size, bool) or not isinstance(projection_size, int) or projection_size < 1:
-            raise ConfigError(f"model.projection_size must be a positive integer, got {projection_size!r}")
         self.input_size, self.anchors = feature_size, anchors
-        self.projection = nn.Linear(feature_size, projection_size)
-        self.input_dropout = nn.Dropout(_probability("input_dropout", input_dropout))
-        try:
-            self.core = build_model(model, projection_size, anchors, **model_kwargs)
-        except ConfigError as exc:
-            raise ConfigError(f"{exc} (and SST's own: {', '.join(self.OPTIONS)})") from None
-        self.output_dropout = nn.Dropout(_probability("output_dropout", output_dropout))
-        if output_dropout:
-            self.core.head.register_forward_pre_hook(lambda _, args: (self.output_dropout(args[0]),))
+        self.build(
+            "projection",
+            lambda: nn.Linear(feature_size, projection_size),
+            projection_size,
+            model,
+            anchors,
+            input_dropout,
+            output_dropout,
+            model_kwargs,
+        )
 
     def forward(self, x: torch.Tensor, state: Any = None, return_trace: bool = False):
         """x (B, T, feature_size) -> (B, T, anchors) logits, state[, trace]."""

@@ -16,6 +16,7 @@ import math
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from mannlab.ops.numba_cache import njit
@@ -312,3 +313,32 @@ def scaled_softmax_into(scale, logits, out):
     inverse = 1.0 / total
     for j in range(logits.shape[0]):
         out[j] *= inverse
+
+
+# ------------------------------------------------------------- cache
+
+
+@intrinsic
+def _prefetch_line(typingctx, array, offset):
+    """Hint the CPU to load the cache line at byte ``offset`` of the array's data."""
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        byte_pointer = ir.IntType(8).as_pointer()
+        pointer = builder.gep(builder.bitcast(data, byte_pointer), [args[1]])
+        i32 = ir.IntType(32)
+        function_type = ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32])
+        function = cgutils.get_or_insert_function(builder.module, function_type, "llvm.prefetch.p0i8")
+        # a read, to be kept in every cache level, of data
+        builder.call(function, [pointer, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(array, types.intp), codegen
+
+
+@njit(inline="always")
+def prefetch(array):
+    """Start loading a C-contiguous array into the caches, one hint per 64-byte line, so that
+    a loop that reads it later need not wait for memory."""
+    for offset in range(0, array.size * array.itemsize, 64):
+        _prefetch_line(array, offset)

@@ -12,12 +12,13 @@ between checkpoints, in the sequence backward). The results equal the compositio
 of mannlab.nn.addressing primitives to rounding (tests/test_fused_dnc_step.py).
 
 What keeps the loops on the vector units (each measured; numba cannot tell LLVM that two
-arrays do not alias, so a loop that writes an array it also reads, or a sum kept in an
-array, runs one value at a time): the memory is kept transposed, (W, N), so that its
-loops run along the N slots and not along a slot's W entries; the link matrix's
-arithmetic runs in the state's dtype (float32 vectors are twice as wide and need no
-conversions), its column sums in scratch of that dtype; gradients that a loop both reads
-and writes go to a second buffer; tanh_array and sigmoid_array never run in place.
+arrays do not alias, so a loop that reads one array and writes another that may overlap
+it, or keeps a sum in an array, runs one value at a time): the memory is kept transposed,
+(W, N), so that its loops run along the N slots and not along a slot's W entries; the link
+matrix's arithmetic runs in the state's dtype (float32 vectors are twice as wide and need
+no conversions), its column sums in scratch of that dtype; the links and their gradient
+are updated in place through one array (entry by entry, which vectorises), never through
+the same array passed twice; tanh_array and sigmoid_array never run in place.
 
 Layout of one batch element's raw interface vector (P,), as DNCCell emits it:
     [k^r (R*W), k^w (W), v (W) | beta^r (R), beta^w | e (W), f (R), g^a, g^w | pi (3R)]
@@ -49,6 +50,7 @@ from mannlab.ops.numba_math import (
     EPS,
     FAST,
     dot,
+    prefetch,
     scaled_softmax_into,
     sigmoid,
     sigmoid_array,
@@ -225,11 +227,22 @@ def _allocation_backward(grad_alloc, usage, order, grad_usage):
 @njit(fastmath=FAST, inline="always")
 def _link_row(row_prev, write_w, prec_prev, weight, keep, i, row):
     """Row i of L_t: (1 - w^w[i] - w^w[j]) L_{t-1}[i, j] + w^w[i] p_{t-1}[j], zero at j = i,
-    in the links' dtype (keep = 1 - w^w[i]). The forward and the backward's recomputed
-    segment call this one expression, and _links_backward writes it out the same way, so
-    that they round alike."""
+    in the links' dtype (keep = 1 - w^w[i]), into another array (the backward's recomputed
+    segment). _link_row_in_place (the forward) and _links_backward write out the same
+    expression, so that they round alike."""
     for j in range(row.shape[0]):
         row[j] = (keep - write_w[j]) * row_prev[j] + weight * prec_prev[j]
+    row[i] = 0.0
+
+
+@njit(fastmath=FAST, inline="always")
+def _link_row_in_place(row, write_w, prec_prev, weight, keep, i):
+    """_link_row with L_{t-1}'s row i replaced by L_t's: row i of L_t needs only row i of
+    L_{t-1}, and one (N, N) array per element instead of two keeps the forward's links in
+    L2. (The same array passed to _link_row as both rows would not vectorise: LLVM then
+    sees two arrays that overlap.)"""
+    for j in range(row.shape[0]):
+        row[j] = (keep - write_w[j]) * row[j] + weight * prec_prev[j]
     row[i] = 0.0
 
 
@@ -247,13 +260,13 @@ def _memory_write(memory, write_w, erase, vector, new_memory):
 
 
 @njit(fastmath=FAST)
-def _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, backward):
-    """L_t (zero diagonal) from L_{t-1}, w^w_t and p_{t-1}, with f = L_t w^r_{t-1} and
-    b = L_t^T w^r_{t-1}, in one pass over the rows of L, two rows at a time (the column
-    sums of b loaded and stored once per two rows). The arithmetic is in the links'
-    dtype (float32 vectors are twice as wide as float64 and need no conversions); the
-    columns of b are summed in a scratch of that dtype, so that every loop reads and writes
-    one dtype and vectorises."""
+def _links_forward(links, write_w, prec_prev, read_prev, forward, backward):
+    """L_t (zero diagonal) from L_{t-1}, w^w_t and p_{t-1}, in place (``links`` holds L_{t-1}
+    on entry), with f = L_t w^r_{t-1} and b = L_t^T w^r_{t-1}, in one pass over the rows of
+    L, two rows at a time (the column sums of b loaded and stored once per two rows). The
+    arithmetic is in the links' dtype (float32 vectors are twice as wide as float64 and need
+    no conversions); the columns of b are summed in a scratch of that dtype, so that every
+    loop reads and writes one dtype and vectorises."""
     slots, read_heads = write_w.shape[0], read_prev.shape[0]
     one, zero = links.dtype.type(1.0), links.dtype.type(0.0)
     column = np.zeros((read_heads, slots), links.dtype)
@@ -261,8 +274,8 @@ def _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, ba
     while a + 2 <= slots:  # rows a and c = a + 1
         c = a + 1
         weight_a, weight_c = write_w[a], write_w[c]
-        _link_row(links_prev[a], write_w, prec_prev, weight_a, one - weight_a, a, links[a])
-        _link_row(links_prev[c], write_w, prec_prev, weight_c, one - weight_c, c, links[c])
+        _link_row_in_place(links[a], write_w, prec_prev, weight_a, one - weight_a, a)
+        _link_row_in_place(links[c], write_w, prec_prev, weight_c, one - weight_c, c)
         for r in range(read_heads):
             read_a, read_c, total_a, total_c = read_prev[r, a], read_prev[r, c], zero, zero
             for j in range(slots):
@@ -274,7 +287,7 @@ def _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, ba
         a += 2
     for i in range(a, slots):  # the last row of an odd N
         weight = write_w[i]
-        _link_row(links_prev[i], write_w, prec_prev, weight, one - weight, i, links[i])
+        _link_row_in_place(links[i], write_w, prec_prev, weight, one - weight, i)
         for r in range(read_heads):
             read, total = read_prev[r, i], zero
             for j in range(slots):
@@ -295,14 +308,13 @@ def _links_backward(
     grad_fwd,
     grad_bwd,
     grad_links,
-    g_links_prev,
     g_read_prev,
     g_prec_prev,
     grad_ww,
 ):
     """Backward of _links_forward through L_t and w^r_{t-1}: adds into g_read_prev,
-    g_prec_prev and grad_ww, writes g_links_prev (not grad_links itself: the loops vectorise
-    only when the arrays they write and read differ). One pass over the rows: each row of
+    g_prec_prev and grad_ww, and turns grad_links, dL_t, into dL_{t-1} in place (each entry
+    of dL_{t-1} needs only the same entry of dL_t). One pass over the rows: each row of
     L_t is recomputed from L_{t-1} (cheaper than reading a second (N, N) array) and its
     gradient dL'[i, :] = dL_t[i, :] + the directional weightings' outer products formed and
     used in the same loop; heads after the first take one more loop each. As in the forward,
@@ -339,7 +351,7 @@ def _links_backward(
             sums0[j] += g_f0 * link
             total0 += g_b0[j] * link
             total += grad * (prec_prev[j] - prev)
-            g_links_prev[i, j] = grad * (keep - write_w[j])
+            grad_links[i, j] = grad * (keep - write_w[j])
             col_links[j] += grad * prev
             col_prec[j] += grad * weight
         g_read_prev[0, i] += total0
@@ -367,14 +379,13 @@ def _element_forward(
     write_prev,
     usage_prev,
     prec_prev,
-    links_prev,
+    links,
     reads,
     new_memory,
     read_w,
     write_w,
     usage,
     prec,
-    links,
     act,
     vectors,
     paths,
@@ -419,7 +430,7 @@ def _element_forward(
     for i in range(slots):
         prec[i] = (1.0 - total) * prec_prev[i] + write_w[i]
     sims, contents, forward, backward = paths[0], paths[1], paths[2], paths[3]
-    _links_forward(links_prev, write_w, prec_prev, read_prev, links, forward, backward)
+    _links_forward(links, write_w, prec_prev, read_prev, forward, backward)
     # content read weightings on M_t, read modes, reads
     _column_norms(new_memory, norms[1])
     for r in range(read_heads):
@@ -450,7 +461,7 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
     reads = np.empty((batch, read_heads, width), dtype)
     new_memory, read_w = np.empty_like(memory), np.empty_like(read_prev)
     write_w, usage = np.empty_like(write_prev), np.empty_like(usage_prev)
-    prec, links = np.empty_like(prec_prev), np.empty_like(links_prev)
+    prec, links = np.empty_like(prec_prev), links_prev.copy()  # updated in place to L_t
     act = np.empty_like(raw)
     vectors, paths = np.empty((batch, 4, slots)), np.empty((batch, 4, read_heads, slots))
     norms, key_norms = np.empty((batch, 2, slots)), np.empty((batch, read_heads + 1))
@@ -466,14 +477,13 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
             write_prev[b, 0],
             usage_prev[b],
             prec_prev[b],
-            links_prev[b],
+            links[b],
             reads[b],
             new_t,
             read_w[b],
             write_w[b, 0],
             usage[b],
             prec[b],
-            links[b],
             act[b],
             vectors[b],
             paths[b],
@@ -493,12 +503,13 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
 def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     """Backward of one batch element (tuples as in memory_step_forward/backward, indexed
     at the element); fills grads_in = gradients of (raw, M_{t-1}, w^r_{t-1}, w^w_{t-1},
-    u_{t-1}, p_{t-1}, L_{t-1})."""
+    u_{t-1}, p_{t-1}), and turns the links' gradient in grads_out (of L_t) into that of
+    L_{t-1} in place."""
     raw, memory, read_prev, write_prev, usage_prev, prec_prev, links_prev = inputs
     new_memory, read_w, write_w, usage = outputs
     act, vectors, paths, norms, key_norms, order = saved
     grad_reads, grad_new, grad_read_w, grad_write_w, grad_usage, grad_prec, grad_links = grads_out
-    g_raw, g_memory, g_read_prev, g_write_prev, g_usage_prev, g_prec_prev, g_links_prev = grads_in
+    g_raw, g_memory, g_read_prev, g_write_prev, g_usage_prev, g_prec_prev = grads_in
     width, slots, read_heads = memory.shape[0], memory.shape[1], read_prev.shape[0]
     offsets = _offsets(read_heads, width)
     o_rkey, o_wkey, o_vec, o_beta, o_erase, o_free, o_ga, o_gw, o_modes = offsets
@@ -552,7 +563,6 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
         grad_fwd,
         grad_bwd,
         grad_links,
-        g_links_prev,
         g_read_prev,
         g_prec_prev,
         grad_ww,
@@ -623,7 +633,7 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
         np.empty_like(write_prev),
         np.empty_like(usage_prev),
         np.empty_like(prec_prev),
-        np.empty_like(links_prev),
+        grads_out[6].copy(),  # L_t's gradient, turned into L_{t-1}'s in place
     )
     grad_act = np.empty(raw.shape[1])
     width, slots = memory.shape[2], memory.shape[1]  # the element step's memories: (W, N)
@@ -643,17 +653,9 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
                 grads_out[3][b, 0],
                 grads_out[4][b],
                 grads_out[5][b],
-                grads_out[6][b],
-            ),
-            (
-                grads_in[0][b],
-                g_memory,
-                grads_in[2][b],
-                grads_in[3][b, 0],
-                grads_in[4][b],
-                grads_in[5][b],
                 grads_in[6][b],
             ),
+            (grads_in[0][b], g_memory, grads_in[2][b], grads_in[3][b, 0], grads_in[4][b], grads_in[5][b]),
             grad_act,
         )
         grads_in[1][b] = g_memory.T
@@ -667,13 +669,14 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
 # every time step. Each batch element is one independent loop over time that reads the shared
 # weights and writes only its own rows, so row blocks run on threads (ops/threads.py); the
 # forward steps GROUP elements together so that they share the controller's weight reads
-# (4 % off the training step at batch 32; the same in the backward, groups of 2 or 4, was no
-# faster: each element there also holds a segment of recomputed links). The weight gradients
-# are left to the caller (one matrix product each over all steps).
+# (groups of 4 took 4 % off the training step at batch 32; 8, once each element's links were
+# one array updated in place, as fast or a little faster; the same in the backward, groups
+# of 2 or 4, was no faster: each element there also holds a segment of recomputed links).
+# The weight gradients are left to the caller (one matrix product each over all steps).
 
 #: batch elements sequence_forward runs in step together, so that each weight row read
 #: from L2 serves all of them (the controller's W_h alone is 256 kB at 128 x 512 float32)
-GROUP = 4
+GROUP = 8
 
 #: controller kinds and feed-forward activations of sequence_forward/backward
 FNN, ELMAN, LSTM = 0, 1, 2
@@ -877,18 +880,18 @@ def sequence_forward(
         g = min(GROUP, B - b0)
         hbar, pre, h_prev = np.empty((g, G), dtype), np.empty((g, G), dtype), np.empty((g, H), dtype)
         r_prev, h_new, raw = np.empty((g, RW), dtype), np.empty((g, H), dtype), np.empty((g, P), dtype)
-        links, mems = np.empty((g, 2, N, N), dtype), np.empty((g, 2, W, N), dtype)
+        links, mems = np.empty((g, N, N), dtype), np.empty((g, 2, W, N), dtype)  # L updated in place
         for e in range(g):
             b = b0 + e
             hs[b, 0], cs[b, 0], rs[b, 0] = h0[b], c0[b], r0[b]
             mems[e, 0], wrs[b, 0], wws[b, 0] = m0[b].T, wr0[b], ww0[b]
-            us[b, 0], ps[b, 0], links[e, 0] = u0[b], p0[b], l0[b]
+            us[b, 0], ps[b, 0], links[e] = u0[b], p0[b], l0[b]
         for t in range(T):
             s, s1, st = _state_slots(t, keep)
             for e in range(g):
                 b = b0 + e
                 if keep and t % every == 0:
-                    ls[b, t // every], ms[b, t // every] = links[e, t % 2], mems[e, t % 2]
+                    ls[b, t // every], ms[b, t // every] = links[e], mems[e, t % 2]
                 # the allocation's sort starts from the previous step's order (same slot
                 # without keep) and M_{t-1}'s slot norms are those step t - 1 computed for
                 # its M_t
@@ -930,14 +933,13 @@ def sequence_forward(
                     wws[b, s],
                     us[b, s],
                     ps[b, s],
-                    links[e, t % 2],
+                    links[e],
                     rs[b, s1].reshape((R, W)),
                     mems[e, 1 - t % 2],
                     wrs[b, s1],
                     wws[b, s1],
                     us[b, s1],
                     ps[b, s1],
-                    links[e, 1 - t % 2],
                     acts[b, st],
                     vectors[b, st],
                     paths[b, st],
@@ -948,7 +950,7 @@ def sequence_forward(
                 )
                 out[b, t, H:] = rs[b, s1]
         for e in range(g):
-            l_last[b0 + e], m_last[b0 + e] = links[e, T % 2], mems[e, T % 2].T
+            l_last[b0 + e], m_last[b0 + e] = links[e], mems[e, T % 2].T
     last = T if keep else T % 2
     finals = (
         hs[:, last].copy(),
@@ -962,6 +964,19 @@ def sequence_forward(
         l_last,
     )
     return out, finals
+
+
+@njit
+def _prefetch_step(records, b, t):
+    """Prefetch the records of element b that sequence_backward reads at step t."""
+    hs, cs, _, wrs, wws, us, ps, _, gates, raws, acts, vectors, paths, norms, key_norms, order = records
+    for row in (raws[b, t], wws[b, t], us[b, t], ps[b, t], acts[b, t], gates[b, t], hs[b, t + 1], cs[b, t]):
+        prefetch(row)
+    for block in (wrs[b, t], vectors[b, t], norms[b, t]):
+        prefetch(block)
+    prefetch(paths[b, t])
+    prefetch(order[b, t])
+    prefetch(key_norms[b, t])
 
 
 @njit(fastmath=FAST, nogil=True)
@@ -994,9 +1009,9 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
         dm, dwr = np.empty((W, N), dtype), d_finals[4][b].astype(np.float64)
         dm[:] = d_finals[3][b].T  # the memories transposed, as in the records
         dww, du = d_finals[5][b].astype(np.float64), d_finals[6][b].astype(np.float64)
-        # the links' gradient in two buffers, in turn (in place, _links_backward's loop
-        # would not vectorise), in the state's dtype
-        dp, dl, dl2 = d_finals[7][b].astype(np.float64), d_finals[8][b].copy(), np.empty((N, N), dtype)
+        # the links' gradient in the state's dtype, one buffer that each step turns from
+        # dL_t into dL_{t-1} in place
+        dp, dl = d_finals[7][b].astype(np.float64), d_finals[8][b].copy()
         dm2, dwr2, dww2 = np.empty((W, N), dtype), np.empty((R, N)), np.empty(N)
         du2, dp2 = np.empty(N), np.empty(N)
         d_reads, g_raw, grad_act = np.empty((R, W)), np.empty(P), np.empty(P)
@@ -1013,6 +1028,8 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
                 _memory_write(memories[t - t0], wws[b, t + 1], erase, vector, memories[t - t0 + 1])
             for t in range(t1 - 1, t0 - 1, -1):
                 s, s1 = t, t + 1
+                if t > 0:  # step t - 1's records (from memory at large B), while this step runs
+                    _prefetch_step(records, b, t - 1)
                 for j in range(RW):
                     d_reads[j // W, j % W] = d_out[b, t, H + j] + dr[j]
                 _element_backward(
@@ -1020,11 +1037,10 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
                     (memories[t - t0 + 1], wrs[b, s1], wws[b, s1], us[b, s1]),
                     (acts[b, t], vectors[b, t], paths[b, t], norms[b, t], key_norms[b, t], order[b, t]),
                     (d_reads, dm, dwr, dww, du, dp, dl),
-                    (g_raw, dm2, dwr2, dww2, du2, dp2, dl2),
+                    (g_raw, dm2, dwr2, dww2, du2, dp2),
                     grad_act,
                 )
                 dm, dm2, dwr, dwr2, dww, dww2 = dm2, dm, dwr2, dwr, dww2, dww
-                dl, dl2 = dl2, dl
                 du, du2, dp, dp2 = du2, du, dp2, dp
                 d_raw[b, t] = g_raw
                 # h_t feeds the interface, the next step's controller and (standard) the output

@@ -12,7 +12,7 @@ import mannlab
 from conftest import float64_seq, small_model
 from mannlab.models import ARMINState, ARMINTrace, build_model
 from mannlab.ops import dispatch, use_kernels
-from mannlab.ops.armin.function import compiled_pays
+from mannlab.ops.armin.function import kernels_pay
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
 
@@ -359,20 +359,20 @@ def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train
 def test_compiled_path_only_where_it_pays(monkeypatch):
     """Large batch x hidden runs the tensor path (the measured policy of ops/armin/function.py)."""
     cell = mannlab.ARMIN(5, 3, hidden_size=100, memory_slots=4).cell
-    assert cell.compiled_pays(1, True) and cell.compiled_pays(40, True)
-    assert not cell.compiled_pays(41, True)
-    assert cell.compiled_pays(1, False) and cell.compiled_pays(32, False)
-    assert not cell.compiled_pays(33, False)
+    assert cell.kernels_pay(1, True) and cell.kernels_pay(40, True)
+    assert not cell.kernels_pay(41, True)
+    assert cell.kernels_pay(1, False) and cell.kernels_pay(32, False)
+    assert not cell.kernels_pay(33, False)
     wide = mannlab.ARMIN(5, 3, hidden_size=256, memory_slots=4).cell
-    assert wide.compiled_pays(16, True) and not wide.compiled_pays(17, True)
-    assert wide.compiled_pays(1, False) and not wide.compiled_pays(2, False)
-    assert compiled_pays(16, 256, True) and not compiled_pays(17, 256, True)
+    assert wide.kernels_pay(16, True) and not wide.kernels_pay(17, True)
+    assert wide.kernels_pay(1, False) and not wide.kernels_pay(2, False)
+    assert kernels_pay(16, 256, True) and not kernels_pay(17, 256, True)
     model = small_armin(hidden_size=2048)  # 3 rows x 2048 > 4096: tensor path
 
     def fail(*args):
         raise AssertionError("the compiled path ran")
 
-    monkeypatch.setattr(model.cell, "run_fused", fail)
+    monkeypatch.setattr(model.cell, "run_kernels", fail)
     model(seq(t=3))
     with torch.no_grad():
         model(seq(t=3))

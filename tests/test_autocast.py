@@ -127,13 +127,13 @@ def test_autocast_takes_the_tensor_path():
     """The kernels read one float dtype: under autocast dispatch never picks them, and
     outside it nothing changes."""
     x = torch.rand(2, 3)
-    before = dispatch.compiled_applies("ntm", x)
+    before = dispatch.kernels_apply("ntm", x)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not dispatch.compiled_applies("ntm", x)
+        assert not dispatch.kernels_apply("ntm", x)
         assert dispatch.autocast_active(x)
         with dispatch.state_precision(x):
             assert not dispatch.autocast_active(x) and not dispatch.kernels_enabled()
             assert torch.mm(x, x.t()).dtype == torch.float32
         assert torch.mm(x, x.t()).dtype == torch.bfloat16
-    assert dispatch.compiled_applies("ntm", x) == before
+    assert dispatch.kernels_apply("ntm", x) == before
     assert not dispatch.autocast_active(torch.empty(1, device="meta"))

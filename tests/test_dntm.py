@@ -778,13 +778,13 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
     """Other controllers and the kernels switched off (use_kernels(False), as
     MANNLAB_KERNELS=0) run the tensor path; GRU and FNN run the kernels."""
     calls = []
-    original = dntm_module.DNTMCell.run_fused
+    original = dntm_module.DNTMCell.run_kernels
 
     def spy(self, *args):
         calls.append(type(self.controller).__name__)
         return original(self, *args)
 
-    monkeypatch.setattr(dntm_module.DNTMCell, "run_fused", spy)
+    monkeypatch.setattr(dntm_module.DNTMCell, "run_kernels", spy)
     x = seq()
     for controller in ("gru", "fnn", "lstm", "elman", "pnr-lstm"):
         model = small_dntm(controller=controller)

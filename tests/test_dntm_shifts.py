@@ -200,16 +200,16 @@ def test_a_hand_set_shift_moves_a_one_hot_pointer_one_cell_per_step(mode):
 
 def test_shifts_run_the_tensor_path(monkeypatch):
     calls = []
-    monkeypatch.setattr(dntm_module.DNTMCell, "run_fused", lambda *a: calls.append(a))
+    monkeypatch.setattr(dntm_module.DNTMCell, "run_kernels", lambda *a: calls.append(a))
     model = shifted()
     x = seq()
-    assert not model.cell.compiled_covers(False) and not model.cell.compiled_covers(True)
+    assert not model.cell.kernels_cover(False) and not model.cell.kernels_cover(True)
     with use_kernels(True):
         assert not dispatch.sequence_applies(model.cell, x)
         model(x)
         model(x, return_trace=True)
     assert calls == []
-    assert small_model("dntm", 4, 3).cell.compiled_covers(True)
+    assert small_model("dntm", 4, 3).cell.kernels_cover(True)
 
 
 # ------------------------------------------------------------------ state and options

@@ -48,4 +48,4 @@ def test_kernels_only_for_cpu_float32_and_float64():
         torch.empty(2, dtype=torch.bfloat16),
         torch.empty(2, dtype=torch.float16),
     ):
-        assert not dispatch.compiled_applies("ntm", tensor)
+        assert not dispatch.kernels_apply("ntm", tensor)

@@ -159,8 +159,8 @@ def test_outputs_are_freed_without_garbage_collection(with_trace):
 def test_dispatch(monkeypatch, controller, kernels, compiled_path):
     model = small_model("ntm", 5, 4, controller=controller)
     calls = []
-    fused = type(model.cell).run_fused
-    monkeypatch.setattr(type(model.cell), "run_fused", lambda *a: calls.append(1) or fused(*a))
+    fused = type(model.cell).run_kernels
+    monkeypatch.setattr(type(model.cell), "run_kernels", lambda *a: calls.append(1) or fused(*a))
     x = float64_seq(2, 3, 5, torch.randn)
     with use_kernels(kernels):
         model(x)[0].sum().backward()
@@ -170,7 +170,7 @@ def test_dispatch(monkeypatch, controller, kernels, compiled_path):
 def test_dispatch_falls_back_for_other_activations_and_autocast(monkeypatch):
     model = small_model("ntm", 5, 4, controller="fnn")
     model.cell.controller.activation = torch.relu
-    assert not model.cell.compiled_covers(False)
+    assert not model.cell.kernels_cover(False)
     x = float64_seq(2, 3, 5, torch.randn)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not dispatch.route(small_model("ntm", 5, 4).cell, x, None, False).compiled

@@ -679,8 +679,8 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
     assert dispatch.sequence_applies(model.cell, x.float())
     assert not dispatch.sequence_applies(model.cell, x.to(torch.bfloat16))
     calls = []
-    original = model.cell.run_fused
-    monkeypatch.setattr(model.cell, "run_fused", lambda *a: calls.append(1) or original(*a))
+    original = model.cell.run_kernels
+    monkeypatch.setattr(model.cell, "run_kernels", lambda *a: calls.append(1) or original(*a))
     model(x)
     model(x, return_trace=True)
     assert len(calls) == 2
@@ -690,21 +690,21 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
         model(x, return_trace=True)
     assert len(calls) == 2
     bf16 = small_tardis().to(torch.bfloat16)
-    monkeypatch.setattr(bf16.cell, "run_fused", lambda *a: calls.append(1))
+    monkeypatch.setattr(bf16.cell, "run_kernels", lambda *a: calls.append(1))
     bf16(x.to(torch.bfloat16))
     assert len(calls) == 2
 
 
 @pytest.mark.usefixtures("kernels_enabled")
 def test_tensor_path_where_the_kernels_do_not_pay(monkeypatch):
-    """compiled_pays (always True as measured so far) is consulted: where it says no, the tensor
+    """kernels_pay (always True as measured so far) is consulted: where it says no, the tensor
     path runs, with the same draws."""
     model = randomise(small_tardis())
     x = seq()
     torch.manual_seed(1)
     y_kernels, _ = model(x)
-    monkeypatch.setattr(model.cell, "compiled_pays", lambda batch, backward: False)
-    monkeypatch.setattr(model.cell, "run_fused", lambda *a: pytest.fail("compiled path ran"))
+    monkeypatch.setattr(model.cell, "kernels_pay", lambda batch, backward: False)
+    monkeypatch.setattr(model.cell, "run_kernels", lambda *a: pytest.fail("compiled path ran"))
     torch.manual_seed(1)
     y_tensor, _ = model(x)
     assert torch.allclose(y_kernels, y_tensor, atol=1e-12)

@@ -368,9 +368,9 @@ class ARMINCell(MemoryCell):
 
     # ------------------------------------------------------ the fused path
 
-    compiled_ops = "armin"
+    kernel_ops = "armin"
 
-    def compiled_covers(self, with_trace: bool) -> bool:
+    def kernels_cover(self, with_trace: bool) -> bool:
         """The kernels run trace-free passes of the paper's configuration (auto read, tied
         write, control gates, layer norm; zoneout or not)."""
         return (
@@ -381,10 +381,10 @@ class ARMINCell(MemoryCell):
             and self.layer_norm
         )
 
-    def compiled_pays(self, batch: int, backward: bool) -> bool:
-        return compiled.compiled_pays(batch, self.hidden_size, backward)
+    def kernels_pay(self, batch: int, backward: bool) -> bool:
+        return compiled.kernels_pay(batch, self.hidden_size, backward)
 
-    def run_fused(self, x: torch.Tensor, state: ARMINState, with_trace: bool, backward: bool):
+    def run_kernels(self, x: torch.Tensor, state: ARMINState, with_trace: bool, backward: bool):
         """All steps of x (B, T, I) in the compiled kernels: (o (B, T, C), final state, None);
         ``backward``: a graph is recorded (dispatch.route)."""
         h, memory, counts, last_read, steps = state

@@ -137,26 +137,31 @@ class MemoryCell(nn.Module):
 
     Subclasses provide ``precompute``, ``step`` and ``initial_state`` (see the top
     of this module); the sequence module calls those directly. A cell with a compiled
-    whole-sequence path names its ops package in ``compiled_ops``, implements
-    ``run_fused`` and narrows ``compiled_covers`` / ``compiled_pays`` where needed
+    whole-sequence path names its ops package in ``kernel_ops``, implements
+    ``run_kernels`` and narrows ``kernels_cover`` / ``kernels_pay`` where needed
     (ops/dispatch.py's ``route`` reads them; :func:`run_sequence` follows it).
     """
 
     #: the ops package of this cell's compiled whole-sequence path ("tardis"), or None
-    compiled_ops: Optional[str] = None
+    kernel_ops: Optional[str] = None
+    #: the kernels its ops package has: numba (CPU) and, where written, Triton (GPU)
+    kernel_backends: tuple[str, ...] = ("numba",)
 
-    def compiled_covers(self, with_trace: bool) -> bool:
-        """Whether the compiled path implements this configuration (and the trace, if asked)."""
+    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
+        """Whether the kernels of ``backend`` implement this configuration (and the trace, if
+        asked)."""
         return True
 
-    def compiled_pays(self, batch: int, backward: bool) -> bool:
+    def kernels_pay(self, batch: int, backward: bool) -> bool:
         """Whether the compiled path beats the step loop at this batch size; ``backward``: a
         graph is recorded (training)."""
         return True
 
-    def run_fused(self, x: torch.Tensor, state: Any, with_trace: bool, backward: bool):
-        """All steps of x (B, T, I) on the compiled path: (features (B, T, F), final state,
-        the per-step trace fields stacked over time or None)."""
+    def run_kernels(
+        self, x: torch.Tensor, state: Any, with_trace: bool, backward: bool, backend: str = "numba"
+    ):
+        """All steps of x (B, T, I) in the kernels of ``backend``: (features (B, T, F), final
+        state, the per-step trace fields stacked over time or None)."""
         raise NotImplementedError(f"{type(self).__name__} has no compiled path")
 
     def forward(self, x_t: torch.Tensor, state: Any = None, return_trace: bool = False):
@@ -200,8 +205,10 @@ def run_sequence(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool
     """A pass over x on the path ops.dispatch.route picks: the cell's compiled whole-sequence
     path, or the step loop (the reference)."""
     route = dispatch.route(cell, x, state, with_trace)
+    if route.backend == "triton":
+        return cell.run_kernels(x, state, with_trace, route.backward, backend="triton")
     if route.compiled:
-        return cell.run_fused(x, state, with_trace, route.backward)
+        return cell.run_kernels(x, state, with_trace, route.backward)
     return run_steps(cell, x, state, with_trace)
 
 

@@ -189,14 +189,14 @@ class DNCCell(MemoryCell):
 
     # ------------------------------------------------------ the compiled path
 
-    compiled_ops = "dnc"
+    kernel_ops = "dnc"
 
-    def compiled_covers(self, with_trace: bool) -> bool:
+    def kernels_cover(self, with_trace: bool) -> bool:
         """The kernels implement the fnn (tanh, sigmoid, relu), elman, lstm, pnr-elman and
         pnr-lstm controllers, without the trace; the GRU and the trace take the step loop."""
         return not with_trace and controller_code(self.controller) is not None
 
-    def run_fused(self, x: torch.Tensor, state: DNCState, with_trace: bool, backward: bool):
+    def run_kernels(self, x: torch.Tensor, state: DNCState, with_trace: bool, backward: bool):
         """All steps of x (B, T, I) in the compiled kernels (mannlab.ops.dnc.sequence):
         (features (B, T, F), final state, None); ``backward``: a graph is recorded."""
         ctrl, memory, reads, read_w, write_w, usage, precedence, links = state

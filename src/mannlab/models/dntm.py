@@ -481,9 +481,9 @@ class DNTMCell(MemoryCell):
 
     # The compiled path always pays where it applies: it measured at least as fast as the
     # tensor path at every size tried (module docstring).
-    compiled_ops = "dntm"
+    kernel_ops = "dntm"
 
-    def compiled_covers(self, with_trace: bool) -> bool:
+    def kernels_cover(self, with_trace: bool) -> bool:
         """The kernels implement the GRU and the feed-forward (tanh) controller (any heads, J,
         LRU, NOP, write keys and addressing mode, with or without the trace), without
         location-based addressing."""
@@ -494,12 +494,12 @@ class DNTMCell(MemoryCell):
             type(controller) is FNNController and controller.activation is torch.tanh
         )
 
-    def run_fused(self, x: torch.Tensor, state: DNTMState, with_trace: bool, backward: bool):
+    def run_kernels(self, x: torch.Tensor, state: DNTMState, with_trace: bool, backward: bool):
         """All steps of x (B, T, I) in the compiled kernels: (features (B, T, F), final state,
         the fields of :class:`DNTMStepTrace` stacked over time or None); ``backward``: a graph
         is recorded (dispatch.route)."""
         B, T = x.shape[:2]
-        ctrl, content, reads, read_v, write_v = state[:5]  # location is () here (compiled_covers)
+        ctrl, content, reads, read_v, write_v = state[:5]  # location is () here (kernels_cover)
         R, H, J, N = self.read_heads, self.write_heads, self.addressing_steps, self.slots
         gru = type(self.controller) is GRUController
         discrete = self.discrete()

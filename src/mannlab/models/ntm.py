@@ -167,16 +167,16 @@ class NTMCell(MemoryCell):
 
     # ------------------------------------------------------ the fused path
 
-    compiled_ops = "ntm"
+    kernel_ops = "ntm"
 
-    def compiled_covers(self, with_trace: bool) -> bool:
+    def kernels_cover(self, with_trace: bool) -> bool:
         """The kernels implement the feed-forward (tanh), Elman, LSTM and partially
         non-recurrent controllers, any heads and shifts, with or without the trace; the GRU
         (and a feed-forward controller with another activation) take the step loop."""
         code = compiled.controller_code(self.controller)
         return code is not None and code[1] == compiled.TANH
 
-    def run_fused(self, x: torch.Tensor, state: NTMState, with_trace: bool, backward: bool):
+    def run_kernels(self, x: torch.Tensor, state: NTMState, with_trace: bool, backward: bool):
         """All steps of x (B, T, I) in the compiled kernels (ops/ntm/sequence.py): (features
         (B, T, F), final state, the :class:`NTMTrace` stacked over time or None); ``backward``:
         a graph is recorded (dispatch.route). The trace's fields carry no gradient here."""

@@ -503,14 +503,14 @@ class TARDISCell(MemoryCell):
 
     # ------------------------------------------------------ the fused path
 
-    # Every TARDIS configuration is covered, with or without a trace (compiled_covers), and
-    # the compiled path always pays (compiled_pays), as measured on the 2-core machine (one
+    # Every TARDIS configuration is covered, with or without a trace (kernels_cover), and
+    # the compiled path always pays (kernels_pay), as measured on the 2-core machine (one
     # thread, CPU time): 1.02-17x faster from batch 1 to 512 and d_h 120 to 512, in training
     # and inference (the gain shrinks with the batch, where both paths spend their time in the
     # same matrix products; benchmarks/README.md).
-    compiled_ops = "tardis"
+    kernel_ops = "tardis"
 
-    def run_fused(self, x: torch.Tensor, state: TARDISState, with_trace: bool, backward: bool):
+    def run_kernels(self, x: torch.Tensor, state: TARDISState, with_trace: bool, backward: bool):
         """All steps of x (B, T, I) in the compiled kernels: (features g (B, T, F), final state,
         the per-step trace fields as :class:`TARDISStepTrace` stacked over time, or None).
         ``backward``: a graph is recorded (dispatch.route)."""

@@ -1,22 +1,31 @@
-"""The one switch between the compiled kernels and the tensor paths, and the one place
-that decides, call by call, which path runs.
+"""The one switch between the kernels and the tensor paths, and the one place that decides,
+call by call, which path runs. "Kernels" is the one word for a model's fast path: a whole
+sequence (or a memory step) as one compiled loop, numba on the CPU, Triton on the GPU.
 
-    MANNLAB_KERNELS=0                        the tensor paths everywhere (read at import)
+    MANNLAB_KERNELS=1 (default)              the kernels where they apply: numba on CPU
+                                             tensors, Triton on CUDA tensors
+    MANNLAB_KERNELS=0                        the tensor paths everywhere
+    MANNLAB_KERNELS=triton                   force the Triton kernels, on CPU tensors too
+                                             (with TRITON_INTERPRET=1: Triton's interpreter,
+                                             how the GPU kernels are tested without a GPU)
     with mannlab.ops.use_kernels(False):     this thread's calls inside the block take the
-        y, state = model(x)                  tensor paths (True: the kernels, whatever the
-                                             environment says); the backward follows the
-                                             path its forward took
+        y, state = model(x)                  tensor paths (True: the kernels, "triton": force
+                                             Triton); the backward follows its forward's path
 
-A compiled path runs where the switch is on, autocast is off, the tensors are CPU
+A numba path runs where the switch is on, autocast is off, the tensors are CPU
 float32/float64 and the kernels of ``mannlab.ops.<name>.kernels`` import (numba present;
-they compile on first use, then load from numba's disk cache). The NTM and DNC memory steps of
-the step loop ask :func:`compiled_applies`. The whole-sequence cells (NTM, DNC, D-NTM,
-TARDIS, ARMIN) go through
+they compile on first use, then load from numba's disk cache). A Triton path runs on CUDA
+tensors (or anywhere when forced) where the cell lists "triton" in ``kernel_backends`` and
+``mannlab.ops.<name>.triton_kernels`` imports (the ``mannlab[gpu]`` extra); without Triton the
+GPU takes the tensor path and says so once. The NTM and DNC memory steps of the step loop ask
+:func:`kernels_apply`. The whole-sequence cells (NTM, DNC, D-NTM, TARDIS, ARMIN) go through
 :func:`route`, which reads what only the cell knows (models/base.py gives the defaults):
 
-    compiled_ops                        the name of its ops package ("tardis")
-    compiled_covers(with_trace) -> bool the configurations its kernels implement
-    compiled_pays(batch, backward)      whether they beat the tensor path at that size
+    kernel_ops                                  the name of its ops package ("tardis")
+    kernel_backends                             ("numba",) or ("numba", "triton")
+    kernels_cover(with_trace[, backend])        the configurations its kernels implement
+    kernels_pay(batch, backward)                whether numba beats the tensor path there
+    run_kernels(x, state, with_trace, backward[, backend])
 """
 
 from __future__ import annotations
@@ -36,23 +45,43 @@ from mannlab.ops import notice
 
 ENV_VAR = "MANNLAB_KERNELS"
 
-_enabled: ContextVar[bool] = ContextVar("mannlab_kernels", default=os.environ.get(ENV_VAR, "1") != "0")
+#: the switch's settings: "on" (the kernels where they apply), "off", "triton" (forced)
+MODES = ("on", "off", "triton")
+
+
+def _mode_of(value: bool | str) -> str:
+    if value is True or value in ("1", "on", ""):
+        return "on"
+    if value is False or value in ("0", "off"):
+        return "off"
+    if value == "triton":
+        return "triton"
+    raise ValueError(f"the kernels switch takes True, False or 'triton' ({ENV_VAR}=1, 0 or triton), got {value!r}")
+
+
+_mode: ContextVar[str] = ContextVar("mannlab_kernels", default=_mode_of(os.environ.get(ENV_VAR, "1").lower()))
 
 
 def kernels_enabled() -> bool:
-    """Whether compiled kernels may run here (the environment, or the innermost
-    :func:`use_kernels` block)."""
-    return _enabled.get()
+    """Whether kernels may run here (the environment, or the innermost :func:`use_kernels`
+    block)."""
+    return _mode.get() != "off"
+
+
+def kernels_mode() -> str:
+    """The switch as it stands here: "on", "off" or "triton" (see :data:`MODES`)."""
+    return _mode.get()
 
 
 @contextmanager
-def use_kernels(enabled: bool = True) -> Iterator[None]:
-    """Turn the compiled kernels on (True) or off (False) for the calls inside the block."""
-    token = _enabled.set(bool(enabled))
+def use_kernels(enabled: bool | str = True) -> Iterator[None]:
+    """Turn the kernels on (True), off (False) or force the Triton kernels ("triton") for the
+    calls inside the block."""
+    token = _mode.set(_mode_of(enabled))
     try:
         yield
     finally:
-        _enabled.reset(token)
+        _mode.reset(token)
 
 
 @cache
@@ -66,6 +95,33 @@ def load(name: str) -> ModuleType | None:
         return None
     notice.before_compile(name, kernels)
     return kernels
+
+
+@cache
+def load_triton(name: str) -> ModuleType | None:
+    """mannlab.ops.<name>.triton_kernels, imported on first use; None if Triton is missing
+    (then the GPU takes the tensor path, said once)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        notice.triton_missing(exc)
+        return None
+    return importlib.import_module(f"mannlab.ops.{name}.triton_kernels")
+
+
+def triton_applies(name: str, tensor: torch.Tensor) -> bool:
+    """Whether the Triton kernels of ops/<name> run on this tensor: on CUDA tensors with the
+    switch on, or on any device when it is forced ("triton"); autocast off, float32 (or
+    float64 where the kernels list it: the interpreter's gradient checks) and Triton present."""
+    if torch.compiler.is_compiling():
+        return False
+    mode = kernels_mode()
+    if mode == "off" or autocast_active(tensor):
+        return False
+    if mode == "on" and tensor.device.type != "cuda":
+        return False
+    module = load_triton(name)
+    return module is not None and tensor.dtype in module.DTYPES
 
 
 def autocast_active(tensor: torch.Tensor) -> bool:
@@ -96,7 +152,7 @@ def _autocast_off(device: str) -> Iterator[None]:
         yield
 
 
-def compiled_applies(name: str, tensor: torch.Tensor) -> bool:
+def kernels_apply(name: str, tensor: torch.Tensor) -> bool:
     """Whether the kernels of ops/<name> run on this tensor: the switch is on, autocast is
     off (the kernels read one float dtype, autocast mixes two), the tensor is a CPU
     float32/float64 one and the kernels load. Never while torch.compile traces: it cannot
@@ -104,7 +160,7 @@ def compiled_applies(name: str, tensor: torch.Tensor) -> bool:
     if torch.compiler.is_compiling():
         return False
     return (
-        kernels_enabled()
+        kernels_mode() == "on"
         and tensor.device.type == "cpu"
         and not autocast_active(tensor)
         and tensor.dtype in (torch.float32, torch.float64)
@@ -132,23 +188,41 @@ def records_graph(module: torch.nn.Module, x: torch.Tensor, state: Any) -> bool:
 
 class Route(NamedTuple):
     """Which path a whole-sequence pass takes; ``backward``: a graph is recorded (only
-    worked out when the compiled path applies)."""
+    worked out when a kernel path applies); ``backend``: "numba", "triton" or "" (the step
+    loop)."""
 
     compiled: bool
     backward: bool
+    backend: str = ""
+
+
+def sequence_backend(cell: torch.nn.Module, x: torch.Tensor, with_trace: bool = False) -> str:
+    """The kernels a pass of ``cell`` over x (B, T, I) can take: "triton" where its Triton
+    kernels cover the configuration and apply to x, else "numba" where its numba kernels do,
+    else "" (whether numba pays is asked next, in route)."""
+    name = cell.kernel_ops
+    if name is None:
+        return ""
+    if "triton" in cell.kernel_backends and triton_applies(name, x) and cell.kernels_cover(with_trace, "triton"):
+        return "triton"
+    if kernels_mode() == "triton" or x.device.type == "cuda":
+        return ""  # forced Triton that cannot run, or a GPU without it: the tensor path
+    return "numba" if cell.kernels_cover(with_trace) and kernels_apply(name, x) else ""
 
 
 def sequence_applies(cell: torch.nn.Module, x: torch.Tensor, with_trace: bool = False) -> bool:
-    """Whether a pass of ``cell`` over x (B, T, I) can take its compiled path: the kernels
-    cover the configuration and apply to x (whether they pay is asked next, in route)."""
-    name = getattr(cell, "compiled_ops", None)
-    return name is not None and cell.compiled_covers(with_trace) and compiled_applies(name, x)
+    """Whether a pass of ``cell`` over x (B, T, I) can take a kernel path."""
+    return bool(sequence_backend(cell, x, with_trace))
 
 
 def route(cell: torch.nn.Module, x: torch.Tensor, state: Any, with_trace: bool) -> Route:
-    """The path of a pass of ``cell`` over x (B, T, I): compiled where its kernels cover the
-    configuration, apply to x and pay at this batch size; else the step loop."""
-    if not sequence_applies(cell, x, with_trace):
+    """The path of a pass of ``cell`` over x (B, T, I): Triton where its Triton kernels apply
+    (they always beat the GPU's step loop); numba where its kernels cover the configuration,
+    apply to x and pay at this batch size; else the step loop."""
+    backend = sequence_backend(cell, x, with_trace)
+    if not backend:
         return Route(False, False)
     backward = records_graph(cell, x, state)
-    return Route(cell.compiled_pays(x.shape[0], backward), backward)
+    if backend == "triton":
+        return Route(True, backward, "triton")
+    return Route(cell.kernels_pay(x.shape[0], backward), backward, "numba")

@@ -20,6 +20,20 @@ NAMES = {"ntm": "NTM", "dnc": "DNC", "dntm": "D-NTM", "tardis": "TARDIS", "armin
 COMPILE_SECONDS = {"ntm": 45, "dnc": 45, "dntm": 50, "tardis": 35, "armin": 30}
 
 _missing_said = False
+_triton_said = False
+
+
+def triton_missing(error: ImportError) -> None:
+    """Say once per process that the GPU kernels cannot load and how to get them."""
+    global _triton_said
+    if _triton_said:
+        return
+    _triton_said = True
+    log.warning(
+        "mannlab: Triton unavailable (%s): the GPU runs the memory models' tensor paths, "
+        'launch-bound and many times slower; for the GPU kernels: pip install "mannlab[gpu]"',
+        error,
+    )
 
 
 def kernels_missing(error: ImportError) -> None:

@@ -1,6 +1,6 @@
 """ARMIN's compiled path: a whole sequence of steps (eqs. 3-10, the write of section 3.3)
 as one autograd node over the kernels of ops/armin/kernels.py, and where that pays.
-mannlab.models.armin (``ARMINCell.run_fused``) feeds it; tests/test_armin.py checks values,
+mannlab.models.armin (``ARMINCell.run_kernels``) feeds it; tests/test_armin.py checks values,
 samples and every gradient against the cell's per-step tensor path.
 """
 
@@ -27,7 +27,7 @@ KERNEL_MAX_TRAIN_ROWS_X_HIDDEN = 4096
 KERNEL_MAX_INFER_ROWS_X_HIDDEN, KERNEL_MAX_INFER_HIDDEN = 3200, 128
 
 
-def compiled_pays(batch: int, hidden_size: int, backward: bool) -> bool:
+def kernels_pay(batch: int, hidden_size: int, backward: bool) -> bool:
     """Whether the compiled path is expected to be faster than the tensor path for this
     batch and d_h (see KERNEL_MAX_* above); ``backward``: a training pass."""
     rows_x_hidden = batch * hidden_size

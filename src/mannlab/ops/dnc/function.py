@@ -154,7 +154,7 @@ def dnc_memory_step(raw, memory, read_w, write_w, usage, precedence, links, with
             dnc_memory_step, raw, memory, read_w, write_w, usage, precedence, links, with_trace
         )
     state = (memory, read_w, write_w, usage, precedence, links)
-    if dispatch.compiled_applies("dnc", raw):
+    if dispatch.kernels_apply("dnc", raw):
         return DNCMemoryStep.apply(raw, *state, with_trace)
     outputs, trace = _composition(raw, *state)
     return outputs + tuple(value.detach() for value in trace) if with_trace else outputs

@@ -1,7 +1,7 @@
 """The DNC's compiled path: a whole sequence (controller, interface layer and memory step of
 every time step, models/dnc.py steps (i)-(iv)) as one autograd node over the kernels
 ``sequence_forward`` and ``sequence_backward`` of ops/dnc/kernels.py. mannlab.models.dnc
-(``DNCCell.run_fused``) feeds it; tests/test_dnc_sequence.py checks values and every
+(``DNCCell.run_kernels``) feeds it; tests/test_dnc_sequence.py checks values and every
 gradient against the cell's per-step tensor path.
 
 Why: on a CPU the per-step path costs a few microseconds of dispatch per tensor operation

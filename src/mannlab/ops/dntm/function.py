@@ -1,6 +1,6 @@
 """The D-NTM's compiled path: a whole sequence (eqs. 1-13, section 4's discrete weightings)
 as one autograd node over the kernels of ops/dntm/kernels.py. mannlab.models.dntm
-(``DNTMCell.run_fused``) feeds it; tests/test_dntm.py checks values, samples and every
+(``DNTMCell.run_kernels``) feeds it; tests/test_dntm.py checks values, samples and every
 gradient against the cell's per-step tensor path.
 """
 

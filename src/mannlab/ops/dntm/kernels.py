@@ -1,7 +1,7 @@
 """Compiled CPU kernels (numba) for a whole D-NTM sequence: the forward time loop and the
 backward pass through time of mannlab.models.dntm (Gulcehre et al. 2016, sections 2-4 with
 corrections to the paper's text noted in that module), for the GRU and the feed-forward (tanh) controller.
-Used by the compiled path of mannlab.models.dntm (``DNTMCell.run_fused``);
+Used by the compiled path of mannlab.models.dntm (``DNTMCell.run_kernels``);
 tests/test_dntm.py checks values, samples and every gradient against the per-step tensor path.
 
 Why: at batch 1 a D-NTM addressing step is about 70 small tensor operations forward and

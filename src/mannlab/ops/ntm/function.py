@@ -191,7 +191,7 @@ class NTMMemoryStep(torch.autograd.Function):
     def forward(ctx, params, memory, read_prev, write_prev, width, num_shifts, with_trace):
         ctx.width, ctx.num_shifts = width, num_shifts
         ctx.heads = (write_prev.shape[1], read_prev.shape[1])
-        ctx.kernels = dispatch.compiled_applies("ntm", params)
+        ctx.kernels = dispatch.kernels_apply("ntm", params)
         step = _kernel_forward if ctx.kernels else _torch_forward
         outputs = step(ctx, params, memory, read_prev, write_prev, width, num_shifts)
         if not with_trace:

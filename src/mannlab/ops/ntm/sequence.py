@@ -1,7 +1,7 @@
 """The NTM's compiled whole-sequence path: controller, head layer and memory step (steps
 (i)-(iv) of mannlab.models.ntm) for every step of a sequence as one autograd node over the
 kernels of ops/ntm/kernels.py (``sequence_forward`` / ``sequence_backward``).
-mannlab.models.ntm (``NTMCell.run_fused``) feeds it; tests/test_ntm_sequence_kernel.py
+mannlab.models.ntm (``NTMCell.run_kernels``) feeds it; tests/test_ntm_sequence_kernel.py
 checks values and every gradient against the cell's per-step tensor path.
 
 Why: at batch 1 the per-step path is about 20 tensor operations of the controller and head

@@ -1,6 +1,6 @@
 """TARDIS's compiled path: a whole sequence of steps (eqs. 1-10, 18-19, the writes of
 algorithm 1) as one autograd node over the kernels of ops/tardis/kernels.py.
-mannlab.models.tardis (``TARDISCell.run_fused``) feeds it; tests/test_tardis.py checks values,
+mannlab.models.tardis (``TARDISCell.run_kernels``) feeds it; tests/test_tardis.py checks values,
 samples and every gradient against the cell's per-step tensor path.
 """
 

@@ -56,7 +56,9 @@ def _mode_of(value: bool | str) -> str:
         return "off"
     if value == "triton":
         return "triton"
-    raise ValueError(f"the kernels switch takes True, False or 'triton' ({ENV_VAR}=1, 0 or triton), got {value!r}")
+    raise ValueError(
+        f"the kernels switch takes True, False or 'triton' ({ENV_VAR}=1, 0 or triton), got {value!r}"
+    )
 
 
 _mode: ContextVar[str] = ContextVar("mannlab_kernels", default=_mode_of(os.environ.get(ENV_VAR, "1").lower()))
@@ -203,7 +205,8 @@ def sequence_backend(cell: torch.nn.Module, x: torch.Tensor, with_trace: bool = 
     name = cell.kernel_ops
     if name is None:
         return ""
-    if "triton" in cell.kernel_backends and triton_applies(name, x) and cell.kernels_cover(with_trace, "triton"):
+    triton_cell = "triton" in cell.kernel_backends
+    if triton_cell and triton_applies(name, x) and cell.kernels_cover(with_trace, "triton"):
         return "triton"
     if kernels_mode() == "triton" or x.device.type == "cuda":
         return ""  # forced Triton that cannot run, or a GPU without it: the tensor path

@@ -1,7 +1,14 @@
 """Test-wide settings and the small helpers several model test files share."""
 
+import os
+
 import pytest
 import torch
+
+# Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors: that is how the GPU
+# kernels are tested here (the variable must be set before triton is imported).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from mannlab.models import build_model
 
@@ -75,3 +82,13 @@ def tiny_ntm_args(val_every: int = 3) -> list[str]:
         "--no-progress",
         *[arg for kv in sets for arg in ("--set", kv)],
     ]
+
+
+def triton_device() -> str:
+    """The device the Triton kernels' tests run on: CUDA where present, else the CPU (in
+    Triton's interpreter); skips the test when Triton is not installed."""
+    pytest.importorskip("triton")
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -81,6 +81,7 @@ from mannlab.models.tardis import (
     write_rows,
 )
 from mannlab.nn import sampling
+from mannlab.ops.armin import ARMINCarry, ARMINInputs, ARMINOptions, ARMINWeights, armin_sequence
 from mannlab.ops.armin import function as compiled
 
 ADDRESSING_MODES = ("gumbel", "gumbel-relaxed", "soft", "argmax")
@@ -369,8 +370,9 @@ class ARMINCell(MemoryCell):
     # ------------------------------------------------------ the fused path
 
     kernel_ops = "armin"
+    kernel_backends = ("numba",)
 
-    def kernels_cover(self, with_trace: bool) -> bool:
+    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
         """The kernels run trace-free passes of the paper's configuration (auto read, tied
         write, control gates, layer norm; zoneout or not)."""
         return (
@@ -384,10 +386,12 @@ class ARMINCell(MemoryCell):
     def kernels_pay(self, batch: int, backward: bool) -> bool:
         return compiled.kernels_pay(batch, self.hidden_size, backward)
 
-    def run_kernels(self, x: torch.Tensor, state: ARMINState, with_trace: bool, backward: bool):
-        """All steps of x (B, T, I) in the compiled kernels: (o (B, T, C), final state, None);
-        ``backward``: a graph is recorded (dispatch.route)."""
-        h, memory, counts, last_read, steps = state
+    def run_kernels(
+        self, x: torch.Tensor, state: ARMINState, with_trace: bool, backward: bool, backend: str = "numba"
+    ):
+        """All steps of x (B, T, I) through mannlab.ops.armin's op on ``backend``: (o (B, T, C),
+        final state, None); ``backward``: a graph is recorded (dispatch.route), else the kernels
+        keep no per-step intermediates."""
         if self.addressing == "soft":
             mode = "soft"
         elif self.discrete_eval():
@@ -395,39 +399,46 @@ class ARMINCell(MemoryCell):
         else:
             mode = self.addressing
         noise, zone = self._fused_draws(x, mode)
-        ln = (self.ln_control, self.ln_gates, self.ln_hidden)
-        inputs = (
-            self.precompute(x),
-            noise,
-            zone,
-            h,
-            memory,
-            steps,
-            self.control_h.weight,
-            self.control_r.weight,
-            self.gates_h.weight,
-            self.gates_r.weight,
-            None if self.write_map is None else self.write_map.weight,
-            *(p for layer in ln for p in (layer.weight, layer.bias)),
+        weights = ARMINWeights(
+            control_h=self.control_h.weight,
+            control_r=self.control_r.weight,
+            gates_h=self.gates_h.weight,
+            gates_r=self.gates_r.weight,
+            write_map=None if self.write_map is None else self.write_map.weight,
+            ln_control_weight=self.ln_control.weight,
+            ln_control_bias=self.ln_control.bias,
+            ln_gates_weight=self.ln_gates.weight,
+            ln_gates_bias=self.ln_gates.bias,
+            ln_hidden_weight=self.ln_hidden.weight,
+            ln_hidden_bias=self.ln_hidden.bias,
         )
-        # without a backward to come (inference), the kernels keep no per-step intermediates
-        out, h, memory = compiled.ARMINSequence.apply(
-            *inputs, self.ln_gates.eps, float(self.inverse_temperature), compiled.MODES[mode], backward
+        options = ARMINOptions(
+            mode=mode,
+            inverse_temperature=float(self.inverse_temperature),
+            eps=self.ln_gates.eps,
+            keep=backward,
+            backend=backend,
         )
-        return out, ARMINState(h, memory, counts, last_read, steps + x.shape[1]), None
+        out, carry = armin_sequence(
+            ARMINInputs(self.precompute(x), noise, zone),
+            ARMINCarry(state.hidden, state.memory, state.steps),
+            weights,
+            options,
+        )
+        return out, state._replace(hidden=carry.hidden, memory=carry.memory, steps=carry.steps), None
 
-    def _fused_draws(self, x: torch.Tensor, mode: str) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def _fused_draws(
+        self, x: torch.Tensor, mode: str
+    ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """The Gumbel noise (T, B, n) and zoneout keep weights (T, B, d_h) of a fused pass, drawn
         in the step loop's order (per step: the read's noise, then the zoneout mask), so both
-        paths give the same sample for a seed; a (1, 1, 1) placeholder for no noise, None for
-        no zoneout."""
+        paths give the same sample for a seed; None for no noise, None for no zoneout."""
         B, T = x.shape[:2]
         gumbel = mode in ("gumbel", "gumbel-relaxed")
-        none = x.new_zeros(1, 1, 1)
         if not self.zoneout:
-            return (sampling.gumbel_noise(x.new_empty(T, B, self.slots)) if gumbel else none), None
+            return (sampling.gumbel_noise(x.new_empty(T, B, self.slots)) if gumbel else None), None
         if not self.training:
-            return none, x.new_full((T, B, self.hidden_size), self.zoneout)
+            return None, x.new_full((T, B, self.hidden_size), self.zoneout)
         noise, zone = [], []
         for _ in range(T):
             if gumbel:
@@ -435,7 +446,7 @@ class ARMINCell(MemoryCell):
             zone.append(
                 (torch.rand(B, self.hidden_size, dtype=x.dtype, device=x.device) < self.zoneout).to(x.dtype)
             )
-        return (torch.stack(noise) if gumbel else none), torch.stack(zone)
+        return (torch.stack(noise) if gumbel else None), torch.stack(zone)
 
     def _write_weights(self, read_w, steps, x_w, h_new) -> torch.Tensor:
         """The slot written (B, n): the next empty slot while filling, then by ``write``."""

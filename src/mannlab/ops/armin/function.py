@@ -1,21 +1,23 @@
-"""ARMIN's compiled path: a whole sequence of steps (eqs. 3-10, the write of section 3.3)
-as one autograd node over the kernels of ops/armin/kernels.py, and where that pays.
-mannlab.models.armin (``ARMINCell.run_kernels``) feeds it; tests/test_armin.py checks values,
-samples and every gradient against the cell's per-step tensor path.
+"""ARMIN's numba path: a whole sequence of steps (eqs. 3-10, the write of section 3.3) as one
+autograd node over the kernels of ops/armin/kernels.py, and where that pays. Reached through
+mannlab.ops.armin.armin_sequence (backend "numba"); tests/test_armin.py checks values, samples
+and every gradient against the cell's per-step tensor path, tests/ops/ against reference.py.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
+from mannlab.ops.armin.gradients import parameter_grads
+from mannlab.ops.armin.records import MODES, ARMINOptions, ARMINWeights, PreactivationGrads, WeightRecords
 from mannlab.ops.bridge import as_array
 from mannlab.ops.threads import KEEP, Blocks, Rows
 
-#: The kernels' addressing modes (ops/armin/kernels.py: SOFT, GUMBEL_RELAXED, ...).
-MODES = {"soft": 0, "gumbel-relaxed": 1, "gumbel": 2, "argmax": 3}
 #: Where the compiled path pays (measured on the 2-core test machine, one thread, table-5
 #: and char-LM sizes): the kernels' per-row work is scalar (no vectorised exp/tanh) and their
 #: BLAS (SciPy's OpenBLAS) is up to 2x slower than torch's for few rows, so large batches
@@ -38,44 +40,47 @@ def kernels_pay(batch: int, hidden_size: int, backward: bool) -> bool:
     )
 
 
+class NumbaRecords(NamedTuple):
+    """What kernels.sequence_forward keeps for its backward, per row block, in its order
+    (arrays (B, T, ...); see kernels.py)."""
+
+    hprev: np.ndarray
+    s: np.ndarray
+    y: np.ndarray
+    r: np.ndarray
+    c: np.ndarray
+    hg: np.ndarray
+    rg: np.ndarray
+    xhat_c: np.ndarray
+    xhat_g: np.ndarray
+    xhat_h: np.ndarray
+    rstd: np.ndarray
+    act: np.ndarray
+    hs: np.ndarray
+    v: np.ndarray
+    w: np.ndarray
+    memory: np.ndarray
+    tanh: np.ndarray
+    zone: np.ndarray
+
+
 class ARMINSequence(torch.autograd.Function):
     """A whole sequence of ARMIN steps (eqs. 3-10, the write of section 3.3) as one autograd
-    node whose forward and backward are single calls of ops/armin/kernels.py. Inputs: the
-    precomputed input projection xp (B, T, P), Gumbel noise (T, B, n) (or a dummy), h_0,
-    M_0, the step counters, the weights and layer-norm parameters; outputs o (B, T, C),
-    h_T, M_T. The weight gradients are one matrix product each over all B * T steps."""
+    node whose forward and backward are single calls of ops/armin/kernels.py. Called by
+    mannlab.ops.armin.armin_sequence with the fields of its records in order (options, the
+    ARMINInputs, the ARMINCarry, the ARMINWeights); returns o (B, T, C), h_T, M_T. The weight
+    gradients are one matrix product each over all B * T steps (gradients.py)."""
 
     @staticmethod
-    def forward(
-        ctx,
-        xp,
-        noise,
-        zone,
-        h0,
-        m0,
-        steps0,
-        w_ch,
-        w_cr,
-        w_gh,
-        w_gr,
-        w_map,
-        lnc_w,
-        lnc_b,
-        lng_w,
-        lng_b,
-        lnh_w,
-        lnh_b,
-        eps,
-        inv_tau,
-        mode,
-        keep,
-    ):
+    def forward(ctx, options: ARMINOptions, xp, noise, zone, h0, m0, steps0, *weight_list):
         a = as_array
-        C = w_cr.shape[0]
-        use_map, use_zone = w_map is not None, zone is not None
+        weights = ARMINWeights(*weight_list)
+        mode = MODES.index(options.mode)
+        C = weights.control_r.shape[0]
+        use_map, use_zone, noisy = weights.write_map is not None, zone is not None, noise is not None
+        noise = noise if noisy else xp.new_zeros(1, 1, 1)
         zone = zone if use_zone else xp.new_zeros(1, 1, 1)
-        map_t = a(w_map.t()) if use_map else np.zeros((1, 1), a(xp).dtype)
-        noisy = mode in (MODES["gumbel-relaxed"], MODES["gumbel"])  # else noise is a placeholder
+        map_t = a(weights.write_map.t()) if use_map else np.zeros((1, 1), a(xp).dtype)
         out, h, m, saved = threads.call(
             dispatch.load("armin").sequence_forward,
             (
@@ -86,51 +91,44 @@ class ARMINSequence(torch.autograd.Function):
                 Rows(a(h0)),
                 Rows(a(m0)),
                 Rows(a(steps0)),
-                a(w_ch[:C].t()),
-                a(w_ch[C:].t()),
-                a(w_cr.t()),
-                a(w_gh.t()),
-                a(w_gr.t()),
+                a(weights.control_h[:C].t()),
+                a(weights.control_h[C:].t()),
+                a(weights.control_r.t()),
+                a(weights.gates_h.t()),
+                a(weights.gates_r.t()),
                 map_t,
                 use_map,
-                a(lnc_w),
-                a(lnc_b),
-                a(lng_w),
-                a(lng_b),
-                a(lnh_w),
-                a(lnh_b),
-                eps,
-                inv_tau,
+                a(weights.ln_control_weight),
+                a(weights.ln_control_bias),
+                a(weights.ln_gates_weight),
+                a(weights.ln_gates_bias),
+                a(weights.ln_hidden_weight),
+                a(weights.ln_hidden_bias),
+                options.eps,
+                options.inverse_temperature,
                 mode,
-                keep,
+                options.keep,
             ),
             (0, 0, 0, KEEP),  # what the backward reads stays in its row blocks: never copied
             xp.shape[0],
         )
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
-        if keep:
+        if options.keep:
             ctx.save_for_backward(
-                steps0,
-                w_ch,
-                w_cr,
-                w_gh,
-                w_gr,
-                w_map,
-                lnc_w,
-                lng_w,
-                lnh_w,
-                *(torch.from_numpy(v) for block in saved.values for v in block),
+                steps0, *weights, *(torch.from_numpy(v) for block in saved.values for v in block)
             )
-        ctx.options = (use_map, use_zone, float(inv_tau), int(mode), xp.shape[-1], saved.parts)
+        ctx.options = (use_map, use_zone, float(options.inverse_temperature), mode, xp.shape[-1], saved.parts)
         return torch.from_numpy(out), torch.from_numpy(h), torch.from_numpy(m)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, d_h, d_m):
         use_map, use_zone, inv_tau, mode, width, parts = ctx.options
-        steps0, w_ch, w_cr, w_gh, w_gr, w_map, lnc_w, lng_w, lnh_w, *flat = ctx.saved_tensors
+        steps0, *rest = ctx.saved_tensors
+        weights = ARMINWeights(*rest[: len(ARMINWeights._fields)])
+        flat = rest[len(ARMINWeights._fields) :]
         a = as_array
-        map_w = a(w_map) if use_map else np.zeros((1, 1), a(w_ch).dtype)
+        map_w = a(weights.write_map) if use_map else np.zeros((1, 1), a(weights.control_h).dtype)
         n = len(flat) // len(parts)
         blocks = [flat[i * n : (i + 1) * n] for i in range(len(parts))]  # the forward's saved, per block
         grads = threads.call(
@@ -138,16 +136,16 @@ class ARMINSequence(torch.autograd.Function):
             (
                 Blocks([tuple(a(v) for v in block) for block in blocks], parts),
                 Rows(a(steps0)),
-                a(w_ch),
-                a(w_cr),
-                a(w_gh),
-                a(w_gr),
+                a(weights.control_h),
+                a(weights.control_r),
+                a(weights.gates_h),
+                a(weights.gates_r),
                 map_w,
                 use_map,
                 use_zone,
-                a(lnc_w),
-                a(lng_w),
-                a(lnh_w),
+                a(weights.ln_control_weight),
+                a(weights.ln_gates_weight),
+                a(weights.ln_hidden_weight),
                 inv_tau,
                 mode,
                 Rows(a(d_out)),
@@ -157,43 +155,12 @@ class ARMINSequence(torch.autograd.Function):
             (0,) * 9,
             d_out.shape[0],
         )
-        d_xc, d_xg, d_xs, d_v, d_yc, d_yg, d_yh, d_h0, d_m0 = (torch.from_numpy(g) for g in grads)
+        grads = PreactivationGrads(*(torch.from_numpy(g) for g in grads))
 
-        def rows(i):  # saved array i over the whole batch
+        def rows(name):  # one saved record over the whole batch
+            i = NumbaRecords._fields.index(name)
             return blocks[0][i] if len(blocks) == 1 else torch.cat([block[i] for block in blocks])
 
-        hprev, r_all, hg_all, rg_all, xc_all, xg_all, xh_all, hs_all = (
-            rows(i) for i in (0, 3, 5, 6, 7, 8, 9, 12)
-        )
-
-        def outer(grad, value):  # sum over batch and time of grad ⊗ value
-            return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
-
-        g_ch = outer(torch.cat([d_xc, d_xs], -1), hprev)
-        g_map = outer(d_v, hs_all) if use_map else None
-        ln = [
-            ((d_y * x_hat).sum((0, 1)), d_y.sum((0, 1)))
-            for d_y, x_hat in ((d_yc, xc_all), (d_yg, xg_all), (d_yh, xh_all))
-        ]
-        rest = width - d_xc.shape[-1] - d_xg.shape[-1] - d_xs.shape[-1]
-        d_xp = torch.cat([d_xc, d_xg, d_xs, d_xs.new_zeros(*d_xs.shape[:2], rest)], -1)
-        return (
-            d_xp,
-            None,
-            None,
-            d_h0,
-            d_m0,
-            None,
-            g_ch,
-            outer(d_xc, r_all),
-            outer(d_xg, hg_all),
-            outer(d_xg, rg_all),
-            g_map,
-            *ln[0],
-            *ln[1],
-            *ln[2],
-            None,
-            None,
-            None,
-            None,
-        )
+        records = WeightRecords(*(rows(name) for name in WeightRecords._fields))
+        d_xp, d_weights = parameter_grads(grads, records, use_map, width)
+        return None, d_xp, None, None, grads.d_h0, grads.d_m0, None, *d_weights

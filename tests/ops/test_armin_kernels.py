@@ -1,0 +1,127 @@
+"""ARMIN's whole-sequence op (mannlab.ops.armin.armin_sequence): the numba and the Triton
+kernels against the plain tensor loop of reference.py (outputs, final state and every gradient
+by name, each addressing mode, zoneout, the write map, rows starting mid-fill), a chunked run
+with carried state against one run, and the ARMIN module on the Triton path against its tensor
+path. The Triton kernels run in Triton's interpreter where there is no GPU (tiny sizes)."""
+
+import pytest
+import torch
+
+from mannlab.ops.armin import ARMINCarry, ARMINInputs, ARMINOptions, ARMINWeights, armin_sequence
+from mannlab.ops.armin.records import MODES, NOISY_MODES
+
+B, T, DH, N = 3, 8, 5, 4  # N < T: every row's writes pass the filling phase
+STEPS0 = (0, 2, 7)  # rows that start empty, mid-fill and full
+
+
+def problem(mode, width=3, zoneout=False, dtype=torch.float64, device="cpu", seed=0, t=T):
+    """Random records of one op call (every tensor a leaf that requires grad, but the draws)."""
+    gen = torch.Generator().manual_seed(seed)
+    C, G = DH + width, 4 * DH + width
+
+    def rand(*shape, scale=0.5):
+        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
+
+    noise = None
+    if mode in NOISY_MODES:
+        noise = -torch.log(torch.empty(t, B, N, dtype=torch.float64).exponential_(generator=gen)).to(dtype)
+    zone = (torch.rand(t, B, DH, generator=gen, dtype=torch.float64) < 0.4).to(dtype) if zoneout else None
+    inputs = ARMINInputs(rand(B, t, C + G + N + 2, scale=1.0), noise, zone)  # 2 unused columns
+    state = ARMINCarry(rand(B, DH), rand(B, N, width), torch.tensor(STEPS0))
+    weights = ARMINWeights(
+        control_h=rand(C + N, DH),
+        control_r=rand(C, width),
+        gates_h=rand(G, DH),
+        gates_r=rand(G, width),
+        write_map=rand(width, DH) if width != DH else None,
+        ln_control_weight=1 + rand(C),
+        ln_control_bias=rand(C),
+        ln_gates_weight=1 + rand(G),
+        ln_gates_bias=rand(G),
+        ln_hidden_weight=1 + rand(DH),
+        ln_hidden_bias=rand(DH),
+    )
+
+    def leaf(v):
+        return None if v is None else v.to(device).requires_grad_(v.is_floating_point())
+
+    inputs = ARMINInputs(leaf(inputs.projected), *(None if v is None else v.to(device) for v in inputs[1:]))
+    state = ARMINCarry(leaf(state.hidden), leaf(state.memory), state.steps.to(device))
+    weights = ARMINWeights(*(leaf(w) for w in weights))
+    return inputs, state, weights
+
+
+def differentiable(inputs, state, weights):
+    """The op's differentiable arguments by name."""
+    named = {"projected": inputs.projected, "h0": state.hidden, "m0": state.memory}
+    named.update({name: w for name, w in weights._asdict().items() if w is not None})
+    return named
+
+
+def run(inputs, state, weights, options, seed=5):
+    """Outputs, final state and the gradient of every differentiable argument (by name) of a
+    loss that reaches every output."""
+    out, carry = armin_sequence(inputs, state, weights, options)
+    gen = torch.Generator().manual_seed(seed)
+    loss = sum(
+        (v * torch.randn(v.shape, generator=gen, dtype=torch.float64).to(v)).sum()
+        for v in (out, carry.hidden, carry.memory)
+    )
+    named = differentiable(inputs, state, weights)
+    grads = torch.autograd.grad(loss, list(named.values()), allow_unused=True)
+    return out, carry, dict(zip(named, grads))
+
+
+def as_double(records):
+    """The same records in float64 on the CPU (the reference's precision for a float32 run)."""
+    return type(records)(
+        *(
+            None
+            if v is None
+            else (v.detach().double() if v.is_floating_point() else v).cpu().requires_grad_(v.requires_grad)
+            for v in records
+        )
+    )
+
+
+def assert_same(got, want, atol, rtol=0.0):
+    (out, carry, grads), (out_ref, carry_ref, grads_ref) = got, want
+    torch.testing.assert_close(out.double().cpu(), out_ref, atol=atol, rtol=rtol)
+    torch.testing.assert_close(carry.hidden.double().cpu(), carry_ref.hidden, atol=atol, rtol=rtol)
+    torch.testing.assert_close(carry.memory.double().cpu(), carry_ref.memory, atol=atol, rtol=rtol)
+    assert torch.equal(carry.steps.cpu(), carry_ref.steps)
+    assert grads.keys() == grads_ref.keys()
+    for name, grad in grads.items():
+        ref = grads_ref[name]
+        if ref is None:  # argmax reads: no gradient reaches W_s's rows from the read
+            ref = torch.zeros_like(grad.double().cpu())
+        torch.testing.assert_close(
+            grad.double().cpu(), ref, atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}"
+        )
+
+
+# ---------------------------------------------------------------- numba vs reference
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("width, zoneout", [(3, False), (DH, False), (3, True)])
+def test_numba_matches_reference(mode, width, zoneout):
+    records = problem(mode, width, zoneout)
+    options = ARMINOptions(mode=mode, inverse_temperature=2.0)
+    got = run(*records, options._replace(backend="numba"))
+    want = run(*records, options._replace(backend="reference"))
+    assert_same(got, want, atol=1e-10)
+
+
+def test_bad_records_get_clear_errors():
+    inputs, state, weights = problem("soft")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        armin_sequence(inputs, state, weights, ARMINOptions(mode="hard"))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        armin_sequence(inputs, state, weights, ARMINOptions(mode="soft", backend="cuda"))
+    with pytest.raises(ValueError, match="Gumbel draws"):
+        armin_sequence(inputs, state, weights, ARMINOptions(mode="gumbel"))
+    with pytest.raises(ValueError, match="zoneout must be"):
+        armin_sequence(
+            inputs._replace(zoneout=torch.zeros(1, B, DH)), state, weights, ARMINOptions(mode="soft")
+        )

@@ -5,11 +5,10 @@ import weakref
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from mannlab.nn import addressing as A
 from mannlab.ops import use_kernels
 from mannlab.ops.ntm.function import ntm_memory_step
+from mannlab.ops.ntm.reference import memory_step as reference
 
 
 @pytest.fixture(params=["kernels", "tensors"], autouse=True)
@@ -17,28 +16,6 @@ def path(request):
     """Every test runs on both paths: the compiled CPU kernels and the tensor operations."""
     with use_kernels(request.param == "kernels"):
         yield request.param
-
-
-def reference(params, memory, read_prev, write_prev, width, num_shifts):
-    """Steps (ii)-(iii) written with the unfused primitives of mannlab.nn.addressing."""
-    batch, heads_w, heads_r = params.shape[0], write_prev.shape[1], read_prev.shape[1]
-    size = width + 3 + num_shifts
-    address = params[:, : (heads_w + heads_r) * size].view(batch, heads_w + heads_r, size)
-    key, beta, gate, shift, gamma = address.split([width, 1, 1, num_shifts, 1], dim=-1)
-    beta, gate = F.softplus(beta.squeeze(-1)), torch.sigmoid(gate.squeeze(-1))
-    shift, gamma = torch.softmax(shift, -1), 1 + F.softplus(gamma.squeeze(-1))
-    erase, add = params[:, (heads_w + heads_r) * size :].view(batch, heads_w, 2 * width).split(width, -1)
-    erase = torch.sigmoid(erase)
-
-    def address_heads(sel, mem, prev):
-        content = A.content_weights(key[:, sel], mem, beta[:, sel])
-        gated = A.interpolate(content, prev, gate[:, sel])
-        return A.sharpen(A.circular_shift(gated, shift[:, sel]), gamma[:, sel])
-
-    write_w = address_heads(slice(0, heads_w), memory, write_prev)
-    new_memory = A.write(memory, write_w, erase, add)
-    read_w = address_heads(slice(heads_w, None), new_memory, read_prev)
-    return A.read(new_memory, read_w), new_memory, read_w, write_w
 
 
 def inputs(B=2, H=1, R=1, N=7, W=4, S=3, seed=0, zero_rows=False):

@@ -1,4 +1,4 @@
-"""The NTM's compiled whole-sequence path (ops/ntm/sequence.py) equals the per-step tensor
+"""The NTM's compiled whole-sequence path (ops/ntm/sequence.py, numba) equals the per-step tensor
 path: values, final state, trace and every gradient, for each covered controller, several
 head and shift sizes, with and without a carried state; gradcheck of its autograd Function;
 no reference cycles; and the dispatch to the step loop where it does not apply."""
@@ -13,7 +13,8 @@ import mannlab
 from conftest import float64_seq, leaves, small_model
 from mannlab.models import base
 from mannlab.ops import dispatch, use_kernels
-from mannlab.ops.ntm import sequence as compiled
+from mannlab.ops.ntm import ELMAN, LSTM, NTMOptions
+from mannlab.ops.ntm.sequence import NTMSequence
 
 COVERED = ["lstm", "fnn", "elman", "pnr-lstm", "pnr-elman"]
 SIZES = [
@@ -111,7 +112,7 @@ def test_inference_and_chunked_runs_equal_one_run(steps):
 def test_sequence_function_gradcheck(controller):
     model = small_model("ntm", 3, 2, controller=controller, controller_size=3, memory_slots=5, memory_width=2)
     cell = model.cell
-    kind, pnr = {"lstm": (compiled.LSTM, False), "pnr-elman": (compiled.ELMAN, True)}[controller]
+    kind, pnr = {"lstm": (LSTM, False), "pnr-elman": (ELMAN, True)}[controller]
     g = torch.Generator().manual_seed(0)
     B, T, R, H, N, W, D = 2, 3, 1, 1, 5, 2, 3
     xp = torch.randn(B, T, cell.controller.read_weight.shape[0], generator=g, dtype=torch.float64)
@@ -125,11 +126,11 @@ def test_sequence_function_gradcheck(controller):
     ]
     weights = [cell.controller.read_weight, cell.controller.recurrent_weight, *cell.head_params.parameters()]
     inputs = [t.detach().clone().requires_grad_() for t in [xp, *state, *weights]]
-    options = compiled.Options(kind, pnr, W, 3, True, False)
+    options = NTMOptions(kind, pnr, W, 3, backward=True, trace=False)
 
     def function(*tensors):
         with use_kernels(True):
-            return compiled.NTMSequence.apply(*tensors, options)
+            return NTMSequence.apply(*tensors, options)
 
     assert torch.autograd.gradcheck(function, inputs)
 

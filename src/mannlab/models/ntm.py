@@ -46,7 +46,8 @@ from mannlab.models.base import MemoryCell, SequenceModel, batched, check_positi
 from mannlab.nn.controllers import (
     make_controller,
 )
-from mannlab.ops.ntm import sequence as compiled
+from mannlab.ops.controller_codes import FNN, LSTM, TANH, controller_code
+from mannlab.ops.ntm import NTMOptions, NTMSequenceState, NTMWeights, ntm_sequence
 from mannlab.ops.ntm.function import ntm_memory_step
 
 
@@ -168,53 +169,71 @@ class NTMCell(MemoryCell):
     # ------------------------------------------------------ the fused path
 
     kernel_ops = "ntm"
+    kernel_backends = ("numba",)
 
-    def kernels_cover(self, with_trace: bool) -> bool:
+    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
         """The kernels implement the feed-forward (tanh), Elman, LSTM and partially
         non-recurrent controllers, any heads and shifts, with or without the trace; the GRU
         (and a feed-forward controller with another activation) take the step loop."""
-        code = compiled.controller_code(self.controller)
-        return code is not None and code[1] == compiled.TANH
+        code = controller_code(self.controller)
+        return code is not None and code[1] == TANH
 
-    def run_kernels(self, x: torch.Tensor, state: NTMState, with_trace: bool, backward: bool):
-        """All steps of x (B, T, I) in the compiled kernels (ops/ntm/sequence.py): (features
-        (B, T, F), final state, the :class:`NTMTrace` stacked over time or None); ``backward``:
-        a graph is recorded (dispatch.route). The trace's fields carry no gradient here."""
+    def run_kernels(
+        self, x: torch.Tensor, state: NTMState, with_trace: bool, backward: bool, backend: str = "numba"
+    ):
+        """All steps of x (B, T, I) in the kernels of ``backend`` (mannlab.ops.ntm.ntm_sequence):
+        (features (B, T, F), final state, the :class:`NTMTrace` stacked over time or None);
+        ``backward``: a graph is recorded (dispatch.route). The trace's fields carry no
+        gradient here."""
         ctrl, memory, reads, read_w, write_w = state
         controller = self.controller
-        kind, _, pnr = compiled.controller_code(controller)
+        kind, _, pnr = controller_code(controller)
         zeros = x.new_zeros(x.shape[0], controller.hidden_size)
-        h0 = ctrl[0] if kind != compiled.FNN else zeros
-        c0 = ctrl[1] if kind == compiled.LSTM else zeros
-        options = compiled.Options(kind, pnr, self.width, self.num_shifts, backward, with_trace)
-        out = compiled.NTMSequence.apply(
-            self.precompute(x),
-            h0,
-            c0,
-            reads.flatten(1),
-            memory,
-            read_w,
-            write_w,
-            controller.read_weight,
-            controller.recurrent_weight if kind != compiled.FNN else None,
-            self.head_params.weight,
-            self.head_params.bias,
-            options,
+        start = NTMSequenceState(
+            hidden=ctrl[0] if kind != FNN else zeros,
+            cell=ctrl[1] if kind == LSTM else zeros,
+            reads=reads.flatten(1),
+            memory=memory,
+            read_weights=read_w,
+            write_weights=write_w,
         )
-        features, h, c, reads, memory, read_w, write_w = out[:7]
-        ctrl = () if kind == compiled.FNN else (h, c) if kind == compiled.LSTM else (h,)
-        state = NTMState(ctrl, memory, reads.unflatten(1, (self.read_heads, self.width)), read_w, write_w)
+        weights = NTMWeights(
+            read_weight=controller.read_weight,
+            recurrent_weight=controller.recurrent_weight if kind != FNN else None,
+            head_weight=self.head_params.weight,
+            head_bias=self.head_params.bias,
+        )
+        options = NTMOptions(
+            kind=kind,
+            pnr=pnr,
+            width=self.width,
+            num_shifts=self.num_shifts,
+            backward=backward,
+            trace=with_trace,
+        )
+        features, final, steps = ntm_sequence(self.precompute(x), start, weights, options, backend)
+        ctrl = () if kind == FNN else (final.hidden, final.cell) if kind == LSTM else (final.hidden,)
+        heads_and_width = (self.read_heads, self.width)
+        state = NTMState(
+            ctrl,
+            final.memory,
+            final.reads.unflatten(1, heads_and_width),
+            final.read_weights,
+            final.write_weights,
+        )
         if not with_trace:
             return features, state, None
-        step_reads, step_memory, step_read_w, step_write_w, erase, add, *heads = out[7:]
         trace = NTMTrace(
-            step_read_w,
-            step_write_w,
-            step_reads.unflatten(-1, (self.read_heads, self.width)),
-            erase,
-            add,
-            *heads,
-            step_memory,
+            read_weights=steps.read_weights,
+            write_weights=steps.write_weights,
+            read_vectors=steps.reads.unflatten(-1, heads_and_width),
+            erase_vectors=steps.erase,
+            add_vectors=steps.add,
+            key_strengths=steps.beta,
+            interpolation_gates=steps.gate,
+            shift_weights=steps.shift,
+            sharpening=steps.gamma,
+            memory=steps.memory,
         )
         return features, state, trace
 

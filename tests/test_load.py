@@ -57,6 +57,8 @@ def test_eval_and_load_need_no_optimizer_state(trained, capsys):
     assert "3" in capsys.readouterr().out
     assert not mannlab.load(run).training
     (run / "checkpoints" / "best" / "weights.safetensors").unlink()
+    assert not mannlab.load(run).training  # the last checkpoint, saying so
+    (run / "checkpoints" / "last" / "weights.safetensors").unlink()
     with pytest.raises(CheckpointError, match="weights.safetensors is missing"):
         mannlab.load(run)
 
@@ -78,3 +80,46 @@ def test_training_and_load_are_reachable_from_import_mannlab():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "True"]
+
+
+def test_a_moved_run_loads_with_its_new_directory_on_the_cpu(trained, tmp_path):
+    run, model = trained
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    run.rename(moved)
+    loaded = mannlab.load(moved)
+    assert loaded.config.run_dir == str(moved)
+    assert all(p.device.type == "cpu" for p in loaded.parameters())
+    assert all(p.device.type == "meta" for p in mannlab.load(moved, device="meta").parameters())
+
+
+def test_a_damaged_best_checkpoint_falls_back_to_last(trained, caplog):
+    run, _ = trained
+    weights = run / "checkpoints" / "best" / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="mannlab"):
+        loaded = mannlab.load(run)
+    last = mannlab.load(run, checkpoint="last")
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), last.state_dict().values()))
+    said = caplog.text
+    assert "best" in said and "loading the last checkpoint instead" in said and "--resume" not in said
+    last_weights = run / "checkpoints" / "last" / "weights.safetensors"
+    last_weights.write_bytes(last_weights.read_bytes()[:-1] + b"x")
+    with pytest.raises(CheckpointError, match="SHA-256") as error:
+        mannlab.load(run)
+    assert "--resume" not in str(error.value)
+
+
+def test_a_run_model_saved_again_loads_without_its_run(trained, tmp_path):
+    run, _ = trained
+    model = mannlab.load(run)
+    mannlab.save(model, tmp_path / "saved")
+    again = mannlab.load(tmp_path / "saved")
+    assert again.config.model == "ntm" and again.config.run_dir is None
+    x = mannlab.tasks.make("copy", width=3, max_length=3).sample(2, 7)[0]
+    with torch.no_grad():
+        assert torch.equal(again(x)[0], model(x)[0])
+    with pytest.raises(ValueError, match="mannlab.save"):
+        mannlab.load(tmp_path / "saved", checkpoint="last")

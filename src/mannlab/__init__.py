@@ -3,15 +3,24 @@
 model = mannlab.NTM(input_size=9, output_size=8)
 y, state = model(x)                       # x (B, T, 9) -> logits (B, T, 8)
 y, state, trace = model(x, return_trace=True)
+mannlab.save(model, "my-ntm")             # config, safetensors weights, SHA-256 sums
+model = mannlab.load("my-ntm")            # or a run directory: mannlab.load("runs/ntm-copy-seed0")
 """
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
 from mannlab import tasks
 from mannlab.errors import CheckpointError, ConfigError, DataError
 from mannlab.models import ARMIN, DNC, DNTM, GRU, LSTM, NTM, TARDIS, NTMCell, NTMState, NTMTrace, build_model
 from mannlab.nn import addressing
 from mannlab.state import detach_state, map_state
+
+if TYPE_CHECKING:  # the names loaded on first use (below), as type checkers and editors see them
+    from mannlab import analysis, training
+    from mannlab.reporting import figures as plot
+    from mannlab.rundir.load import load
+    from mannlab.rundir.pretrained import save
 
 __version__ = "0.1.0"
 
@@ -20,6 +29,9 @@ __all__ = [
     "tasks",
     "plot",
     "load",
+    "save",
+    "analysis",
+    "training",
     "build_model",
     "detach_state",
     "map_state",
@@ -39,11 +51,24 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    # matplotlib is slow to import: load mannlab.plot, the analyses and the trainer (which
-    # draws figures) on first use only.
-    if name == "load":  # mannlab.load("runs/x"), a trained run's model (rundir/load.py)
-        return importlib.import_module("mannlab.rundir.load").load
-    if name in ("plot", "analysis", "training"):
-        return importlib.import_module({"plot": "mannlab.reporting.figures"}.get(name, f"mannlab.{name}"))
-    raise AttributeError(f"module 'mannlab' has no attribute {name!r}")
+# matplotlib is slow to import: mannlab.plot, the analyses and the trainer (which draws
+# figures) load on first use only, and so do load and save (the run directory's modules)
+_LAZY = {
+    "load": ("mannlab.rundir.load", "load"),
+    "save": ("mannlab.rundir.pretrained", "save"),
+    "plot": ("mannlab.reporting.figures", None),
+    "analysis": ("mannlab.analysis", None),
+    "training": ("mannlab.training", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'mannlab' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attribute) if attribute else loaded
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -16,6 +16,7 @@ recurrence, so it runs once on the whole sequence after the loop.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from typing import Any, NamedTuple, Optional
@@ -289,3 +290,16 @@ class SequenceModel(nn.Module):
     def _check_input(self, x: torch.Tensor) -> torch.Tensor:
         layout = "(batch, time, features)" if self.batch_first else "(time, batch, features)"
         return check_input(self, x, layout, self.input_size)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "SequenceModel":
+        # Keep the arguments the model is built with, by name, as ``constructor_args``: what
+        # mannlab.save writes so that mannlab.load can build the same model again. Copies and
+        # unpickling call __new__ without arguments and restore the attribute with the rest.
+        model = super().__new__(cls)
+        if args or kwargs:
+            try:
+                bound = inspect.signature(cls.__init__).bind(model, *args, **kwargs)
+            except TypeError:
+                return model  # __init__ raises the error for the wrong arguments
+            model.__dict__["constructor_args"] = {k: v for k, v in list(bound.arguments.items())[1:]}
+        return model

@@ -1,11 +1,12 @@
 """Open a run directory: its config, task and model with the weights of a checkpoint.
 
-model = mannlab.load("runs/ntm-copy-seed0")      # the best checkpoint, in eval mode
+model = mannlab.load("runs/ntm-copy-seed0")      # the best checkpoint, in eval mode, on the CPU
 model.config                                     # the run's RunConfig
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,8 +15,12 @@ import torch
 from mannlab.building import build_run
 from mannlab.config import RunConfig, config_toml, load_config
 from mannlab.errors import CheckpointError, ConfigError
-from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, load_weights, verify
+from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, load_weights
 from mannlab.rundir.files import write_atomic
+from mannlab.rundir.pretrained import Device, is_saved_model, load_saved
+from mannlab.rundir.sums import check_sums
+
+log = logging.getLogger("mannlab")
 
 
 def save_config(config: RunConfig, path: str | Path) -> None:
@@ -46,39 +51,65 @@ def load_run(
             raise ConfigError(f"{run_dir} is a file; expected a run directory")
         raise FileNotFoundError(f"run directory not found: {run_dir}")
     config = load_config(run_dir / "config.toml", list(overrides))
+    # where the run is now: a run moved or copied elsewhere keeps its old path in config.toml
+    config = config.replace(run_dir=str(run_dir))
     task, model = build_run(config)
     names = [checkpoint] + (["last"] if checkpoint == "best" else [])
-    for name in names:
-        if (run_dir / "checkpoints" / name).is_dir():
+    found = [name for name in names if _checkpoint_exists(run_dir / "checkpoints" / name)]
+    for name in found:
+        try:
             meta = load_weights_and_meta(run_dir / "checkpoints" / name, model)
-            bad = [
-                key
-                for key, value in model.state_dict().items()
-                if value.is_floating_point() and not torch.isfinite(value).all()
-            ]
-            if bad:
-                raise CheckpointError(
-                    f"{run_dir / 'checkpoints' / name} holds non-finite weights ({', '.join(bad[:3])}"
-                    f"{' ...' if len(bad) > 3 else ''}): the run diverged; nothing to evaluate"
-                )
-            return config, task, model, meta
+        except CheckpointError as exc:
+            if name == found[-1]:
+                raise
+            log.warning("mannlab: %s; loading the %s checkpoint instead", exc, found[-1])
+            continue
+        bad = [
+            key
+            for key, value in model.state_dict().items()
+            if value.is_floating_point() and not torch.isfinite(value).all()
+        ]
+        if bad:
+            raise CheckpointError(
+                f"{run_dir / 'checkpoints' / name} holds non-finite weights ({', '.join(bad[:3])}"
+                f"{' ...' if len(bad) > 3 else ''}): the run diverged; nothing to evaluate"
+            )
+        return config, task, model, meta
     raise CheckpointError(
         f"no {' or '.join(names)} checkpoint in {run_dir / 'checkpoints'}; has this run saved one yet?"
     )
 
 
-def load(run_dir: str | Path, checkpoint: str = "best", overrides: Sequence[str] = ()) -> torch.nn.Module:
+def _checkpoint_exists(directory: Path) -> bool:
+    try:
+        _existing(directory)  # or the complete copy a crashed save left beside it
+    except CheckpointError:
+        return False
+    return True
+
+
+def load(
+    path: str | Path, checkpoint: str = "best", overrides: Sequence[str] = (), device: Device = None
+) -> torch.nn.Module:
     """The trained model of a run directory, ready for inference: weights of the
     ``checkpoint`` ("best", the default and the papers' protocol, or "last") read through
     safetensors (no pickled code runs), in eval mode, its run config as ``model.config``.
+    A damaged best checkpoint falls back to the last one, saying so.
 
     ``overrides`` change the config first, as ``mannlab eval --set`` does. The optimizer
-    state file is not needed."""
+    state file is not needed. ``device`` is where the model goes: the CPU unless it names
+    another ("cuda", "cuda:1", a ``torch.device``), whatever device the run trained on, as
+    ``torch.load``'s ``map_location`` does. A directory written by ``mannlab.save`` loads
+    too (then ``checkpoint`` and ``overrides`` do not apply)."""
+    if is_saved_model(path):
+        if checkpoint != "best" or overrides:
+            raise ValueError(f"{path} holds a model written by mannlab.save: no checkpoints, no overrides")
+        return load_saved(path, device)
     if checkpoint not in ("best", "last"):
         raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
-    config, _, model, _ = load_run(run_dir, checkpoint, overrides)
+    config, _, model, _ = load_run(path, checkpoint, overrides)
     model.config = config
-    return model.eval()
+    return model.to(torch.device(device if device is not None else "cpu")).eval()
 
 
 def load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, Any]:
@@ -88,6 +119,6 @@ def load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, 
     for name in (WEIGHTS, META):
         if not (directory / name).is_file():
             raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
-    verify(directory, (WEIGHTS, META))
+    check_sums(directory, (WEIGHTS, META), "Restore it from a copy, or load the other checkpoint.")
     load_weights(directory / WEIGHTS, model)
     return _read_meta(directory / META)

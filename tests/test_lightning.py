@@ -129,3 +129,59 @@ def test_charlm_tbptt_carries_the_detached_state(tmp_path, monkeypatch):
     # 3 segments per pass: each pass starts from the initial state, then carries it detached
     assert carried == [None, False, False, None, False]
     assert torch.isfinite(trainer.callback_metrics["val/bpc"])
+
+
+@needs_lightning
+def test_a_checkpoint_reloads_with_load_from_checkpoint_and_fit_warns_nothing(tmp_path, recwarn):
+    import lightning as L
+
+    from mannlab.lightning import MannModule, TaskDataModule
+
+    torch.manual_seed(0)
+    task = tasks.make("copy", width=4, max_length=3)
+    module = MannModule("ntm", task, lr=1e-3, controller_size=8, memory_slots=5, memory_width=3)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=L.pytorch.loggers.CSVLogger(tmp_path),
+        max_steps=2,
+        val_check_interval=2,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+    )
+    with use_kernels(False):
+        trainer.fit(module, TaskDataModule(task, batch_size=4, val_batches=1))
+    assert not [w for w in recwarn if "__len__" in str(w.message)], [str(w.message) for w in recwarn]
+    (checkpoint,) = tmp_path.rglob("*.ckpt")
+    (hparams,) = tmp_path.rglob("hparams.yaml")
+    assert "memory_slots: 5" in hparams.read_text()
+    loaded = MannModule.load_from_checkpoint(checkpoint)
+    assert loaded.task.params == task.params and loaded.hparams["model"] == "ntm"
+    x = task.sample(2, 9)[0]
+    module.eval(), loaded.eval()
+    with torch.no_grad(), use_kernels(False):
+        assert torch.equal(loaded(x)[0], module(x)[0])
+
+
+@needs_lightning
+def test_a_module_given_as_a_model_reloads_too(tmp_path):
+    import mannlab
+    from mannlab.lightning import MannModule
+
+    task = tasks.make("copy", width=4, max_length=3)
+    module = MannModule(mannlab.GRU(task.input_size, task.output_size, hidden_size=6), task)
+    assert module.hparams["model"]["model"] == {
+        "name": "gru",
+        "args": {"input_size": task.input_size, "output_size": 4, "hidden_size": 6},
+    }
+    rebuilt = MannModule(**module.hparams)
+    rebuilt.load_state_dict(module.state_dict())
+    foreign = MannModule(torch.nn.GRU(task.input_size, 4, batch_first=True), task)
+    assert foreign.hparams["model"] is None
+    with pytest.raises(TypeError, match="model=module"):
+        MannModule(**foreign.hparams)
+    # a model behind a task adapter saves through its run config
+    module = MannModule("lstm", task, hidden_size=6)
+    mannlab.save(module.model, tmp_path / "saved")
+    assert mannlab.load(tmp_path / "saved").config.task_args == task.params

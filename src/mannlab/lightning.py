@@ -18,6 +18,12 @@ sampled task is endless (batch i = ``task.sample(B, [seed, i])``), so give ``max
 an integer ``val_check_interval``. Validation logs the task's metrics (``val/bce``, ...) on
 fixed batches, or ``val/bpc`` over the valid split for char-LM tasks. ``import mannlab``
 never imports this module, so Lightning stays optional.
+
+A checkpoint reloads with ``MannModule.load_from_checkpoint(path)``: the module saves the
+hyperparameters that build its model and task again (the model's name and arguments, or a
+module's ``mannlab.save`` description; the task's name and parameters). A module mannlab
+cannot describe (not a registered model) is passed again: ``load_from_checkpoint(path,
+model=module)``.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
-from mannlab.config import TrainConfig
+from mannlab import tasks
+from mannlab.config import RunConfig, TrainConfig
 from mannlab.evaluation.bpc import LN2
+from mannlab.rundir.pretrained import build_described, describe
 from mannlab.state import detach_state
 from mannlab.tasks.torch_data import TaskBatches, TextSegments
 from mannlab.training.optimizer import make_optimizer
@@ -45,27 +53,71 @@ def _streams(task: Any) -> bool:
     return getattr(task, "batching", "samples") == "streams"
 
 
+class _Batches(IterableDataset):
+    """A batched dataset's batches without its ``__len__``: Lightning warns at every fit that a
+    sized IterableDataset may miscount under several workers (TaskBatches shares its indices
+    among workers, so it does not); without a length Lightning runs each loader to its end."""
+
+    def __init__(self, dataset: IterableDataset):
+        self.dataset = dataset
+
+    def __iter__(self):
+        return iter(self.dataset)
+
+
 class MannModule(L.LightningModule):
     """``model`` (a registered name, built for ``task`` with ``model_args`` behind the
-    adapter the task needs, or a module) trained on ``task`` with mannlab's optimizer
-    (``optimizer`` "rmsprop" or "adam", ``lr``; the other settings are TrainConfig's)."""
+    adapter the task needs, or a module) trained on ``task`` (a task, or its name with
+    ``task_args``) with mannlab's optimizer (``optimizer`` "rmsprop" or "adam", ``lr``; the
+    other settings are TrainConfig's)."""
 
     def __init__(
         self,
-        model: str | torch.nn.Module,
+        model: str | torch.nn.Module | dict[str, Any] | None,
         task: Any,
         lr: float = 1e-4,
         optimizer: str = "rmsprop",
+        task_args: dict[str, Any] | None = None,
         **model_args: Any,
     ):
         super().__init__()
-        if isinstance(model, str):
-            model = model_for_task(task, model, **model_args)
-        elif model_args:
+        if isinstance(task, str):
+            task = tasks.make(task, **(task_args or {}))
+        elif task_args:
+            raise TypeError(f"task arguments {sorted(task_args)} need a task name, not a task")
+        if isinstance(model, torch.nn.Module) and model_args:
             raise TypeError(f"model arguments {sorted(model_args)} need a model name, not a module")
+        if model is None:
+            raise TypeError(
+                "this checkpoint's model is a module mannlab cannot rebuild: pass it again, "
+                "MannModule.load_from_checkpoint(path, model=module)"
+            )
+        if isinstance(model, str):
+            described: str | dict[str, Any] | None = model
+            name, model = model, model_for_task(task, model, **model_args)
+            # what mannlab.save writes for a model behind a task adapter (char LM, SST, bAbI)
+            model.config = RunConfig(model=name, task=task.name, model_args=model_args, task_args=task.params)
+        elif isinstance(model, dict):
+            described, model = model, build_described(model, "the checkpoint's hyperparameters")[0]
+        else:
+            try:
+                described = describe(model)
+            except TypeError:
+                described = None  # load_from_checkpoint then needs model= again
         self.model, self.task = model, task
         self.optimizer_config = TrainConfig(optimizer=optimizer, lr=lr)
         self.carried: dict[str, Any] = {}  # TBPTT state per split, detached
+        # what load_from_checkpoint passes back to __init__ (and loggers write as hparams)
+        self.save_hyperparameters(
+            {
+                "model": described,
+                "task": task.name,
+                "task_args": task.params,
+                "lr": lr,
+                "optimizer": optimizer,
+                **model_args,
+            }
+        )
 
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         return self.model(x, state)
@@ -131,7 +183,7 @@ class TaskDataModule(L.LightningDataModule):
         self.splits = getattr(task, "splits", None)
 
     def _loader(self, dataset: Any, workers: int) -> DataLoader:
-        return DataLoader(dataset, batch_size=None, num_workers=workers)  # already batched
+        return DataLoader(_Batches(dataset), batch_size=None, num_workers=workers)  # already batched
 
     def train_dataloader(self) -> DataLoader:
         if _streams(self.task):

@@ -109,7 +109,7 @@ def load_saved(directory: str | Path, device: Device = None) -> torch.nn.Module:
         weights = load_file(str(directory / WEIGHTS))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{directory / WEIGHTS} is not a safetensors file ({exc}). {REMEDY}") from None
-    model, run = _build(config, directory)
+    model, run = build_described(config, str(directory / CONFIG))
     dtypes = {v.dtype for v in weights.values() if v.is_floating_point()}
     if len(dtypes) == 1:
         model.to(dtypes.pop())  # a float64 model comes back in float64
@@ -120,7 +120,11 @@ def load_saved(directory: str | Path, device: Device = None) -> torch.nn.Module:
     return model.to(torch.device(device if device is not None else "cpu")).eval()
 
 
-def _build(config: dict[str, Any], directory: Path) -> tuple[torch.nn.Module, RunConfig | None]:
+def build_described(
+    config: dict[str, Any], source: str = "the config"
+) -> tuple[torch.nn.Module, RunConfig | None]:
+    """(a freshly initialised model, the run config or None) of a :func:`describe` object;
+    ``source`` names where it was read, for the error."""
     run = RunConfig.from_dict(config["run"]) if isinstance(config.get("run"), dict) else None
     described = config.get("model")
     try:
@@ -129,8 +133,8 @@ def _build(config: dict[str, Any], directory: Path) -> tuple[torch.nn.Module, Ru
         if run is not None:
             return build_run(run)[1], run
     except (ConfigError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{directory / CONFIG} does not build a model: {exc}") from None
-    raise CheckpointError(f"{directory / CONFIG} names neither a model nor a run config")
+        raise CheckpointError(f"{source} does not build a model: {exc}") from None
+    raise CheckpointError(f"{source} names neither a model nor a run config")
 
 
 def _check_keys(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:

@@ -7,11 +7,16 @@ path. The Triton kernels run in Triton's interpreter where there is no GPU (tiny
 import pytest
 import torch
 
+from conftest import triton_device
+from mannlab.models import build_model
+from mannlab.ops import dispatch, use_kernels
 from mannlab.ops.armin import ARMINCarry, ARMINInputs, ARMINOptions, ARMINWeights, armin_sequence
 from mannlab.ops.armin.records import MODES, NOISY_MODES
 
-B, T, DH, N = 3, 8, 5, 4  # N < T: every row's writes pass the filling phase
-STEPS0 = (0, 2, 7)  # rows that start empty, mid-fill and full
+B, T, DH, N = 3, 6, 5, 3  # N < T: every row's writes pass the filling phase
+STEPS0 = (0, 1, 7)  # rows that start empty, mid-fill and full
+#: float32 Triton against the float64 reference
+TRITON_TOL = dict(atol=2e-4, rtol=2e-4)
 
 
 def problem(mode, width=3, zoneout=False, dtype=torch.float64, device="cpu", seed=0, t=T):
@@ -125,3 +130,113 @@ def test_bad_records_get_clear_errors():
         armin_sequence(
             inputs._replace(zoneout=torch.zeros(1, B, DH)), state, weights, ARMINOptions(mode="soft")
         )
+
+
+# --------------------------------------------------------------- Triton vs reference
+
+
+@pytest.mark.parametrize(
+    "mode, width, zoneout",
+    [("soft", 3, True), ("gumbel-relaxed", DH, False), ("gumbel", 3, True), ("argmax", DH, True)],
+)
+def test_triton_matches_reference(mode, width, zoneout):
+    """Every mode, the write map and its absence, zoneout and none, all gradients by name."""
+    records = problem(mode, width, zoneout, dtype=torch.float32, device=triton_device())
+    options = ARMINOptions(mode=mode, inverse_temperature=2.0)
+    got = run(*records, options._replace(backend="triton"))
+    want = run(*(as_double(r) for r in records), options._replace(backend="reference"))
+    assert_same(got, want, **TRITON_TOL)
+
+
+def test_triton_inference_without_records():
+    """keep=False: the memory updated in place, no per-step records; the same outputs."""
+    records = problem("gumbel", 3, True, dtype=torch.float32, device=triton_device())
+    options = ARMINOptions(mode="gumbel", inverse_temperature=2.0, keep=False, backend="triton")
+    with torch.no_grad():
+        out, carry = armin_sequence(*records, options)
+        out_ref, carry_ref = armin_sequence(
+            *(as_double(r) for r in records), options._replace(backend="reference")
+        )
+    torch.testing.assert_close(out.double().cpu(), out_ref, **TRITON_TOL)
+    torch.testing.assert_close(carry.hidden.double().cpu(), carry_ref.hidden, **TRITON_TOL)
+    torch.testing.assert_close(carry.memory.double().cpu(), carry_ref.memory, **TRITON_TOL)
+
+
+def test_triton_chunked_run_with_carried_state_equals_one_run():
+    """Two segments, the second from the first's state (TBPTT with the memory carried): the
+    outputs, final state and gradients of one run over both."""
+    inputs, state, weights = problem("gumbel", 3, True, dtype=torch.float32, device=triton_device())
+    options = ARMINOptions(mode="gumbel", inverse_temperature=2.0, backend="triton")
+    whole = run(inputs, state, weights, options)
+    cut = 2
+
+    def chunked(options):
+        first = ARMINInputs(inputs.projected[:, :cut], inputs.noise[:cut], inputs.zoneout[:cut])
+        rest = ARMINInputs(inputs.projected[:, cut:], inputs.noise[cut:], inputs.zoneout[cut:])
+        out_a, carry = armin_sequence(first, state, weights, options)
+        out_b, carry = armin_sequence(rest, carry, weights, options)
+        return torch.cat([out_a, out_b], 1), carry
+
+    gen = torch.Generator().manual_seed(5)
+    out, carry = chunked(options)
+    loss = sum(
+        (v * torch.randn(v.shape, generator=gen, dtype=torch.float64).to(v)).sum()
+        for v in (out, carry.hidden, carry.memory)
+    )
+    named = differentiable(inputs, state, weights)
+    grads = dict(zip(named, torch.autograd.grad(loss, list(named.values()))))
+    assert_same((out, carry, grads), tuple(_double(v) for v in whole), **TRITON_TOL)
+
+
+def _double(value):
+    if isinstance(value, dict):
+        return {k: v.double().cpu() for k, v in value.items()}
+    if isinstance(value, tuple):
+        return type(value)(*(_double(v) for v in value))
+    return value.double().cpu() if value.is_floating_point() else value.cpu()
+
+
+# ------------------------------------------------------------------- the ARMIN module
+
+
+@pytest.mark.parametrize("addressing, zoneout", [("gumbel", 0.0), ("soft", 0.3)])
+def test_armin_on_triton_equals_its_tensor_path(addressing, zoneout):
+    """``use_kernels("triton")`` runs the module's whole sequence in the Triton kernels: the
+    outputs, final state and every parameter gradient of ``use_kernels(False)`` (same draws)."""
+    device = triton_device()
+    torch.manual_seed(0)
+    model = build_model(
+        "armin", 4, 3, hidden_size=DH, memory_slots=N, memory_width=3, addressing=addressing, zoneout=zoneout
+    ).to(device)
+    model.inverse_temperature = 2.0
+    x = torch.rand(B, T, 4, generator=torch.Generator().manual_seed(1)).to(device)
+    with use_kernels("triton"):
+        assert dispatch.sequence_backend(model.cell, x) == "triton"
+    results = []
+    for setting in (False, "triton"):
+        model.zero_grad()
+        torch.manual_seed(2)
+        with use_kernels(setting):
+            y, state = model(x)
+        (y.sin().sum() + state.hidden.sum() + state.memory.pow(2).sum()).backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results.append((y, state, grads))
+    (y0, s0, g0), (y1, s1, g1) = results
+    torch.testing.assert_close(y1, y0, **TRITON_TOL)
+    for a, b in zip(s1, s0):
+        torch.testing.assert_close(a, b, **TRITON_TOL)
+    assert g0.keys() == g1.keys()
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], **TRITON_TOL, msg=lambda m: f"{name}: {m}")
+
+
+def test_triton_covers_the_papers_configuration_up_to_its_sizes():
+    def cell(**kw):
+        return build_model("armin", 4, 3, **{"hidden_size": DH, "memory_slots": N, **kw}).cell
+
+    assert cell().kernels_cover(False, "triton") and cell(zoneout=0.2).kernels_cover(False, "triton")
+    assert not cell().kernels_cover(True, "triton")
+    assert not cell(write="queue").kernels_cover(False, "triton")
+    assert cell(hidden_size=128, memory_slots=128).kernels_cover(False, "triton")
+    assert not cell(hidden_size=129).kernels_cover(False, "triton")
+    assert cell(hidden_size=129).kernels_cover(False)  # numba takes any size

@@ -35,13 +35,14 @@ Evaluation uses the argmax (except "soft"), and then the fast inference path of
 section 5: an index gather for the read and an index scatter for the write
 instead of the weighted sums (``fast_inference``; the same numbers).
 
-Speed: on CPU float32/float64 tensors, a trace-free pass of the paper's configuration (auto
-read, tied write, control gates, layer norm; zoneout or not) runs the whole sequence as one
-autograd node whose forward and backward are compiled loops (mannlab.ops.armin; the
-per-step input projections are computed for all steps first); ``mannlab.ops.use_kernels(False)``
-or MANNLAB_KERNELS=0 select the per-step tensor path (same values and
-gradients to rounding; the Gumbel noise and zoneout masks are drawn in the same order, so
-also the same samples).
+Speed: a trace-free pass of the paper's configuration (auto read, tied write, control gates,
+layer norm; zoneout or not) runs the whole sequence as one autograd node whose forward and
+backward are kernels (mannlab.ops.armin.armin_sequence; the per-step input projections are
+computed for all steps first): numba loops on CPU float32/float64 tensors, Triton kernels on
+CUDA float32 tensors (d_h, d_r, n_mem up to 128; ``use_kernels("triton")`` forces them on the
+CPU, in Triton's interpreter). ``mannlab.ops.use_kernels(False)`` or MANNLAB_KERNELS=0 select
+the per-step tensor path (same values and gradients to rounding; the Gumbel noise and zoneout
+masks are drawn in the same order, so also the same samples).
 
 Ablations of table 7 (appendix E) as switches: ``read="random"`` (a uniformly random
 slot), ``write="queue"`` (first in, first out: slot n mod n_mem), ``write="independent"``
@@ -83,6 +84,7 @@ from mannlab.models.tardis import (
 from mannlab.nn import sampling
 from mannlab.ops.armin import ARMINCarry, ARMINInputs, ARMINOptions, ARMINWeights, armin_sequence
 from mannlab.ops.armin import function as compiled
+from mannlab.ops.armin.records import triton_sizes_fit
 
 ADDRESSING_MODES = ("gumbel", "gumbel-relaxed", "soft", "argmax")
 READ_MODES = ("auto", "random", "tardis")
@@ -370,18 +372,23 @@ class ARMINCell(MemoryCell):
     # ------------------------------------------------------ the fused path
 
     kernel_ops = "armin"
-    kernel_backends = ("numba",)
+    kernel_backends = ("numba", "triton")
 
     def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
-        """The kernels run trace-free passes of the paper's configuration (auto read, tied
-        write, control gates, layer norm; zoneout or not)."""
-        return (
+        """Both kernels run trace-free passes of the paper's configuration (auto read, tied
+        write, control gates, layer norm; zoneout or not; every addressing mode); the Triton
+        kernels while d_h, d_r and n_mem are at most records.TRITON_MAX_SIZE (their weight
+        tiles must fit a GPU's shared memory)."""
+        papers = (
             not with_trace
             and self.read_mode == "auto"
             and self.write_mode == "tied"
             and self.control_gates
             and self.layer_norm
         )
+        if backend == "triton":
+            return papers and triton_sizes_fit(self.hidden_size, self.width, self.slots)
+        return papers
 
     def kernels_pay(self, batch: int, backward: bool) -> bool:
         return compiled.kernels_pay(batch, self.hidden_size, backward)
@@ -430,23 +437,28 @@ class ARMINCell(MemoryCell):
     def _fused_draws(
         self, x: torch.Tensor, mode: str
     ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """The Gumbel noise (T, B, n) and zoneout keep weights (T, B, d_h) of a fused pass, drawn
-        in the step loop's order (per step: the read's noise, then the zoneout mask), so both
-        paths give the same sample for a seed; None for no noise, None for no zoneout."""
+        """The Gumbel noise (T, B, n) and zoneout weights (T, B, d_h) of a fused pass, drawn in
+        the step loop's order (per step: the read's noise, then the zoneout mask), so every
+        path gives the same sample for a seed; None for no noise, None for no zoneout. One
+        draw for all steps where that gives the same numbers (CPU noise alone); step by step
+        where the draws interleave or on a GPU (whose generator's stream depends on how the
+        draws are split)."""
         B, T = x.shape[:2]
         gumbel = mode in ("gumbel", "gumbel-relaxed")
-        if not self.zoneout:
-            return (sampling.gumbel_noise(x.new_empty(T, B, self.slots)) if gumbel else None), None
-        if not self.training:
-            return None, x.new_full((T, B, self.hidden_size), self.zoneout)
-        noise, zone = [], []
+        masks = bool(self.zoneout) and self.training
+        zone = None
+        if self.zoneout and not self.training:  # the expectation
+            zone = x.new_full((T, B, self.hidden_size), self.zoneout)
+        if not masks and (not gumbel or x.device.type == "cpu"):
+            return (sampling.gumbel_noise(x.new_empty(T, B, self.slots)) if gumbel else None), zone
+        noise, zones = [], []
         for _ in range(T):
             if gumbel:
                 noise.append(sampling.gumbel_noise(x.new_empty(B, self.slots)))
-            zone.append(
-                (torch.rand(B, self.hidden_size, dtype=x.dtype, device=x.device) < self.zoneout).to(x.dtype)
-            )
-        return (torch.stack(noise) if gumbel else None), torch.stack(zone)
+            if masks:
+                keep = torch.rand(B, self.hidden_size, dtype=x.dtype, device=x.device) < self.zoneout
+                zones.append(keep.to(x.dtype))
+        return (torch.stack(noise) if gumbel else None), (torch.stack(zones) if masks else zone)
 
     def _write_weights(self, read_w, steps, x_w, h_new) -> torch.Tensor:
         """The slot written (B, n): the next empty slot while filling, then by ``write``."""

@@ -1,0 +1,789 @@
+"""Triton kernels for a whole ARMIN sequence: the forward time loop and the backward pass through
+time of ops/armin/reference.py (eqs. 3-10, the write of section 3.3; auto-addressing read, tied
+write, control gates, layer norm, optional zoneout), all four addressing modes.
+
+How (the technique of flash-linear-attention's fused recurrent kernels and mamba's selective
+scan): one program per tile of BLOCK_B batch rows runs the whole time loop; h_{t-1} stays in
+registers, the weights are re-read from global memory at every step (they stay in L2), and the
+input's share of every pre-activation comes precomputed for all steps (one matrix product
+before the call: ARMINCell.precompute). The memory M (B, n_mem, d_r) of each row lives in global
+memory, read and written one slot at a time. Sizes need not be powers of two: each block
+(d_h, d_r, n_mem) is padded to the next power of two, at least 16 so that tl.dot compiles, with
+masks on every load and store. Every gate is its own block (eq. 3: g^h, g^r; eq. 6: i, f, g, o^h,
+o^r), its layer norm a sum over the blocks, so no tile is wider than the widest of d_h, d_r,
+n_mem (records.TRITON_MAX_SIZE bounds them: the weight tiles of tl.dot must fit shared memory).
+
+The forward keeps, per step, what the backward reads (``keep``; else no records and the memory
+updated in place); the backward runs the steps in reverse from those records and returns the
+same pre-activation gradients as kernels.py's numba backward (records.PreactivationGrads);
+gradients.py makes the weight gradients of them. Random draws (Gumbel noise, zoneout masks) are
+inputs, drawn by torch before the call.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from mannlab.ops.armin.records import MODES, ARMINWeights, PreactivationGrads
+
+#: the dtypes the kernels take (the GPU's float32; float64 is left to the other paths)
+DTYPES = (torch.float32,)
+#: batch rows per program: tl.dot needs at least 16 rows
+BLOCK_B = 16
+
+
+class TritonRecords(NamedTuple):
+    """What the forward keeps for the backward, (B, T, .) each: h_{t-1}, s_t, the relaxed sample
+    y (zeros for argmax), r_t, [g^h; g^r], h^g, r^g, the normalised inputs x̂ of the three layer
+    norms, their 1/σ (B, T, 3), the gate activations [i, f, g, o^h, o^r], h_t (after zoneout),
+    the written value v, the write weights w and the memory before each step (B, T + 1, n, d_r:
+    the last is M_T)."""
+
+    hprev: torch.Tensor
+    s: torch.Tensor
+    y: torch.Tensor
+    r: torch.Tensor
+    c: torch.Tensor
+    hg: torch.Tensor
+    rg: torch.Tensor
+    xhat_c: torch.Tensor
+    xhat_g: torch.Tensor
+    xhat_h: torch.Tensor
+    rstd: torch.Tensor
+    act: torch.Tensor
+    hs: torch.Tensor
+    v: torch.Tensor
+    w: torch.Tensor
+    memory: torch.Tensor
+
+
+# ------------------------------------------------------------------ small helpers
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _tanh(x):
+    e = tl.exp(-2.0 * tl.abs(x))  # in (0, 1]: no overflow
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0.0, -t, t)
+
+
+@triton.jit
+def _wt(ptr, row0, ld, n_out, n_in, BO: tl.constexpr, BI: tl.constexpr):
+    """A (BI, BO) tile of W^T for x @ W^T: [k, o] = W[row0 + o, k] of a row-major W (ld columns),
+    zero past n_out outputs and n_in inputs."""
+    k = tl.arange(0, BI)
+    o = tl.arange(0, BO)
+    mask = (k[:, None] < n_in) & (o[None, :] < n_out)
+    return tl.load(ptr + (row0 + o[None, :]) * ld + k[:, None], mask=mask, other=0.0)
+
+
+@triton.jit
+def _w(ptr, row0, ld, n_rows, n_cols, BRW: tl.constexpr, BC: tl.constexpr):
+    """A (BRW, BC) tile of W for d @ W: [i, k] = W[row0 + i, k], zero past n_rows and n_cols."""
+    i = tl.arange(0, BRW)
+    k = tl.arange(0, BC)
+    mask = (i[:, None] < n_rows) & (k[None, :] < n_cols)
+    return tl.load(ptr + (row0 + i[:, None]) * ld + k[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _vec(ptr, start, n, BLOCK: tl.constexpr):
+    """ptr[start : start + n] as a (1, BLOCK) row, zero past n."""
+    k = tl.arange(0, BLOCK)
+    return tl.load(ptr + start + k, mask=k < n, other=0.0)[None, :]
+
+
+@triton.jit
+def _one_hot_argmax(x, cols, BN: tl.constexpr):
+    """The one-hot of each row's first maximum (as torch.argmax), x (BB, BN) with -inf padding."""
+    top = tl.max(x, axis=1)
+    first = tl.min(tl.where(x == top[:, None], cols[None, :], BN), axis=1)
+    return tl.where(cols[None, :] == first[:, None], 1.0, 0.0)
+
+
+@triton.jit
+def _softmax(x):
+    """Row softmax of x (BB, BN) with -inf padding (padding gets 0)."""
+    top = tl.max(x, axis=1)
+    e = tl.exp(x - top[:, None])
+    return e / tl.sum(e, axis=1)[:, None]
+
+
+# ----------------------------------------------------------------------- forward
+
+
+@triton.jit
+def _forward_kernel(
+    xp_ptr,  # (B, T, P): [x_c | x_g | x_s | ...]
+    noise_ptr,  # (T, B, N) Gumbel draws (noisy modes)
+    zone_ptr,  # (T, B, H) zoneout weights (USE_ZONE)
+    h0_ptr,  # (B, H)
+    steps_ptr,  # (B,) int64
+    wch_ptr,  # (C + N, H)
+    wcr_ptr,  # (C, R)
+    wgh_ptr,  # (G, H)
+    wgr_ptr,  # (G, R)
+    wmap_ptr,  # (R, H) (USE_MAP)
+    lncw_ptr,
+    lncb_ptr,
+    lngw_ptr,
+    lngb_ptr,
+    lnhw_ptr,
+    lnhb_ptr,
+    out_ptr,  # (B, T, C)
+    ht_ptr,  # (B, H)
+    mem_ptr,  # (B, T + 1, N, R) with KEEP (M_0 at 0), else (B, 1, N, R) updated in place
+    hprev_ptr,
+    s_ptr,
+    y_ptr,
+    r_ptr,
+    c_ptr,
+    hg_ptr,
+    rg_ptr,
+    xc_ptr,
+    xg_ptr,
+    xh_ptr,
+    rstd_ptr,
+    act_ptr,
+    hs_ptr,
+    v_ptr,
+    w_ptr,
+    B,
+    T,
+    P,
+    mem_row_stride,
+    mem_step_stride,  # N * R with KEEP, 0 in place
+    eps,
+    inv_tau,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    N: tl.constexpr,
+    BH: tl.constexpr,
+    BR: tl.constexpr,
+    BN: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    MODE: tl.constexpr,
+    USE_ZONE: tl.constexpr,
+    USE_MAP: tl.constexpr,
+    KEEP: tl.constexpr,
+):
+    C: tl.constexpr = H + R
+    G: tl.constexpr = 4 * H + R
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    rows64 = rows.to(tl.int64)
+    ch = tl.arange(0, BH)
+    cr = tl.arange(0, BR)
+    cn = tl.arange(0, BN)
+    mh = row_ok[:, None] & (ch[None, :] < H)
+    mr = row_ok[:, None] & (cr[None, :] < R)
+    mn = row_ok[:, None] & (cn[None, :] < N)
+    col_h = ch[None, :] < H
+    col_r = cr[None, :] < R
+    col_n = cn[None, :] < N
+    h = tl.load(h0_ptr + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
+    steps0 = tl.load(steps_ptr + rows64, mask=row_ok, other=0)
+    mem_rows = mem_ptr + rows64[:, None] * mem_row_stride + cr[None, :]
+    # the layer norms' gains and biases, a (1, block) row each
+    lnc_w_h = _vec(lncw_ptr, 0, H, BH)
+    lnc_b_h = _vec(lncb_ptr, 0, H, BH)
+    lnc_w_r = _vec(lncw_ptr, H, R, BR)
+    lnc_b_r = _vec(lncb_ptr, H, R, BR)
+    lng_w_i = _vec(lngw_ptr, 0, H, BH)
+    lng_b_i = _vec(lngb_ptr, 0, H, BH)
+    lng_w_f = _vec(lngw_ptr, H, H, BH)
+    lng_b_f = _vec(lngb_ptr, H, H, BH)
+    lng_w_g = _vec(lngw_ptr, 2 * H, H, BH)
+    lng_b_g = _vec(lngb_ptr, 2 * H, H, BH)
+    lng_w_o = _vec(lngw_ptr, 3 * H, H, BH)
+    lng_b_o = _vec(lngb_ptr, 3 * H, H, BH)
+    lng_w_r = _vec(lngw_ptr, 4 * H, R, BR)
+    lng_b_r = _vec(lngb_ptr, 4 * H, R, BR)
+    lnh_w = _vec(lnhw_ptr, 0, H, BH)
+    lnh_b = _vec(lnhb_ptr, 0, H, BH)
+    for t in range(T):
+        x_row = xp_ptr + rows64[:, None] * (T * P) + t * P  # this step's projected input
+        rec_h = rows64[:, None] * (T * H) + t * H + ch[None, :]
+        rec_r = rows64[:, None] * (T * R) + t * R + cr[None, :]
+        rec_n = rows64[:, None] * (T * N) + t * N + cn[None, :]
+        rec_c = rows64[:, None] * (T * C) + t * C
+        rec_g = rows64[:, None] * (T * G) + t * G
+        mem_now = mem_rows + t * mem_step_stride  # M_{t-1}
+        # ---- eq. 9: the read weights
+        logits = tl.load(x_row + C + G + cn[None, :], mask=mn, other=0.0)
+        logits += tl.dot(h, _wt(wch_ptr, C, H, N, H, BN, BH), input_precision="ieee")
+        if MODE == 3:  # argmax
+            s = _one_hot_argmax(tl.where(col_n, logits, float("-inf")), cn, BN)
+            y = s * 0.0
+        elif MODE == 0:  # soft
+            y = _softmax(tl.where(col_n, logits, float("-inf")))
+            s = y
+        else:  # the gumbel-softmax sample of eq. 1
+            g_row = noise_ptr + t * B * N + rows64[:, None] * N + cn[None, :]
+            noisy = (logits + tl.load(g_row, mask=mn, other=0.0)) * inv_tau
+            y = _softmax(tl.where(col_n, noisy, float("-inf")))
+            if MODE == 1:
+                s = y
+            else:  # straight-through: the one-hot forward
+                s = _one_hot_argmax(tl.where(col_n, y, float("-inf")), cn, BN)
+        # ---- eq. 10: r = s^T M_{t-1}
+        r = tl.zeros((BLOCK_B, BR), dtype=h.dtype)
+        for j in range(N):
+            m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
+            r += tl.sum(tl.where(cn[None, :] == j, s, 0.0), axis=1)[:, None] * m_j
+        # ---- eq. 3: control gates [g^h; g^r] = σ(LN_c(x_c + W_ig,h h + W_ig,r r))
+        a_h = tl.load(x_row + ch[None, :], mask=mh, other=0.0)
+        a_h += tl.dot(h, _wt(wch_ptr, 0, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
+            r, _wt(wcr_ptr, 0, R, H, R, BH, BR), input_precision="ieee"
+        )
+        a_r = tl.load(x_row + H + cr[None, :], mask=mr, other=0.0)
+        a_r += tl.dot(h, _wt(wch_ptr, H, H, R, H, BR, BH), input_precision="ieee") + tl.dot(
+            r, _wt(wcr_ptr, H, R, R, R, BR, BR), input_precision="ieee"
+        )
+        mean = (tl.sum(tl.where(col_h, a_h, 0.0), axis=1) + tl.sum(tl.where(col_r, a_r, 0.0), axis=1)) / C
+        d_h = tl.where(col_h, a_h - mean[:, None], 0.0)
+        d_r = tl.where(col_r, a_r - mean[:, None], 0.0)
+        rstd_c = 1.0 / tl.sqrt((tl.sum(d_h * d_h, axis=1) + tl.sum(d_r * d_r, axis=1)) / C + eps)
+        xc_h = d_h * rstd_c[:, None]
+        xc_r = d_r * rstd_c[:, None]
+        c_h = _sigmoid(xc_h * lnc_w_h + lnc_b_h)
+        c_r = _sigmoid(xc_r * lnc_w_r + lnc_b_r)
+        hg = c_h * h  # eq. 4
+        rg = c_r * r  # eq. 5
+        # ---- eq. 6: [i, f, g, o^h, o^r] from LN_g(x_g + W_go,h h^g + W_go,r r^g), one block each
+        z_i = tl.load(x_row + C + ch[None, :], mask=mh, other=0.0)
+        z_i += tl.dot(hg, _wt(wgh_ptr, 0, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
+            rg, _wt(wgr_ptr, 0, R, H, R, BH, BR), input_precision="ieee"
+        )
+        z_f = tl.load(x_row + C + H + ch[None, :], mask=mh, other=0.0)
+        z_f += tl.dot(hg, _wt(wgh_ptr, H, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
+            rg, _wt(wgr_ptr, H, R, H, R, BH, BR), input_precision="ieee"
+        )
+        z_g = tl.load(x_row + C + 2 * H + ch[None, :], mask=mh, other=0.0)
+        z_g += tl.dot(hg, _wt(wgh_ptr, 2 * H, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
+            rg, _wt(wgr_ptr, 2 * H, R, H, R, BH, BR), input_precision="ieee"
+        )
+        z_o = tl.load(x_row + C + 3 * H + ch[None, :], mask=mh, other=0.0)
+        z_o += tl.dot(hg, _wt(wgh_ptr, 3 * H, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
+            rg, _wt(wgr_ptr, 3 * H, R, H, R, BH, BR), input_precision="ieee"
+        )
+        z_r = tl.load(x_row + C + 4 * H + cr[None, :], mask=mr, other=0.0)
+        z_r += tl.dot(hg, _wt(wgh_ptr, 4 * H, H, R, H, BR, BH), input_precision="ieee") + tl.dot(
+            rg, _wt(wgr_ptr, 4 * H, R, R, R, BR, BR), input_precision="ieee"
+        )
+        total = tl.sum(tl.where(col_h, z_i + z_f + z_g + z_o, 0.0), axis=1)
+        mean = (total + tl.sum(tl.where(col_r, z_r, 0.0), axis=1)) / G
+        z_i = tl.where(col_h, z_i - mean[:, None], 0.0)
+        z_f = tl.where(col_h, z_f - mean[:, None], 0.0)
+        z_g = tl.where(col_h, z_g - mean[:, None], 0.0)
+        z_o = tl.where(col_h, z_o - mean[:, None], 0.0)
+        z_r = tl.where(col_r, z_r - mean[:, None], 0.0)
+        var = tl.sum(z_i * z_i + z_f * z_f + z_g * z_g + z_o * z_o, axis=1) + tl.sum(z_r * z_r, axis=1)
+        rstd_g = 1.0 / tl.sqrt(var / G + eps)
+        z_i *= rstd_g[:, None]  # now x̂ of each block
+        z_f *= rstd_g[:, None]
+        z_g *= rstd_g[:, None]
+        z_o *= rstd_g[:, None]
+        z_r *= rstd_g[:, None]
+        a_i = _sigmoid(z_i * lng_w_i + lng_b_i)
+        a_f = _sigmoid(z_f * lng_w_f + lng_b_f)
+        a_g = _tanh(z_g * lng_w_g + lng_b_g)
+        a_o = _sigmoid(z_o * lng_w_o + lng_b_o)
+        a_r = _sigmoid(z_r * lng_w_r + lng_b_r)
+        # ---- eq. 7: ĥ = LN_h(f h_{t-1} + i g); eq. 8: o_t = [o^h tanh ĥ, o^r tanh r]
+        u = tl.where(col_h, a_f * h + a_i * a_g, 0.0)
+        mean = tl.sum(u, axis=1) / H
+        u = tl.where(col_h, u - mean[:, None], 0.0)
+        rstd_h = 1.0 / tl.sqrt(tl.sum(u * u, axis=1) / H + eps)
+        xh = u * rstd_h[:, None]
+        h_hat = xh * lnh_w + lnh_b
+        out_row = out_ptr + rows64[:, None] * (T * C) + t * C
+        tl.store(out_row + ch[None, :], a_o * _tanh(h_hat), mask=mh)
+        tl.store(out_row + H + cr[None, :], a_r * _tanh(r), mask=mr)
+        if USE_ZONE:  # h_t = z h_{t-1} + (1 - z) ĥ
+            zone = tl.load(zone_ptr + t * B * H + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
+            h_new = zone * h + (1.0 - zone) * h_hat
+        else:
+            h_new = h_hat
+        h_new = tl.where(mh, h_new, 0.0)
+        # ---- section 3.3: write v (W_w h_t, or h_t) to the next empty slot, then to the slot read
+        if USE_MAP:
+            v = tl.dot(h_new, _wt(wmap_ptr, 0, H, R, H, BR, BH), input_precision="ieee")
+        else:
+            v = h_new
+        step = steps0 + t
+        w = tl.where((step < N)[:, None], tl.where(cn[None, :] == step[:, None], 1.0, 0.0), s)
+        for j in range(N):
+            w_j = tl.sum(tl.where(cn[None, :] == j, w, 0.0), axis=1)[:, None]
+            m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
+            # torch.lerp's two formulas, for the same rounding
+            new = tl.where(w_j < 0.5, m_j + w_j * (v - m_j), v - (v - m_j) * (1.0 - w_j))
+            tl.store(mem_now + mem_step_stride + j * R, new, mask=mr)
+        if KEEP:
+            tl.store(hprev_ptr + rec_h, h, mask=mh)
+            tl.store(s_ptr + rec_n, s, mask=mn)
+            tl.store(y_ptr + rec_n, y, mask=mn)
+            tl.store(r_ptr + rec_r, r, mask=mr)
+            tl.store(c_ptr + rec_c + ch[None, :], c_h, mask=mh)
+            tl.store(c_ptr + rec_c + H + cr[None, :], c_r, mask=mr)
+            tl.store(hg_ptr + rec_h, hg, mask=mh)
+            tl.store(rg_ptr + rec_r, rg, mask=mr)
+            tl.store(xc_ptr + rec_c + ch[None, :], xc_h, mask=mh)
+            tl.store(xc_ptr + rec_c + H + cr[None, :], xc_r, mask=mr)
+            tl.store(xg_ptr + rec_g + ch[None, :], z_i, mask=mh)
+            tl.store(xg_ptr + rec_g + H + ch[None, :], z_f, mask=mh)
+            tl.store(xg_ptr + rec_g + 2 * H + ch[None, :], z_g, mask=mh)
+            tl.store(xg_ptr + rec_g + 3 * H + ch[None, :], z_o, mask=mh)
+            tl.store(xg_ptr + rec_g + 4 * H + cr[None, :], z_r, mask=mr)
+            tl.store(xh_ptr + rec_h, xh, mask=mh)
+            rstd_row = rstd_ptr + rows64 * (T * 3) + t * 3
+            tl.store(rstd_row, rstd_c, mask=row_ok)
+            tl.store(rstd_row + 1, rstd_g, mask=row_ok)
+            tl.store(rstd_row + 2, rstd_h, mask=row_ok)
+            tl.store(act_ptr + rec_g + ch[None, :], a_i, mask=mh)
+            tl.store(act_ptr + rec_g + H + ch[None, :], a_f, mask=mh)
+            tl.store(act_ptr + rec_g + 2 * H + ch[None, :], a_g, mask=mh)
+            tl.store(act_ptr + rec_g + 3 * H + ch[None, :], a_o, mask=mh)
+            tl.store(act_ptr + rec_g + 4 * H + cr[None, :], a_r, mask=mr)
+            tl.store(hs_ptr + rec_h, h_new, mask=mh)
+            tl.store(v_ptr + rec_r, v, mask=mr)
+            tl.store(w_ptr + rec_n, w, mask=mn)
+        h = h_new
+        tl.debug_barrier()  # the next step reads the memory rows this one wrote
+    tl.store(ht_ptr + rows64[:, None] * H + ch[None, :], h, mask=mh)
+
+
+# ---------------------------------------------------------------------- backward
+
+
+@triton.jit
+def _backward_kernel(
+    d_out_ptr,  # (B, T, C)
+    d_ht_ptr,  # (B, H)
+    dm_ptr,  # (B, N, R): d M_T in, d M_0 out (updated in place)
+    zone_ptr,  # (T, B, H) (USE_ZONE)
+    steps_ptr,
+    wch_ptr,
+    wcr_ptr,
+    wgh_ptr,
+    wgr_ptr,
+    wmap_ptr,
+    lncw_ptr,
+    lngw_ptr,
+    lnhw_ptr,
+    lnhb_ptr,
+    hprev_ptr,
+    s_ptr,
+    y_ptr,
+    r_ptr,
+    c_ptr,
+    xc_ptr,
+    xg_ptr,
+    xh_ptr,
+    rstd_ptr,
+    act_ptr,
+    v_ptr,
+    w_ptr,
+    mem_ptr,  # (B, T + 1, N, R)
+    d_xc_ptr,  # (B, T, C)
+    d_xg_ptr,  # (B, T, G)
+    d_xs_ptr,  # (B, T, N)
+    d_v_ptr,  # (B, T, R)
+    d_yc_ptr,  # (B, T, C)
+    d_yg_ptr,  # (B, T, G)
+    d_yh_ptr,  # (B, T, H)
+    d_h0_ptr,  # (B, H)
+    B,
+    T,
+    inv_tau,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    N: tl.constexpr,
+    BH: tl.constexpr,
+    BR: tl.constexpr,
+    BN: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    MODE: tl.constexpr,
+    USE_ZONE: tl.constexpr,
+    USE_MAP: tl.constexpr,
+):
+    C: tl.constexpr = H + R
+    G: tl.constexpr = 4 * H + R
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    rows64 = rows.to(tl.int64)
+    ch = tl.arange(0, BH)
+    cr = tl.arange(0, BR)
+    cn = tl.arange(0, BN)
+    mh = row_ok[:, None] & (ch[None, :] < H)
+    mr = row_ok[:, None] & (cr[None, :] < R)
+    mn = row_ok[:, None] & (cn[None, :] < N)
+    col_h = ch[None, :] < H
+    col_r = cr[None, :] < R
+    dh = tl.load(d_ht_ptr + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
+    steps0 = tl.load(steps_ptr + rows64, mask=row_ok, other=0)
+    dm_rows = dm_ptr + rows64[:, None] * (N * R) + cr[None, :]
+    mem_rows = mem_ptr + rows64[:, None] * ((T + 1) * N * R) + cr[None, :]
+    # the layer norms' gains and biases, a (1, block) row each
+    lnh_w = _vec(lnhw_ptr, 0, H, BH)
+    lnh_b = _vec(lnhb_ptr, 0, H, BH)
+    lng_w_i = _vec(lngw_ptr, 0, H, BH)
+    lng_w_f = _vec(lngw_ptr, H, H, BH)
+    lng_w_g = _vec(lngw_ptr, 2 * H, H, BH)
+    lng_w_o = _vec(lngw_ptr, 3 * H, H, BH)
+    lng_w_r = _vec(lngw_ptr, 4 * H, R, BR)
+    lnc_w_h = _vec(lncw_ptr, 0, H, BH)
+    lnc_w_r = _vec(lncw_ptr, H, R, BR)
+    for step_back in range(T):
+        t = T - 1 - step_back
+        rec_h = rows64[:, None] * (T * H) + t * H + ch[None, :]
+        rec_r = rows64[:, None] * (T * R) + t * R + cr[None, :]
+        rec_n = rows64[:, None] * (T * N) + t * N + cn[None, :]
+        rec_c = rows64[:, None] * (T * C) + t * C
+        rec_g = rows64[:, None] * (T * G) + t * G
+        mem_now = mem_rows + t * (N * R)  # M_{t-1}
+        # ---- the write M_t = lerp(M_{t-1}, v, w): gradients of v, w and M_{t-1}
+        v = tl.load(v_ptr + rec_r, mask=mr, other=0.0)
+        w = tl.load(w_ptr + rec_n, mask=mn, other=0.0)
+        dv = tl.zeros((BLOCK_B, BR), dtype=dh.dtype)
+        dw = tl.zeros((BLOCK_B, BN), dtype=dh.dtype)
+        for j in range(N):
+            w_j = tl.sum(tl.where(cn[None, :] == j, w, 0.0), axis=1)[:, None]
+            g_j = tl.load(dm_rows + j * R, mask=mr, other=0.0)
+            m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
+            dw = tl.where(cn[None, :] == j, tl.sum(g_j * (v - m_j), axis=1)[:, None], dw)
+            dv += w_j * g_j
+            tl.store(dm_rows + j * R, g_j * (1.0 - w_j), mask=mr)
+        tl.store(d_v_ptr + rec_r, dv, mask=mr)
+        if USE_MAP:
+            dh_v = tl.dot(dv, _w(wmap_ptr, 0, H, R, H, BR, BH), input_precision="ieee")
+        else:
+            dh_v = dv
+        # ---- eq. 8, zoneout, eq. 7
+        hprev = tl.load(hprev_ptr + rec_h, mask=mh, other=0.0)
+        xh = tl.load(xh_ptr + rec_h, mask=mh, other=0.0)
+        th = _tanh(xh * lnh_w + lnh_b)
+        r = tl.load(r_ptr + rec_r, mask=mr, other=0.0)
+        tr = _tanh(r)
+        a_i = tl.load(act_ptr + rec_g + ch[None, :], mask=mh, other=0.0)
+        a_f = tl.load(act_ptr + rec_g + H + ch[None, :], mask=mh, other=0.0)
+        a_g = tl.load(act_ptr + rec_g + 2 * H + ch[None, :], mask=mh, other=0.0)
+        a_o = tl.load(act_ptr + rec_g + 3 * H + ch[None, :], mask=mh, other=0.0)
+        a_r = tl.load(act_ptr + rec_g + 4 * H + cr[None, :], mask=mr, other=0.0)
+        go_h = tl.load(d_out_ptr + rec_c + ch[None, :], mask=mh, other=0.0)
+        go_r = tl.load(d_out_ptr + rec_c + H + cr[None, :], mask=mr, other=0.0)
+        d_state = dh + dh_v
+        if USE_ZONE:
+            zone = tl.load(zone_ptr + t * B * H + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
+            d_kept = zone * d_state
+            d_state = (1.0 - zone) * d_state
+        else:
+            d_kept = d_state * 0.0
+        d_hhat = d_state + go_h * a_o * (1.0 - th * th)
+        dy_o = go_h * th * a_o * (1.0 - a_o)
+        dr = go_r * a_r * (1.0 - tr * tr)
+        dy_r = go_r * tr * a_r * (1.0 - a_r)
+        tl.store(d_yh_ptr + rec_h, d_hhat, mask=mh)
+        rstd_row = rstd_ptr + rows64 * (T * 3) + t * 3
+        rstd_h = tl.load(rstd_row + 2, mask=row_ok, other=0.0)
+        gw = tl.where(col_h, d_hhat * lnh_w, 0.0)
+        m1 = tl.sum(gw, axis=1) / H
+        m2 = tl.sum(gw * xh, axis=1) / H
+        du = tl.where(col_h, rstd_h[:, None] * (gw - m1[:, None] - xh * m2[:, None]), 0.0)
+        dhp = du * a_f + d_kept
+        dy_i = du * a_g * a_i * (1.0 - a_i)
+        dy_f = du * hprev * a_f * (1.0 - a_f)
+        dy_g = du * a_i * (1.0 - a_g * a_g)
+        tl.store(d_yg_ptr + rec_g + ch[None, :], dy_i, mask=mh)
+        tl.store(d_yg_ptr + rec_g + H + ch[None, :], dy_f, mask=mh)
+        tl.store(d_yg_ptr + rec_g + 2 * H + ch[None, :], dy_g, mask=mh)
+        tl.store(d_yg_ptr + rec_g + 3 * H + ch[None, :], dy_o, mask=mh)
+        tl.store(d_yg_ptr + rec_g + 4 * H + cr[None, :], dy_r, mask=mr)
+        # ---- eq. 6's layer norm, over the five blocks
+        rstd_g = tl.load(rstd_row + 1, mask=row_ok, other=0.0)[:, None]
+        x_i = tl.load(xg_ptr + rec_g + ch[None, :], mask=mh, other=0.0)
+        x_f = tl.load(xg_ptr + rec_g + H + ch[None, :], mask=mh, other=0.0)
+        x_g = tl.load(xg_ptr + rec_g + 2 * H + ch[None, :], mask=mh, other=0.0)
+        x_o = tl.load(xg_ptr + rec_g + 3 * H + ch[None, :], mask=mh, other=0.0)
+        x_r = tl.load(xg_ptr + rec_g + 4 * H + cr[None, :], mask=mr, other=0.0)
+        g_i = tl.where(col_h, dy_i * lng_w_i, 0.0)
+        g_f = tl.where(col_h, dy_f * lng_w_f, 0.0)
+        g_g = tl.where(col_h, dy_g * lng_w_g, 0.0)
+        g_o = tl.where(col_h, dy_o * lng_w_o, 0.0)
+        g_r = tl.where(col_r, dy_r * lng_w_r, 0.0)
+        m1 = (tl.sum(g_i + g_f + g_g + g_o, axis=1) + tl.sum(g_r, axis=1)) / G
+        m2 = tl.sum(g_i * x_i + g_f * x_f + g_g * x_g + g_o * x_o, axis=1) + tl.sum(g_r * x_r, axis=1)
+        m1 = m1[:, None]
+        m2 = m2[:, None] / G
+        da_i = tl.where(col_h, rstd_g * (g_i - m1 - x_i * m2), 0.0)
+        da_f = tl.where(col_h, rstd_g * (g_f - m1 - x_f * m2), 0.0)
+        da_g = tl.where(col_h, rstd_g * (g_g - m1 - x_g * m2), 0.0)
+        da_o = tl.where(col_h, rstd_g * (g_o - m1 - x_o * m2), 0.0)
+        da_r = tl.where(col_r, rstd_g * (g_r - m1 - x_r * m2), 0.0)
+        tl.store(d_xg_ptr + rec_g + ch[None, :], da_i, mask=mh)
+        tl.store(d_xg_ptr + rec_g + H + ch[None, :], da_f, mask=mh)
+        tl.store(d_xg_ptr + rec_g + 2 * H + ch[None, :], da_g, mask=mh)
+        tl.store(d_xg_ptr + rec_g + 3 * H + ch[None, :], da_o, mask=mh)
+        tl.store(d_xg_ptr + rec_g + 4 * H + cr[None, :], da_r, mask=mr)
+        # ---- d h^g = d a W_go,h and d r^g = d a W_go,r, block by block
+        dhg = tl.dot(da_i, _w(wgh_ptr, 0, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
+            da_f, _w(wgh_ptr, H, H, H, H, BH, BH), input_precision="ieee"
+        )
+        dhg += tl.dot(da_g, _w(wgh_ptr, 2 * H, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
+            da_o, _w(wgh_ptr, 3 * H, H, H, H, BH, BH), input_precision="ieee"
+        )
+        dhg += tl.dot(da_r, _w(wgh_ptr, 4 * H, H, R, H, BR, BH), input_precision="ieee")
+        drg = tl.dot(da_i, _w(wgr_ptr, 0, R, H, R, BH, BR), input_precision="ieee") + tl.dot(
+            da_f, _w(wgr_ptr, H, R, H, R, BH, BR), input_precision="ieee"
+        )
+        drg += tl.dot(da_g, _w(wgr_ptr, 2 * H, R, H, R, BH, BR), input_precision="ieee") + tl.dot(
+            da_o, _w(wgr_ptr, 3 * H, R, H, R, BH, BR), input_precision="ieee"
+        )
+        drg += tl.dot(da_r, _w(wgr_ptr, 4 * H, R, R, R, BR, BR), input_precision="ieee")
+        # ---- eqs. 5, 4, 3
+        c_h = tl.load(c_ptr + rec_c + ch[None, :], mask=mh, other=0.0)
+        c_r = tl.load(c_ptr + rec_c + H + cr[None, :], mask=mr, other=0.0)
+        dhp += dhg * c_h
+        dz_h = dhg * hprev * c_h * (1.0 - c_h)
+        dr += drg * c_r
+        dz_r = drg * r * c_r * (1.0 - c_r)
+        tl.store(d_yc_ptr + rec_c + ch[None, :], dz_h, mask=mh)
+        tl.store(d_yc_ptr + rec_c + H + cr[None, :], dz_r, mask=mr)
+        rstd_c = tl.load(rstd_row, mask=row_ok, other=0.0)[:, None]
+        xc_h = tl.load(xc_ptr + rec_c + ch[None, :], mask=mh, other=0.0)
+        xc_r = tl.load(xc_ptr + rec_c + H + cr[None, :], mask=mr, other=0.0)
+        g_h = tl.where(col_h, dz_h * lnc_w_h, 0.0)
+        g_r = tl.where(col_r, dz_r * lnc_w_r, 0.0)
+        m1 = ((tl.sum(g_h, axis=1) + tl.sum(g_r, axis=1)) / C)[:, None]
+        m2 = ((tl.sum(g_h * xc_h, axis=1) + tl.sum(g_r * xc_r, axis=1)) / C)[:, None]
+        dc_h = tl.where(col_h, rstd_c * (g_h - m1 - xc_h * m2), 0.0)
+        dc_r = tl.where(col_r, rstd_c * (g_r - m1 - xc_r * m2), 0.0)
+        tl.store(d_xc_ptr + rec_c + ch[None, :], dc_h, mask=mh)
+        tl.store(d_xc_ptr + rec_c + H + cr[None, :], dc_r, mask=mr)
+        dr += tl.dot(dc_h, _w(wcr_ptr, 0, R, H, R, BH, BR), input_precision="ieee") + tl.dot(
+            dc_r, _w(wcr_ptr, H, R, R, R, BR, BR), input_precision="ieee"
+        )
+        # ---- eqs. 10, 9: the read's gradient to M_{t-1} and to the logits
+        s = tl.load(s_ptr + rec_n, mask=mn, other=0.0)
+        filling = ((steps0 + t) < N)[:, None]
+        ds = tl.where(filling, 0.0, dw)  # while filling, the write does not depend on s
+        tl.debug_barrier()  # the write's updates of dm above, before this loop's
+        for j in range(N):
+            m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
+            ds = tl.where(cn[None, :] == j, ds + tl.sum(dr * m_j, axis=1)[:, None], ds)
+            g_j = tl.load(dm_rows + j * R, mask=mr, other=0.0)
+            tl.store(
+                dm_rows + j * R,
+                g_j + tl.sum(tl.where(cn[None, :] == j, s, 0.0), axis=1)[:, None] * dr,
+                mask=mr,
+            )
+        if MODE == 3:  # argmax: no gradient to the logits
+            d_xs = ds * 0.0
+        else:
+            p = tl.load(y_ptr + rec_n, mask=mn, other=0.0)
+            mean = tl.sum(p * ds, axis=1)[:, None]
+            if MODE == 0:
+                d_xs = p * (ds - mean)
+            else:
+                d_xs = inv_tau * p * (ds - mean)
+        d_xs = tl.where(mn, d_xs, 0.0)
+        tl.store(d_xs_ptr + rec_n, d_xs, mask=mn)
+        # ---- dh_{t-1} = the direct part + [d x_c, d x_s] [W_ig,h; W_s,h]
+        dh = (
+            dhp
+            + tl.dot(dc_h, _w(wch_ptr, 0, H, H, H, BH, BH), input_precision="ieee")
+            + tl.dot(dc_r, _w(wch_ptr, H, H, R, H, BR, BH), input_precision="ieee")
+        )
+        dh += tl.dot(d_xs, _w(wch_ptr, C, H, N, H, BN, BH), input_precision="ieee")
+        dh = tl.where(mh, dh, 0.0)
+        tl.debug_barrier()  # this step's dm, before the next step's write loop reads it
+    tl.store(d_h0_ptr + rows64[:, None] * H + ch[None, :], dh, mask=mh)
+
+
+# ------------------------------------------------------------------------ launchers
+
+
+def _blocks(hidden: int, width: int, slots: int) -> dict:
+    """Padded block sizes (powers of two, at least 16) and the warps of a program."""
+    sizes = {
+        name: max(16, triton.next_power_of_2(n)) for name, n in (("BH", hidden), ("BR", width), ("BN", slots))
+    }
+    return {**sizes, "num_warps": 8 if max(sizes.values()) >= 128 else 4}
+
+
+def sequence_forward(
+    xp: torch.Tensor,
+    noise: Optional[torch.Tensor],
+    zone: Optional[torch.Tensor],
+    h0: torch.Tensor,
+    m0: torch.Tensor,
+    steps0: torch.Tensor,
+    weights: ARMINWeights,
+    mode: str,
+    inv_tau: float,
+    eps: float,
+    keep: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[TritonRecords]]:
+    """o (B, T, C), h_T, M_T and (with ``keep``) the records of the backward."""
+    xp = xp.contiguous()
+    B, T, P = xp.shape
+    H, N, R = h0.shape[1], m0.shape[1], m0.shape[2]
+    C, G = H + R, 4 * H + R
+    new = xp.new_empty
+    memory = new(B, T + 1 if keep else 1, N, R)
+    memory[:, 0] = m0
+    out, h_t = new(B, T, C), new(B, H)
+    if keep:
+        records = TritonRecords(
+            hprev=new(B, T, H),
+            s=new(B, T, N),
+            y=new(B, T, N),
+            r=new(B, T, R),
+            c=new(B, T, C),
+            hg=new(B, T, H),
+            rg=new(B, T, R),
+            xhat_c=new(B, T, C),
+            xhat_g=new(B, T, G),
+            xhat_h=new(B, T, H),
+            rstd=new(B, T, 3),
+            act=new(B, T, G),
+            hs=new(B, T, H),
+            v=new(B, T, R),
+            w=new(B, T, N),
+            memory=memory,
+        )
+    else:
+        records = None
+    placeholder = out  # never read: its flag is off
+    fields = records[:-1] if keep else (placeholder,) * (len(TritonRecords._fields) - 1)
+    write_map = weights.write_map
+    _forward_kernel[(triton.cdiv(B, BLOCK_B),)](
+        xp,
+        placeholder if noise is None else noise.contiguous(),
+        placeholder if zone is None else zone.contiguous(),
+        h0.contiguous(),
+        steps0.contiguous(),
+        weights.control_h.contiguous(),
+        weights.control_r.contiguous(),
+        weights.gates_h.contiguous(),
+        weights.gates_r.contiguous(),
+        placeholder if write_map is None else write_map.contiguous(),
+        weights.ln_control_weight.contiguous(),
+        weights.ln_control_bias.contiguous(),
+        weights.ln_gates_weight.contiguous(),
+        weights.ln_gates_bias.contiguous(),
+        weights.ln_hidden_weight.contiguous(),
+        weights.ln_hidden_bias.contiguous(),
+        out,
+        h_t,
+        memory,
+        *fields,
+        B,
+        T,
+        P,
+        memory.shape[1] * N * R,
+        N * R if keep else 0,
+        float(eps),
+        float(inv_tau),
+        H=H,
+        R=R,
+        N=N,
+        BLOCK_B=BLOCK_B,
+        MODE=MODES.index(mode),
+        USE_ZONE=zone is not None,
+        USE_MAP=write_map is not None,
+        KEEP=keep,
+        num_stages=1,
+        **_blocks(H, R, N),
+    )
+    return out, h_t, memory[:, -1].clone(), records  # a copy: the record stays as the backward reads it
+
+
+def sequence_backward(
+    records: TritonRecords,
+    zone: Optional[torch.Tensor],
+    steps0: torch.Tensor,
+    weights: ARMINWeights,
+    mode: str,
+    inv_tau: float,
+    d_out: torch.Tensor,
+    d_ht: torch.Tensor,
+    d_mt: torch.Tensor,
+) -> PreactivationGrads:
+    """The pre-activation gradients (records.PreactivationGrads) from the forward's records and
+    the gradients of o, h_T and M_T."""
+    B, T, H = records.hprev.shape
+    N, R = records.memory.shape[2], records.memory.shape[3]
+    C, G = H + R, 4 * H + R
+    new = d_out.new_empty
+    grads = PreactivationGrads(
+        d_xc=new(B, T, C),
+        d_xg=new(B, T, G),
+        d_xs=new(B, T, N),
+        d_v=new(B, T, R),
+        d_yc=new(B, T, C),
+        d_yg=new(B, T, G),
+        d_yh=new(B, T, H),
+        d_h0=new(B, H),
+        d_m0=d_mt.contiguous().clone(),
+    )
+    write_map = weights.write_map
+    _backward_kernel[(triton.cdiv(B, BLOCK_B),)](
+        d_out.contiguous(),
+        d_ht.contiguous(),
+        grads.d_m0,
+        grads.d_xc if zone is None else zone.contiguous(),
+        steps0.contiguous(),
+        weights.control_h.contiguous(),
+        weights.control_r.contiguous(),
+        weights.gates_h.contiguous(),
+        weights.gates_r.contiguous(),
+        grads.d_xc if write_map is None else write_map.contiguous(),
+        weights.ln_control_weight.contiguous(),
+        weights.ln_gates_weight.contiguous(),
+        weights.ln_hidden_weight.contiguous(),
+        weights.ln_hidden_bias.contiguous(),
+        records.hprev,
+        records.s,
+        records.y,
+        records.r,
+        records.c,
+        records.xhat_c,
+        records.xhat_g,
+        records.xhat_h,
+        records.rstd,
+        records.act,
+        records.v,
+        records.w,
+        records.memory,
+        grads.d_xc,
+        grads.d_xg,
+        grads.d_xs,
+        grads.d_v,
+        grads.d_yc,
+        grads.d_yg,
+        grads.d_yh,
+        grads.d_h0,
+        B,
+        T,
+        float(inv_tau),
+        H=H,
+        R=R,
+        N=N,
+        BLOCK_B=BLOCK_B,
+        MODE=MODES.index(mode),
+        USE_ZONE=zone is not None,
+        USE_MAP=write_map is not None,
+        num_stages=1,
+        **_blocks(H, R, N),
+    )
+    return grads

@@ -116,6 +116,7 @@ from mannlab.nn import addressing as ntm_addressing
 from mannlab.nn import sampling
 from mannlab.nn.controllers import FNNController, GRUController, make_controller
 from mannlab.ops.dntm import function as compiled
+from mannlab.ops import dispatch
 
 ADDRESSING_MODES = ("soft", "reinforce", "argmax")
 WRITE_KEYS = ("content", "memory")
@@ -167,8 +168,11 @@ def location_address(
     (B, K, 2r+1) over -r..r, gamma γ_s (B, K) >= 1 -> w (B, K, N'): interpolation,
     circular shift over the N' rows, sharpening (mannlab.nn.addressing, ε = 1e-8).
     """
-    gated = ntm_addressing.interpolate(content, previous, gate)  # NTM eq. 7
-    return ntm_addressing.sharpen(ntm_addressing.circular_shift(gated, shift), gamma)  # eqs. 8-9
+    dtype = previous.dtype  # w is state: under autocast its equations run in the state's dtype
+    with dispatch.state_precision(previous):
+        gated = ntm_addressing.interpolate(content.to(dtype), previous, gate.to(dtype))  # NTM eq. 7
+        shifted = ntm_addressing.circular_shift(gated, shift.to(dtype))  # eq. 8
+        return ntm_addressing.sharpen(shifted, gamma.to(dtype))  # eq. 9
 
 
 def check_shifts(location_shifts: Any, slots: int) -> int:

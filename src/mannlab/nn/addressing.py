@@ -29,7 +29,14 @@ def cosine_similarity(keys: torch.Tensor, memory: torch.Tensor, eps: float = EPS
     keys (B, H, W), memory (B, N, W) -> (B, H, N). Norms are clamped below by
     ``eps`` so an all-zero key or slot gives similarity 0 instead of NaN.
     """
+    eps = representable(eps, memory.dtype)
     return F.normalize(keys, dim=-1, eps=eps) @ F.normalize(memory, dim=-1, eps=eps).transpose(1, 2)
+
+
+def representable(eps: float, dtype: torch.dtype) -> float:
+    """``eps``, raised to the smallest normal number of ``dtype`` where it is below it: in
+    float16 1e-8 rounds to 0, and a zero guard makes an all-zero slot's norm 0 / 0."""
+    return max(eps, torch.finfo(dtype).tiny) if dtype.is_floating_point else eps
 
 
 def content_weights(
@@ -47,9 +54,20 @@ def content_weights(
 def interpolate(content: torch.Tensor, previous: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     """Interpolation, w^g = g w^c + (1 - g) w_{t-1}.
 
-    content w^c (B, H, N), previous w_{t-1} (B, H, N), gate g (B, H) in [0, 1] -> (B, H, N).
+    content w^c (B, H, N), previous w_{t-1} (B, H, N), gate g (B, H) in [0, 1] -> (B, H, N),
+    in the widest of their dtypes (under autocast the gate comes from a layer in the low one).
     """
+    previous, content, gate = _common_dtype(previous, content, gate)
     return torch.lerp(previous, content, gate.unsqueeze(-1))
+
+
+def _common_dtype(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The tensors in the dtype torch's type promotion gives them together: torch.lerp, unlike
+    the arithmetic operators, wants one dtype and autocast does not cast for it."""
+    dtype = tensors[0].dtype
+    for tensor in tensors[1:]:
+        dtype = torch.promote_types(dtype, tensor.dtype)
+    return tuple(t.to(dtype) for t in tensors)
 
 
 @lru_cache(maxsize=64)
@@ -166,6 +184,7 @@ def write_weighting(
     allocation a_t (B, N), content weighting c^w_t (B, N), write gate g^w (B,)
     and allocation gate g^a (B,) in [0, 1] -> w^w_t (B, N), summing to <= 1.
     """
+    content, allocation, allocation_gate = _common_dtype(content, allocation, allocation_gate)
     return write_gate.unsqueeze(-1) * torch.lerp(content, allocation, allocation_gate.unsqueeze(-1))
 
 

@@ -1,0 +1,736 @@
+"""Triton kernels of the NTM's whole sequence: ops/ntm/reference.py's loop, forward and
+backward, each one kernel launch with the time loop inside (the technique of
+flash-linear-attention's fused_recurrent kernels and of mamba's selective scan).
+
+One program per tile of BLOCK_B batch rows. Each step has two phases:
+
+    tile phase   (i) the controller for the tile's rows at once: its pre-activations as
+                 tl.dot with W_r and W_h (re-read from global memory each step; they stay
+                 in L2), the state h, c in registers; then the head layer p_t = W_p h_t + b_p
+    row phase    (ii)-(iii) row by row: the addressing of every head, the erase/add write and
+                 the reads on that row's memory (N, W), which lives in global memory
+
+and the phases meet through global memory (p_t, r_t) behind a barrier. The circular shift reads
+the interpolated weighting w^g back from global memory at shifted slots (w^g is a record the
+backward needs anyway). The forward keeps, for the backward, the states over time (h, c, r, M,
+w^r, w^w), the activated gates, the raw head parameters and w^g; the backward runs the time
+loop in reverse, recomputes the addressing from them and writes the gradients of the
+pre-activations of every step (x_proj, W_h h_{t-1}, the head layer's output). The weight
+gradients are then one matrix product each over all B T steps (triton_sequence.py), and the
+input projection of all steps is one matrix product before the forward.
+
+Sizes that are not powers of two are padded (masks on every load and store); every tl.dot has
+all three sizes >= 16 (BLOCK_B = 16 rows, the other sizes padded to 16 at least). float32 on
+the GPU (tl.dot in IEEE precision, not TF32); float64 only in Triton's interpreter, where the
+tests check gradients.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+#: float64 only in the interpreter: the GPU path is float32
+DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
+
+#: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
+#: and there each row costs its own Python-level pass, so the tests' tiles are smaller
+BLOCK_B = 4 if INTERPRETED else 16
+
+# controller kinds (ops/controller_codes.py)
+_FNN = tl.constexpr(0)
+_ELMAN = tl.constexpr(1)
+_LSTM = tl.constexpr(2)
+
+#: the cosine's and the sharpening's guard, as mannlab.nn.addressing.EPS
+_EPS = tl.constexpr(1e-8)
+
+
+def padded(size: int, least: int = 1) -> int:
+    """The power of two a size is padded to (at least ``least``)."""
+    return max(least, triton.next_power_of_2(size))
+
+
+# ---------------------------------------------------------------- elementwise helpers
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _tanh(x):
+    return 2.0 * _sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def _softplus(x):
+    return tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x)))
+
+
+@triton.jit
+def _dot(a, b):
+    """a @ b in the inputs' precision (IEEE float32, not TF32)."""
+    if a.dtype == tl.float64:
+        out = tl.dot(a, b, out_dtype=tl.float64)
+    else:
+        out = tl.dot(a, b, input_precision="ieee")
+    return out
+
+
+@triton.jit
+def _softmax(logits, mask):
+    """Softmax over the entries where ``mask`` holds (zeros elsewhere)."""
+    logits = tl.where(mask, logits, float("-inf"))
+    e = tl.where(mask, tl.exp(logits - tl.max(logits, axis=0)), 0.0)
+    return e / tl.sum(e, axis=0)
+
+
+# ---------------------------------------------------------------- one head's addressing
+
+
+@triton.jit
+def _head_values(pbase, base, valid, widx, wv, sidx, sv, W: tl.constexpr, S: tl.constexpr):
+    """Head block at ``base`` of one row's raw parameters -> k, raw beta, g, s, raw gamma."""
+    key = tl.load(pbase + base + widx, mask=wv, other=0.0)
+    beta_raw = tl.load(pbase + base + W, mask=valid, other=0.0)
+    gate = _sigmoid(tl.load(pbase + base + W + 1, mask=valid, other=0.0))
+    smask = sidx < S
+    shift = _softmax(tl.load(pbase + base + W + 2 + sidx, mask=sv, other=0.0), smask)
+    gamma_raw = tl.load(pbase + base + W + 2 + S, mask=valid, other=0.0)
+    return key, beta_raw, gate, shift, gamma_raw
+
+
+@triton.jit
+def _content(key, beta, memory, norms, nmask):
+    """Cosine similarity K (N,) of the key with every slot, and w^c = softmax(beta K)."""
+    key_norm = tl.maximum(tl.sqrt(tl.sum(key * key, axis=0)), _EPS)
+    similarity = tl.sum(memory * key[None, :], axis=1) / (key_norm * norms)
+    return similarity, _softmax(beta * similarity, nmask), key_norm
+
+
+@triton.jit
+def _shifted(gated_ptr, shift, nidx, nv, sidx, N: tl.constexpr, S: tl.constexpr):
+    """w~(i) = sum_m w^g((i - k_m) mod N) s(m), k_m = m - S // 2, reading w^g from memory."""
+    out = nidx.to(shift.dtype) * 0.0
+    for m in range(S):
+        source = (nidx - (m - S // 2) + N) % N
+        out += tl.sum(tl.where(sidx == m, shift, 0.0), axis=0) * tl.load(
+            gated_ptr + source, mask=nv, other=0.0
+        )
+    return out
+
+
+@triton.jit
+def _address(
+    pbase,
+    head,
+    memory,
+    norms,
+    prev_ptr,
+    gated_ptr,
+    valid,
+    nidx,
+    nmask,
+    nv,
+    widx,
+    wv,
+    sidx,
+    sv,
+    N: tl.constexpr,
+    W: tl.constexpr,
+    S: tl.constexpr,
+):
+    """One head of one row: content -> interpolation -> circular shift -> sharpening; w^g is
+    stored at ``gated_ptr`` (N,) on the way. Returns w (N,)."""
+    key, beta_raw, gate, shift, gamma_raw = _head_values(
+        pbase, head * (W + 3 + S), valid, widx, wv, sidx, sv, W, S
+    )
+    _, content, _ = _content(key, _softplus(beta_raw), memory, norms, nmask)
+    prev = tl.load(prev_ptr + nidx, mask=nv, other=0.0)
+    gated = prev + gate * (content - prev)
+    tl.store(gated_ptr + nidx, gated, mask=nv)
+    tl.debug_barrier()  # w^g is read back at other slots, by other threads
+    shifted = _shifted(gated_ptr, shift, nidx, nv, sidx, N, S)
+    gamma = 1.0 + _softplus(gamma_raw)
+    return _softmax(gamma * tl.log(shifted + _EPS), nmask)
+
+
+@triton.jit
+def _address_backward(
+    grad_w,
+    pbase,
+    dpbase,
+    head,
+    memory,
+    norms,
+    prev_ptr,
+    weights,
+    gated_ptr,
+    scratch_ptr,
+    valid,
+    nidx,
+    nmask,
+    nv,
+    widx,
+    wv,
+    sidx,
+    sv,
+    N: tl.constexpr,
+    W: tl.constexpr,
+    S: tl.constexpr,
+):
+    """Backward of ``_address`` from the gradient of w (N,): writes the gradient of the head's
+    raw parameters at ``dpbase``; returns the gradients of the memory (N, W) and of w_{t-1}.
+    ``scratch_ptr`` (N,) holds d w~ for the shift's reads at other slots."""
+    base = head * (W + 3 + S)
+    key, beta_raw, gate, shift, gamma_raw = _head_values(pbase, base, valid, widx, wv, sidx, sv, W, S)
+    beta, gamma = _softplus(beta_raw), 1.0 + _softplus(gamma_raw)
+    similarity, content, key_norm = _content(key, beta, memory, norms, nmask)
+    prev = tl.load(prev_ptr + nidx, mask=nv, other=0.0)
+    shifted = _shifted(gated_ptr, shift, nidx, nv, sidx, N, S)
+    log_shifted = tl.where(nmask, tl.log(shifted + _EPS), 0.0)
+    # sharpening: w = softmax(gamma log(w~ + eps))
+    grad_z = weights * (grad_w - tl.sum(weights * grad_w, axis=0))
+    grad_gamma = tl.sum(grad_z * log_shifted, axis=0)
+    grad_shifted = tl.where(nmask, gamma * grad_z / (shifted + _EPS), 0.0)
+    tl.store(scratch_ptr + nidx, grad_shifted, mask=nv)
+    tl.debug_barrier()  # d w~ is read back at other slots
+    # circular shift: d s(m) = sum_i d w~(i) w^g(i - k_m); d w^g(j) = sum_m s(m) d w~(j + k_m)
+    grad_shift = tl.zeros_like(shift)
+    grad_gated = tl.zeros_like(grad_shifted)
+    for m in range(S):
+        reach = m - S // 2
+        back = (nidx - reach + N) % N
+        ahead = (nidx + reach + N) % N
+        gated_back = tl.load(gated_ptr + back, mask=nv, other=0.0)
+        grad_shift = tl.where(sidx == m, tl.sum(grad_shifted * gated_back, axis=0), grad_shift)
+        grad_ahead = tl.load(scratch_ptr + ahead, mask=nv, other=0.0)
+        grad_gated += tl.sum(tl.where(sidx == m, shift, 0.0), axis=0) * grad_ahead
+    # interpolation: w^g = w_prev + g (w^c - w_prev)
+    grad_gate = tl.sum((content - prev) * grad_gated, axis=0)
+    grad_content = gate * grad_gated
+    grad_prev = grad_gated - grad_content
+    # content weights and the cosine similarity
+    grad_logits = content * (grad_content - tl.sum(content * grad_content, axis=0))
+    grad_beta = tl.sum(grad_logits * similarity, axis=0)
+    grad_sim = beta * grad_logits
+    unit_key = key / key_norm
+    unit_mem = memory / norms[:, None]
+    grad_unit_key = tl.sum(grad_sim[:, None] * unit_mem, axis=0)
+    grad_memory = (grad_sim / norms)[:, None] * (unit_key[None, :] - unit_mem * similarity[:, None])
+    grad_key = (grad_unit_key - unit_key * tl.sum(unit_key * grad_unit_key, axis=0)) / key_norm
+    # back to the raw parameters: softplus' = sigmoid, sigmoid' = g (1 - g), softmax
+    grad_shift_raw = shift * (grad_shift - tl.sum(shift * grad_shift, axis=0))
+    tl.store(dpbase + base + widx, grad_key, mask=wv)
+    tl.store(dpbase + base + W, grad_beta * _sigmoid(beta_raw), mask=valid)
+    tl.store(dpbase + base + W + 1, grad_gate * gate * (1.0 - gate), mask=valid)
+    tl.store(dpbase + base + W + 2 + sidx, grad_shift_raw, mask=sv)
+    tl.store(dpbase + base + W + 2 + S, grad_gamma * _sigmoid(gamma_raw), mask=valid)
+    return grad_memory, grad_prev
+
+
+# ---------------------------------------------------------------- the controller's tile phase
+
+
+@triton.jit
+def _gate_pre(
+    xp,
+    w_read,
+    w_rec,
+    r_prev,
+    h,
+    rows,
+    rmask,
+    t,
+    T,
+    gate: tl.constexpr,
+    dcol,
+    dmask,
+    rcol,
+    rwmask,
+    D: tl.constexpr,
+    G: tl.constexpr,
+    RW: tl.constexpr,
+    KIND: tl.constexpr,
+):
+    """Block ``gate`` of the pre-activation for the tile: h'bar = x_proj_t + W_r r_{t-1} and
+    h'bar + W_h h_{t-1} (the same for the feed-forward controller)."""
+    x = tl.load(
+        xp + (rows[:, None] * T + t) * G + gate * D + dcol[None, :],
+        mask=rmask[:, None] & dmask[None, :],
+        other=0.0,
+    )
+    w_r = tl.load(
+        w_read + (gate * D + dcol[None, :]) * RW + rcol[:, None],
+        mask=rwmask[:, None] & dmask[None, :],
+        other=0.0,
+    )
+    pre_ff = x + _dot(r_prev, w_r)
+    pre = pre_ff
+    if KIND != _FNN:
+        w_h = tl.load(
+            w_rec + (gate * D + dcol[None, :]) * D + dcol[:, None],
+            mask=dmask[:, None] & dmask[None, :],
+            other=0.0,
+        )
+        pre = pre_ff + _dot(h, w_h)
+    return pre_ff, pre
+
+
+@triton.jit
+def _tile_store(ptr, rows, rmask, stride, offset, cols, cmask, value):
+    tl.store(
+        ptr + rows[:, None] * stride + offset + cols[None, :], value, mask=rmask[:, None] & cmask[None, :]
+    )
+
+
+@triton.jit
+def _tile_load(ptr, rows, rmask, stride, offset, cols, cmask):
+    return tl.load(
+        ptr + rows[:, None] * stride + offset + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0
+    )
+
+
+# ---------------------------------------------------------------- forward
+
+
+@triton.jit
+def ntm_forward_kernel(
+    xp,  # (B, T, G) x_proj
+    w_read,  # (G, R W)
+    w_rec,  # (G, D); any pointer for the feed-forward controller
+    w_head,  # (P, D)
+    b_head,  # (P,)
+    hs,  # (T + 1 or 2, B, D), row 0 the initial state
+    cs,  # (T + 1 or 2, B, D)
+    reads,  # (T + 1 or 2, B, R W)
+    mem,  # (T + 1 or 2, B, N, W)
+    rws,  # (T + 1 or 2, B, R, N)
+    wws,  # (T + 1 or 2, B, H, N)
+    gates_rec,  # (T or 1, B, G) activated gates
+    params_rec,  # (T or 1, B, P) raw head parameters
+    gated_rec,  # (T or 1, B, H + R, N) w^g
+    out,  # (B, T, D + R W) features
+    B,
+    T,
+    D: tl.constexpr,
+    G: tl.constexpr,
+    R: tl.constexpr,
+    H: tl.constexpr,
+    N: tl.constexpr,
+    W: tl.constexpr,
+    S: tl.constexpr,
+    P: tl.constexpr,
+    DP: tl.constexpr,
+    RWP: tl.constexpr,
+    PP: tl.constexpr,
+    NP: tl.constexpr,
+    WP: tl.constexpr,
+    SP: tl.constexpr,
+    KIND: tl.constexpr,
+    PNR: tl.constexpr,
+    KEEP: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    RW: tl.constexpr = R * W
+    F: tl.constexpr = D + R * W
+    K: tl.constexpr = H + R
+    pid = tl.program_id(0)
+    rows = (pid * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
+    rmask = rows < B
+    dcol = tl.arange(0, DP)
+    dmask = dcol < D
+    rcol = tl.arange(0, RWP)
+    rwmask = rcol < RW
+    pcol = tl.arange(0, PP)
+    pmask = pcol < P
+    nidx = tl.arange(0, NP)
+    nmask = nidx < N
+    widx = tl.arange(0, WP)
+    wmask = widx < W
+    sidx = tl.arange(0, SP)
+    tile_mem = nmask[:, None] & wmask[None, :]
+    h = _tile_load(hs, rows, rmask, D, 0, dcol, dmask)
+    c = _tile_load(cs, rows, rmask, D, 0, dcol, dmask)
+    for t in range(T):
+        if KEEP:
+            now = t
+            nxt = t + 1
+            rec = t
+        else:
+            now = t % 2
+            nxt = (t + 1) % 2
+            rec = 0
+        # ---- (i) the controller and the head layer, for the tile
+        r_prev = _tile_load(reads + now * B * RW, rows, rmask, RW, 0, rcol, rwmask)
+        gbase = gates_rec + rec * B * G
+        if KIND == _LSTM:
+            z_ff, z_pre = _gate_pre(
+                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND
+            )
+            _, i_pre = _gate_pre(
+                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 1, dcol, dmask, rcol, rwmask, D, G, RW, KIND
+            )
+            _, f_pre = _gate_pre(
+                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 2, dcol, dmask, rcol, rwmask, D, G, RW, KIND
+            )
+            _, o_pre = _gate_pre(
+                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 3, dcol, dmask, rcol, rwmask, D, G, RW, KIND
+            )
+            z = _tanh(z_pre)
+            i = _sigmoid(i_pre)
+            f = _sigmoid(f_pre)
+            o = _sigmoid(o_pre)
+            c = f * c + i * z  # eq. 6
+            h = o * _tanh(c)  # eq. 7
+            _tile_store(gbase, rows, rmask, G, 0, dcol, dmask, z)
+            _tile_store(gbase, rows, rmask, G, D, dcol, dmask, i)
+            _tile_store(gbase, rows, rmask, G, 2 * D, dcol, dmask, f)
+            _tile_store(gbase, rows, rmask, G, 3 * D, dcol, dmask, o)
+        else:
+            z_ff, z_pre = _gate_pre(
+                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND
+            )
+            h = _tanh(z_pre)  # FNN, or Elman's eq. 1
+            c = tl.zeros_like(h)
+            _tile_store(gbase, rows, rmask, G, 0, dcol, dmask, h)
+        if PNR:
+            h_out = _tanh(z_ff)  # eq. 10
+        else:
+            h_out = h
+        _tile_store(hs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, h)
+        _tile_store(cs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, c)
+        _tile_store(out + t * F, rows, rmask, T * F, 0, dcol, dmask, h_out)
+        w_p = tl.load(
+            w_head + pcol[None, :] * D + dcol[:, None], mask=dmask[:, None] & pmask[None, :], other=0.0
+        )
+        bias = tl.load(b_head + pcol, mask=pmask, other=0.0)
+        params = _dot(h, w_p) + bias[None, :]
+        _tile_store(params_rec + rec * B * P, rows, rmask, P, 0, pcol, pmask, params)
+        tl.debug_barrier()  # the rows' phase reads p_t
+        # ---- (ii)-(iii) the memory, row by row
+        for bi in range(BLOCK_B):
+            row = (pid * BLOCK_B + bi).to(tl.int64)
+            valid = row < B
+            # the masks of this row (a tensor mask & a scalar one fails in the interpreter)
+            nv = nmask & ((nidx * 0 + row) < B)
+            wv = wmask & ((widx * 0 + row) < B)
+            sv = (sidx < S) & ((sidx * 0 + row) < B)
+            tv = tile_mem & nv[:, None]
+            pbase = params_rec + (rec * B + row) * P
+            gbase_row = gated_rec + (rec * B + row) * K * N
+            slot = nidx[:, None] * W + widx[None, :]
+            memory = tl.load(mem + (now * B + row) * N * W + slot, mask=tv, other=0.0)
+            norms = tl.maximum(tl.sqrt(tl.sum(memory * memory, axis=1)), _EPS)
+            keep = tl.full((NP, WP), 1.0, memory.dtype)
+            added = tl.zeros_like(memory)
+            ebase = K * (W + 3 + S)
+            for hd in range(H):  # (ii) every write head addresses M_{t-1}
+                w = _address(
+                    pbase,
+                    hd,
+                    memory,
+                    norms,
+                    wws + ((now * B + row) * H + hd) * N,
+                    gbase_row + hd * N,
+                    valid,
+                    nidx,
+                    nmask,
+                    nv,
+                    widx,
+                    wv,
+                    sidx,
+                    sv,
+                    N,
+                    W,
+                    S,
+                )
+                tl.store(wws + ((nxt * B + row) * H + hd) * N + nidx, w, mask=nv)
+                erase = _sigmoid(tl.load(pbase + ebase + hd * 2 * W + widx, mask=wv, other=0.0))
+                add = tl.load(pbase + ebase + hd * 2 * W + W + widx, mask=wv, other=0.0)
+                keep = keep * (1.0 - w[:, None] * erase[None, :])
+                added += w[:, None] * add[None, :]
+            memory = memory * keep + added  # M_t
+            tl.store(mem + (nxt * B + row) * N * W + slot, memory, mask=tv)
+            norms = tl.maximum(tl.sqrt(tl.sum(memory * memory, axis=1)), _EPS)
+            for r in range(R):  # (iii) every read head addresses M_t and reads
+                w = _address(
+                    pbase,
+                    H + r,
+                    memory,
+                    norms,
+                    rws + ((now * B + row) * R + r) * N,
+                    gbase_row + (H + r) * N,
+                    valid,
+                    nidx,
+                    nmask,
+                    nv,
+                    widx,
+                    wv,
+                    sidx,
+                    sv,
+                    N,
+                    W,
+                    S,
+                )
+                tl.store(rws + ((nxt * B + row) * R + r) * N + nidx, w, mask=nv)
+                read = tl.sum(w[:, None] * memory, axis=0)
+                tl.store(reads + (nxt * B + row) * RW + r * W + widx, read, mask=wv)
+                tl.store(out + (row * T + t) * F + D + r * W + widx, read, mask=wv)  # (iv)
+        tl.debug_barrier()  # the next step's tile phase reads r_t
+
+
+# ---------------------------------------------------------------- backward
+
+
+@triton.jit
+def ntm_backward_kernel(
+    w_read,  # (G, R W)
+    w_rec,  # (G, D)
+    w_head,  # (P, D)
+    hs,  # (T + 1, B, D)
+    cs,
+    reads,  # unused: the reads enter only through the weight gradients
+    mem,  # (T + 1, B, N, W)
+    rws,  # (T + 1, B, R, N)
+    wws,  # (T + 1, B, H, N)
+    gates_rec,  # (T, B, G)
+    params_rec,  # (T, B, P)
+    gated_rec,  # (T, B, H + R, N)
+    out,  # (B, T, D + R W) the forward's features (h_out for the pnr controllers)
+    d_out,  # (B, T, D + R W)
+    d_h,  # (B, D) in: of the final h; out: of h_0
+    d_c,  # (B, D) likewise
+    g_r,  # (B, R W) in: of the final r; out: of r_0 (carried between steps)
+    g_m,  # (2, B, N, W) row 0 in: of the final M; rows in turn; row T % 2 out: of M_0
+    g_wr,  # (2, B, R, N) likewise for w^r
+    g_ww,  # (2, B, H, N) likewise for w^w
+    scratch,  # (B, H + R, N)
+    d_xp,  # (T, B, G) out
+    d_rec,  # (T, B, G) out (pnr controllers only)
+    d_params,  # (T, B, P) out
+    B,
+    T,
+    D: tl.constexpr,
+    G: tl.constexpr,
+    R: tl.constexpr,
+    H: tl.constexpr,
+    N: tl.constexpr,
+    W: tl.constexpr,
+    S: tl.constexpr,
+    P: tl.constexpr,
+    DP: tl.constexpr,
+    RWP: tl.constexpr,
+    PP: tl.constexpr,
+    NP: tl.constexpr,
+    WP: tl.constexpr,
+    SP: tl.constexpr,
+    KIND: tl.constexpr,
+    PNR: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    RW: tl.constexpr = R * W
+    F: tl.constexpr = D + R * W
+    K: tl.constexpr = H + R
+    pid = tl.program_id(0)
+    rows = (pid * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
+    rmask = rows < B
+    dcol = tl.arange(0, DP)
+    dmask = dcol < D
+    rcol = tl.arange(0, RWP)
+    rwmask = rcol < RW
+    pcol = tl.arange(0, PP)
+    pmask = pcol < P
+    nidx = tl.arange(0, NP)
+    nmask = nidx < N
+    widx = tl.arange(0, WP)
+    wmask = widx < W
+    sidx = tl.arange(0, SP)
+    tile_mem = nmask[:, None] & wmask[None, :]
+    slot = nidx[:, None] * W + widx[None, :]
+    g_h = _tile_load(d_h, rows, rmask, D, 0, dcol, dmask)
+    g_c = _tile_load(d_c, rows, rmask, D, 0, dcol, dmask)
+    for back in range(T):
+        t = T - 1 - back
+        src = back % 2  # the carried gradients: read row src, write row 1 - src
+        dst = 1 - src
+        # ---- (iii) and (ii) backwards, row by row
+        for bi in range(BLOCK_B):
+            row = (pid * BLOCK_B + bi).to(tl.int64)
+            valid = row < B
+            # the masks of this row (a tensor mask & a scalar one fails in the interpreter)
+            nv = nmask & ((nidx * 0 + row) < B)
+            wv = wmask & ((widx * 0 + row) < B)
+            sv = (sidx < S) & ((sidx * 0 + row) < B)
+            tv = tile_mem & nv[:, None]
+            pbase = params_rec + (t * B + row) * P
+            dpbase = d_params + (t * B + row) * P
+            gbase_row = gated_rec + (t * B + row) * K * N
+            sbase_row = scratch + row * K * N
+            old = tl.load(mem + (t * B + row) * N * W + slot, mask=tv, other=0.0)
+            new = tl.load(mem + ((t + 1) * B + row) * N * W + slot, mask=tv, other=0.0)
+            norms_old = tl.maximum(tl.sqrt(tl.sum(old * old, axis=1)), _EPS)
+            norms_new = tl.maximum(tl.sqrt(tl.sum(new * new, axis=1)), _EPS)
+            grad_new = tl.load(g_m + (src * B + row) * N * W + slot, mask=tv, other=0.0)
+            for r in range(R):  # r = w^r M_t, then the read addressing on M_t
+                w = tl.load(rws + (((t + 1) * B + row) * R + r) * N + nidx, mask=nv, other=0.0)
+                grad_read = tl.load(d_out + (row * T + t) * F + D + r * W + widx, mask=wv, other=0.0)
+                grad_read += tl.load(g_r + row * RW + r * W + widx, mask=wv, other=0.0)
+                grad_w = tl.load(g_wr + ((src * B + row) * R + r) * N + nidx, mask=nv, other=0.0)
+                grad_w += tl.sum(new * grad_read[None, :], axis=1)
+                grad_new += w[:, None] * grad_read[None, :]
+                grad_mem, grad_prev = _address_backward(
+                    grad_w,
+                    pbase,
+                    dpbase,
+                    H + r,
+                    new,
+                    norms_new,
+                    rws + ((t * B + row) * R + r) * N,
+                    w,
+                    gbase_row + (H + r) * N,
+                    sbase_row + (H + r) * N,
+                    valid,
+                    nidx,
+                    nmask,
+                    nv,
+                    widx,
+                    wv,
+                    sidx,
+                    sv,
+                    N,
+                    W,
+                    S,
+                )
+                grad_new += grad_mem
+                tl.store(g_wr + ((dst * B + row) * R + r) * N + nidx, grad_prev, mask=nv)
+            # the erase/add write: M_t = M_{t-1} o prod_h f_h + sum_h w_h a_h^T, f_h = 1 - w_h e_h^T
+            ebase = K * (W + 3 + S)
+            keep = tl.full((NP, WP), 1.0, old.dtype)
+            for hd in range(H):
+                w = tl.load(wws + (((t + 1) * B + row) * H + hd) * N + nidx, mask=nv, other=0.0)
+                erase = _sigmoid(tl.load(pbase + ebase + hd * 2 * W + widx, mask=wv, other=0.0))
+                keep = keep * (1.0 - w[:, None] * erase[None, :])
+            grad_old = grad_new * keep
+            grad_keep = grad_new * old
+            for hd in range(H):
+                w = tl.load(wws + (((t + 1) * B + row) * H + hd) * N + nidx, mask=nv, other=0.0)
+                erase = _sigmoid(tl.load(pbase + ebase + hd * 2 * W + widx, mask=wv, other=0.0))
+                add = tl.load(pbase + ebase + hd * 2 * W + W + widx, mask=wv, other=0.0)
+                others = tl.full((NP, WP), 1.0, old.dtype)  # prod over the other heads, no division
+                for o in range(H):
+                    w_o = tl.load(wws + (((t + 1) * B + row) * H + o) * N + nidx, mask=nv, other=0.0)
+                    e_o = _sigmoid(tl.load(pbase + ebase + o * 2 * W + widx, mask=wv, other=0.0))
+                    factor = 1.0 - w_o[:, None] * e_o[None, :]
+                    others = others * tl.where(o == hd, 1.0, factor)
+                grad_factor = grad_keep * others
+                grad_w = tl.load(g_ww + ((src * B + row) * H + hd) * N + nidx, mask=nv, other=0.0)
+                grad_w += tl.sum(add[None, :] * grad_new - grad_factor * erase[None, :], axis=1)
+                grad_erase = -tl.sum(grad_factor * w[:, None], axis=0)
+                grad_add = tl.sum(w[:, None] * grad_new, axis=0)
+                ebase_hd = dpbase + ebase + hd * 2 * W
+                tl.store(ebase_hd + widx, grad_erase * erase * (1.0 - erase), mask=wv)
+                tl.store(ebase_hd + W + widx, grad_add, mask=wv)
+                # the write addressing on M_{t-1}
+                grad_mem, grad_prev = _address_backward(
+                    grad_w,
+                    pbase,
+                    dpbase,
+                    hd,
+                    old,
+                    norms_old,
+                    wws + ((t * B + row) * H + hd) * N,
+                    w,
+                    gbase_row + hd * N,
+                    sbase_row + hd * N,
+                    valid,
+                    nidx,
+                    nmask,
+                    nv,
+                    widx,
+                    wv,
+                    sidx,
+                    sv,
+                    N,
+                    W,
+                    S,
+                )
+                grad_old += grad_mem
+                tl.store(g_ww + ((dst * B + row) * H + hd) * N + nidx, grad_prev, mask=nv)
+            tl.store(g_m + (dst * B + row) * N * W + slot, grad_old, mask=tv)
+        tl.debug_barrier()  # the tile phase reads d p_t
+        # ---- (i) the head layer and the controller backwards, for the tile
+        grad_params = _tile_load(d_params + t * B * P, rows, rmask, P, 0, pcol, pmask)
+        w_p = tl.load(
+            w_head + pcol[:, None] * D + dcol[None, :], mask=pmask[:, None] & dmask[None, :], other=0.0
+        )
+        grad_h = g_h + _dot(grad_params, w_p)
+        grad_out = _tile_load(d_out + t * F, rows, rmask, T * F, 0, dcol, dmask)
+        if not PNR:
+            grad_h += grad_out
+        gbase = gates_rec + t * B * G
+        rec_base = d_rec + t * B * G
+        xp_base = d_xp + t * B * G
+        wr_tile = rcol[None, :] + dcol[:, None] * RW  # [k, j] = W_r[gate D + k, j]
+        wr_mask = dmask[:, None] & rwmask[None, :]
+        wh_tile = dcol[None, :] + dcol[:, None] * D  # [k, d] = W_h[gate D + k, d]
+        wh_mask = dmask[:, None] & dmask[None, :]
+        if KIND == _LSTM:
+            z = _tile_load(gbase, rows, rmask, G, 0, dcol, dmask)
+            i = _tile_load(gbase, rows, rmask, G, D, dcol, dmask)
+            f = _tile_load(gbase, rows, rmask, G, 2 * D, dcol, dmask)
+            o = _tile_load(gbase, rows, rmask, G, 3 * D, dcol, dmask)
+            c_prev = _tile_load(cs + t * B * D, rows, rmask, D, 0, dcol, dmask)
+            c_now = _tile_load(cs + (t + 1) * B * D, rows, rmask, D, 0, dcol, dmask)
+            tanh_c = _tanh(c_now)
+            grad_cell = g_c + grad_h * o * (1.0 - tanh_c * tanh_c)
+            grad_z = grad_cell * i * (1.0 - z * z)
+            grad_i = grad_cell * z * i * (1.0 - i)
+            grad_f = grad_cell * c_prev * f * (1.0 - f)
+            grad_o = grad_h * tanh_c * o * (1.0 - o)
+            g_c = grad_cell * f
+            grad_z_ff = grad_z
+            if PNR:  # h_out = tanh(h'bar_t's z block) reads x_proj and W_r r_{t-1} besides
+                h_out = _tile_load(out + t * F, rows, rmask, T * F, 0, dcol, dmask)
+                grad_z_ff = grad_z + grad_out * (1.0 - h_out * h_out)
+                _tile_store(rec_base, rows, rmask, G, 0, dcol, dmask, grad_z)
+                _tile_store(rec_base, rows, rmask, G, D, dcol, dmask, grad_i)
+                _tile_store(rec_base, rows, rmask, G, 2 * D, dcol, dmask, grad_f)
+                _tile_store(rec_base, rows, rmask, G, 3 * D, dcol, dmask, grad_o)
+            _tile_store(xp_base, rows, rmask, G, 0, dcol, dmask, grad_z_ff)
+            _tile_store(xp_base, rows, rmask, G, D, dcol, dmask, grad_i)
+            _tile_store(xp_base, rows, rmask, G, 2 * D, dcol, dmask, grad_f)
+            _tile_store(xp_base, rows, rmask, G, 3 * D, dcol, dmask, grad_o)
+            g_h = _dot(grad_z, tl.load(w_rec + wh_tile, mask=wh_mask, other=0.0))
+            g_h += _dot(grad_i, tl.load(w_rec + D * D + wh_tile, mask=wh_mask, other=0.0))
+            g_h += _dot(grad_f, tl.load(w_rec + 2 * D * D + wh_tile, mask=wh_mask, other=0.0))
+            g_h += _dot(grad_o, tl.load(w_rec + 3 * D * D + wh_tile, mask=wh_mask, other=0.0))
+            grad_r = _dot(grad_z_ff, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
+            grad_r += _dot(grad_i, tl.load(w_read + D * RW + wr_tile, mask=wr_mask, other=0.0))
+            grad_r += _dot(grad_f, tl.load(w_read + 2 * D * RW + wr_tile, mask=wr_mask, other=0.0))
+            grad_r += _dot(grad_o, tl.load(w_read + 3 * D * RW + wr_tile, mask=wr_mask, other=0.0))
+        else:
+            a = _tile_load(gbase, rows, rmask, G, 0, dcol, dmask)
+            grad_a = grad_h * (1.0 - a * a)
+            grad_a_ff = grad_a
+            if PNR:
+                h_out = _tile_load(out + t * F, rows, rmask, T * F, 0, dcol, dmask)
+                grad_a_ff = grad_a + grad_out * (1.0 - h_out * h_out)
+                _tile_store(rec_base, rows, rmask, G, 0, dcol, dmask, grad_a)
+            _tile_store(xp_base, rows, rmask, G, 0, dcol, dmask, grad_a_ff)
+            if KIND == _ELMAN:
+                g_h = _dot(grad_a, tl.load(w_rec + wh_tile, mask=wh_mask, other=0.0))
+            else:
+                g_h = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
+            grad_r = _dot(grad_a_ff, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
+        _tile_store(g_r, rows, rmask, RW, 0, rcol, rwmask, grad_r)
+        tl.debug_barrier()  # the rows' phase of the step before reads d r_{t-1}
+    _tile_store(d_h, rows, rmask, D, 0, dcol, dmask, g_h)
+    _tile_store(d_c, rows, rmask, D, 0, dcol, dmask, g_c)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,8 @@ INF = math.inf
 # than 10 (Adam moves each weight by about lr per step) only diverges; larger values are
 # typos (1e3 for 1e-3) that would otherwise cost a run before the divergence check stops it.
 MAX_LR = 10.0
+# No machine has more cores; a larger train.threads is a typo (torch crashes creating the threads).
+MAX_THREADS = 4096
 RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "lr": (0, MAX_LR, False, True),
     "lr_after_solve": (0, MAX_LR, True, True),
@@ -111,7 +114,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "max_minutes": (0, INF, True, False),
     "diverge_factor": (1, INF, False, False),
     "steps": (0, INF, True, False),
-    "threads": (0, INF, True, False),
+    "threads": (0, MAX_THREADS, True, True),
     "diverge_patience": (0, INF, True, False),
     "stop_after_solve": (0, INF, True, False),
     "epochs": (0, INF, True, False),
@@ -409,6 +412,31 @@ def apply_overrides(values: Mapping[str, Any], overrides: Iterable[str]) -> dict
                 )
             out.setdefault(section, {})[key] = value
     return out
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the OS reports one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def check_threads(count: int) -> None:
+    """ConfigError unless ``train.threads`` fits this machine: more threads than cores only
+    slow a run down, and tens of thousands crash torch while it creates them."""
+    cores = usable_cores()
+    if count > cores:
+        raise ConfigError(
+            f"train.threads = {count} but this process may use {cores} CPU core(s); set "
+            f"train.threads to at most {cores} (0: torch's default), e.g. --set train.threads=1"
+        )
+
+
+def run_threads(count: int) -> int:
+    """The torch thread count to use for a run's ``train.threads`` on this machine: the count,
+    at most the cores there are (a run from a larger machine evaluates on this one)."""
+    return min(count, usable_cores())
 
 
 def check_path(name: str, value: str | Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from mannlab.building import build_run
-from mannlab.config import RunConfig, config_toml, load_config
+from mannlab.config import RunConfig, config_toml, load_config, run_threads
 from mannlab.errors import CheckpointError, ConfigError
 from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, load_weights
 from mannlab.rundir.files import write_atomic
@@ -33,7 +33,7 @@ def use_run_threads(config: RunConfig) -> None:
     these small models run fastest on one thread, and several threads fighting over a busy
     CPU (the compiled kernels' BLAS calls included) are many times slower."""
     if config.train.threads:
-        torch.set_num_threads(config.train.threads)
+        torch.set_num_threads(run_threads(config.train.threads))
 
 
 def load_run(

@@ -38,7 +38,7 @@ import torch
 
 import mannlab
 from mannlab.building import build_run
-from mannlab.config import RunConfig, TrainConfig, default_run_dir
+from mannlab.config import RunConfig, TrainConfig, check_threads, default_run_dir
 from mannlab.errors import CheckpointError, DataError
 from mannlab.rundir import (
     MetricsLog,
@@ -162,9 +162,7 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     if config.run_dir is None:
         config = config.replace(run_dir=default_run_dir(config))
     run_dir = Path(config.run_dir)
-    device = distributed.start(config.train.device)  # the process group, if under torchrun
-    resume = distributed.from_main(resume)  # rank 0's files decide
-    distributed.main_only(lambda: check_run_dir(run_dir))
+    check_threads(config.train.threads)
     torch.manual_seed(config.seed)
     task, model = build_run(config)  # bad names or arguments fail here, before any file is touched
     check_precision(config.train.precision, device)

@@ -163,6 +163,9 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
         config = config.replace(run_dir=default_run_dir(config))
     run_dir = Path(config.run_dir)
     check_threads(config.train.threads)
+    device = distributed.start(config.train.device)  # the process group, if under torchrun
+    resume = distributed.from_main(resume)  # rank 0's files decide
+    distributed.main_only(lambda: check_run_dir(run_dir))
     torch.manual_seed(config.seed)
     task, model = build_run(config)  # bad names or arguments fail here, before any file is touched
     check_precision(config.train.precision, device)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Self
 
 import torch
 from torch import nn
@@ -291,7 +291,7 @@ class SequenceModel(nn.Module):
         layout = "(batch, time, features)" if self.batch_first else "(time, batch, features)"
         return check_input(self, x, layout, self.input_size)
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "SequenceModel":
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         # Keep the arguments the model is built with, by name, as ``constructor_args``: what
         # mannlab.save writes so that mannlab.load can build the same model again. Copies and
         # unpickling call __new__ without arguments and restore the attribute with the rest.

@@ -104,7 +104,8 @@ class NTMCell(MemoryCell):
             read_heads=read_heads,
             write_heads=write_heads,
         )
-        if not isinstance(shift_range, int) or shift_range < 0 or 2 * shift_range + 1 > memory_slots:
+        bad_type = isinstance(shift_range, bool) or not isinstance(shift_range, int)
+        if bad_type or shift_range < 0 or 2 * shift_range + 1 > memory_slots:
             raise ConfigError(
                 f"shift_range must be an integer in [0, (memory_slots - 1) / 2] "
                 f"= [0, {(memory_slots - 1) // 2}], got {shift_range!r}"
@@ -169,12 +170,12 @@ class NTMCell(MemoryCell):
     # ------------------------------------------------------ the fused path
 
     kernel_ops = "ntm"
-    kernel_backends = ("numba",)
+    kernel_backends = ("numba", "triton")
 
     def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
-        """The kernels implement the feed-forward (tanh), Elman, LSTM and partially
-        non-recurrent controllers, any heads and shifts, with or without the trace; the GRU
-        (and a feed-forward controller with another activation) take the step loop."""
+        """Both backends, numba and Triton, implement the feed-forward (tanh), Elman, LSTM and
+        partially non-recurrent controllers, any heads and shifts, with or without the trace;
+        the GRU (and a feed-forward controller with another activation) take the step loop."""
         code = controller_code(self.controller)
         return code is not None and code[1] == TANH
 

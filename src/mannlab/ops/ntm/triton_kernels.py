@@ -40,7 +40,7 @@ DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 
 #: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
 #: and there each row costs its own Python-level pass, so the tests' tiles are smaller
-BLOCK_B = 4 if INTERPRETED else 16
+BLOCK_B = 2 if INTERPRETED else 16
 
 # controller kinds (ops/controller_codes.py)
 _FNN = tl.constexpr(0)

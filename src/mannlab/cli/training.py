@@ -149,8 +149,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from mannlab.training.loop import finished_run
 
     config = train_config(args)
-    build_run(config)  # a typo in a model or task argument fails now, before any file is written
-    distributed.start(config.train.device)  # under torchrun: the process group
+    _, model = build_run(config)  # a typo in a model or task argument fails now, before any file is written
+    distributed.start(config.train.device, model)  # under torchrun: the process group
     if args.resume and (done := distributed.main_only(lambda: finished_run(config))) is not None:
         _say(finished_line(config.run_dir, done))
         return 0
@@ -228,13 +228,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     recipe = recipes.resolve(args.recipe)
     config = load_config(recipe, args.overrides)
-    build_run(config)  # fail on a typo before the first seed starts
+    _, model = build_run(config)  # fail on a typo before the first seed starts
     seeds = args.seeds or list(config.seeds or [config.seed])
     parent = Path(args.run_dir or config.run_dir or Path("runs") / recipe.stem)
     run_changes = {**({"progress": False} if args.no_progress else {}), **device_changes(args)}
     if run_changes:
         config = config.replace(train=type(config.train).from_dict({**config.train.to_dict(), **run_changes}))
-    distributed.start(config.train.device)  # under torchrun: the process group, for every seed
+    distributed.start(config.train.device, model)  # under torchrun: the process group, for every seed
     summaries = []
     for seed in seeds:
         seed_dir = parent / f"seed{seed}"

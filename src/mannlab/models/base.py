@@ -58,6 +58,14 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
+def check_integer(name: str, value: Any, low: int = 0, high: int = 2**63 - 1) -> int:
+    """Constructor guard: an int (not a bool, not a float or string that looks like one) in
+    [low, high]; the default range is that of a seed (a TOML integer, >= 0)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
 def check_number(
     name: str,
     value: Any,
@@ -219,9 +227,22 @@ class SequenceModel(nn.Module):
     #: True for models whose training loss needs ``aux_loss(trace, step_nll)``.
     uses_aux_loss = False
 
+    def kernel_backends(self) -> tuple[str, ...]:
+        """The kernels a training pass of this configuration can run on: "numba" (CPU),
+        "triton" (GPU, where Triton is installed); () for models without memory kernels."""
+        cell = self._modules.get("cell")
+        if cell is None or cell.kernel_ops is None:
+            return ()
+        found = ["numba"] if cell.kernels_cover(False) else []
+        triton = "triton" in cell.kernel_backends and dispatch.load_triton(cell.kernel_ops) is not None
+        if triton and cell.kernels_cover(False, "triton"):
+            found.append("triton")
+        return tuple(found)
+
     def __init__(self, input_size: int, output_size: Optional[int], features: int, batch_first: bool = True):
         super().__init__()
         check_positive(input_size=input_size)
+        check_bool("batch_first", batch_first)
         if output_size is not None:
             check_positive(output_size=output_size)
         self.input_size, self.output_size, self.batch_first = input_size, output_size, batch_first

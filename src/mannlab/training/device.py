@@ -1,22 +1,26 @@
 """Where and in what precision a run trains: ``train.device`` and ``train.precision``.
 
-    device      "auto" (CUDA if available, else Apple's MPS, else the CPU), "cpu", "cuda",
-                "cuda:N" or "mps"; a device this machine lacks is a ConfigError
+    device      "auto" (the fastest path this machine has for the model: see
+                :func:`auto_device`), "cpu", "cuda", "cuda:N" or "mps"; a device this
+                machine lacks is a ConfigError
     precision   "32" (float32 throughout), "bf16-mixed" or "16-mixed": forward and loss
                 under torch.autocast in bfloat16 / float16, the loss itself in float32;
                 "16-mixed" only on CUDA, with a GradScaler
 
 The model and its states move to the device, the task's batches are made there (``OnDevice``)
-and metrics come back to the CPU as Python floats. The compiled CPU kernels run only where
-they apply (CPU float32/float64 tensors); elsewhere the models take their tensor paths.
+and metrics come back to the CPU as Python floats. The numba kernels run on CPU tensors, the
+Triton kernels on CUDA tensors; elsewhere the models take their tensor paths.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager
+import sys
+from importlib.util import find_spec
+from typing import Any, ContextManager, Optional
 
 import torch
+from torch import nn
 
 from mannlab.errors import ConfigError
 
@@ -24,9 +28,12 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
-def resolve_device(name: str) -> torch.device:
-    """The torch device ``train.device`` names on this machine."""
+def resolve_device(name: str, model: Optional[nn.Module] = None) -> torch.device:
+    """The torch device ``train.device`` names on this machine; "auto" with the model to
+    train picks by :func:`auto_device` (without one: CUDA, else MPS, else the CPU)."""
     if name == "auto":
+        if model is not None:
+            return auto_device(model)[0]
         if torch.cuda.is_available():
             return torch.device("cuda")
         if _mps_available():
@@ -56,6 +63,41 @@ def resolve_device(name: str) -> torch.device:
             "use --device cpu or --device auto"
         )
     return torch.device(name)
+
+
+def auto_device(model: nn.Module) -> tuple[torch.device, str]:
+    """The device "auto" trains ``model`` on, and why. A GPU only where it is the faster path:
+    the memory models are launch-bound on a GPU's step-by-step tensor path (tens of times
+    slower than cuDNN, slower than their CPU kernels at every batch benchmarks/ measured), so
+    they take the GPU where their configuration has Triton kernels and Triton is installed,
+    else the CPU; the plain RNNs take the GPU (cuDNN)."""
+    name = type(model).__name__
+    if not torch.cuda.is_available():
+        if _mps_available():
+            return torch.device("mps"), "Apple's MPS backend, no CUDA GPU here"
+        return torch.device("cpu"), "no GPU here"
+    backends = model.kernel_backends() if hasattr(model, "kernel_backends") else ()
+    if not backends:
+        return torch.device("cuda"), f"{name} has no memory kernels: its recurrent layers run on cuDNN"
+    if "triton" in backends:
+        return torch.device("cuda"), f"the Triton GPU kernels of {name} cover this configuration"
+    why = "for this configuration" if find_spec("triton") else "Triton is not installed"
+    return torch.device("cpu"), (
+        f"{name} has no GPU kernels here ({why}), and its CPU kernels beat the GPU's "
+        "step-by-step tensor path; --device cuda forces the GPU"
+    )
+
+
+_said: set[str] = set()
+
+
+def say_auto_choice(model: nn.Module) -> None:
+    """One line on stderr, once per process and choice: what "auto" chose and why."""
+    device, why = auto_device(model)
+    line = f"mannlab: --device auto chose {device.type} ({why})"
+    if line not in _said:
+        _said.add(line)
+        print(line, file=sys.stderr)
 
 
 def check_precision(precision: str, device: torch.device) -> None:

@@ -60,6 +60,7 @@ from mannlab.training.device import (
     check_precision,
     grad_scaler,
     on_device,
+    say_auto_choice,
 )
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
@@ -163,11 +164,13 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
         config = config.replace(run_dir=default_run_dir(config))
     run_dir = Path(config.run_dir)
     check_threads(config.train.threads)
-    device = distributed.start(config.train.device)  # the process group, if under torchrun
-    resume = distributed.from_main(resume)  # rank 0's files decide
-    distributed.main_only(lambda: check_run_dir(run_dir))
     torch.manual_seed(config.seed)
     task, model = build_run(config)  # bad names or arguments fail here, before any file is touched
+    device = distributed.start(config.train.device, model)  # the process group, if under torchrun
+    if config.train.device == "auto":
+        distributed.main_only(lambda: say_auto_choice(model))
+    resume = distributed.from_main(resume)  # rank 0's files decide
+    distributed.main_only(lambda: check_run_dir(run_dir))
     check_precision(config.train.precision, device)
     distributed.check_batch(config.train.batch_size)
     model.to(device)

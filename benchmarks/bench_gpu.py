@@ -1,0 +1,235 @@
+"""Training-step speed of every memory model on a GPU, beside cuDNN, in one run.
+
+For each model, at each batch size, the median time of one training step (forward, BCE
+loss, backward, Adam update) on the copy task's shapes (T = 41: 20 inputs, a delimiter, 20
+outputs; 9 input and 8 output bits), on:
+
+  kernels   the model as a user gets it on this device: the Triton kernels where the
+            configuration has them (mannlab.ops.<model>.triton_kernels), else the tensor path
+  tensor    the same model with the kernels switched off (use_kernels(False)): the
+            step-by-step tensor path, launch-bound on a GPU
+  cuDNN     torch.nn.LSTM(9, width) + Linear(width, 8), width = the model's controller
+            (hidden) width: the reference every ratio is against
+
+and sequences per second (batch / step time). Models: the papers' copy configurations
+(defaults of mannlab.NTM, DNC, DNTM, TARDIS, ARMIN), D-NTM soft and REINFORCE.
+
+    python benchmarks/bench_gpu.py                               # batch 32, 512, 4096
+    python benchmarks/bench_gpu.py --batch-sizes 32 --models armin,ntm --json gpu.json
+    python benchmarks/bench_gpu.py --device cpu --batch-sizes 4 --repeats 2   # a smoke run
+
+Where a path would take too long (the tensor path at the largest batches), ``--budget``
+seconds per measurement cap the rounds (at least one timed round after the warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import mannlab
+from mannlab.ops import use_kernels
+
+T, INPUT, OUTPUT = 41, 9, 8
+
+#: name -> (constructor arguments, the controller width cuDNN's LSTM gets)
+MODELS: dict[str, tuple[dict, int]] = {
+    "ntm": (dict(), 100),
+    "dnc": (dict(), 128),
+    "dntm-soft": (dict(addressing="soft"), 100),
+    "dntm-reinforce": (dict(addressing="reinforce"), 100),
+    "tardis": (dict(), 120),
+    "armin": (dict(), 100),
+}
+
+
+def build(name: str) -> nn.Module:
+    kwargs, _ = MODELS[name]
+    family = name.split("-")[0]
+    return mannlab.models.build_model(family, INPUT, OUTPUT, **kwargs)
+
+
+class CuDNNLSTM(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.lstm = nn.LSTM(INPUT, width, batch_first=True)
+        self.head = nn.Linear(width, OUTPUT)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0]), None
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def training_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    """One step: forward, BCE loss (plus the model's auxiliary loss, e.g. REINFORCE's), backward,
+    Adam."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    aux = getattr(model, "uses_aux_loss", False)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        if aux:
+            logits, _, trace = model(x, return_trace=True)
+        else:
+            logits, _ = model(x)
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, y)
+        if aux:
+            nll = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none").sum(-1)
+            loss = loss + model.aux_loss(trace, nll.detach())
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def median_seconds(step: Callable[[], None], device: torch.device, warmup: int, repeats: int, budget: float):
+    """Median wall seconds of ``step`` after ``warmup`` rounds; fewer rounds where they would
+    run past ``budget`` seconds (at least one)."""
+    for _ in range(warmup):
+        step()
+    sync(device)
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < repeats and (not times or time.perf_counter() - start < budget):
+        begin = time.perf_counter()
+        step()
+        sync(device)
+        times.append(time.perf_counter() - begin)
+    return statistics.median(times), len(times)
+
+
+def measure(args: argparse.Namespace) -> list[dict]:
+    device = torch.device(args.device)
+    records = []
+    for name in args.models:
+        _, width = MODELS[name]
+        for batch in args.batch_sizes:
+            gen = torch.Generator().manual_seed(0)
+            x = torch.randint(0, 2, (batch, T, INPUT), generator=gen).float().to(device)
+            y = torch.randint(0, 2, (batch, T, OUTPUT), generator=gen).float().to(device)
+            paths = {"cuDNN": (lambda w=width: CuDNNLSTM(w), True), "kernels": (lambda: build(name), True)}
+            if not args.no_tensor_path:
+                paths["tensor"] = (lambda: build(name), False)
+            row = {"model": name, "batch": batch, "device": str(device)}
+            for path, (make, kernels) in paths.items():
+                torch.manual_seed(0)
+                model = make().to(device).train()
+                with use_kernels(kernels):
+                    step = training_step(model, x, y)
+                    try:
+                        seconds, rounds = median_seconds(step, device, args.warmup, args.repeats, args.budget)
+                    except torch.OutOfMemoryError:
+                        row[path] = None
+                        torch.cuda.empty_cache()
+                        continue
+                row[path] = {"ms": 1e3 * seconds, "rounds": rounds, "sequences_per_s": batch / seconds}
+                del model, step
+            base = row["cuDNN"]["ms"] if row.get("cuDNN") else None
+            for path in ("kernels", "tensor"):
+                if row.get(path) and base:
+                    row[path]["x_cudnn"] = row[path]["ms"] / base
+            if row.get("kernels") and row.get("tensor"):
+                row["speedup_over_tensor"] = row["tensor"]["ms"] / row["kernels"]["ms"]
+            records.append(row)
+            print(line(row), flush=True)
+    return records
+
+
+def line(row: dict) -> str:
+    def cell(path: str) -> str:
+        value = row.get(path)
+        if value is None:
+            return f"{path} -" if path in row else ""
+        ratio = f" ({value['x_cudnn']:.1f}x cuDNN)" if "x_cudnn" in value else ""
+        return f"{path} {value['ms']:.2f} ms{ratio}"
+
+    parts = [f"{row['model']:>15} B={row['batch']:<5}", cell("kernels"), cell("tensor"), cell("cuDNN")]
+    if "speedup_over_tensor" in row:
+        parts.append(f"kernels {row['speedup_over_tensor']:.1f}x faster than tensor")
+    return " | ".join(p for p in parts if p)
+
+
+def table(records: list[dict]) -> str:
+    """The records as a Markdown table."""
+    nan = float("nan")
+    lines = [
+        "| model | batch | kernels ms | tensor ms | cuDNN ms | kernels x cuDNN | tensor / kernels | seq/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in records:
+        k, t, c = (row.get(path) or {} for path in ("kernels", "tensor", "cuDNN"))
+        ms = [f"{v['ms']:.2f}" if v else "-" for v in (k, t, c)]
+        lines.append(
+            f"| {row['model']} | {row['batch']} | {' | '.join(ms)} | {k.get('x_cudnn', nan):.1f}x | "
+            f"{row.get('speedup_over_tensor', nan):.1f}x | {k.get('sequences_per_s', nan):.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def settings(args: argparse.Namespace) -> dict:
+    info = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": args.device,
+        "T": T,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+    }
+    if args.device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name()
+        info["cuda"] = torch.version.cuda
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    return info
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    names = ", ".join(MODELS)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of: {names}")
+    parser.add_argument("--batch-sizes", default="32,512,4096", help="comma-separated batch sizes")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (Triton compiles here)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed steps; the median is reported")
+    parser.add_argument("--budget", type=float, default=5.0, help="seconds per measurement at most")
+    parser.add_argument("--no-tensor-path", action="store_true", help="leave out the models' tensor paths")
+    parser.add_argument("--json", type=Path, help="also write the records and settings as JSON")
+    args = parser.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    info = settings(args)
+    print(" ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+    records = measure(args)
+    print(table(records))
+    if args.json:
+        args.json.write_text(json.dumps({"settings": info, "records": records}, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

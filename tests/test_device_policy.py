@@ -1,0 +1,75 @@
+"""--device auto: the fastest path the machine has for the model, said in one line; the
+kernels switch and its Triton setting. A GPU is faked where the choice is all that is tested."""
+
+import pytest
+import torch
+
+from mannlab.models import build_model
+from mannlab.ops import dispatch, use_kernels
+from mannlab.training import device as devices
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+def test_auto_without_a_gpu_is_the_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    device, why = devices.auto_device(build_model("ntm", 3, 2))
+    assert device.type in ("cpu", "mps") and why
+
+
+def test_auto_sends_plain_rnns_to_the_gpu(fake_gpu):
+    device, why = devices.auto_device(build_model("lstm", 3, 2))
+    assert device.type == "cuda" and "cuDNN" in why
+
+
+@pytest.mark.parametrize("name", ["ntm", "dnc", "dntm", "tardis", "armin"])
+def test_auto_keeps_memory_models_without_gpu_kernels_on_the_cpu(fake_gpu, monkeypatch, name):
+    model = build_model(name, 3, 2)
+    monkeypatch.setattr(type(model), "kernel_backends", lambda self: ("numba",))
+    device, why = devices.auto_device(model)
+    assert device.type == "cpu" and "--device cuda" in why
+
+
+def test_auto_takes_the_gpu_where_triton_kernels_cover_the_model(fake_gpu, monkeypatch):
+    model = build_model("armin", 3, 2)
+    monkeypatch.setattr(type(model), "kernel_backends", lambda self: ("numba", "triton"))
+    device, why = devices.auto_device(model)
+    assert device.type == "cuda" and "Triton" in why
+
+
+def test_resolve_auto_with_the_model_follows_the_policy(fake_gpu, monkeypatch):
+    model = build_model("ntm", 3, 2)
+    monkeypatch.setattr(type(model), "kernel_backends", lambda self: ("numba",))
+    assert devices.resolve_device("auto", model).type == "cpu"
+    assert devices.resolve_device("auto").type == "cuda"  # without a model: CUDA when present
+
+
+def test_the_choice_is_said_once(fake_gpu, monkeypatch, capsys):
+    model = build_model("lstm", 3, 2)
+    monkeypatch.setattr(devices, "_said", set())
+    devices.say_auto_choice(model)
+    devices.say_auto_choice(model)
+    err = capsys.readouterr().err
+    assert err.count("--device auto chose cuda") == 1
+
+
+def test_plain_models_list_no_kernels():
+    assert build_model("lstm", 3, 2).kernel_backends() == ()
+    assert "numba" in build_model("dnc", 3, 2).kernel_backends()
+
+
+def test_kernels_switch_settings():
+    assert dispatch.kernels_mode() in dispatch.MODES
+    with use_kernels(False):
+        assert dispatch.kernels_mode() == "off" and not dispatch.kernels_enabled()
+    with use_kernels("triton"):
+        assert dispatch.kernels_mode() == "triton" and dispatch.kernels_enabled()
+        # forced Triton never runs the numba kernels
+        assert not dispatch.kernels_apply("ntm", torch.zeros(1))
+    with pytest.raises(ValueError, match="triton"):
+        with use_kernels("cuda"):
+            pass

@@ -23,15 +23,16 @@ Per time step (heads of one kind are addressed together, never in a loop):
     (iv)  H^o_t = [h_t; r_t]
 with address = content (eq. 8, cosine K) -> interpolation -> circular shift ->
 sharpening: the functions of mannlab.nn.addressing. Steps (ii) and (iii), with the
-head activations, run as one fused autograd function (mannlab.ops.ntm)
+head activations, run as one fused autograd function (mannlab.ops.ntm.function)
 with the same values and gradients.
 
-On CPU float32/float64 tensors (mannlab.ops.dispatch.route) a whole sequence of steps
-(i)-(iv) runs as one autograd node over compiled kernels (mannlab.ops.ntm.sequence) for
-the feed-forward (tanh), Elman, LSTM and partially non-recurrent controllers: the same
-values and gradients as the step loop, which stays the reference and runs everywhere
-else (the GRU controller, other devices and dtypes, autocast, torch.compile). Its trace
-fields carry no gradient.
+A whole sequence of steps (i)-(iv) runs as one autograd node, mannlab.ops.ntm.ntm_sequence,
+for the feed-forward (tanh), Elman, LSTM and partially non-recurrent controllers, where
+mannlab.ops.dispatch.route sends it: on CPU float32/float64 tensors over numba kernels, on
+CUDA float32 tensors over Triton kernels (the time loop inside one kernel each way). Both give
+the values and gradients of the step loop, which stays the reference and runs everywhere else
+(the GRU controller, autocast, torch.compile, other devices and dtypes). Their trace fields
+carry no gradient.
 """
 
 from __future__ import annotations

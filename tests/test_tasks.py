@@ -10,7 +10,7 @@ import tomli_w
 import torch
 
 from mannlab.errors import ConfigError
-from mannlab.tasks import make, names
+from mannlab.tasks import generated_names, make, names
 
 ALL = [
     "copy",
@@ -39,9 +39,12 @@ def check_padding(x, y, m, steps):
 
 
 def test_names_and_aliases():
-    assert names() == ALL
-    names().append("junk")  # a copy: the registry is unchanged
-    assert names() == ALL
+    assert generated_names() == ALL
+    generated_names().append("junk")  # a copy: the registry is unchanged
+    assert generated_names() == ALL
+    every = names()  # every task make builds, the generated ones first
+    assert every[: len(ALL)] == ALL and len(every) == len(set(every)) == 19
+    assert {"babi", "mnist", "proposals-synthetic", "thumos14-proposals", "ptb-char", "text8"} <= set(every)
     assert make("repeat-copy").name == "repeat_copy"
     assert make("associative-recall").name == "associative_recall"
     assert make("priority-sort", num_inputs=40, num_outputs=30).params["num_outputs"] == 30

@@ -21,7 +21,7 @@ def build_run(config: RunConfig) -> tuple[Any, nn.Module]:
     if config.train.val_lengths == "max_length" and config.task not in tasks.TASKS:
         raise ConfigError(
             f"train.val_lengths = 'max_length' needs a generated task with a "
-            f"length range ({', '.join(tasks.names())}); {config.task!r} "
+            f"length range ({', '.join(tasks.generated_names())}); {config.task!r} "
             f"validates on its held-out split"
         )
     task = tasks.make(config.task, **config.task_args)

@@ -482,10 +482,9 @@ def _valid_names(section: str) -> str:
 
             names = list(MODELS)
         else:
-            from mannlab.tasks import data_names, proposal_names, text_names
             from mannlab.tasks import names as task_names
 
-            names = list(task_names()) + list(data_names()) + list(proposal_names()) + list(text_names())
+            names = task_names()
     except ImportError:
         return ""
     return f" (one of: {', '.join(sorted(names))})"

@@ -61,8 +61,14 @@ TEXT_TASKS: dict[str, str] = {name.replace("-", "_"): name for name in CHARLM_TA
 
 
 def names() -> list[str]:
-    """The registered generated task names (hyphenated spellings like "repeat-copy" also work
-    in ``make``); ``data_names()`` lists the tasks over real data sets."""
+    """Every task ``make`` builds: the generated ones (``generated_names()``; hyphenated
+    spellings like "repeat-copy" also work), then those over real data sets
+    (``data_names()``), the temporal action proposal tasks and the char-LM tasks."""
+    return [*TASKS, *DATA_TASKS, *proposal_names(), *text_names()]
+
+
+def generated_names() -> list[str]:
+    """The algorithmic tasks, generated from a seed with a length range (copy, ...)."""
     return list(TASKS)
 
 
@@ -102,8 +108,7 @@ def make(name: str, **params: Any) -> Task:
         return CharLMTask(TEXT_TASKS[key], **params)
     registry = {**TASKS, **DATA_TASKS, **PROPOSAL_TASKS}
     if key not in registry:
-        valid = [*TASKS, *DATA_TASKS, *proposal_names(), *TEXT_TASKS.values()]
-        raise ConfigError(f"unknown task {name!r}; valid names: {', '.join(valid)}")
+        raise ConfigError(f"unknown task {name!r}; valid names: {', '.join(names())}")
     return registry[key](**params)
 
 
@@ -111,6 +116,7 @@ __all__ = [
     "Task",
     "make",
     "names",
+    "generated_names",
     "data_names",
     "text_names",
     "proposal_names",

@@ -118,8 +118,9 @@ def add_device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
         metavar="auto|cpu|cuda|mps",
-        help="where to train (train.device; default auto: CUDA if present, else "
-        "MPS, else the CPU; cuda:N picks a GPU)",
+        help="where to train (train.device; default auto: the fastest path here for the "
+        "model, said in one line: a GPU for the plain RNNs and for memory models with GPU "
+        "kernels, else the CPU; cuda:N picks a GPU)",
     )
     parser.add_argument(
         "--precision",

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Every check that needs an NVIDIA GPU, in one go, from the repository root of a checkout with
+# mannlab installed with its GPU and test extras (pip install -e ".[gpu,test]" over a CUDA build
+# of torch):
+#
+#   benchmarks/gpu_check.sh [OUT_DIR]        (default: gpu-check/)
+#
+#   1. the machine: nvidia-smi, torch, CUDA, Triton versions          -> machine.txt
+#   2. the Triton kernels' tests on the GPU and the device tests       -> gpu-tests.log
+#   3. benchmarks/bench_gpu.py (batch 32, 512, 4096)                   -> bench_gpu.log, .json
+#   4. the README's quick start with the default device, timed         -> quickstart.log
+#   5. the whole test suite (on a GPU machine every test must pass)    -> suite.log
+#
+# Each step runs even when an earlier one fails; the exit status is the first failure's.
+# SUITE_TIMEOUT (seconds, default 1800) bounds step 5.
+set -uo pipefail
+out=${1:-gpu-check}
+mkdir -p "$out"
+status=0
+step() {  # step NAME LOG COMMAND...: run, tee to OUT/LOG, remember the first failure
+    local name=$1 log=$2
+    shift 2
+    echo "== $name" | tee "$out/$log"
+    local start=$SECONDS
+    "$@" 2>&1 | tee -a "$out/$log"
+    local rc=${PIPESTATUS[0]}
+    echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$out/$log"
+    [[ $status -eq 0 && $rc -ne 0 ]] && status=$rc
+    return 0
+}
+export PYTHONUNBUFFERED=1
+
+step machine machine.txt bash -c 'nvidia-smi; python3 -c "
+import torch, platform
+print(\"python\", platform.python_version(), \"torch\", torch.__version__, \"cuda\", torch.version.cuda)
+print(\"gpu\", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+try:
+    import triton; print(\"triton\", triton.__version__)
+except ImportError as e:
+    print(\"triton missing:\", e)
+"'
+step "GPU tests" gpu-tests.log python3 -m pytest -q -n 0 -p no:cacheprovider \
+    tests/ops tests/test_device_policy.py tests/test_model_devices.py tests/test_training_devices.py
+step "bench_gpu" bench_gpu.log python3 benchmarks/bench_gpu.py --json "$out/bench_gpu.json"
+step "quick start (default device)" quickstart.log \
+    timeout 600 mannlab train --model ntm --task copy --run-dir "$out/quickstart-run" --force --no-progress
+step "whole suite" suite.log timeout "${SUITE_TIMEOUT:-1800}" python3 -m pytest -q -p no:cacheprovider
+exit $status

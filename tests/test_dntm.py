@@ -600,7 +600,7 @@ AUX = dict(entropy_weight=0.1, read_write_consistency=0.3, next_input_prediction
 
 
 @pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax"])
+@pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax", "gumbel"])
 @pytest.mark.parametrize("steps", [1, 3])
 @pytest.mark.parametrize("lru, nop", [(True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("controller", ["gru", "fnn"])
@@ -620,6 +620,7 @@ def test_compiled_path_equals_tensor_path(mode, steps, lru, nop, controller):
             **AUX,
         )
     )
+    model.inverse_temperature = 2.5  # straight-through's 1/τ (the other modes ignore it)
     x = seq(t=7)
     assert dispatch.sequence_applies(model.cell, x)
     results = both_paths(model, x, random_state(model, 3))
@@ -649,11 +650,12 @@ def test_compiled_path_equals_tensor_path_heads_and_keys(kw):
 
 
 @pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax"])
+@pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax", "gumbel"])
 def test_compiled_path_without_trace_equals_tensor_path(mode):
     """A training pass without the trace (no gradient into the probabilities from outside):
     outputs, final state and every gradient."""
     model = randomise(small_dntm(addressing=mode, addressing_steps=2, read_heads=2, nop=True))
+    model.inverse_temperature = 0.5
     x = seq(t=8)
     results = []
     for kernels in (False, True):
@@ -698,7 +700,7 @@ def test_compiled_samples_are_torch_multinomial_draws():
 
 
 @pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("mode", ["soft", "reinforce"])
+@pytest.mark.parametrize("mode", ["soft", "reinforce", "gumbel"])
 @pytest.mark.parametrize("train", [True, False])
 def test_compiled_path_without_backward_equals_tensor_path(mode, train):
     """Under no_grad the kernels keep one step's scratch instead of (B, T, ...) arrays: same

@@ -104,6 +104,7 @@ from torch import nn
 
 from mannlab.errors import ConfigError
 from mannlab.models.base import (
+    CellTemperature,
     MemoryCell,
     SequenceModel,
     check_bool,
@@ -115,10 +116,10 @@ from mannlab.models.base import (
 from mannlab.nn import addressing as ntm_addressing
 from mannlab.nn import sampling
 from mannlab.nn.controllers import FNNController, GRUController, make_controller
-from mannlab.ops.dntm import function as compiled
 from mannlab.ops import dispatch
+from mannlab.ops.dntm import function as compiled
 
-ADDRESSING_MODES = ("soft", "reinforce", "argmax")
+ADDRESSING_MODES = ("soft", "reinforce", "argmax", "gumbel")
 WRITE_KEYS = ("content", "memory")
 NEXT_INPUT_DISTRIBUTIONS = ("bernoulli", "gaussian")
 REWARDS = ("sequence", "to_go", "samples")
@@ -151,8 +152,13 @@ def lru_address(logits: torch.Tensor, gate: torch.Tensor, average: torch.Tensor)
     (w_t = softmax(z_t - γ_t v_{t-1}), v_t = 0.1 v_{t-1} + 0.9 z_t). v_t carries
     no gradient (z_t is detached in it).
     """
-    weights = torch.softmax(logits - gate.unsqueeze(-1) * average, dim=-1)
+    weights = torch.softmax(lru_logits(logits, gate, average), dim=-1)
     return weights, LRU_DECAY * average + (1 - LRU_DECAY) * logits.detach()
+
+
+def lru_logits(logits: torch.Tensor, gate: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
+    """The logits of eq. 12's softmax, z_t - γ_t v_{t-1}: (B, K, N), (B, K), (B, K, N) -> (B, K, N)."""
+    return logits - gate.unsqueeze(-1) * average
 
 
 def location_address(
@@ -321,6 +327,7 @@ class DNTMCell(MemoryCell):
         self.read_heads, self.write_heads = read_heads, write_heads
         self.addressing_steps = addressing_steps
         self.soft_minibatch = False
+        self.inverse_temperature = 1.0  # 1/τ of addressing="gumbel", set by the training schedule
         R, H, dc = read_heads, write_heads, content_size
         self.controller = make_controller(controller, input_size, R * self.width, controller_size)
         self.features = controller_size + R * self.width
@@ -432,11 +439,27 @@ class DNTMCell(MemoryCell):
         return torch.sigmoid(gate), torch.softmax(shift, dim=-1), F.softplus(sharpening) + 1
 
     def _address(self, keys, strengths, gates, memory, average):
-        """Eqs. 10-13: (probs w (B, K, N'), new LRU average v (B, K, N'))."""
+        """Eqs. 10-13: (probs w (B, K, N'), new LRU average v (B, K, N'), the logits of w's
+        softmax (B, K, N'))."""
         logits = strengths.unsqueeze(-1) * similarity(keys, memory)  # eq. 10
         if self.lru:
-            return lru_address(logits, gates, average)  # eqs. 12-13
-        return torch.softmax(logits, dim=-1), average  # eq. 11
+            probs, new_average = lru_address(logits, gates, average)  # eqs. 12-13
+            return probs, new_average, lru_logits(logits, gates, average)
+        return torch.softmax(logits, dim=-1), average, logits  # eq. 11
+
+    def gumbel_draws(self, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """One addressing step's Exp(1) draws E (B (R + H) N'): the read heads' (B, R, N') then
+        the write heads' (B, H, N'), as one row of the compiled path's (T J, B (R + H) N') draw."""
+        return like.new_empty(batch * (self.read_heads + self.write_heads) * self.slots).exponential_()
+
+    def _straight_through(self, logits, probs, exp):
+        """Straight-through Gumbel-softmax (Jang et al. 2016) from Exp(1) draws E (g = -log E):
+        the one-hot of argmax_i p_i / E_i = argmax_i (l_i + g_i) forward (a sample of w, the
+        cell torch.multinomial would draw from the same E), the gradient of the relaxed sample
+        softmax((l + g) / τ) backward; l the logits of w."""
+        hard = torch.zeros_like(probs).scatter_(-1, (probs.detach() / exp).argmax(-1, keepdim=True), 1.0)
+        soft = torch.softmax((logits - torch.log(exp)) * self.inverse_temperature, dim=-1)
+        return sampling.straight_through(hard, soft)
 
     @staticmethod
     def _locate(probs, previous, heads: _Heads, part: slice) -> torch.Tensor:
@@ -454,28 +477,37 @@ class DNTMCell(MemoryCell):
         R = self.read_heads
         discrete = self.discrete()
         sample = discrete and self.addressing == "reinforce" and self.training
+        gumbel = discrete and self.addressing == "gumbel" and self.training
         record = []
         for _ in range(self.addressing_steps):
             h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)  # eqs. 1-2
             heads = self._heads(h, x_write)
             memory = self.memory(content)  # M_{t-1} = [A; C]
-            read_p, read_v = self._address(
+            read_p, read_v, read_l = self._address(
                 heads.read_keys, heads.strengths[:, :R], heads.gates[:, :R], memory, read_v
             )
             write_mem = content if self.write_keys == "content" else memory
-            write_p, write_v = self._address(
+            write_p, write_v, write_l = self._address(
                 heads.write_keys, heads.strengths[:, R:], heads.gates[:, R:], write_mem, write_v
             )
             if self.location_shifts:  # NTM eqs. 7-9 after eq. 13, from each head's previous w
                 read_p = self._locate(read_p, location.read, heads, slice(None, R))
                 write_p = self._locate(write_p, location.write, heads, slice(R, None))
                 location = DNTMLocation(read_p, write_p)
-            read_w = self._discretise(read_p, sample) if discrete else read_p
-            write_w = self._discretise(write_p, sample) if discrete else write_p
+                tiny = torch.finfo(read_p.dtype).tiny  # w is no softmax here: its logits are log w
+                read_l, write_l = read_p.clamp_min(tiny).log(), write_p.clamp_min(tiny).log()
+            if gumbel:
+                exp = self.gumbel_draws(h.shape[0], h)
+                read_w = self._straight_through(read_l, read_p, exp[: read_p.numel()].view_as(read_p))
+                write_w = self._straight_through(write_l, write_p, exp[read_p.numel() :].view_as(write_p))
+            else:
+                read_w = self._discretise(read_p, sample) if discrete else read_p
+                write_w = self._discretise(write_p, sample) if discrete else write_p
             reads = self.read(memory, read_w)  # eq. 5
             content = self.write(content, write_w, heads.erase, heads.candidate)  # eq. 6
-            if with_trace:
-                record.append((read_w, write_w, read_p, write_p, heads))
+            if with_trace:  # straight-through's one-hots as values (its gradient is the step's)
+                hard = (read_w.detach(), write_w.detach()) if gumbel else (read_w, write_w)
+                record.append((*hard, read_p, write_p, heads))
         features = torch.cat([h_out, reads.flatten(1)], dim=-1)
         state = DNTMState(ctrl, content, reads, read_v, write_v, location)
         trace = self._trace(record, reads, h_out, sample, content) if with_trace else None
@@ -508,13 +540,16 @@ class DNTMCell(MemoryCell):
         gru = type(self.controller) is GRUController
         discrete = self.discrete()
         sample = discrete and self.addressing == "reinforce" and self.training
+        gumbel = discrete and self.addressing == "gumbel" and self.training
         mode = (compiled.SAMPLE if sample else compiled.ARGMAX) if discrete else compiled.SOFT
-        if sample:
+        mode = compiled.GUMBEL if gumbel else mode
+        if sample or gumbel:
             # The step loop's draws, in its order: per time and addressing step one
             # torch.multinomial(p, 1) over the read heads' (B R, N) probabilities, then one over
             # the write heads' (B H, N). It draws one Exp(1) per probability and takes
             # argmax p / E (tests/test_dntm.py checks this), so all exponentials drawn at once
-            # in that order give the kernels the same samples.
+            # in that order give the kernels the same samples. Straight-through Gumbel draws
+            # one row per step of the same layout (gumbel_draws).
             noise = x.new_empty(T * J, B * (R + H) * N).exponential_()
         else:
             noise = x.new_zeros(1, 1)
@@ -533,7 +568,7 @@ class DNTMCell(MemoryCell):
             backward,
             with_trace,
             every,
-            (SIMILARITY_EPS, LRU_DECAY),
+            (SIMILARITY_EPS, LRU_DECAY, float(self.inverse_temperature)),
         )
         sequence = compiled.DNTMSequence.apply
         out, h, reads, content, read_v, write_v, probs, act, memory, index = sequence(
@@ -649,7 +684,7 @@ def read_write_consistency(
 # -------------------------------------------------------------------- module
 
 
-class DNTM(SequenceModel):
+class DNTM(CellTemperature, SequenceModel):
     """Dynamic Neural Turing Machine shaped like torch.nn.LSTM.
 
     ``y, state = DNTM(input_size, output_size)(x)`` with x (B, T, input_size)
@@ -723,6 +758,7 @@ class DNTM(SequenceModel):
         read_write_consistency: float = 0.0,
         next_input_prediction: float = 0.0,
         next_input_distribution: str = "bernoulli",
+        temperature_every: int = 200,
         batch_first: bool = True,
     ):
         check_positive(
@@ -751,6 +787,15 @@ class DNTM(SequenceModel):
             location_shifts=location_shifts,
         )
         reinforce = addressing == "reinforce"
+        if (
+            isinstance(temperature_every, bool)
+            or not isinstance(temperature_every, int)
+            or temperature_every < 0
+        ):
+            raise ConfigError(
+                f"temperature_every must be an integer >= 0 (0: 1/τ stays 1), got {temperature_every!r}"
+            )
+        self.temperature_every = temperature_every
         self.curriculum_p0 = check_number("curriculum_p0", curriculum_p0, 0, 1.0)
         check_positive(curriculum_every=curriculum_every)
         self.curriculum_every = int(curriculum_every)
@@ -762,7 +807,8 @@ class DNTM(SequenceModel):
         self.next_input_distribution = check_choice(
             "next_input_distribution", next_input_distribution, NEXT_INPUT_DISTRIBUTIONS
         )
-        if not reinforce and (self.curriculum_p0 or check_bool("input_baseline", input_baseline)):
+        input_baseline = check_bool("input_baseline", input_baseline)
+        if not reinforce and (self.curriculum_p0 or input_baseline):
             raise ConfigError(
                 f"curriculum_p0 and input_baseline need addressing='reinforce', got addressing={addressing!r}"
             )
@@ -788,6 +834,14 @@ class DNTM(SequenceModel):
             or self.rw_weight
             or self.prediction_weight
         )
+
+    @property
+    def temperature_schedule(self):
+        """(every, maximum = N' - 1) of 1/τ for training/schedules.py with addressing="gumbel"
+        and temperature_every > 0, else None (1/τ stays where it is, 1 unless set)."""
+        if not self.temperature_every or self.cell.addressing != "gumbel":
+            return None
+        return self.temperature_every, max(1, self.cell.slots - 1)
 
     @property
     def soft_minibatch(self) -> bool:

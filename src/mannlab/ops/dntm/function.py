@@ -14,8 +14,8 @@ from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
 from mannlab.ops.threads import KEEP, SUM, Blocks, Rows
 
-#: The kernels' addressing modes (ops/dntm/kernels.py: SOFT, SAMPLE, ARGMAX).
-SOFT, SAMPLE, ARGMAX = 0, 1, 2
+#: The kernels' addressing modes (ops/dntm/kernels.py: SOFT, SAMPLE, ARGMAX, GUMBEL).
+SOFT, SAMPLE, ARGMAX, GUMBEL = 0, 1, 2, 3
 
 
 def _noise_rows(B, R, H, N):
@@ -39,7 +39,8 @@ def _rows_if(grad, placeholder):
 class DNTMSequence(torch.autograd.Function):
     """A whole D-NTM sequence (eqs. 1-13, section 4's discrete weightings) as one autograd node
     whose forward and backward are single calls of ops/dntm/kernels.py. Inputs: the
-    precomputed inputs xp (B, T, P), the Exp(1) draws of the samples (or a dummy), the initial
+    precomputed inputs xp (B, T, P), the Exp(1) draws of the samples (REINFORCE's and
+    straight-through Gumbel's; else a dummy), the initial
     state (h_0, φ_0 (B, R W), C_0, v^r_0, v^w_0), the controller's read and recurrent weights,
     the head layer and the address part A. Outputs: the features (B, T, d_h + R W), the final
     h, φ, C, v^r, v^w, and the records the trace is built from: probabilities (B, T J, K, N),
@@ -50,15 +51,16 @@ class DNTMSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xp, noise, h0, phi0, c0, vr0, vw0, w_r, w_h, b_hh, w_p, b_p, address, options):
         R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every, constants = options
-        similarity_eps, lru_decay = constants
+        similarity_eps, lru_decay, _ = constants
         a = as_array
         dummy = np.zeros((1, 1), a(xp).dtype)
         B, N = xp.shape[0], address.shape[0]
+        drawn = mode in (SAMPLE, GUMBEL)
         out, h, phi, c, vr, vw, records, saved = threads.call(
             dispatch.load("dntm").sequence_forward,
             (
                 Rows(a(xp)),
-                Rows(a(noise), _noise_rows(B, R, H, N)) if mode == SAMPLE else a(noise),
+                Rows(a(noise), _noise_rows(B, R, H, N)) if drawn else a(noise),
                 Rows(a(h0)),
                 Rows(a(phi0)),
                 Rows(a(c0)),
@@ -98,6 +100,7 @@ class DNTMSequence(torch.autograd.Function):
                 w_h,
                 w_p,
                 address,
+                noise,
                 *records,
                 *(torch.from_numpy(v) for block in saved.values for v in block),
             )
@@ -111,8 +114,8 @@ class DNTMSequence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_out, d_h, d_phi, d_c, d_vr, d_vw, d_probs, d_act, d_memory, _):
         R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every, constants = ctx.options
-        similarity_eps, lru_decay = constants
-        xp, h0, w_r, w_h, w_p, address, *rest = ctx.saved_tensors
+        similarity_eps, lru_decay, inverse_temperature = constants
+        xp, h0, w_r, w_h, w_p, address, noise, *rest = ctx.saved_tensors
         records, flat = rest[:6], rest[6:]
         n = len(flat) // len(ctx.parts)
         blocks = [flat[i * n : (i + 1) * n] for i in range(len(ctx.parts))]  # the forward's, per block
@@ -160,6 +163,8 @@ class DNTMSequence(torch.autograd.Function):
                 d_act is not None,
                 _rows_if(d_memory, np.zeros((1, 1, 1, 1), dtype)),
                 d_memory is not None,
+                Rows(a(noise), _noise_rows(B, R, H, N)) if mode == GUMBEL else dummy,
+                inverse_temperature,
             ),
             (0,) * 4 + (SUM,) + (0,) * 5,  # per row, but the gradient of A
             B,

@@ -30,7 +30,10 @@ W = d_a + d_c, K = R + H heads, read heads first):
     features at t (last addressing step): [h_s; φ_s]
 ``access`` is 0 on the NOP cell (the last one with nop) and 1 elsewhere.
 
-Addressing modes (``mode``): 0 soft, 1 sampled one-hots (REINFORCE training), 2 argmax.
+Addressing modes (``mode``): 0 soft, 1 sampled one-hots (REINFORCE training), 2 argmax,
+3 straight-through Gumbel-softmax: the forward takes mode 1's sampled one-hots, the backward
+the gradient of the relaxed sample y = softmax((l - log E) / τ) (l the logits of w, so that
+l - log E = l + g with g ~ Gumbel(0, 1)), recomputed from the recorded draws E.
 The backward returns the gradients of the precomputed input, of the controller's and the
 head layer's pre-activations per step (the caller turns them into weight gradients with one
 matrix product each over all steps), of the address part A and of the initial state. It also
@@ -56,7 +59,7 @@ from mannlab.ops.numba_math import (
     tanh_array,
 )
 
-SOFT, SAMPLE, ARGMAX = 0, 1, 2
+SOFT, SAMPLE, ARGMAX, GUMBEL = 0, 1, 2, 3
 
 
 @njit
@@ -445,7 +448,7 @@ def sequence_forward(
                     _similarity(key, with_a, address_t, cb, norm_m if with_a else norm_c, eps, sim, den)
                     _weighting(sim, ab[o_beta + k], ab[o_gamma + k], v[b, k], lru, decay, logits, p)
                     if discrete:  # section 4
-                        if mode == SAMPLE:
+                        if mode == SAMPLE or mode == GUMBEL:
                             base = (b * R + k) * N if k < R else B * R * N + (b * H + k - R) * N
                             chosen[k] = _sample(p, noise[s], base)
                         else:
@@ -473,8 +476,7 @@ def sequence_forward(
 
 @njit(fastmath=FAST)
 def _address_backward(
-    dw,
-    probs,
+    dl_all,
     sim,
     den,
     vprev,
@@ -493,15 +495,13 @@ def _address_backward(
     ddot,
     scale,
 ):
-    """Backward of one head's weighting (eqs. 10-13) given dL/dw: returns (dβ, dγ), adds to
-    the key's, A's and C's gradients (transposed, (d, N); |m| and |k| have gradient 0 at 0,
-    as torch's norm). With LRU, dv holds decay * dL/dv_s on entry (v_s = 0.1 v_{s-1} + 0.9 z
-    with z detached) and dL/dv_{s-1} on exit. ddot, scale: scratch (N)."""
+    """Backward of one head's weighting (eqs. 10-13) given dL/dl, l = z - γ v_{s-1} the logits
+    of w (``dl_all``): returns (dβ, dγ), adds to the key's, A's and C's gradients (transposed,
+    (d, N); |m| and |k| have gradient 0 at 0, as torch's norm). With LRU, dv holds decay *
+    dL/dv_s on entry (v_s = 0.1 v_{s-1} + 0.9 z with z detached) and dL/dv_{s-1} on exit.
+    ddot, scale: scratch (N)."""
     da, N = address_t.shape
     dc = content_t.shape[0]
-    mean = 0.0
-    for i in range(N):
-        mean += probs[i] * dw[i]
     nk2 = 0.0
     for d in range(key.shape[0]):
         nk2 += key[d] * key[d]
@@ -510,7 +510,7 @@ def _address_backward(
     d_gamma = 0.0
     dnk = 0.0
     for i in range(N):
-        dl = probs[i] * (dw[i] - mean)  # softmax
+        dl = dl_all[i]
         if lru:
             d_gamma -= dl * vprev[i]
             dv[i] -= gamma * dl
@@ -551,13 +551,40 @@ def _address_backward(
 
 
 @njit(fastmath=FAST)
-def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, d_cand, soft, index):
+def _softmax_backward(probs, grad, scale, out, accumulate):
+    """out_i (+)= scale p_i (g_i - sum_j p_j g_j): dL/dl of p = softmax(l) given g = dL/dp."""
+    mean = 0.0
+    for i in range(probs.shape[0]):
+        mean += probs[i] * grad[i]
+    for i in range(probs.shape[0]):
+        d = scale * probs[i] * (grad[i] - mean)
+        if accumulate:
+            out[i] += d
+        else:
+            out[i] = d
+
+
+@njit(fastmath=FAST)
+def _relaxed_sample(sim, beta, gamma, vprev, lru, noise, base, inverse_temperature, out):
+    """y = softmax((l - log E) / τ), l = β S - γ v_{s-1} (β S without LRU): the relaxed
+    Gumbel-softmax sample whose gradient straight-through takes, from the draws E at base."""
+    for i in range(sim.shape[0]):
+        logit = beta * sim[i]
+        if lru:
+            logit -= gamma * vprev[i]
+        out[i] = (logit - math.log(noise[base + i])) * inverse_temperature
+    softmax(out, out)
+
+
+@njit(fastmath=FAST)
+def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, d_cand, grad_w, index):
     """Backward of eq. 6 on one row (content and gradients transposed, (d_c, N)): g_new =
-    dL/dC_s -> g_old = dL/dC_{s-1} (set), and adds dL/du (dw, when ``soft``), dL/de and
-    dL/dc̄ (flattened H d_c). Discrete: one-hot weights at index[h]."""
+    dL/dC_s -> g_old = dL/dC_{s-1} (set), and adds dL/du (dw, when ``grad_w``: any weights,
+    one-hot ones included), dL/de and dL/dc̄ (flattened H d_c). Without grad_w: one-hot
+    weights at index[h], only their cells visited."""
     H, N = weights.shape
     dc = content_t.shape[0]
-    if not soft:
+    if not grad_w:
         g_old[:] = g_new
         for hh in range(H):
             i = index[hh]
@@ -626,12 +653,12 @@ def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, 
 
 
 @njit(fastmath=FAST)
-def _read_backward(dphi, weights, address_t, content_t, dw, d_address_t, d_content_t, soft, index):
-    """Backward of eq. 5 for one head (transposed (d, N) arrays): adds dL/dw (when ``soft``)
-    and w_i dφ to A's and C's gradients (discrete: the one cell at ``index``)."""
+def _read_backward(dphi, weights, address_t, content_t, dw, d_address_t, d_content_t, grad_w, index):
+    """Backward of eq. 5 for one head (transposed (d, N) arrays): adds dL/dw (when ``grad_w``;
+    any weights) and w_i dφ to A's and C's gradients (without grad_w: the one cell at ``index``)."""
     da, N = address_t.shape
     dc = content_t.shape[0]
-    if not soft:
+    if not grad_w:
         wi = weights[index]
         for d in range(da):
             d_address_t[d, index] += wi * dphi[d]
@@ -746,9 +773,12 @@ def sequence_backward(
     has_act,
     d_mtrace,
     has_mtrace,
+    noise,
+    inverse_temperature,
 ):
     """Backpropagation through time of sequence_forward. Weights as stored (out, in). The
-    d_* of the records are read only when their has_* flag is set. Returns the gradients of
+    d_* of the records are read only when their has_* flag is set; ``noise`` (the forward's
+    Exp(1) draws) and 1/τ only in mode 3 (straight-through Gumbel). Returns the gradients of
     xp (B, T, P), of the controller's pre-activations a (B, T J, Pc) and g (B, T J, 3 d_h)
     (GRU), of the head layer's pre-activations (B, T J, P_heads), of A, and of the initial
     h, φ, C, v^r, v^w.
@@ -773,6 +803,8 @@ def sequence_backward(
     x_gate = Pc + H * dc
     dtype = xp.dtype
     soft = mode == SOFT
+    gumbel = mode == GUMBEL
+    grad_w = soft or gumbel  # a gradient to the weightings w (straight-through: to y)
     d_xp = np.zeros(xp.shape, dtype)
     d_a_all = np.empty((B, S, Pc), dtype)
     d_g_all = np.empty((B, S if gru else 1, 3 * dh), dtype)
@@ -804,6 +836,8 @@ def sequence_backward(
     keepbuf = np.empty(N, dtype)
     weights = np.empty((K, N), dtype)
     dw = np.empty((K, N), dtype)
+    dl = np.empty(N, dtype)
+    relaxed = np.empty(N, dtype)
     dact = np.empty(P, dtype)
     dpre = np.empty((B, P), dtype)
     da_s = np.empty((B, Pc), dtype)
@@ -887,7 +921,7 @@ def sequence_backward(
                     dw[R:],
                     dact[o_e:o_ah],
                     dact[o_c : o_c + H * dc],
-                    soft,
+                    grad_w,
                     index[b, s, R:],
                 )  # eq. 6
                 for k in range(R):  # eq. 5
@@ -899,7 +933,7 @@ def sequence_backward(
                         dw[k],
                         d_address_t,
                         dc_old[b],
-                        soft,
+                        grad_w,
                         index[b, s, k],
                     )
                 if nop:  # access: no gradient to w
@@ -909,11 +943,29 @@ def sequence_backward(
                     if lru:
                         for i in range(N):
                             dv[b, k, i] *= decay
-                    if has_probs:  # trace terms (aux_loss)
-                        for i in range(N):
-                            dw[k, i] += d_probs[b, s, k, i]
-                    elif not soft:
+                    if not (grad_w or has_probs):
                         continue  # one-hot: no path to w
+                    if gumbel:  # straight-through: dL/dw reaches l through y
+                        base = (b * R + k) * N if k < R else B * R * N + (b * H + k - R) * N
+                        _relaxed_sample(
+                            sim_seg[b, q, k],
+                            act[b, s, o_beta + k],
+                            act[b, s, o_gamma + k],
+                            v_seg[b, q if lru else 0, k],
+                            lru,
+                            noise[s],
+                            base,
+                            inverse_temperature,
+                            relaxed,
+                        )
+                        _softmax_backward(relaxed, dw[k], inverse_temperature, dl, False)
+                        if has_probs:  # trace terms (aux_loss) on w itself
+                            _softmax_backward(probs[b, s, k], d_probs[b, s, k], 1.0, dl, True)
+                    else:
+                        if has_probs:  # trace terms (aux_loss)
+                            for i in range(N):
+                                dw[k, i] += d_probs[b, s, k, i]
+                        _softmax_backward(probs[b, s, k], dw[k], 1.0, dl, False)
                     if k < R:
                         o_key = k * W
                         width = W
@@ -923,8 +975,7 @@ def sequence_backward(
                         width = Kw
                         with_a = memory_keys
                     d_beta, d_gamma = _address_backward(
-                        dw[k],
-                        probs[b, s, k],
+                        dl,
                         sim_seg[b, q, k],
                         den_seg[b, q, k],
                         v_seg[b, q if lru else 0, k],

@@ -207,6 +207,47 @@ def test_argmax_mode_is_deterministic_one_hot_and_equals_reinforce_at_evaluation
     assert torch.equal(reinforce(x)[0], y1)
 
 
+def test_gumbel_samples_as_reinforce_and_learns_keys_by_straight_through():
+    """addressing="gumbel" reads and writes the cells REINFORCE samples for the same seed
+    (one-hots), the keys get a gradient from the task loss alone (straight-through), and
+    evaluation takes the argmax, as the other discrete modes."""
+    x = seq(t=6)
+    gumbel = small_dntm(addressing="gumbel", read_heads=2, write_heads=2)
+    reinforce = small_dntm(addressing="reinforce", read_heads=2, write_heads=2)
+    reinforce.load_state_dict(gumbel.state_dict())
+    traces = []
+    for model in (gumbel, reinforce):
+        torch.manual_seed(3)
+        traces.append(model(x, return_trace=True)[2])
+    for name in ("read_weights", "write_weights"):
+        a, b = getattr(traces[0], name), getattr(traces[1], name)
+        assert torch.equal(a, b) and set(a.unique().tolist()) == {0.0, 1.0}, name
+    assert traces[0].sampled.eq(0).all() and not gumbel.uses_aux_loss
+    gumbel.zero_grad()
+    gumbel(x)[0].sin().sum().backward()
+    keys = gumbel.cell.head_params.weight.grad[: sum(gumbel.cell.split_sizes[:4])]
+    assert keys.abs().sum() > 0
+    gumbel.eval()
+    argmax = small_dntm(addressing="argmax", read_heads=2, write_heads=2)
+    argmax.load_state_dict(gumbel.state_dict())
+    assert torch.equal(gumbel(x)[0], argmax(x)[0])
+
+
+def test_gumbel_temperature_schedule_and_its_checks():
+    """1/τ follows ARMIN's schedule from the training step (training/schedules.py): 1 at the
+    start, +1 every temperature_every steps, at most N' - 1; temperature_every=0 keeps it."""
+    model = small_dntm(addressing="gumbel", memory_slots=5, temperature_every=10)
+    assert model.temperature_schedule == (10, 4) and model.inverse_temperature == 1.0
+    for step, expected in ((0, 1.0), (9, 1.0), (10, 2.0), (25, 3.0), (1000, 4.0)):
+        schedules.start_minibatch(model, step)
+        assert model.inverse_temperature == expected and model.cell.inverse_temperature == expected
+    assert small_dntm(addressing="gumbel", temperature_every=0).temperature_schedule is None
+    assert small_dntm(addressing="reinforce").temperature_schedule is None
+    for bad in (-1, 2.5, True, "10"):
+        with pytest.raises(ConfigError, match="temperature_every"):
+            small_dntm(addressing="gumbel", temperature_every=bad)
+
+
 def test_soft_model_tested_discretely():
     """The paper's Discrete† column: train soft, evaluate with addressing='argmax'."""
     soft = small_dntm()

@@ -58,7 +58,14 @@ is the paper's D-NTM. Only the per-step tensor path implements it.
 Addressing modes (``addressing``): "soft" uses w, u as they are; "reinforce"
 samples one-hot w~, u~ from them while training (section 4) and takes the
 argmax at evaluation; "argmax" always takes the argmax (a soft-trained model
-tested discretely, the paper's Discrete† column). The erase vector is a gate
+tested discretely, the paper's Discrete† column); "gumbel" (not in the paper) reads and
+writes with the same one-hot samples while training but learns by straight-through
+Gumbel-softmax (Jang et al. 2016) instead of REINFORCE: with g = -log E the Gumbel noise
+of the sample's Exp(1) draws E and l the logits of w (z - γ v, or log w with location
+shifts), the backward pass takes the gradient of the relaxed sample softmax((l + g) / τ).
+1/τ is the model's ``inverse_temperature``, which the training loop sets from the step as
+ARMIN's schedule does (1 at the start, +1 every ``temperature_every`` steps, up to N' - 1);
+argmax at evaluation. The erase vector is a gate
 over the content features, not a distribution over cells: it acts on the cell
 the write head picked, so it has no sample of its own.
 
@@ -696,7 +703,9 @@ class DNTM(CellTemperature, SequenceModel):
     Architecture (``DNTMCell``): controller "gru" (eq. 1) or "fnn" (eq. 2; any name
     of mannlab.nn.controllers works), memory_slots N, address_size d_a,
     content_size d_c, read_heads, write_heads, addressing_steps J, lru (section 3.3),
-    nop (one extra NOP cell), addressing "soft" | "reinforce" | "argmax", write_keys
+    nop (one extra NOP cell), addressing "soft" | "reinforce" | "argmax" | "gumbel"
+    (straight-through Gumbel-softmax, 1/τ +1 every ``temperature_every`` training steps up
+    to N' - 1; 0 keeps it at 1), write_keys
     "memory" (eq. 10: write keys over m_i = [a_i; c_i], like read keys) or "content" (keys
     over C alone, as the text before eq. 10 sizes them: while C is zero every write
     weighting is then uniform and carries no gradient, so writes cannot learn where to go),

@@ -12,7 +12,8 @@
 #   5. the whole test suite (on a GPU machine every test must pass)    -> suite.log
 #
 # Each step runs even when an earlier one fails; the exit status is the first failure's.
-# SUITE_TIMEOUT (seconds, default 1800) bounds step 5.
+# BENCH_ARGS adds options to bench_gpu.py (e.g. "--models armin,ntm"); QUICKSTART_TIMEOUT and
+# SUITE_TIMEOUT (seconds, defaults 600 and 1800) bound steps 4 and 5.
 set -uo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
@@ -41,8 +42,9 @@ except ImportError as e:
 "'
 step "GPU tests" gpu-tests.log python3 -m pytest -q -n 0 -p no:cacheprovider \
     tests/ops tests/test_device_policy.py tests/test_model_devices.py tests/test_training_devices.py
-step "bench_gpu" bench_gpu.log python3 benchmarks/bench_gpu.py --json "$out/bench_gpu.json"
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+step "bench_gpu" bench_gpu.log python3 benchmarks/bench_gpu.py --json "$out/bench_gpu.json" ${BENCH_ARGS:-}
 step "quick start (default device)" quickstart.log \
-    timeout 600 mannlab train --model ntm --task copy --run-dir "$out/quickstart-run" --force --no-progress
+    timeout "${QUICKSTART_TIMEOUT:-600}" mannlab train --model ntm --task copy --run-dir "$out/quickstart-run" --force --no-progress
 step "whole suite" suite.log timeout "${SUITE_TIMEOUT:-1800}" python3 -m pytest -q -p no:cacheprovider
 exit $status

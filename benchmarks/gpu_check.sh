@@ -45,6 +45,6 @@ step "GPU tests" gpu-tests.log python3 -m pytest -q -n 0 -p no:cacheprovider \
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
 step "bench_gpu" bench_gpu.log python3 benchmarks/bench_gpu.py --json "$out/bench_gpu.json" ${BENCH_ARGS:-}
 step "quick start (default device)" quickstart.log \
-    timeout "${QUICKSTART_TIMEOUT:-600}" mannlab train --model ntm --task copy --run-dir "$out/quickstart-run" --force --no-progress
+    timeout "${QUICKSTART_TIMEOUT:-600}" mannlab train --model ntm --task copy --run-dir "$(mktemp -d)/quickstart" --force --no-progress
 step "whole suite" suite.log timeout "${SUITE_TIMEOUT:-1800}" python3 -m pytest -q -p no:cacheprovider
 exit $status

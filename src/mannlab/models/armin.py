@@ -68,6 +68,7 @@ from mannlab.models.base import (
     batched,
     check_bool,
     check_choice,
+    check_integer,
     check_number,
     check_positive,
     run_sequence,
@@ -173,6 +174,7 @@ class ARMINCell(MemoryCell):
         self.write_mode = check_choice("write", write, WRITE_MODES)
         self.control_gates = check_bool("control_gates", control_gates)
         self.layer_norm = check_bool("layer_norm", layer_norm)
+        check_integer("address_seed", address_seed)  # used by read="tardis" only, but never wrong
         self.zoneout = check_number("zoneout", zoneout, 0.0, 1.0, high_open=True)
         self.hidden_size, self.slots, self.width = hidden_size, memory_slots, memory_width
         self.features = hidden_size + memory_width

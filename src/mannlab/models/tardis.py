@@ -94,7 +94,9 @@ from mannlab.models.base import (
     MemoryCell,
     SequenceModel,
     batched,
+    check_bool,
     check_choice,
+    check_integer,
     check_number,
     check_positive,
     run_sequence,
@@ -154,6 +156,7 @@ def sparse_addresses(slots: int, size: int, nonzeros: int, seed: int = 0) -> tor
     repeats A is exactly that draw and models built on it keep their addresses.
     ConfigError when ``slots`` exceeds the number of different rows
     (``distinct_address_rows``)."""
+    check_integer("address_seed", seed)
     if not 1 <= nonzeros <= size:
         raise ConfigError(f"address nonzeros must be in [1, address_size={size}], got {nonzeros}")
     possible = distinct_address_rows(size, nonzeros)
@@ -362,6 +365,7 @@ class TARDISCell(MemoryCell):
         self.recurrent_dropout = check_number(
             "recurrent_dropout", recurrent_dropout, 0.0, 1.0, high_open=True
         )
+        check_bool("layer_norm", layer_norm)
         self.ln_gates = nn.LayerNorm(3 * d) if layer_norm else None  # f, i, o
         self.ln_candidate = nn.LayerNorm(d) if layer_norm else None  # c̃
         self.ln_cell = nn.LayerNorm(d) if layer_norm else None  # c in eq. 10

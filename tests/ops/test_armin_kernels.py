@@ -148,10 +148,12 @@ def test_triton_matches_reference(mode, width, zoneout):
     assert_same(got, want, **TRITON_TOL)
 
 
-def test_triton_inference_without_records():
-    """keep=False: the memory updated in place, no per-step records; the same outputs."""
-    records = problem("gumbel", 3, True, dtype=torch.float32, device=triton_device())
-    options = ARMINOptions(mode="gumbel", inverse_temperature=2.0, keep=False, backend="triton")
+@pytest.mark.parametrize("mode", ["gumbel", "soft"])
+def test_triton_inference_without_records(mode):
+    """keep=False: the memory updated in place (one-hot reads: only the slot written), no
+    per-step records; the same outputs."""
+    records = problem(mode, 3, True, dtype=torch.float32, device=triton_device())
+    options = ARMINOptions(mode=mode, inverse_temperature=2.0, keep=False, backend="triton")
     with torch.no_grad():
         out, carry = armin_sequence(*records, options)
         out_ref, carry_ref = armin_sequence(
@@ -228,6 +230,14 @@ def test_armin_on_triton_equals_its_tensor_path(addressing, zoneout):
     assert g0.keys() == g1.keys()
     for name in g0:
         torch.testing.assert_close(g1[name], g0[name], **TRITON_TOL, msg=lambda m: f"{name}: {m}")
+    model.eval()  # inference: argmax (or soft) reads, no records, zoneout's expectation
+    with torch.no_grad():
+        with use_kernels(False):
+            y0, s0 = model(x)
+        with use_kernels("triton"):
+            y1, s1 = model(x)
+    torch.testing.assert_close(y1, y0, **TRITON_TOL)
+    torch.testing.assert_close(s1.memory, s0.memory, **TRITON_TOL)
 
 
 def test_triton_covers_the_papers_configuration_up_to_its_sizes():

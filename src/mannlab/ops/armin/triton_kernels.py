@@ -7,11 +7,13 @@ scan): one program per tile of BLOCK_B batch rows runs the whole time loop; h_{t
 registers, the weights are re-read from global memory at every step (they stay in L2), and the
 input's share of every pre-activation comes precomputed for all steps (one matrix product
 before the call: ARMINCell.precompute). The memory M (B, n_mem, d_r) of each row lives in global
-memory, read and written one slot at a time. Sizes need not be powers of two: each block
-(d_h, d_r, n_mem) is padded to the next power of two, at least 16 so that tl.dot compiles, with
-masks on every load and store. Every gate is its own block (eq. 3: g^h, g^r; eq. 6: i, f, g, o^h,
-o^r), its layer norm a sum over the blocks, so no tile is wider than the widest of d_h, d_r,
-n_mem (records.TRITON_MAX_SIZE bounds them: the weight tiles of tl.dot must fit shared memory).
+memory, read and written one slot at a time (one-hot reads: the slot read is gathered, and
+without records the slot written is the one row stored, section 5's fast path). Sizes need not
+be powers of two: each block (d_h, d_r, n_mem) is padded to the next power of two, at least 16
+so that tl.dot compiles, with masks on every load and store. Every gate is its own block (eq. 3:
+g^h, g^r; eq. 6: i, f, g, o^h, o^r), its layer norm a sum over the blocks, so no tile is wider
+than the widest of d_h, d_r, n_mem (records.TRITON_MAX_SIZE bounds them: the weight tiles of
+tl.dot must fit shared memory).
 
 The forward keeps, per step, what the backward reads (``keep``; else no records and the memory
 updated in place); the backward runs the steps in reverse from those records and returns the
@@ -103,11 +105,10 @@ def _vec(ptr, start, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _one_hot_argmax(x, cols, BN: tl.constexpr):
-    """The one-hot of each row's first maximum (as torch.argmax), x (BB, BN) with -inf padding."""
+def _argmax(x, cols, BN: tl.constexpr):
+    """The index of each row's first maximum (as torch.argmax), x (BB, BN) with -inf padding."""
     top = tl.max(x, axis=1)
-    first = tl.min(tl.where(x == top[:, None], cols[None, :], BN), axis=1)
-    return tl.where(cols[None, :] == first[:, None], 1.0, 0.0)
+    return tl.min(tl.where(x == top[:, None], cols[None, :], BN), axis=1)
 
 
 @triton.jit
@@ -175,6 +176,8 @@ def _forward_kernel(
     USE_ZONE: tl.constexpr,
     USE_MAP: tl.constexpr,
     KEEP: tl.constexpr,
+    GATHER_READ: tl.constexpr,  # one-hot reads (gumbel, argmax)
+    SCATTER_WRITE: tl.constexpr,  # one-hot reads and the memory in place (no KEEP)
 ):
     C: tl.constexpr = H + R
     G: tl.constexpr = 4 * H + R
@@ -221,8 +224,10 @@ def _forward_kernel(
         # ---- eq. 9: the read weights
         logits = tl.load(x_row + C + G + cn[None, :], mask=mn, other=0.0)
         logits += tl.dot(h, _wt(wch_ptr, C, H, N, H, BN, BH), input_precision="ieee")
+        read = tl.zeros((BLOCK_B,), dtype=tl.int32)  # the slot read, in the one-hot modes
         if MODE == 3:  # argmax
-            s = _one_hot_argmax(tl.where(col_n, logits, float("-inf")), cn, BN)
+            read = _argmax(tl.where(col_n, logits, float("-inf")), cn, BN)
+            s = tl.where(cn[None, :] == read[:, None], 1.0, 0.0)
             y = s * 0.0
         elif MODE == 0:  # soft
             y = _softmax(tl.where(col_n, logits, float("-inf")))
@@ -234,12 +239,16 @@ def _forward_kernel(
             if MODE == 1:
                 s = y
             else:  # straight-through: the one-hot forward
-                s = _one_hot_argmax(tl.where(col_n, y, float("-inf")), cn, BN)
+                read = _argmax(tl.where(col_n, y, float("-inf")), cn, BN)
+                s = tl.where(cn[None, :] == read[:, None], 1.0, 0.0)
         # ---- eq. 10: r = s^T M_{t-1}
-        r = tl.zeros((BLOCK_B, BR), dtype=h.dtype)
-        for j in range(N):
-            m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
-            r += tl.sum(tl.where(cn[None, :] == j, s, 0.0), axis=1)[:, None] * m_j
+        if GATHER_READ:  # one-hot s: an index gather instead of the weighted sum (section 5)
+            r = tl.load(mem_now + read[:, None] * R, mask=mr, other=0.0)
+        else:
+            r = tl.zeros((BLOCK_B, BR), dtype=h.dtype)
+            for j in range(N):
+                m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
+                r += tl.sum(tl.where(cn[None, :] == j, s, 0.0), axis=1)[:, None] * m_j
         # ---- eq. 3: control gates [g^h; g^r] = σ(LN_c(x_c + W_ig,h h + W_ig,r r))
         a_h = tl.load(x_row + ch[None, :], mask=mh, other=0.0)
         a_h += tl.dot(h, _wt(wch_ptr, 0, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
@@ -322,12 +331,16 @@ def _forward_kernel(
             v = h_new
         step = steps0 + t
         w = tl.where((step < N)[:, None], tl.where(cn[None, :] == step[:, None], 1.0, 0.0), s)
-        for j in range(N):
-            w_j = tl.sum(tl.where(cn[None, :] == j, w, 0.0), axis=1)[:, None]
-            m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
-            # torch.lerp's two formulas, for the same rounding
-            new = tl.where(w_j < 0.5, m_j + w_j * (v - m_j), v - (v - m_j) * (1.0 - w_j))
-            tl.store(mem_now + mem_step_stride + j * R, new, mask=mr)
+        if SCATTER_WRITE:  # one-hot w, memory in place: only the slot written changes
+            slot = tl.where(step < N, step, read)
+            tl.store(mem_now + slot[:, None] * R, v, mask=mr)
+        else:
+            for j in range(N):
+                w_j = tl.sum(tl.where(cn[None, :] == j, w, 0.0), axis=1)[:, None]
+                m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
+                # torch.lerp's two formulas, for the same rounding
+                new = tl.where(w_j < 0.5, m_j + w_j * (v - m_j), v - (v - m_j) * (1.0 - w_j))
+                tl.store(mem_now + mem_step_stride + j * R, new, mask=mr)
         if KEEP:
             tl.store(hprev_ptr + rec_h, h, mask=mh)
             tl.store(s_ptr + rec_n, s, mask=mn)
@@ -702,6 +715,8 @@ def sequence_forward(
         USE_ZONE=zone is not None,
         USE_MAP=write_map is not None,
         KEEP=keep,
+        GATHER_READ=mode in ("gumbel", "argmax"),
+        SCATTER_WRITE=mode in ("gumbel", "argmax") and not keep,
         num_stages=1,
         **_blocks(H, R, N),
     )

@@ -102,6 +102,34 @@ def test_first_compile_is_announced_once(tmp_path):
     assert again.returncode == 0 and again.stderr == "", again.stderr
 
 
+def test_each_family_announces_its_compile_though_shared_helpers_are_cached(tmp_path):
+    # a helper module every family imports (as ops/numba_math), already in the cache, must
+    # not silence the second family's line
+    pytest.importorskip("numba")
+    (tmp_path / "shared_math.py").write_text(
+        "from mannlab.ops.numba_cache import njit\n\n@njit\ndef twice(x):\n    return 2 * x\n"
+    )
+    for family in ("first_kernels", "second_kernels"):
+        (tmp_path / f"{family}.py").write_text(
+            "from mannlab.ops.numba_cache import njit\nfrom shared_math import twice\n\n"
+            "@njit\ndef run(x):\n    return twice(x) + 1\n"
+        )
+    code = """
+        import logging, sys
+        logging.basicConfig(format="%(message)s")
+        sys.path.insert(0, ".")
+        import {module}
+        from mannlab.ops import notice
+        notice.before_compile("{name}", {module})
+        {module}.run(1.0)
+    """
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    first = run_python(code.format(module="first_kernels", name="ntm"), tmp_path, **env)
+    assert first.returncode == 0 and "compiling the NTM kernels" in first.stderr, first.stderr
+    second = run_python(code.format(module="second_kernels", name="dntm"), tmp_path, **env)
+    assert second.returncode == 0 and "compiling the D-NTM kernels" in second.stderr, second.stderr
+
+
 def test_progress_bar_rate_starts_after_the_warm_up_step():
     import io
     import time

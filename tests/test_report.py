@@ -397,7 +397,7 @@ def test_cli_prints_and_writes(runs, tmp_path, capsys):
     assert main(["report", str(runs)]) == 0
     out = capsys.readouterr().out
     assert "| copy | 5.0 (1) | 0.0 (3) | 2.0 (0) |" in out
-    assert f"report: {runs / 'report.md'}" in out
+    assert f"report: written to {runs / 'report.md'}" in out
     assert (runs / "report.md").read_text() in out
     target = tmp_path / "docs" / "t2.md"
     assert main(["report", str(runs), "--paper", "--out", str(target)]) == 0

@@ -9,8 +9,11 @@ Every command is one function call a user can make from Python as well.
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
+import re
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 import mannlab
 from mannlab.cli import analyses, recipes, results, training
@@ -45,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return args.func(args)
+    except BrokenPipeError:
+        _reader_gone()
     except USER_ERRORS as exc:
         _fail(exc, 2, args.debug)
     except DivergedError as exc:
@@ -56,6 +61,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(130) from None
     except Exception as exc:  # noqa: BLE001 - a bug or the system (disk full): one line still
         _fail(exc, 1, args.debug, unexpected=True)
+
+
+def _reader_gone() -> NoReturn:
+    """The reader of stdout closed it (``mannlab recipes | head -1``): stop quietly, as Unix
+    tools do, with 128 + SIGPIPE; stdout goes to devnull so that Python's flush at exit does
+    not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(141)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with close matches suggested for a mistyped command or option."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extras = super().parse_known_args(args, namespace)
+        command = getattr(parsed, "command", None)
+        if extras and command is not None and self._subparsers is not None:
+            # the top-level parser reports what a command left over: suggest that command's options
+            sub = next(
+                a for a in self._subparsers._group_actions if isinstance(a, argparse._SubParsersAction)
+            )
+            hints = _option_hints(extras, sub.choices[command])
+            if hints:
+                self.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
+        return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        choice = re.search(r"invalid choice: '?([^',)]+)'?", message)
+        if choice:
+            valid = [c for action in self._actions if action.choices for c in action.choices]
+            close = difflib.get_close_matches(choice.group(1), [str(c) for c in valid], n=3)
+            if close:
+                message += f"; did you mean {' or '.join(close)}?"
+        super().error(message)
+
+
+def _option_hints(extras: list[str], parser: argparse.ArgumentParser) -> str:
+    options = list(parser._option_string_actions)
+    hints = []
+    for extra in extras:
+        if extra.startswith("--"):
+            close = difflib.get_close_matches(extra.split("=")[0], options, n=2)
+            if close:
+                hints.append(f"{extra.split('=')[0]}: did you mean {' or '.join(close)}?")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _fail(exc: BaseException, status: int, debug: bool, unexpected: bool = False) -> None:
@@ -74,12 +125,12 @@ def _fail(exc: BaseException, status: int, debug: bool, unexpected: bool = False
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mannlab", description=MAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"mannlab {mannlab.__version__}")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command")
 
     def command(name: str, summary: str, description: str, epilog: str | None = None):
         sub = commands.add_parser(

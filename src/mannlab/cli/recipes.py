@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+import sys
+import textwrap
 
 from mannlab import recipes
 
@@ -31,7 +34,12 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         return 0
     names = recipes.names()
     width = max(map(len, names))
+    # the whole first sentence: on a terminal wrapped under the name column, else one line each
+    columns = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     for name in names:
-        print(f"{name:<{width}}  {recipes.describe(recipes.path(name))}")
+        line = f"{name:<{width}}  {recipes.describe(recipes.path(name), width=10_000)}"
+        if columns and columns > width + 30:
+            line = textwrap.fill(line, columns - 1, subsequent_indent=" " * (width + 2))
+        print(line)
     print(f"\n{len(names)} recipes; run one with `mannlab run NAME`, print one with `mannlab recipes NAME`")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from mannlab.cli.arguments import DataDir, add_override, path, positive_int, positive_int_list, seed
@@ -65,7 +66,8 @@ for the seed, the directory and the bAbI tasks share one (a jointly trained mode
 the D-NTM paper's one model per bAbI task, e.g. DIR/qa<N>/seed0), named by their common
 directory. Runs of proposal tasks get ARMIN table 3's recall at 1,000 proposals and the
 average recall, a row per directory of seeds, from their eval-test.json. The markdown is
-printed and written to RUNS_DIR/report.md (or --out).
+printed and written to RUNS_DIR/report.md (or --out); when RUNS_DIR is itself one run
+directory it is only printed (a run directory holds what training wrote), unless --out.
 """
 
 
@@ -111,6 +113,9 @@ def add_commands(command) -> None:
         "--limit",
         type=positive_int,
         help="data-set tasks: only the first N examples (proposal tasks: videos)",
+    )
+    evaluate.add_argument(
+        "--json", action="store_true", help="print the result as JSON instead of a table (any task)"
     )
     add_override(evaluate)
     evaluate.add_argument(
@@ -198,7 +203,10 @@ def add_commands(command) -> None:
         "runs_dir", type=path, metavar="RUNS_DIR", help="directory searched for run directories"
     )
     report.add_argument(
-        "--out", type=path, metavar="FILE.md", help="where to write the markdown (default RUNS_DIR/report.md)"
+        "--out",
+        type=path,
+        metavar="FILE.md",
+        help="where to write the markdown (default RUNS_DIR/report.md; a single run: printed only)",
     )
     report.add_argument(
         "--paper",
@@ -223,7 +231,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         split=args.split,
         limit=args.limit,
     )
-    print(format_evaluation(result))
+    print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
     return 0
 
 
@@ -304,9 +312,13 @@ def _compare_proposals(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from mannlab.reporting.run_tables import write_report
+    from mannlab.reporting.run_tables import build_report, write_report
 
+    if args.out is None and (Path(args.runs_dir) / "config.toml").is_file():
+        print(build_report(args.runs_dir, paper=args.paper), end="")
+        print(f"report: printed only ({args.runs_dir} is a run directory; --out FILE.md writes it)")
+        return 0
     text, path = write_report(args.runs_dir, out=args.out, paper=args.paper)
     print(text, end="")
-    print(f"report: {path}")
+    print(f"report: written to {path}")
     return 0

@@ -150,6 +150,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = train_config(args)
     _, model = build_run(config)  # a typo in a model or task argument fails now, before any file is written
+    _check_device(config, model)
     distributed.start(config.train.device, model)  # under torchrun: the process group
     if args.resume and (done := distributed.main_only(lambda: finished_run(config))) is not None:
         _say(finished_line(config.run_dir, done))
@@ -162,6 +163,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary = train(config, resume=args.resume, force=args.force)
     _say(describe(summary))
     return 0
+
+
+def _check_device(config: RunConfig, model: Any) -> None:
+    """Refuse a device or precision this machine lacks before saying "training ..."."""
+    from mannlab.training.device import check_precision, resolve_device
+
+    check_precision(config.train.precision, resolve_device(config.train.device, model))
 
 
 def finished_line(run_dir: str | Path, summary: dict[str, Any]) -> str:
@@ -234,6 +242,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_changes = {**({"progress": False} if args.no_progress else {}), **device_changes(args)}
     if run_changes:
         config = config.replace(train=type(config.train).from_dict({**config.train.to_dict(), **run_changes}))
+    _check_device(config, model)
     distributed.start(config.train.device, model)  # under torchrun: the process group, for every seed
     summaries = []
     for seed in seeds:

@@ -62,13 +62,21 @@ def before_compile(name: str, kernels: ModuleType) -> None:
 
 
 def _cached(kernels: ModuleType) -> bool:
-    """Whether any compiled function of the module has a valid entry in the disk cache.
+    """Whether any compiled function defined in the module has a valid entry in the disk
+    cache. Only its own: the helpers it imports from ops/numba_math are shared by every
+    family and cached by the first, which must not silence the next family's notice.
     Reads numba's cache index (stamped with the sources, so an edit counts as uncached);
     if numba's internals change, assume cached and stay quiet rather than guess."""
     try:
         from numba.core.registry import CPUDispatcher
 
-        dispatchers = [f for f in vars(kernels).values() if isinstance(f, CPUDispatcher)]
+        dispatchers = [
+            f
+            for f in vars(kernels).values()
+            if isinstance(f, CPUDispatcher) and f.py_func.__module__ == kernels.__name__
+        ]
+        if not dispatchers:
+            return True  # nothing of its own to compile
         return any(f._cache._cache_file._load_index() for f in dispatchers)
     except Exception:  # noqa: BLE001 -- a notice must never break a model call
         return True

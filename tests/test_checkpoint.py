@@ -104,7 +104,10 @@ def test_truncated_files(tmp_path, name, match):
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
     with pytest.raises(CheckpointError, match=f"{name} does not match its SHA-256"):
         load_checkpoint(tmp_path / "ck", Tiny())
-    (tmp_path / "ck" / checkpoint.SUMS).unlink()  # a checkpoint from before the checksums
+    (tmp_path / "ck" / checkpoint.SUMS).unlink()
+    with pytest.raises(CheckpointError, match="sha256.json is missing"):
+        load_checkpoint(tmp_path / "ck", Tiny())
+    checkpoint.seal_checkpoint(tmp_path / "ck")  # as a trusted checkpoint from before the sums
     with pytest.raises(CheckpointError, match=match):
         load_checkpoint(tmp_path / "ck", Tiny())
 
@@ -118,8 +121,9 @@ def test_a_flipped_bit_in_the_weights_is_caught(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="weights.safetensors does not match its SHA-256"):
         load_checkpoint(tmp_path / "ck", Tiny())
-    (tmp_path / "ck" / checkpoint.SUMS).unlink()
-    load_checkpoint(tmp_path / "ck", Tiny())  # unchecked, as a checkpoint from before the checksums
+    (tmp_path / "ck" / checkpoint.SUMS).unlink()  # deleting the sums does not turn the check off
+    with pytest.raises(CheckpointError, match=r"sha256.json is missing.*seal_checkpoint"):
+        load_checkpoint(tmp_path / "ck", Tiny())
 
 
 def test_weights_that_do_not_match(tmp_path):
@@ -149,9 +153,10 @@ def test_train_state_is_loaded_with_weights_only(tmp_path, monkeypatch):
     load_checkpoint(tmp_path / "ck")
     assert calls == [True]
     monkeypatch.undo()
-    # a pickle with an arbitrary class is refused, not executed (even with no checksum to stop it)
+    # a pickle with an arbitrary class is refused, not executed (even with sums that match it)
     (tmp_path / "ck" / checkpoint.SUMS).unlink()
     torch.save({"step": 1, "evil": NotATensor()}, tmp_path / "ck" / "train_state.pt")
+    checkpoint.seal_checkpoint(tmp_path / "ck")
     with pytest.raises(CheckpointError, match="train_state.pt is truncated, corrupt or holds objects"):
         load_checkpoint(tmp_path / "ck")
 
@@ -159,3 +164,20 @@ def test_train_state_is_loaded_with_weights_only(tmp_path, monkeypatch):
 def test_meta_is_json(tmp_path):
     _save(tmp_path / "ck", Tiny(), 3)
     assert json.loads((tmp_path / "ck" / "meta.json").read_text())["step"] == 3
+
+
+def test_sums_are_mandatory(tmp_path):
+    """A checkpoint without sha256.json, or whose sums leave a file out, is refused by every
+    reader: load_checkpoint (resume), load_run (eval) and mannlab.load; sealing is once only."""
+    _save(tmp_path / "ck", Tiny(), 1)
+    assert set(json.loads((tmp_path / "ck" / checkpoint.SUMS).read_text())) == set(checkpoint.FILES)
+    sums = json.loads((tmp_path / "ck" / checkpoint.SUMS).read_text())
+    del sums["weights.safetensors"]
+    (tmp_path / "ck" / checkpoint.SUMS).write_text(json.dumps(sums))
+    with pytest.raises(CheckpointError, match="has no sum for weights.safetensors"):
+        load_checkpoint(tmp_path / "ck", Tiny())
+    with pytest.raises(CheckpointError, match="exists already"):
+        checkpoint.seal_checkpoint(tmp_path / "ck")
+    (tmp_path / "ck" / checkpoint.SUMS).write_text("[]")
+    with pytest.raises(CheckpointError, match="has no sum"):
+        load_checkpoint(tmp_path / "ck", Tiny())

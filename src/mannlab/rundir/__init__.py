@@ -3,7 +3,7 @@
 config.toml  metrics.jsonl  summary.json  checkpoints/{best,last}/  figures/
 """
 
-from mannlab.rundir.checkpoint import load_checkpoint, save_checkpoint
+from mannlab.rundir.checkpoint import load_checkpoint, save_checkpoint, seal_checkpoint
 from mannlab.rundir.files import replacing, write_atomic
 from mannlab.rundir.load import load_run, save_config, use_run_threads
 from mannlab.rundir.metrics_log import MetricsLog, read_metrics, truncate_metrics
@@ -11,6 +11,7 @@ from mannlab.rundir.metrics_log import MetricsLog, read_metrics, truncate_metric
 __all__ = [
     "load_checkpoint",
     "save_checkpoint",
+    "seal_checkpoint",
     "load_run",
     "save_config",
     "use_run_threads",

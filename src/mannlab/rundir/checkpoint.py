@@ -11,13 +11,13 @@ old or the new checkpoint complete; if it happens between the two renames,
 
 ``sha256.json`` holds the SHA-256 of the three files, checked at every load: a file damaged
 after it was written (a flipped bit changes a weight without making the file unreadable) is
-a CheckpointError, not a silently different model. Checkpoints written before it existed
-load unchecked.
+a CheckpointError, not a silently different model. A checkpoint without it (or without a sum
+for one of its files) is an error too, or deleting the file would turn the check off; one
+written before mannlab kept sums, and trusted, gets them from ``seal_checkpoint``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,12 +30,12 @@ from safetensors.torch import load_file, save_file
 
 from mannlab.errors import CheckpointError, DataError
 from mannlab.rundir.files import fsync, read_json
+from mannlab.rundir.sums import SUMS, check_sums, sha256, write_sums
 
 WEIGHTS = "weights.safetensors"
 META = "meta.json"
 TRAIN_STATE = "train_state.pt"
 FILES = (WEIGHTS, META, TRAIN_STATE)
-SUMS = "sha256.json"
 
 
 def save_checkpoint(
@@ -55,7 +55,7 @@ def save_checkpoint(
         _default_mode(tmp / WEIGHTS)  # safetensors writes 0600; a run is shared like its other files
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
         torch.save(train_state, tmp / TRAIN_STATE)
-        (tmp / SUMS).write_text(json.dumps({name: _sha256(tmp / name) for name in FILES}, indent=2))
+        (tmp / SUMS).write_text(json.dumps({name: sha256(tmp / name) for name in FILES}, indent=2))
         for name in (*FILES, SUMS):
             fsync(tmp / name)
         fsync(tmp)
@@ -93,24 +93,30 @@ def load_checkpoint(
 
 
 def verify(directory: Path, names: tuple[str, ...]) -> None:
-    """Check the files ``names`` of a checkpoint against its sha256.json, if it has one."""
-    if not (directory / SUMS).is_file():
-        return
-    try:
-        sums = read_json(directory / SUMS)
-    except DataError as exc:
-        raise CheckpointError(f"{exc}. Restore it from a copy or start the run again.") from None
-    for name in names:
-        expected = sums.get(name) if isinstance(sums, dict) else None
-        if expected is not None and expected != _sha256(directory / name):
-            raise CheckpointError(
-                f"{directory / name} does not match its SHA-256 in {SUMS}: the file was damaged "
-                "after it was written. Restore it from a copy or start the run again without --resume."
-            )
+    """Check the files ``names`` of a checkpoint against its sha256.json, which must exist
+    and hold a sum for each."""
+    check_sums(directory, names, remedy(directory), required=True)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def remedy(directory: Path) -> str:
+    """What to do about a checkpoint whose files fail their sums (or have none)."""
+    return (
+        "Restore it from a copy or start the run again without --resume; a checkpoint written "
+        "before mannlab kept sums, whose files you trust, gets them from "
+        f"mannlab.rundir.seal_checkpoint({str(directory)!r})"
+    )
+
+
+def seal_checkpoint(directory: str | Path) -> None:
+    """Write the sha256.json of a checkpoint that has none (one written before mannlab kept
+    sums): its files are taken as they are, so seal only a checkpoint you trust."""
+    directory = Path(directory)
+    missing = [name for name in FILES if not (directory / name).is_file()]
+    if missing:
+        raise CheckpointError(f"checkpoint {directory} is incomplete: {', '.join(missing)} missing")
+    if (directory / SUMS).exists():
+        raise CheckpointError(f"{directory / SUMS} exists already; a checkpoint is sealed only once")
+    write_sums(directory, FILES)
 
 
 def load_weights(path: str | Path, model: torch.nn.Module) -> None:

@@ -119,6 +119,7 @@ def load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, 
     for name in (WEIGHTS, META):
         if not (directory / name).is_file():
             raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
-    check_sums(directory, (WEIGHTS, META), "Restore it from a copy, or load the other checkpoint.")
+    remedy = "Restore it from a copy, or load the other checkpoint."
+    check_sums(directory, (WEIGHTS, META), remedy, required=True)
     load_weights(directory / WEIGHTS, model)
     return _read_meta(directory / META)

@@ -394,6 +394,63 @@ def test_same_input_samples_reward_term_by_hand():
         small_dntm(addressing="reinforce", reward="samples", input_baseline=True)
 
 
+def test_step_samples_reward_credits_reads_per_step_by_hand():
+    """reward="step_samples": a read at step t scored by r_t less the mean r_t of the input's
+    other samples (unscored steps: no credit), writes by R less the input's other samples'."""
+    model = small_dntm(addressing="reinforce", reward="step_samples")
+    torch.manual_seed(1)
+    x = seq(2, 5).repeat_interleave(3, dim=0)  # 2 inputs, 3 samples each
+    _, _, tr = model(x, return_trace=True)
+    nll = torch.rand(6, 5, dtype=torch.float64)
+    nll[:, :2] = 0  # steps 0-1 not scored
+    rewards = -nll
+    groups = rewards.view(2, 3, 5)
+    others = ((groups.sum(1, keepdim=True) - groups) / 2).reshape(6, 5)
+    centred = rewards - others
+    scored_steps = nll > 0
+    kept = centred[scored_steps]
+    read_advantage = (centred - kept.mean()) / torch.sqrt(kept.var(unbiased=False) + 1e-4) * scored_steps
+    total = rewards.sum(1)
+    totals = total.view(2, 3)
+    write_centred = total - ((totals.sum(1, keepdim=True) - totals) / 2).flatten()
+    write_advantage = (write_centred - write_centred.mean()) / torch.sqrt(
+        write_centred.var(unbiased=False) + 1e-4
+    )
+    read_log_p = torch.log((tr.read_weights * tr.read_probs).sum(-1)).sum(2)
+    write_log_p = torch.log((tr.write_weights * tr.write_probs).sum(-1)).sum((1, 2))
+    expected = -((read_advantage * read_log_p).sum(1) + write_advantage * write_log_p).mean() / (3 * 3)
+    assert torch.allclose(model.aux_terms(tr, nll)["reinforce"], expected, rtol=1e-12, atol=0)
+    assert {"read_reward_stats.mean", "reward_stats.mean"} <= set(model.state_dict())
+    _, _, single = model(seq(2, 5), return_trace=True)
+    with pytest.raises(ValueError, match="samples_per_input"):
+        model.aux_terms(single, torch.rand(2, 5, dtype=torch.float64))
+
+
+def test_sequential_writes_fill_the_memory_then_the_least_read_cell():
+    """writes="sequential": the n-th write goes to cell n while cells remain (never the NOP
+    cell), then to the cell read least so far; it samples nothing, so log p(u) = 0 and only the
+    reads carry REINFORCE's term. The tensor path takes it (kernels_cover)."""
+    model = small_dntm(addressing="reinforce", writes="sequential", memory_slots=3, nop=True)
+    assert not model.cell.kernels_cover(True)
+    torch.manual_seed(2)
+    _, state, tr = model(seq(t=6), return_trace=True)
+    cells = tr.write_weights.argmax(-1)[:, :, 0]  # (B, T)
+    assert torch.equal(cells[:, :3], torch.tensor([[0, 1, 2]] * 3))
+    reads = tr.read_weights[:, :, 0]  # (B, T, N')
+    for t in range(3, 6):
+        counts = reads[:, : t + 1, :3].sum(1)  # this step's read included
+        assert torch.equal(cells[:, t], counts.argmin(-1))
+    assert torch.equal(tr.write_weights, tr.write_probs)
+    assert torch.equal(state.counts.written, torch.full((3,), 6.0, dtype=torch.float64))
+    assert torch.equal(state.counts.reads, reads.sum(1))
+    log_p = sampling.log_prob(tr.write_weights, tr.write_probs)
+    assert torch.equal(log_p, torch.zeros_like(log_p))
+    with pytest.raises(ConfigError, match="writes='sequential' needs write_heads=1"):
+        small_dntm(writes="sequential", write_heads=2)
+    with pytest.raises(ConfigError, match="writes must be one of"):
+        small_dntm(writes="tied")
+
+
 def test_input_baseline_is_trained_with_huber_and_only_by_it():
     model = small_dntm(addressing="reinforce", input_baseline=True)
     _, _, tr = model(seq(), return_trace=True)

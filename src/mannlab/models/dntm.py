@@ -128,8 +128,9 @@ from mannlab.ops.dntm import function as compiled
 
 ADDRESSING_MODES = ("soft", "reinforce", "argmax", "gumbel")
 WRITE_KEYS = ("content", "memory")
+WRITES = ("learned", "sequential")
 NEXT_INPUT_DISTRIBUTIONS = ("bernoulli", "gaussian")
-REWARDS = ("sequence", "to_go", "samples")
+REWARDS = ("sequence", "to_go", "samples", "step_samples")
 #: ε of the similarity S(x, y) = x . y / (|x| |y| + ε) (eqs. 10-11).
 SIMILARITY_EPS = 1e-6
 #: LRU moving average, v_t = LRU_DECAY v_{t-1} + (1 - LRU_DECAY) z_t (section 3.3).
@@ -214,13 +215,21 @@ class DNTMLocation(NamedTuple):
     write: torch.Tensor  # (B, H, N')
 
 
+class DNTMWriteCounts(NamedTuple):
+    """What writes="sequential" picks its cell from: the writes made so far in the episode
+    and the reads of each cell so far (the sum of the read weightings, one-hot when discrete)."""
+
+    written: torch.Tensor  # (B,)
+    reads: torch.Tensor  # (B, N')
+
+
 class DNTMState(NamedTuple):
     """Recurrent state after a step: controller state, content part C (B, N', d_c),
     read vectors φ (B, R, d_a + d_c), the LRU averages v of the read (B, R, N')
-    and write (B, H, N') heads, and with location_shifts > 0 a :class:`DNTMLocation`
-    (else ``()``, the default, as the feed-forward controller's empty state, so code
-    that builds the first five fields keeps working). The address part A is a
-    parameter, not state."""
+    and write (B, H, N') heads, with location_shifts > 0 a :class:`DNTMLocation`
+    and with writes="sequential" a :class:`DNTMWriteCounts` (else ``()``, the default, as
+    the feed-forward controller's empty state, so code that builds the first five fields
+    keeps working). The address part A is a parameter, not state."""
 
     controller: Any
     content: torch.Tensor
@@ -228,6 +237,7 @@ class DNTMState(NamedTuple):
     read_lru: torch.Tensor
     write_lru: torch.Tensor
     location: Any = ()
+    counts: Any = ()
 
 
 class DNTMStepTrace(NamedTuple):
@@ -311,6 +321,7 @@ class DNTMCell(MemoryCell):
         addressing: str = "soft",
         write_keys: str = "memory",
         location_shifts: int = 0,
+        writes: str = "learned",
     ):
         super().__init__()
         self.input_size = input_size
@@ -327,6 +338,12 @@ class DNTMCell(MemoryCell):
         self.lru, self.nop = check_bool("lru", lru), check_bool("nop", nop)
         self.addressing = check_choice("addressing", addressing, ADDRESSING_MODES)
         self.write_keys = check_choice("write_keys", write_keys, WRITE_KEYS)
+        self.writes = check_choice("writes", writes, WRITES)
+        if self.writes == "sequential" and (write_heads != 1 or location_shifts):
+            raise ConfigError(
+                "writes='sequential' needs write_heads=1 and location_shifts=0, got "
+                f"write_heads={write_heads!r}, location_shifts={location_shifts!r}"
+            )
         self.slots = memory_slots + int(nop)  # N'
         self.location_shifts = check_shifts(location_shifts, self.slots)  # r
         self.address_size, self.content_size = address_size, content_size
@@ -373,6 +390,9 @@ class DNTMCell(MemoryCell):
             first = zero.new_zeros(N)
             first[0] = 1.0
             location = DNTMLocation(first.expand(batch_size, R, N), first.expand(batch_size, H, N))
+        counts: Any = ()
+        if self.writes == "sequential":
+            counts = DNTMWriteCounts(zeros(), zeros(N))
         return DNTMState(
             controller=self.controller.initial_state(batch_size, device, dtype),
             content=zeros(N, self.content_size),
@@ -380,6 +400,7 @@ class DNTMCell(MemoryCell):
             read_lru=zeros(R, N),
             write_lru=zeros(H, N),
             location=location,
+            counts=counts,
         )
 
     def precompute(self, x: torch.Tensor) -> torch.Tensor:
@@ -468,6 +489,16 @@ class DNTMCell(MemoryCell):
         soft = torch.softmax((logits - torch.log(exp)) * self.inverse_temperature, dim=-1)
         return sampling.straight_through(hard, soft)
 
+    def _sequential_write(self, counts: DNTMWriteCounts) -> torch.Tensor:
+        """writes="sequential": the one-hot u (B, 1, N') of cell n for the n-th write while
+        cells remain unwritten (as TARDIS fills its memory), then of the cell read least so far
+        (this step's reads included; the first of equal counts). Never the NOP cell."""
+        cells = self.slots - int(self.nop)
+        filling = counts.written < cells
+        least_read = counts.reads[:, :cells].argmin(-1)
+        index = torch.where(filling, counts.written.clamp(max=cells - 1).long(), least_read)
+        return F.one_hot(index, self.slots).to(counts.reads.dtype).unsqueeze(1)
+
     @staticmethod
     def _locate(probs, previous, heads: _Heads, part: slice) -> torch.Tensor:
         """NTM eqs. 7-9 for the heads in ``part`` (read heads first) of ``heads``."""
@@ -477,7 +508,7 @@ class DNTMCell(MemoryCell):
 
     def step(self, inputs: torch.Tensor, state: DNTMState, with_trace: bool = False):
         """One time step from the precomputed inputs; returns ([h_t; φ_t], state, trace or None)."""
-        ctrl, content, reads, read_v, write_v, location = state
+        ctrl, content, reads, read_v, write_v, location, counts = state
         x_proj, x_write = inputs.split(
             [inputs.shape[-1] - self.input_params.out_features, self.input_params.out_features], dim=-1
         )
@@ -494,9 +525,10 @@ class DNTMCell(MemoryCell):
                 heads.read_keys, heads.strengths[:, :R], heads.gates[:, :R], memory, read_v
             )
             write_mem = content if self.write_keys == "content" else memory
-            write_p, write_v, write_l = self._address(
-                heads.write_keys, heads.strengths[:, R:], heads.gates[:, R:], write_mem, write_v
-            )
+            if self.writes == "learned":
+                write_p, write_v, write_l = self._address(
+                    heads.write_keys, heads.strengths[:, R:], heads.gates[:, R:], write_mem, write_v
+                )
             if self.location_shifts:  # NTM eqs. 7-9 after eq. 13, from each head's previous w
                 read_p = self._locate(read_p, location.read, heads, slice(None, R))
                 write_p = self._locate(write_p, location.write, heads, slice(R, None))
@@ -506,9 +538,15 @@ class DNTMCell(MemoryCell):
             if gumbel:
                 exp = self.gumbel_draws(h.shape[0], h)
                 read_w = self._straight_through(read_l, read_p, exp[: read_p.numel()].view_as(read_p))
-                write_w = self._straight_through(write_l, write_p, exp[read_p.numel() :].view_as(write_p))
             else:
                 read_w = self._discretise(read_p, sample) if discrete else read_p
+            if self.writes == "sequential":  # not learned: no distribution to sample
+                counts = DNTMWriteCounts(counts.written, counts.reads + read_w.detach().sum(1))
+                write_w = write_p = self._sequential_write(counts)
+                counts = DNTMWriteCounts(counts.written + 1, counts.reads)
+            elif gumbel:
+                write_w = self._straight_through(write_l, write_p, exp[read_p.numel() :].view_as(write_p))
+            else:
                 write_w = self._discretise(write_p, sample) if discrete else write_p
             reads = self.read(memory, read_w)  # eq. 5
             content = self.write(content, write_w, heads.erase, heads.candidate)  # eq. 6
@@ -516,7 +554,7 @@ class DNTMCell(MemoryCell):
                 hard = (read_w.detach(), write_w.detach()) if gumbel else (read_w, write_w)
                 record.append((*hard, read_p, write_p, heads))
         features = torch.cat([h_out, reads.flatten(1)], dim=-1)
-        state = DNTMState(ctrl, content, reads, read_v, write_v, location)
+        state = DNTMState(ctrl, content, reads, read_v, write_v, location, counts)
         trace = self._trace(record, reads, h_out, sample, content) if with_trace else None
         return features, state, trace
 
@@ -529,9 +567,9 @@ class DNTMCell(MemoryCell):
     def kernels_cover(self, with_trace: bool) -> bool:
         """The kernels implement the GRU and the feed-forward (tanh) controller (any heads, J,
         LRU, NOP, write keys and addressing mode, with or without the trace), without
-        location-based addressing."""
+        location-based addressing and with learned writes."""
         controller = self.controller
-        if self.location_shifts:
+        if self.location_shifts or self.writes != "learned":
             return False
         return type(controller) is GRUController or (
             type(controller) is FNNController and controller.activation is torch.tanh
@@ -711,7 +749,10 @@ class DNTM(CellTemperature, SequenceModel):
     weighting is then uniform and carries no gradient, so writes cannot learn where to go),
     location_shifts r (0, the paper's D-NTM; r > 0 adds NTM-style interpolation, shifts by
     -r..r and sharpening after eq. 13, as an option of the authors' code does: see the
-    module docstring; the per-step tensor path only).
+    module docstring; the per-step tensor path only), writes "learned" (the paper's write
+    head) or "sequential" (not learned, not in the paper: cell n for the n-th write while
+    cells remain unwritten, as TARDIS fills its memory, then the cell read least so far; one
+    write head; the per-step tensor path only).
 
     Training terms (``aux_loss``; zero when all are off): reinforce_weight (1 = the
     paper's cost; smaller values damp the estimator's noise in the shared controller),
@@ -722,7 +763,10 @@ class DNTM(CellTemperature, SequenceModel):
     baseline: same expected gradient, lower variance; not in the paper) or "samples" (R
     less the mean R of the other samples of the same input in the minibatch, which
     train.samples_per_input >= 2 provides: unbiased, and blind to differences between
-    inputs such as their length; not in the paper),
+    inputs such as their length; not in the paper) or "step_samples" (each read scored by
+    its own step's log-likelihood less that of the input's other samples, learned writes as
+    "samples"; biased, since a read also feeds the controller, and far less noisy; not in the
+    paper: with writes="sequential", the REINFORCE with the credit it needs),
     read_discount (with "to_go": the read samples' returns discounted by this factor per step,
     while the write samples keep the undiscounted return; 0 scores a read by its own step's
     output alone, as the authors' input-based baseline code scores each step by that step's
@@ -755,6 +799,7 @@ class DNTM(CellTemperature, SequenceModel):
         addressing: str = "soft",
         write_keys: str = "memory",
         location_shifts: int = 0,
+        writes: str = "learned",
         curriculum_p0: float = 0.0,
         curriculum_every: int = 1,
         reinforce_weight: float = 1.0,
@@ -794,6 +839,7 @@ class DNTM(CellTemperature, SequenceModel):
             addressing,
             write_keys,
             location_shifts=location_shifts,
+            writes=writes,
         )
         reinforce = addressing == "reinforce"
         if (
@@ -832,7 +878,7 @@ class DNTM(CellTemperature, SequenceModel):
         self.read_discount = check_number("read_discount", read_discount, 0, 1.0)
         if self.read_discount < 1.0 and self.reward != "to_go":
             raise ConfigError(f"read_discount applies to reward='to_go', got reward={self.reward!r}")
-        if self.read_discount < 1.0:
+        if self.read_discount < 1.0 or self.reward == "step_samples":
             self.read_reward_stats = sampling.RunningMoments(momentum=float(reward_momentum))
         self.baseline = InputBaseline(input_size, controller_size) if input_baseline else None
         self.predictor = nn.Linear(self.cell.features, input_size) if self.prediction_weight else None
@@ -924,6 +970,8 @@ class DNTM(CellTemperature, SequenceModel):
     def _reinforce(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
         if self.reward == "to_go":
             return self._reinforce_to_go(trace, step_nll, sampled, scored)
+        if self.reward == "step_samples":
+            return self._reinforce_step_samples(trace, step_nll, sampled, scored)
         reward = -step_nll.sum(1)  # R = log p(y|x)
         if self.reward == "samples":  # less the mean reward of the input's other samples
             reward = reward - sampling.same_input_leave_one_out_mean(reward, trace.inputs)
@@ -966,6 +1014,31 @@ class DNTM(CellTemperature, SequenceModel):
             sampling.reinforce_surrogate(read_log_p, read_advantage)
             + sampling.reinforce_surrogate(write_log_p, advantage)
         ).sum(1) * sampled
+        return {"reinforce": self.reinforce_weight * surrogate.mean() / scored}
+
+    def _reinforce_step_samples(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
+        """REINFORCE with per-step read credit: the read samples of step t scored by that
+        step's log-likelihood r_t alone, less the mean r_t of the other samples of the same
+        input (train.samples_per_input >= 2), scaled by running moments of their own; learned
+        write samples scored by the sequence's R less the same mean over the input's samples
+        (reward="samples"). Scoring a read by its own step is biased (the read also feeds the
+        controller, and so later steps) and far less noisy than R."""
+        rewards, scored_steps = -step_nll, (step_nll > 0)  # r_t (B, T)
+        baseline = torch.stack(
+            [sampling.same_input_leave_one_out_mean(r, trace.inputs) for r in rewards.unbind(1)], 1
+        )
+        rows = scored_steps & (sampled > 0).unsqueeze(1)
+        read_advantage = self.read_reward_stats.advantage(rewards - baseline, rows, update=self.training)
+        read_advantage = read_advantage * scored_steps  # unscored steps carry no credit
+        total = rewards.sum(1)  # R = log p(y|x)
+        write_advantage = self._normalised(
+            total - sampling.same_input_leave_one_out_mean(total, trace.inputs), sampled
+        )
+        read_log_p, write_log_p = self._step_log_p(trace, split=True)
+        surrogate = (
+            sampling.reinforce_surrogate(read_log_p, read_advantage).sum(1)
+            + sampling.reinforce_surrogate(write_log_p.sum(1), write_advantage)
+        ) * sampled
         return {"reinforce": self.reinforce_weight * surrogate.mean() / scored}
 
     @staticmethod

@@ -1,14 +1,16 @@
-"""Griffe extension for the API reference: keep the docstrings' aligned blocks aligned.
+"""Griffe extension for the API reference: the docstrings as Markdown reads them.
 
 mannlab's docstrings are plain text: a heading line followed by an indented
 block (a glossary, the equations of a time step, a usage example). Markdown
 needs a blank line before an indented block to read it as preformatted text,
 otherwise the block is folded into the paragraph above and loses its layout.
-This inserts that blank line; the docstrings themselves stay as they are.
+This inserts that blank line, and turns the Sphinx roles some docstrings use
+(":class:`NTMTrace`") into code spans; the docstrings themselves stay as they are.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import griffe
@@ -25,8 +27,17 @@ def separate_indented_blocks(text: str) -> str:
     return "\n".join(out)
 
 
+SPHINX_ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|obj|exc):`~?([^`]+)`")
+
+
+def plain_roles(text: str) -> str:
+    """ ":class:`NTMTrace`" -> "`NTMTrace`" (and the other Python roles)."""
+    return SPHINX_ROLE.sub(r"`\1`", text)
+
+
 class IndentedBlocks(griffe.Extension):
-    """Apply :func:`separate_indented_blocks` to every docstring of the loaded package."""
+    """Apply `separate_indented_blocks` and `plain_roles` to every docstring of the loaded
+    package."""
 
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
         self._visit(pkg, set())
@@ -36,7 +47,7 @@ class IndentedBlocks(griffe.Extension):
             return
         seen.add(obj.path)
         if obj.docstring is not None:
-            obj.docstring.value = separate_indented_blocks(obj.docstring.value)
+            obj.docstring.value = separate_indented_blocks(plain_roles(obj.docstring.value))
         for member in obj.members.values():
             if not member.is_alias:
                 self._visit(member, seen)

@@ -1,10 +1,12 @@
 """mannlab: memory-augmented neural networks in PyTorch.
 
-model = mannlab.NTM(input_size=9, output_size=8)
-y, state = model(x)                       # x (B, T, 9) -> logits (B, T, 8)
-y, state, trace = model(x, return_trace=True)
-mannlab.save(model, "my-ntm")             # config, safetensors weights, SHA-256 sums
-model = mannlab.load("my-ntm")            # or a run directory: mannlab.load("runs/ntm-copy-seed0")
+Every model is called like ``torch.nn.LSTM``; a trained one saves to a directory and loads back:
+
+    model = mannlab.NTM(input_size=9, output_size=8)
+    y, state = model(x)                       # x (B, T, 9) -> logits (B, T, 8)
+    y, state, trace = model(x, return_trace=True)
+    mannlab.save(model, "my-ntm")             # config, safetensors weights, SHA-256 sums
+    model = mannlab.load("my-ntm")            # or a run: mannlab.load("runs/ntm-copy-seed0")
 """
 
 import importlib

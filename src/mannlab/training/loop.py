@@ -64,7 +64,7 @@ from mannlab.training.device import (
 )
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
-from mannlab.training.run_dir import check_run_dir, prepare_run_dir, restore_last, restore_ranks
+from mannlab.training.run_dir import RunDirLock, check_run_dir, prepare_run_dir, restore_last, restore_ranks
 from mannlab.training.sampled import SampledBatches
 from mannlab.training.schedules import epoch_plan, step_decay
 from mannlab.training.source import BatchSource
@@ -158,10 +158,16 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
 
     ``resume`` continues from ``checkpoints/last``; ``force`` overwrites an existing run.
     Under torchrun (WORLD_SIZE > 1) every process calls this; they train one run together
-    (distributed.py) and each returns rank 0's summary.
+    (distributed.py) and each returns rank 0's summary. A run directory has one writer: a
+    second training of the same directory fails while the first runs (RunDirLock).
     """
     if config.run_dir is None:
         config = config.replace(run_dir=default_run_dir(config))
+    with RunDirLock(Path(config.run_dir)) as lock:
+        return _train(config, resume, force, lock)
+
+
+def _train(config: RunConfig, resume: bool, force: bool, lock: RunDirLock) -> dict[str, Any]:
     run_dir = Path(config.run_dir)
     check_threads(config.train.threads)
     torch.manual_seed(config.seed)
@@ -181,6 +187,7 @@ def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[
     optimizer = make_optimizer(model, config.train)
     source = batch_source(config, task, model)
     check_loggers(config.train)
+    distributed.main_only(lock.acquire)  # before the run's files are read or written
     if resume:
         state, done = distributed.main_only(
             lambda: (

@@ -1,8 +1,10 @@
-"""The run directory of a training: refuse to overwrite a run, and resume one exactly."""
+"""The run directory of a training: one writer at a time, refuse to overwrite a run, and
+resume one exactly."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,49 @@ RUN_ARTIFACTS = (
 )
 # What must not change when a run is resumed (the rest, like steps or lr, may).
 RESUME_INVARIANTS = ("model", "model_args", "task", "task_args", "seed")
+LOCK = ".lock"  # in the run directory; kept between runs (removing it would race a new writer)
+
+
+class RunDirLock:
+    """One training writes a run directory at a time: an exclusive OS lock (flock) on
+    ``run_dir/.lock``, held from ``acquire`` to ``release`` (or the end of the ``with``
+    block). The OS drops it when the process ends, a crash or a kill included, so a stale
+    lock never blocks a resume. Where fcntl does not exist (Windows) nothing is locked."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.fd = Path(run_dir), None
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError: another process holds it
+            holder = os.read(fd, 64).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise ConfigError(
+                f"run directory {self.run_dir} is in use: another training"
+                f"{f' (process {holder})' if holder.isdigit() else ''} is writing it. Wait for it "
+                "to finish or stop it (then --resume continues the run), or choose another --run-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor drops the lock
+            self.fd = None
+
+    def __enter__(self) -> "RunDirLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def check_run_dir(run_dir: Path) -> None:

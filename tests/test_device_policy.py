@@ -27,24 +27,29 @@ def test_auto_sends_plain_rnns_to_the_gpu(fake_gpu):
 
 
 @pytest.mark.parametrize("name", ["ntm", "dnc", "dntm", "tardis", "armin"])
-def test_auto_keeps_memory_models_without_gpu_kernels_on_the_cpu(fake_gpu, monkeypatch, name):
+def test_auto_keeps_memory_models_without_gpu_kernels_on_the_cpu_below_their_batch(
+    fake_gpu, monkeypatch, name
+):
     model = build_model(name, 3, 2)
     monkeypatch.setattr(type(model), "kernel_backends", lambda self: ("numba",))
-    device, why = devices.auto_device(model)
+    device, why = devices.auto_device(model, devices.GPU_MIN_BATCH_TENSOR - 1)
     assert device.type == "cpu" and "--device cuda" in why
+    assert devices.auto_device(model, devices.GPU_MIN_BATCH_TENSOR)[0].type == "cuda"
 
 
 def test_auto_takes_the_gpu_where_triton_kernels_cover_the_model(fake_gpu, monkeypatch):
     model = build_model("armin", 3, 2)
     monkeypatch.setattr(type(model), "kernel_backends", lambda self: ("numba", "triton"))
-    device, why = devices.auto_device(model)
+    device, why = devices.auto_device(model, devices.GPU_MIN_BATCH_TRITON)
     assert device.type == "cuda" and "Triton" in why
+    # the quick start's batch (16) trains faster on the CPU kernels
+    assert devices.auto_device(model, 16)[0].type == "cpu"
 
 
 def test_resolve_auto_with_the_model_follows_the_policy(fake_gpu, monkeypatch):
     model = build_model("ntm", 3, 2)
     monkeypatch.setattr(type(model), "kernel_backends", lambda self: ("numba",))
-    assert devices.resolve_device("auto", model).type == "cpu"
+    assert devices.resolve_device("auto", model, 16).type == "cpu"
     assert devices.resolve_device("auto").type == "cuda"  # without a model: CUDA when present
 
 
@@ -60,6 +65,18 @@ def test_the_choice_is_said_once(fake_gpu, monkeypatch, capsys):
 def test_plain_models_list_no_kernels():
     assert build_model("lstm", 3, 2).kernel_backends() == ()
     assert "numba" in build_model("dnc", 3, 2).kernel_backends()
+
+
+def test_triton_runs_below_its_batch_limit_and_always_when_forced(monkeypatch):
+    model = build_model("armin", 3, 2)
+    monkeypatch.setattr(dispatch, "triton_applies", lambda name, x: True)
+    small, large = torch.zeros(2, 3, 3), torch.zeros(dispatch.TRITON_MAX_BATCH, 1, 3)
+    with torch.no_grad():
+        assert dispatch.route(model.cell, small, None, False).backend == "triton"
+        assert dispatch.route(model.cell, small, None, False).compiled
+        assert not dispatch.route(model.cell, large, None, False).compiled
+        with use_kernels("triton"):
+            assert dispatch.route(model.cell, large, None, False).compiled
 
 
 def test_kernels_switch_settings():

@@ -40,7 +40,8 @@ def test_auto_is_the_cpu_here_and_a_missing_gpu_is_a_clear_error(capsys):
     assert "--device cpu" in err and "Traceback" not in err
 
 
-def test_device_cpu_is_bit_identical_to_no_flag(tmp_path):
+def test_device_cpu_is_bit_identical_to_no_flag_on_a_machine_without_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # what "no GPU here" means
     assert main([*TINY, "--run-dir", "plain"]) == 0
     assert main([*TINY, "--run-dir", "cpu", "--device", "cpu"]) == 0
     for name in ("best", "last"):
@@ -114,7 +115,7 @@ def test_16_mixed_needs_cuda_and_precision_names_are_checked(capsys):
     with pytest.raises(ConfigError, match="train.precision must be one of 32, bf16-mixed"):
         devices.check_precision("fp8", torch.device("cpu"))
     with pytest.raises(SystemExit):
-        main([*TINY, "--set", "train.precision=16-mixed", "--run-dir", "fp16"])
+        main([*TINY, "--device", "cpu", "--set", "train.precision=16-mixed", "--run-dir", "fp16"])
     assert "needs a CUDA device" in capsys.readouterr().err
     # --set train.precision=32 (a TOML number) is the string "32"
     assert main([*TINY, "--set", "train.precision=32", "--run-dir", "p32"]) == 0

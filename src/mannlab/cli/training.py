@@ -151,7 +151,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = train_config(args)
     _, model = build_run(config)  # a typo in a model or task argument fails now, before any file is written
     _check_device(config, model)
-    distributed.start(config.train.device, model)  # under torchrun: the process group
+    # under torchrun: the process group
+    distributed.start(config.train.device, model, config.train.batch_size)
     if args.resume and (done := distributed.main_only(lambda: finished_run(config))) is not None:
         _say(finished_line(config.run_dir, done))
         return 0
@@ -243,7 +244,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if run_changes:
         config = config.replace(train=type(config.train).from_dict({**config.train.to_dict(), **run_changes}))
     _check_device(config, model)
-    distributed.start(config.train.device, model)  # under torchrun: the process group, for every seed
+    # under torchrun: the process group, for every seed
+    distributed.start(config.train.device, model, config.train.batch_size)
     summaries = []
     for seed in seeds:
         seed_dir = parent / f"seed{seed}"

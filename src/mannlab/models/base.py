@@ -214,7 +214,7 @@ def run_sequence(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool
     """A pass over x on the path ops.dispatch.route picks: the cell's compiled whole-sequence
     path, or the step loop (the reference)."""
     route = dispatch.route(cell, x, state, with_trace)
-    if route.backend == "triton":
+    if route.compiled and route.backend == "triton":
         return cell.run_kernels(x, state, with_trace, route.backward, backend="triton")
     if route.compiled:
         return cell.run_kernels(x, state, with_trace, route.backward)

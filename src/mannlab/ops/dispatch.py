@@ -218,14 +218,21 @@ def sequence_applies(cell: torch.nn.Module, x: torch.Tensor, with_trace: bool = 
     return bool(sequence_backend(cell, x, with_trace))
 
 
+#: The batch from which a GPU's step loop beats the Triton kernels of ARMIN and the NTM (each
+#: program carries a 16-row tile through every step; the step loop's wide matrix products win
+#: once the batch fills the GPU: benchmarks/README.md, bench_gpu.py).
+TRITON_MAX_BATCH = 2048
+
+
 def route(cell: torch.nn.Module, x: torch.Tensor, state: Any, with_trace: bool) -> Route:
-    """The path of a pass of ``cell`` over x (B, T, I): Triton where its Triton kernels apply
-    (they always beat the GPU's step loop); numba where its kernels cover the configuration,
+    """The path of a pass of ``cell`` over x (B, T, I): Triton where its Triton kernels apply,
+    below :data:`TRITON_MAX_BATCH` (at any batch when forced); numba where its kernels cover the configuration,
     apply to x and pay at this batch size; else the step loop."""
     backend = sequence_backend(cell, x, with_trace)
     if not backend:
         return Route(False, False)
     backward = records_graph(cell, x, state)
     if backend == "triton":
-        return Route(True, backward, "triton")
+        forced = kernels_mode() == "triton"
+        return Route(forced or x.shape[0] < TRITON_MAX_BATCH, backward, "triton")
     return Route(cell.kernels_pay(x.shape[0], backward), backward, "numba")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from importlib.util import find_spec
 from typing import Any, ContextManager, Optional
 
 import torch
@@ -28,12 +27,15 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
-def resolve_device(name: str, model: Optional[nn.Module] = None) -> torch.device:
+def resolve_device(
+    name: str, model: Optional[nn.Module] = None, batch_size: Optional[int] = None
+) -> torch.device:
     """The torch device ``train.device`` names on this machine; "auto" with the model to
-    train picks by :func:`auto_device` (without one: CUDA, else MPS, else the CPU)."""
+    train and its batch size picks by :func:`auto_device` (without a model: CUDA, else MPS,
+    else the CPU)."""
     if name == "auto":
         if model is not None:
-            return auto_device(model)[0]
+            return auto_device(model, batch_size)[0]
         if torch.cuda.is_available():
             return torch.device("cuda")
         if _mps_available():
@@ -65,12 +67,18 @@ def resolve_device(name: str, model: Optional[nn.Module] = None) -> torch.device
     return torch.device(name)
 
 
-def auto_device(model: nn.Module) -> tuple[torch.device, str]:
-    """The device "auto" trains ``model`` on, and why. A GPU only where it is the faster path:
-    the memory models are launch-bound on a GPU's step-by-step tensor path (tens of times
-    slower than cuDNN, slower than their CPU kernels at every batch benchmarks/ measured), so
-    they take the GPU where their configuration has Triton kernels and Triton is installed,
-    else the CPU; the plain RNNs take the GPU (cuDNN)."""
+#: The smallest batch at which "auto" trains a memory model on the GPU: with its Triton kernels,
+#: and without them (the step-by-step tensor path). Below, the CPU kernels are faster (the
+#: measurements behind both numbers: benchmarks/README.md, bench_gpu.py).
+GPU_MIN_BATCH_TRITON = 32
+GPU_MIN_BATCH_TENSOR = 256
+
+
+def auto_device(model: nn.Module, batch_size: Optional[int] = None) -> tuple[torch.device, str]:
+    """The device "auto" trains ``model`` on at ``batch_size`` (None: a large batch), and
+    why. A memory model takes the GPU only from the batch where it beats the CPU kernels
+    there: the GPU runs one time step after another, so at small batches it is bound by
+    latency, the CPU kernels are not; the plain RNNs always take the GPU (cuDNN)."""
     name = type(model).__name__
     if not torch.cuda.is_available():
         if _mps_available():
@@ -79,21 +87,23 @@ def auto_device(model: nn.Module) -> tuple[torch.device, str]:
     backends = model.kernel_backends() if hasattr(model, "kernel_backends") else ()
     if not backends:
         return torch.device("cuda"), f"{name} has no memory kernels: its recurrent layers run on cuDNN"
-    if "triton" in backends:
-        return torch.device("cuda"), f"the Triton GPU kernels of {name} cover this configuration"
-    why = "for this configuration" if find_spec("triton") else "Triton is not installed"
+    triton = "triton" in backends
+    smallest = GPU_MIN_BATCH_TRITON if triton else GPU_MIN_BATCH_TENSOR
+    kernels = "its Triton GPU kernels" if triton else "its GPU tensor path (no Triton kernels here)"
+    if batch_size is None or batch_size >= smallest:
+        return torch.device("cuda"), f"{name} at batch {batch_size or 'any'}: {kernels}"
     return torch.device("cpu"), (
-        f"{name} has no GPU kernels here ({why}), and its CPU kernels beat the GPU's "
-        "step-by-step tensor path; --device cuda forces the GPU"
+        f"{name} at batch {batch_size}: its CPU kernels beat {kernels} below batch {smallest}; "
+        "--device cuda forces the GPU"
     )
 
 
 _said: set[str] = set()
 
 
-def say_auto_choice(model: nn.Module) -> None:
+def say_auto_choice(model: nn.Module, batch_size: Optional[int] = None) -> None:
     """One line on stderr, once per process and choice: what "auto" chose and why."""
-    device, why = auto_device(model)
+    device, why = auto_device(model, batch_size)
     line = f"mannlab: --device auto chose {device.type} ({why})"
     if line not in _said:
         _said.add(line)

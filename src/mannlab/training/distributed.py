@@ -87,12 +87,15 @@ def setup(device: torch.device) -> None:
     atexit.register(teardown)
 
 
-def start(device_name: str, model: torch.nn.Module | None = None) -> torch.device:
+def start(
+    device_name: str, model: torch.nn.Module | None = None, batch_size: int | None = None
+) -> torch.device:
     """The device of this process for ``train.device`` (``cuda`` is cuda:LOCAL_RANK under
-    torchrun; "auto" picks for ``model``), with the process group open if torchrun launched it."""
+    torchrun; "auto" picks for ``model`` at ``batch_size``), with the process group open if
+    torchrun launched it."""
     from mannlab.training.device import resolve_device  # device.py knows the names
 
-    device = place(resolve_device(device_name, model))
+    device = place(resolve_device(device_name, model, batch_size))
     setup(device)
     return device
 

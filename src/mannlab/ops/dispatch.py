@@ -203,7 +203,7 @@ def sequence_backend(cell: torch.nn.Module, x: torch.Tensor, with_trace: bool = 
     kernels cover the configuration and apply to x, else "numba" where its numba kernels do,
     else "" (whether numba pays is asked next, in route)."""
     name = cell.kernel_ops
-    if name is None:
+    if name is None or torch.compiler.is_compiling():  # torch.compile traces the step loop
         return ""
     triton_cell = "triton" in cell.kernel_backends
     if triton_cell and triton_applies(name, x) and cell.kernels_cover(with_trace, "triton"):

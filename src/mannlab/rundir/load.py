@@ -14,9 +14,9 @@ import torch
 
 from mannlab.building import build_run
 from mannlab.config import RunConfig, config_toml, load_config, run_threads
-from mannlab.errors import CheckpointError, ConfigError
+from mannlab.errors import CheckpointError, ConfigError, DataError
 from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, load_weights
-from mannlab.rundir.files import write_atomic
+from mannlab.rundir.files import read_json, write_atomic
 from mannlab.rundir.pretrained import Device, is_saved_model, load_saved
 from mannlab.rundir.sums import check_sums
 
@@ -74,10 +74,28 @@ def load_run(
                 f"{run_dir / 'checkpoints' / name} holds non-finite weights ({', '.join(bad[:3])}"
                 f"{' ...' if len(bad) > 3 else ''}): the run diverged; nothing to evaluate"
             )
+        say_if_diverged(run_dir, name, meta)
         return config, task, model, meta
     raise CheckpointError(
         f"no {' or '.join(names)} checkpoint in {run_dir / 'checkpoints'}; has this run saved one yet?"
     )
+
+
+def say_if_diverged(run_dir: Path, name: str, meta: dict[str, Any]) -> None:
+    """Warn when the run's summary.json says it diverged: its checkpoints are what it kept
+    before (or while) it went wrong, not a trained model."""
+    try:
+        summary = read_json(run_dir / "summary.json")
+    except (OSError, DataError):
+        return
+    if isinstance(summary, dict) and summary.get("stopped_by") == "diverged":
+        log.warning(
+            "mannlab: the run in %s diverged (%s); this is its %s checkpoint, from step %s",
+            run_dir,
+            str(summary.get("diverged", "see its summary.json"))[:300],
+            name,
+            meta.get("step", "?"),
+        )
 
 
 def _checkpoint_exists(directory: Path) -> bool:

@@ -271,7 +271,12 @@ class _Trainer:
         self.model.train()
         self._apply_lr()
         if cfg.diverge_patience and progress.step == 0:  # not logged
-            self.progress.initial_val = distributed.main_only(lambda: self.source.validate(self.model).value)
+            initial = distributed.main_only(lambda: self.source.validate(self.model))
+            progress.initial_val = initial.value
+            if math.isfinite(initial.value):  # the first best: no later best is worse than this
+                progress.best, progress.best_step = initial.value, 0
+                self.last_val, self.last_val_step = initial.record, 0
+                self._save("best")
         try:
             while (reason := stop_reason(cfg, progress, self.clock, self._out_of_time())) is None:
                 if progress.step in self.lr_milestones:
@@ -406,7 +411,7 @@ class _Trainer:
             )
         self.last_val, self.last_val_step = result.record, progress.step
         self._check_divergence(result.value)
-        if progress.best is None or result.value < progress.best:
+        if self._improves(result.value):
             progress.best, progress.best_step = result.value, progress.step
             self._save("best")
         if (
@@ -416,6 +421,15 @@ class _Trainer:
         ):
             progress.solved_at_step, progress.solved_at_seconds = progress.step, self.clock.wall()
             self._apply_lr()
+
+    def _improves(self, value: float) -> bool:
+        """Whether a validation value makes a new best checkpoint: below the best so far and
+        not above the untrained model's (a model worse than its initialisation, one that is
+        diverging, is never the best, even before any better validation)."""
+        progress = self.progress
+        if progress.initial_val is not None and value > progress.initial_val:
+            return False
+        return progress.best is None or value < progress.best
 
     def _apply_lr(self) -> None:
         """train.lr, or train.lr_after_solve once the run has solved (also after a resume),

@@ -64,7 +64,14 @@ from mannlab.training.device import (
 )
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
-from mannlab.training.run_dir import RunDirLock, check_run_dir, prepare_run_dir, restore_last, restore_ranks
+from mannlab.training.run_dir import (
+    RunDirLock,
+    check_run_dir,
+    prepare_run_dir,
+    restore_last,
+    restore_ranks,
+    stopped_before_checkpoint,
+)
 from mannlab.training.sampled import SampledBatches
 from mannlab.training.schedules import epoch_plan, step_decay
 from mannlab.training.source import BatchSource
@@ -188,6 +195,9 @@ def _train(config: RunConfig, resume: bool, force: bool, lock: RunDirLock) -> di
     source = batch_source(config, task, model)
     check_loggers(config.train)
     distributed.main_only(lock.acquire)  # before the run's files are read or written
+    if resume and distributed.main_only(lambda: stopped_before_checkpoint(run_dir)):
+        distributed.say(f"{run_dir} stopped before its first checkpoint: nothing to resume, starting over")
+        resume, force = False, True
     if resume:
         state, done = distributed.main_only(
             lambda: (

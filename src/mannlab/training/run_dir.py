@@ -88,6 +88,12 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
     existing = [name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
     if not existing:
         return
+    if not force and not has_checkpoint(run_dir):
+        raise ConfigError(
+            f"run directory {run_dir} holds a run that stopped before its first checkpoint "
+            f"({', '.join(existing)}; nothing to resume): pass --resume or --force to start it "
+            "again (its files are replaced), or choose another --run-dir"
+        )
     if not force:
         raise ConfigError(
             f"run directory {run_dir} already holds a run ({', '.join(existing)}); "
@@ -98,6 +104,18 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
         shutil.rmtree(target) if target.is_dir() else target.unlink()
 
 
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether the run has a last checkpoint (or the complete copy a crashed save left)."""
+    last = run_dir / "checkpoints" / "last"
+    return last.exists() or (last.parent / f".{last.name}.old").is_dir()
+
+
+def stopped_before_checkpoint(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run's files but no checkpoint: a run killed before its first
+    one, which a --resume starts again (there is nothing to continue)."""
+    return not has_checkpoint(run_dir) and any((run_dir / name).exists() for name in RUN_ARTIFACTS)
+
+
 def restore_last(
     run_dir: Path, config: RunConfig, model, optimizer, train_invariants: tuple[str, ...] = ("optimizer",)
 ) -> dict[str, Any]:
@@ -105,6 +123,8 @@ def restore_last(
     resume it (RESUME_INVARIANTS and ``train_invariants`` unchanged) and restore torch's
     RNG. Returns the saved training state (progress, and what a batch source keeps)."""
     last = run_dir / "checkpoints" / "last"
+    if not has_checkpoint(run_dir):
+        raise CheckpointError(f"cannot resume {run_dir}: it holds no run; start one without --resume")
     meta, state = load_checkpoint(last)  # weights only after the config check, for a clearer error
     saved = meta.get("config", {})
     current = json.loads(json.dumps(config.to_dict()))  # compare as stored: tuples become lists

@@ -90,3 +90,29 @@ def test_kernels_switch_settings():
     with pytest.raises(ValueError, match="triton"):
         with use_kernels("cuda"):
             pass
+
+
+def test_without_triton_the_gpu_takes_the_tensor_path_and_says_so_once(monkeypatch, caplog):
+    import builtins
+
+    from mannlab.ops import notice
+
+    real_import = builtins.__import__
+
+    def no_triton(name, *args, **kwargs):
+        if name == "triton" or name.startswith("triton."):
+            raise ImportError("No module named 'triton'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_triton)
+    monkeypatch.setattr(notice, "_triton_said", False)
+    dispatch.load_triton.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="mannlab"):
+            assert dispatch.load_triton("armin") is None
+            assert dispatch.load_triton("ntm") is None
+        said = [r.getMessage() for r in caplog.records if "Triton unavailable" in r.getMessage()]
+        assert len(said) == 1 and 'pip install "mannlab[gpu]"' in said[0]
+        assert not build_model("armin", 3, 2).kernel_backends().count("triton")
+    finally:
+        dispatch.load_triton.cache_clear()

@@ -29,6 +29,7 @@ import copy
 import dataclasses
 import math
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -353,19 +354,43 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML table of a config file: a regular file (a FIFO would block forever, a device
+    such as /dev/zero never ends) of at most MAX_CONFIG_BYTES, UTF-8 with or without a BOM."""
     check_path("the config path", path)
     path = Path(path)
+    data = _read_regular(path, MAX_CONFIG_BYTES)
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"config file not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path} is a directory; expected a TOML file") from None
+        return tomllib.loads(data.decode("utf-8").removeprefix("\ufeff"))  # editors may write a BOM
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(
             f"{path} is not valid TOML in UTF-8 ({type(exc).__name__}: {str(exc)[:200]})"
         ) from None
+
+
+# A run config is a few hundred bytes; more than this is not one (and is not read further).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``; ConfigError for anything else or past ``limit``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO: no wait for a writer
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise ConfigError(f"{path} is a directory; expected a TOML file")
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device"
+        raise ConfigError(f"{path} is {kind}, not a regular file; expected a TOML file")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"{path} is larger than {limit:,} bytes; a run config is a small TOML file")
+    return data
 
 
 def config_toml(config: RunConfig) -> str:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import lzma
 import os
+import stat
 import tarfile
 import tempfile
 import urllib.request
@@ -211,8 +212,13 @@ def verify(path: Path, remote: RemoteFile, shown_as: str | None = None) -> None:
 
 
 def open_data(path: Path):
-    """``path`` opened for binary reading; DataError naming it when it cannot be read."""
+    """``path`` opened for binary reading; DataError naming it when it cannot be read or is
+    not a regular file (a FIFO would block the read forever, a device never ends)."""
     try:
+        mode = os.stat(path).st_mode  # never blocks, unlike opening a FIFO
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device"
+            raise DataError(f"{path} is {kind}, not a regular file; give a file holding the data")
         return open(path, "rb")
     except OSError as exc:
         raise unreadable(path, exc) from None

@@ -68,6 +68,13 @@ def place(device: torch.device) -> torch.device:
     """The device of this rank: ``cuda`` without an index becomes cuda:LOCAL_RANK (one
     process per GPU); other devices are as given."""
     if device.type == "cuda" and device.index is None and env_world_size() > 1:
+        gpus = torch.cuda.device_count()
+        if local_rank() >= gpus:
+            raise ConfigError(
+                f"torchrun started process {local_rank()} (LOCAL_RANK) on this node, but it has "
+                f"{gpus} GPU(s) and each process trains on its own: start at most {gpus} "
+                f"(torchrun --nproc-per-node {gpus}), or train on the CPU with --device cpu"
+            )
         return torch.device("cuda", local_rank())
     return device
 

@@ -2,9 +2,14 @@
 budget, progress bar and figures, around a batch source (source.py) that says what a step
 trains on: ``SampledBatches`` (sampled.py) or ``StreamSegments`` (tbptt.py, char-LM).
 
-Exact resume: ``checkpoints/last`` holds weights, optimizer state, the torch RNG state and
-what the batch source keeps (the carried state of TBPTT), and the data position is the step
-number, so a resumed run takes exactly the steps the uninterrupted run would have taken.
+Exact resume: ``checkpoints/last`` holds weights, optimizer state, the torch RNG states (the
+CPU's, and every CUDA device's where CUDA is available) and what the batch source keeps (the
+carried state of TBPTT), and the data position is the step number, so a resumed run takes
+exactly the steps the uninterrupted run would have taken. On CUDA that holds where CUDA's
+kernels are themselves deterministic: some are not (atomic adds in the backward of index_add,
+scatter and embedding gathers; cuBLAS without CUBLAS_WORKSPACE_CONFIG=:4096:8; cuDNN's
+benchmark mode), and two runs, resumed or not, then differ in the last bits. Set
+``torch.use_deterministic_algorithms(True)`` to have torch refuse such kernels.
 
 A checkpoint also records how many rows metrics.jsonl had when it was saved; a resume cuts
 the log back to them, so nothing logged after the checkpoint (a validation, the test row of
@@ -66,6 +71,7 @@ from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.run_dir import (
     RunDirLock,
+    cuda_rng_states,
     check_run_dir,
     prepare_run_dir,
     restore_last,
@@ -477,6 +483,7 @@ class _Trainer:
             **progress.to_state(self.source.best_field),
             "optimizer": self.optimizer.state_dict(),
             "torch_rng_state": torch.get_rng_state(),
+            **cuda_rng_states(),
             **({"world_size": len(rng_states), "torch_rng_states": rng_states} if rng_states[1:] else {}),
             **extra,
         }

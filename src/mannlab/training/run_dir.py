@@ -147,6 +147,7 @@ def restore_last(
     try:
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng_state"])
+        restore_cuda_rng(state.get("cuda_rng_states"))
     except (ValueError, KeyError, TypeError, RuntimeError) as exc:
         raise CheckpointError(
             f"{last / 'train_state.pt'}: its optimizer or RNG state does not "
@@ -155,6 +156,24 @@ def restore_last(
     for group in optimizer.param_groups:  # a changed lr etc. in the config takes effect
         group.update(hyperparameters(config.train))
     return state
+
+
+def cuda_rng_states() -> dict[str, Any]:
+    """The RNG state of every CUDA device, for a checkpoint (nothing without CUDA)."""
+    if not torch.cuda.is_available():
+        return {}
+    return {"cuda_rng_states": torch.cuda.get_rng_state_all()}
+
+
+def restore_cuda_rng(states: list | None) -> None:
+    """Set the CUDA devices' RNG states a checkpoint saved. A checkpoint with none (written
+    without CUDA) leaves them as seeded; one with CUDA states read where there is no CUDA
+    ignores them (the run continues on the CPU), and of more states than devices the first
+    ones are used."""
+    if not states or not torch.cuda.is_available():
+        return
+    for index, value in enumerate(states[: torch.cuda.device_count()]):
+        torch.cuda.set_rng_state(value, index)
 
 
 def restore_ranks(state: dict[str, Any], config: RunConfig, optimizer) -> None:

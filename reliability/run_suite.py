@@ -4,9 +4,9 @@
     python reliability/run_suite.py --examples 5000 --bounds-check
 
 - the data-file fuzz corpus (tests/test_fuzz_data.py), the run-level corpus of configs,
-  command lines, damaged run directories and model inputs (tests/test_fuzz_run.py) and the
-  damaged-state corpus (tests/test_state_validation.py) with MANNLAB_FUZZ_EXAMPLES cases per
-  target;
+  command lines, damaged run directories and model inputs (tests/test_fuzz_run.py), the
+  constructor-argument corpus (tests/test_fuzz_constructors.py) and the damaged-state
+  corpus (tests/test_state_validation.py) with MANNLAB_FUZZ_EXAMPLES cases per target;
 - with --bounds-check, the same plus the models' kernel-equality tests run with numba's
   bounds checking on (NUMBA_BOUNDSCHECK=1, a fresh kernel cache so nothing compiled without
   it is reused): an out-of-bounds access in a compiled kernel is then an IndexError that
@@ -25,7 +25,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FUZZ = ["tests/test_fuzz_data.py", "tests/test_fuzz_run.py", "tests/test_state_validation.py"]
+FUZZ = [
+    "tests/test_fuzz_data.py",
+    "tests/test_fuzz_run.py",
+    "tests/test_fuzz_constructors.py",
+    "tests/test_state_validation.py",
+]
 KERNELS = [
     "tests/test_model_contract.py",
     "tests/test_ntm.py",

@@ -55,3 +55,9 @@ def test_evaluation_caps_the_threads_at_the_cores(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_of_zero_steps_is_refused():
+    """--steps 0 used to write checkpoints and figures of an untrained model and exit 0."""
+    with pytest.raises(ConfigError, match="train.steps must be >= 1"):
+        TrainConfig(steps=0)

@@ -114,7 +114,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "solve_bce": (0, INF, True, False),
     "max_minutes": (0, INF, True, False),
     "diverge_factor": (1, INF, False, False),
-    "steps": (0, INF, True, False),
+    "steps": (1, INF, True, False),  # a run of 0 steps would only write an untrained model
     "threads": (0, MAX_THREADS, True, True),
     "diverge_patience": (0, INF, True, False),
     "stop_after_solve": (0, INF, True, False),

@@ -103,7 +103,8 @@ from mannlab.models.base import (
     size_or_default,
 )
 from mannlab.nn import sampling
-from mannlab.ops.tardis import function as compiled
+from mannlab.ops.tardis import TARDISCarry, TARDISInputs, TARDISOptions, TARDISWeights, tardis_sequence
+from mannlab.ops.tardis.reference import normalise_usage
 
 ADDRESSING_MODES = ("gumbel", "reinforce", "argmax")
 TEMPERATURES = ("learned", "scheduled")
@@ -189,13 +190,6 @@ def sparse_addresses(slots: int, size: int, nonzeros: int, seed: int = 0) -> tor
                 if not repeats:
                     break
     return rows / nonzeros**0.5
-
-
-def normalise_usage(counts: torch.Tensor, eps: float = USAGE_EPS) -> torch.Tensor:
-    """u_t = norm(sum_{i<t} w^r_i) (eq. 6): counts (B, k) centred over the slots and divided
-    by their standard deviation -> (B, k). Equal counts (e.g. none yet) give 0."""
-    centred = counts - counts.mean(-1, keepdim=True)
-    return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
 
 
 class TardisAddressing(nn.Module):
@@ -505,90 +499,66 @@ class TARDISCell(MemoryCell):
             )
         return features, state, trace
 
-    # ------------------------------------------------------ the fused path
+    # ------------------------------------------------------ the kernels
 
-    # Every TARDIS configuration is covered, with or without a trace (kernels_cover), and
-    # the compiled path always pays (kernels_pay), as measured on the 2-core machine (one
-    # thread, CPU time): 1.02-17x faster from batch 1 to 512 and d_h 120 to 512, in training
-    # and inference (the gain shrinks with the batch, where both paths spend their time in the
-    # same matrix products; benchmarks/README.md).
+    # Every TARDIS configuration is covered, with or without a trace (kernels_cover), and the
+    # kernels pay at every batch and size measured (kernels_pay; benchmarks/README.md).
     kernel_ops = "tardis"
 
     def run_kernels(self, x: torch.Tensor, state: TARDISState, with_trace: bool, backward: bool):
-        """All steps of x (B, T, I) in the compiled kernels: (features g (B, T, F), final state,
-        the per-step trace fields as :class:`TARDISStepTrace` stacked over time, or None).
-        ``backward``: a graph is recorded (dispatch.route)."""
-        h, c, content, counts, last_read, steps = state
+        """All steps of x (B, T, I) in the kernels (mannlab.ops.tardis.tardis_sequence): (features
+        g (B, T, F), final state, the per-step trace fields as :class:`TARDISStepTrace` stacked
+        over time, or None). ``backward``: a graph is recorded (dispatch.route)."""
         B, T = x.shape[:2]
         mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
         gumbel, logistic, mask = self.draws(T, B, x)
-        head = self.read_head
-        a = self.address.shape[1]
-        w_mem = head.memory_part.weight  # W_m^γ (m, q)
-        mp0 = head.memory_part(self.memory(content))  # W_m^γ M_0 (B, k, m)
-        aproj = self.address.to(x.dtype) @ w_mem[:, :a].t()  # W_m^γ A (k, m)
-        lns = (self.ln_gates, self.ln_candidate, self.ln_cell)
-        ln = (
-            [p for layer in lns for p in (layer.weight, layer.bias)]
-            if self.ln_gates is not None
-            else [None] * 6
+        inputs = TARDISInputs(self.input_gates(x), self.read_head.precompute(x), gumbel, logistic, mask)
+        options = TARDISOptions(
+            mode=mode,
+            learned_temperature=self.temperature == "learned",
+            inverse_temperature=float(self.inverse_temperature),
+            eps=self.ln_gates.eps if self.ln_gates is not None else 1e-5,
+            keep=backward,
+            last_read_penalty=LAST_READ_PENALTY,
+            reset_temperature=RESET_TEMPERATURE,
+            usage_eps=USAGE_EPS,
         )
-        options = (
-            compiled.MODES[mode],
-            self.training,
-            self.temperature == "learned",
-            float(self.inverse_temperature),
-            self.ln_gates is not None,
-            self.ln_gates.eps if self.ln_gates is not None else 1e-5,
-            backward,
-            (LAST_READ_PENALTY, RESET_TEMPERATURE, USAGE_EPS),
-        )
-        tau = self.temperature_layer
-        (h_all, r_all, probs, read_w, write_w, resets, inv_tau, usage, c, content, counts, last_read) = (
-            compiled.TARDISSequence.apply(
-                self.input_gates(x),
-                head.precompute(x),
-                gumbel,
-                logistic,
-                mask,
-                h,
-                c,
-                content,
-                mp0,
-                aproj,
-                counts,
-                last_read,
-                steps,
-                self.address.to(x.dtype),
-                self.hidden_gates.weight,
-                self.read_gates.weight,
-                self.micro_state.weight,
-                w_mem[:, a:],
-                head.hidden_part.weight,
-                head.usage_part.weight,
-                head.score.weight.view(-1),
-                tau.weight.view(-1),
-                tau.bias,
-                *ln,
-                options,
-            )
-        )
-        features = torch.tanh(self.fusion(torch.cat([h_all, r_all], dim=-1)))  # eq. 11
-        state = TARDISState(h_all[:, -1].clone(), c, content, counts, last_read, steps + T)
+        steps, final = tardis_sequence(inputs, TARDISCarry(*state), self._kernel_weights(), options)
+        features = torch.tanh(self.fusion(torch.cat([steps.hidden, steps.reads], dim=-1)))  # eq. 11
         trace = None
         if with_trace:
             trace = TARDISStepTrace(
-                read_w.unsqueeze(2),
-                write_w.unsqueeze(2),
-                probs.unsqueeze(2),
-                r_all,
-                h_all,
-                resets,
-                inv_tau,
-                usage,
+                steps.read_weights.unsqueeze(2),
+                steps.write_weights.unsqueeze(2),
+                steps.read_probs.unsqueeze(2),
+                steps.reads,
+                steps.hidden,
+                steps.resets,
+                steps.inverse_temperature,
+                steps.usage,
                 x.new_full((B, T), float(mode == "reinforce")),
             )
-        return features, state, trace
+        return features, TARDISState(*final), trace
+
+    def _kernel_weights(self) -> TARDISWeights:
+        head, tau = self.read_head, self.temperature_layer
+        ln = [None] * 6
+        if self.ln_gates is not None:
+            norms = (self.ln_gates, self.ln_candidate, self.ln_cell)
+            ln = [p for norm in norms for p in (norm.weight, norm.bias)]
+        return TARDISWeights(
+            self.address,
+            self.hidden_gates.weight,
+            self.read_gates.weight,
+            self.micro_state.weight,
+            head.memory_part.weight,
+            head.hidden_part.weight,
+            head.usage_part.weight,
+            head.score.weight,
+            tau.weight,
+            tau.bias,
+            *ln,
+        )
 
 
 # -------------------------------------------------------------------- module

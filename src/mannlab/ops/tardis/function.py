@@ -1,21 +1,125 @@
-"""TARDIS's compiled path: a whole sequence of steps (eqs. 1-10, 18-19, the writes of
-algorithm 1) as one autograd node over the kernels of ops/tardis/kernels.py.
-mannlab.models.tardis (``TARDISCell.run_kernels``) feeds it; tests/test_tardis.py checks values,
-samples and every gradient against the cell's per-step tensor path.
+"""TARDIS's numba path: a whole sequence of steps (eqs. 1-10, 18-19, the writes of algorithm 1)
+as one autograd node over the kernels of ops/tardis/kernels.py. Reached through
+mannlab.ops.tardis.tardis_sequence (backend "numba"); tests/ops/test_tardis_ops.py checks it
+against reference.py, tests/test_tardis.py the model on it against the cell's step loop.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
+from mannlab.ops.tardis.records import (
+    MODES,
+    TARDISCarry,
+    TARDISInputs,
+    TARDISOptions,
+    TARDISResult,
+    TARDISSteps,
+    TARDISWeights,
+)
 from mannlab.ops.threads import KEEP, SUM, Blocks, Rows
 
-#: The kernels' addressing modes (ops/tardis/kernels.py: GUMBEL, REINFORCE, ARGMAX).
-MODES = {"gumbel": 0, "reinforce": 1, "argmax": 2}
+
+class KernelWeights(NamedTuple):
+    """:class:`TARDISWeights` as the kernels take them. The kernels keep P = W_m^γ M (k x m)
+    up to date one written row at a time instead of multiplying the whole memory at every
+    step, so they take W_m^γ split at the address columns and its products with M_0 and A,
+    which autograd differentiates back into W_m^γ and C_0; the score a and w^τ as vectors."""
+
+    memory_projection: torch.Tensor  # W_m^γ M_0 (B, k, m)
+    address_projection: torch.Tensor  # W_m^γ[:, :a] A (k, m)
+    address: torch.Tensor  # A (k, a)
+    hidden_gates: torch.Tensor
+    read_gates: torch.Tensor
+    micro_state: torch.Tensor
+    read_content: torch.Tensor  # W_m^γ[:, a:] (m, c)
+    read_hidden: torch.Tensor
+    read_usage: torch.Tensor
+    read_score: torch.Tensor  # a (m,)
+    temperature_weight: torch.Tensor  # w^τ (d,)
+    temperature_bias: torch.Tensor
+    ln_gates_weight: Optional[torch.Tensor]
+    ln_gates_bias: Optional[torch.Tensor]
+    ln_candidate_weight: Optional[torch.Tensor]
+    ln_candidate_bias: Optional[torch.Tensor]
+    ln_cell_weight: Optional[torch.Tensor]
+    ln_cell_bias: Optional[torch.Tensor]
+
+
+def kernel_weights(inputs: TARDISInputs, content: torch.Tensor, weights: TARDISWeights) -> KernelWeights:
+    """The kernels' weights from the records (the products by autograd, before the node)."""
+    a = weights.address.shape[1]
+    w_mem = weights.read_memory
+    memory = torch.cat([weights.address.to(content.dtype).expand(content.shape[0], -1, -1), content], -1)
+    memory_projection = F.linear(memory, w_mem)  # W_m^γ M_0
+    address = weights.address.to(inputs.gates.dtype)
+    return KernelWeights(
+        memory_projection=memory_projection,
+        address_projection=address @ w_mem[:, :a].t(),
+        address=address,
+        hidden_gates=weights.hidden_gates,
+        read_gates=weights.read_gates,
+        micro_state=weights.micro_state,
+        read_content=w_mem[:, a:],
+        read_hidden=weights.read_hidden,
+        read_usage=weights.read_usage,
+        read_score=weights.read_score.view(-1),
+        temperature_weight=weights.temperature_weight.view(-1),
+        temperature_bias=weights.temperature_bias,
+        ln_gates_weight=weights.ln_gates_weight,
+        ln_gates_bias=weights.ln_gates_bias,
+        ln_candidate_weight=weights.ln_candidate_weight,
+        ln_candidate_bias=weights.ln_candidate_bias,
+        ln_cell_weight=weights.ln_cell_weight,
+        ln_cell_bias=weights.ln_cell_bias,
+    )
+
+
+def numba_sequence(
+    inputs: TARDISInputs, state: TARDISCarry, weights: TARDISWeights, options: TARDISOptions
+) -> TARDISResult:
+    """The whole-sequence op on the numba kernels (CPU float32/float64 tensors)."""
+    outputs = TARDISSequence.apply(options, *inputs, *state, *kernel_weights(inputs, state.content, weights))
+    steps = TARDISSteps(*outputs[:8])
+    c, content, counts, last_read = outputs[8:]
+    T = inputs.gates.shape[1]
+    final = TARDISCarry(steps.hidden[:, -1].clone(), c, content, counts, last_read, state.steps + T)
+    return TARDISResult(steps, final)
+
+
+class NumbaRecords(NamedTuple):
+    """What kernels.sequence_forward keeps for its backward, per row block, in its order
+    (arrays (B, T, ...); see kernels.py)."""
+
+    hprev: np.ndarray
+    cprev: np.ndarray
+    pre: np.ndarray
+    pg: np.ndarray
+    y: np.ndarray
+    sig_tau: np.ndarray
+    jr: np.ndarray
+    jw: np.ndarray
+    act: np.ndarray
+    cand: np.ndarray
+    th: np.ndarray
+    xhat_g: np.ndarray
+    xhat_c: np.ndarray
+    xhat_m: np.ndarray
+    rstd: np.ndarray
+    hpc: np.ndarray
+    rpc: np.ndarray
+    v: np.ndarray
+    vm: np.ndarray
+    old_content: np.ndarray
+    old_mp: np.ndarray
+    mp: np.ndarray
 
 
 class TARDISSequence(torch.autograd.Function):
@@ -28,41 +132,15 @@ class TARDISSequence(torch.autograd.Function):
     The weight gradients are one matrix product each over all B * T steps."""
 
     @staticmethod
-    def forward(
-        ctx,
-        xg,
-        xr,
-        gumbel,
-        logistic,
-        mask,
-        h0,
-        c0,
-        C0,
-        mp0,
-        aproj,
-        counts0,
-        last0,
-        steps0,
-        address,
-        w_hg,
-        w_rg,
-        w_m,
-        w_c,
-        w_qh,
-        w_qu,
-        score,
-        w_tau,
-        b_tau,
-        lng_w,
-        lng_b,
-        lnc_w,
-        lnc_b,
-        lnm_w,
-        lnm_b,
-        options,
-    ):
-        mode, train, learned, inv_tau, use_ln, eps, keep, constants = options
-        last_read_penalty, reset_temperature, usage_eps = constants
+    def forward(ctx, options: TARDISOptions, *tensors):
+        n_in, n_state = len(TARDISInputs._fields), len(TARDISCarry._fields)
+        xg, xr, gumbel, logistic, mask = TARDISInputs(*tensors[:n_in])
+        h0, c0, C0, counts0, last0, steps0 = TARDISCarry(*tensors[n_in : n_in + n_state])
+        w = KernelWeights(*tensors[n_in + n_state :])
+        mp0, aproj, address, w_hg, w_rg, w_m, w_c, w_qh, w_qu, score, w_tau, b_tau = w[:12]
+        lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b = w[12:]
+        mode, train, learned = MODES.index(options.mode), logistic is not None, options.learned_temperature
+        use_ln, keep = lng_w is not None, options.keep
         a = as_array
         dtype = a(xg).dtype
         none = np.zeros((1, 1, 1), dtype)
@@ -95,13 +173,13 @@ class TARDISSequence(torch.autograd.Function):
                 a(score),
                 a(b_tau),
                 learned,
-                inv_tau,
+                float(options.inverse_temperature),
                 use_ln,
                 *lnv,
-                eps,
-                last_read_penalty,
-                reset_temperature,
-                usage_eps,
+                options.eps,
+                options.last_read_penalty,
+                options.reset_temperature,
+                options.usage_eps,
                 mode,
                 train,
                 keep,
@@ -116,7 +194,7 @@ class TARDISSequence(torch.autograd.Function):
         h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last = outputs
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(usage, counts, last)
-        if mode != MODES["gumbel"]:
+        if options.mode != "gumbel":
             ctx.mark_non_differentiable(read_w, write_w)
         if not learned:
             ctx.mark_non_differentiable(tau)
@@ -143,7 +221,7 @@ class TARDISSequence(torch.autograd.Function):
                 lnm_w,
                 *(torch.from_numpy(v) for block in saved.values for v in block),
             )
-        ctx.options, ctx.parts = options, saved.parts
+        ctx.options, ctx.parts = (mode, learned, use_ln, options.reset_temperature), saved.parts
         return outputs
 
     @staticmethod
@@ -163,8 +241,7 @@ class TARDISSequence(torch.autograd.Function):
         d_counts,
         d_last,
     ):
-        mode, train, learned, inv_tau, use_ln, eps, keep, constants = ctx.options
-        reset_temperature = constants[1]
+        mode, learned, use_ln, reset_temperature = ctx.options
         (
             h_all,
             r_all,
@@ -189,7 +266,7 @@ class TARDISSequence(torch.autograd.Function):
         n = len(flat) // len(ctx.parts)
         blocks = [flat[i * n : (i + 1) * n] for i in range(len(ctx.parts))]  # the forward's, per block
         a = as_array
-        gumbel = mode == MODES["gumbel"]
+        gumbel = mode == MODES.index("gumbel")
         read_grad = gumbel or d_probs is not None  # does any gradient reach π?
         tau_grad = learned and (gumbel or d_tau is not None)
 
@@ -240,9 +317,12 @@ class TARDISSequence(torch.autograd.Function):
         (d_xg, d_xr, d_h0, d_c0, d_C0, d_mp0, d_aproj, dv, dvm, d_taupre, d_score, *d_ln) = (
             torch.from_numpy(g) for g in grads
         )
-        hprev, v_all = (
-            blocks[0][i] if len(blocks) == 1 else torch.cat([b[i] for b in blocks]) for i in (0, 17)
-        )
+
+        def rows(name):  # one saved record over the whole batch
+            i = NumbaRecords._fields.index(name)
+            return blocks[0][i] if len(blocks) == 1 else torch.cat([block[i] for block in blocks])
+
+        hprev, v_all = rows("hprev"), rows("v")
         d = hprev.shape[-1]
 
         def outer(grad, value):  # sum over batch and time of grad ⊗ value
@@ -261,29 +341,26 @@ class TARDISSequence(torch.autograd.Function):
         )
         temp = (d_taupre.reshape(1, -1) @ hprev.reshape(-1, d)).view(-1), d_taupre.sum().view(1)
         ln = tuple(d_ln) if use_ln else (None,) * 6
-        return (
-            d_xg,
-            read[0],
-            None,
-            None,
-            None,
-            d_h0,
-            d_c0,
-            d_C0,
-            read[1],
-            read[2],
-            None,
-            None,
-            None,
-            None,
-            g_hg,
-            g_rg,
-            outer(dv, h_all),
-            read[3],
-            read[4],
-            read[5],
-            read[6],
-            *(temp if tau_grad else (None, None)),
-            *ln,
-            None,
+        weights = KernelWeights(
+            memory_projection=read[1],
+            address_projection=read[2],
+            address=None,
+            hidden_gates=g_hg,
+            read_gates=g_rg,
+            micro_state=outer(dv, h_all),
+            read_content=read[3],
+            read_hidden=read[4],
+            read_usage=read[5],
+            read_score=read[6],
+            temperature_weight=temp[0] if tau_grad else None,
+            temperature_bias=temp[1] if tau_grad else None,
+            ln_gates_weight=ln[0],
+            ln_gates_bias=ln[1],
+            ln_candidate_weight=ln[2],
+            ln_candidate_bias=ln[3],
+            ln_cell_weight=ln[4],
+            ln_cell_bias=ln[5],
         )
+        inputs = TARDISInputs(d_xg, read[0], None, None, None)
+        state = TARDISCarry(d_h0, d_c0, d_C0, None, None, None)
+        return None, *inputs, *state, *weights

@@ -1,0 +1,123 @@
+"""The typed records of TARDIS's whole-sequence op (mannlab.ops.tardis.tardis_sequence): what
+goes in, what comes out, by name. Paper symbols as in mannlab.models.tardis: d = d_h, k slots,
+a + c = q features per slot (address | content), m the read MLP's width, G = 4 d + 2 (the
+pre-activations [f, i, o (3 d) | c̃ (d) | α, β (2)] of eqs. 7-9).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+#: the reads, in the order of the kernels' integer codes (kernels.py: GUMBEL = 0, ...)
+MODES = ("gumbel", "reinforce", "argmax")
+#: the modes whose reads take Gumbel noise (in training)
+NOISY_MODES = ("gumbel", "reinforce")
+#: which implementation runs the op: the numba kernels (CPU) or the plain tensor loop of
+#: reference.py
+BACKENDS = ("numba", "reference")
+
+
+class TARDISInputs(NamedTuple):
+    """Per-step inputs, computed or drawn before the op runs (TARDISCell.draws).
+
+    gates: (B, T, G) W x_t + b, the input's share of eqs. 7-9
+    read: (B, T, m) W_x^γ x_t + b^γ, the input's share of the read MLP (eq. 4)
+    gumbel: (T, B, k) Gumbel noise of the reads (modes "gumbel" and "reinforce" in training),
+        else None
+    logistic: (T, B, 2) logistic noise of the RESET gates α, β (eq. 8) in training; None at
+        evaluation (noise-free gates)
+    dropout: (T, B, d) recurrent-dropout masks of c̃ (0 or 1 / (1 - p)), or None
+    """
+
+    gates: torch.Tensor
+    read: torch.Tensor
+    gumbel: Optional[torch.Tensor] = None
+    logistic: Optional[torch.Tensor] = None
+    dropout: Optional[torch.Tensor] = None
+
+
+class TARDISCarry(NamedTuple):
+    """What one segment hands the next: LSTM h, c (B, d); content C (B, k, c); read counts
+    sum_{i<t} w^r_i (B, k); the last read one-hot (B, k); steps since the memory was empty
+    (B,) long (the write fills slot n while n < k)."""
+
+    hidden: torch.Tensor
+    cell: torch.Tensor
+    content: torch.Tensor
+    read_counts: torch.Tensor
+    last_read: torch.Tensor
+    steps: torch.Tensor
+
+
+class TARDISWeights(NamedTuple):
+    """The recurrent weights as nn.Linear stores them (out, in), the fixed addresses and the
+    layer norms (None without layer norm).
+
+    address: A (k, a), fixed, never learned
+    hidden_gates: W_h (G, d);  read_gates: W_r (G, q);  micro_state: W_m (c, d) (eq. 2)
+    read_memory: W_m^γ (m, q);  read_hidden: W_h^γ (m, d);  read_usage: W_u^γ (m, k);
+        read_score: a (1, m) (eq. 4)
+    temperature_weight: w^τ (1, d);  temperature_bias: b^τ (1,) (eq. 18)
+    ln_gates_*: the norm of eq. 7's pre-activations (3 d); ln_candidate_*: of eq. 9's (d);
+        ln_cell_*: of c_t inside eq. 10 (d)
+    """
+
+    address: torch.Tensor
+    hidden_gates: torch.Tensor
+    read_gates: torch.Tensor
+    micro_state: torch.Tensor
+    read_memory: torch.Tensor
+    read_hidden: torch.Tensor
+    read_usage: torch.Tensor
+    read_score: torch.Tensor
+    temperature_weight: torch.Tensor
+    temperature_bias: torch.Tensor
+    ln_gates_weight: Optional[torch.Tensor] = None
+    ln_gates_bias: Optional[torch.Tensor] = None
+    ln_candidate_weight: Optional[torch.Tensor] = None
+    ln_candidate_bias: Optional[torch.Tensor] = None
+    ln_cell_weight: Optional[torch.Tensor] = None
+    ln_cell_bias: Optional[torch.Tensor] = None
+
+
+class TARDISOptions(NamedTuple):
+    """mode: one of :data:`MODES` ("argmax" at evaluation); learned_temperature: 1/τ from
+    eq. 18, else ``inverse_temperature`` (the scheduled 1/τ); eps: the layer norms' epsilon;
+    keep: keep what the backward reads (False: inference, one step's scratch);
+    last_read_penalty, reset_temperature, usage_eps: the constants of section 2.2, eq. 8 and
+    eq. 6."""
+
+    mode: str = "gumbel"
+    learned_temperature: bool = True
+    inverse_temperature: float = 1.0
+    eps: float = 1e-5
+    keep: bool = True
+    last_read_penalty: float = 100.0
+    reset_temperature: float = 0.3
+    usage_eps: float = 1e-5
+
+
+class TARDISSteps(NamedTuple):
+    """Per-step values (B, T, ...): h_t (d) and r_t (q), what the fusion g(h_t, r_t) of eq. 11
+    reads, and the trace: w̄^r_t = softmax(π_t), the read and write one-hots (k), [α_t, β_t],
+    1/τ_t (B, T) and u_t (k). The one-hots carry gradient in mode "gumbel" only
+    (straight-through), 1/τ_t when learned, the usage never."""
+
+    hidden: torch.Tensor
+    reads: torch.Tensor
+    read_probs: torch.Tensor
+    read_weights: torch.Tensor
+    write_weights: torch.Tensor
+    resets: torch.Tensor
+    inverse_temperature: torch.Tensor
+    usage: torch.Tensor
+
+
+class TARDISResult(NamedTuple):
+    """``steps, state = tardis_sequence(...)``: the :class:`TARDISSteps` and the final
+    :class:`TARDISCarry`."""
+
+    steps: TARDISSteps
+    state: TARDISCarry

@@ -1,0 +1,166 @@
+"""TARDIS's whole-sequence op (mannlab.ops.tardis.tardis_sequence): the numba kernels against
+the plain tensor loop of reference.py (per-step values, final state and every gradient by name,
+each read mode in training and at evaluation, learned and scheduled 1/τ, layer norm and
+recurrent dropout, rows starting mid-fill), a chunked run with carried state against one run,
+and the op's checks. The model on the kernels against its own step loop is tests/test_tardis.py."""
+
+import pytest
+import torch
+
+from mannlab.ops import use_kernels
+from mannlab.ops.tardis import (
+    MODES,
+    TARDISCarry,
+    TARDISInputs,
+    TARDISOptions,
+    TARDISWeights,
+    tardis_sequence,
+)
+
+B, T, D, K, A, C, M = 3, 9, 5, 4, 3, 4, 6  # K < T: every row's writes pass the filling phase
+STEPS0 = (0, 2, 9)  # rows that start empty, mid-fill and full
+G = 4 * D + 2
+
+
+@pytest.fixture(autouse=True)
+def kernels_enabled():
+    """The numba backend runs even under MANNLAB_KERNELS=0 (numba is required)."""
+    with use_kernels(True):
+        yield
+
+
+def problem(train=True, layer_norm=False, dropout=False, seed=0, t=T):
+    """Random records of one op call; every float tensor but the draws a leaf that requires grad."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, scale=0.5):
+        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).requires_grad_()
+
+    def exp(*shape):
+        return torch.empty(*shape, dtype=torch.float64).exponential_(generator=gen)
+
+    gumbel = -torch.log(exp(t, B, K)) if train else None
+    logistic = torch.log(exp(t, B, 2)) - torch.log(exp(t, B, 2)) if train else None
+    mask = (torch.rand(t, B, D, generator=gen, dtype=torch.float64) > 0.3) / 0.7 if dropout else None
+    inputs = TARDISInputs(rand(B, t, G, scale=1.0), rand(B, t, M, scale=1.0), gumbel, logistic, mask)
+    counts = torch.randint(0, 3, (B, K), generator=gen).double()
+    last = torch.nn.functional.one_hot(torch.tensor([1, 0, 3]), K).double()
+    state = TARDISCarry(rand(B, D), rand(B, D), rand(B, K, C), counts, last, torch.tensor(STEPS0))
+    address = (torch.randint(0, 2, (K, A), generator=gen) * 2 - 1).double() / A**0.5
+    ln = [v for size in (3 * D, D, D) for v in (1 + rand(size), rand(size))] if layer_norm else [None] * 6
+    weights = TARDISWeights(
+        address,
+        rand(G, D),
+        rand(G, A + C),
+        rand(C, D),
+        rand(M, A + C),
+        rand(M, D),
+        rand(M, K),
+        rand(1, M),
+        rand(1, D),
+        rand(1),
+        *ln,
+    )
+    return inputs, state, weights
+
+
+def differentiable(inputs, state, weights):
+    """The op's differentiable arguments by name."""
+    named = {"gates": inputs.gates, "read": inputs.read, "h0": state.hidden, "c0": state.cell}
+    named["content"] = state.content
+    named.update({name: w for name, w in weights._asdict().items() if w is not None and w.requires_grad})
+    return named
+
+
+def loss_of(steps, final, seed=5):
+    """A loss that reaches every output (with random weights, so no gradient cancels)."""
+    gen = torch.Generator().manual_seed(seed)
+    values = [*steps, final.hidden, final.cell, final.content]
+    return sum((v * torch.randn(v.shape, generator=gen, dtype=torch.float64)).sum() for v in values)
+
+
+def run(records, options, backend):
+    """Per-step values, final state and the gradient of every differentiable argument by name
+    (None where no gradient reaches it: zeros)."""
+    steps, final = tardis_sequence(*records, options, backend=backend)
+    named = differentiable(*records)
+    grads = torch.autograd.grad(loss_of(steps, final), list(named.values()), allow_unused=True)
+    grads = {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(named.items(), grads)}
+    return steps, final, grads
+
+
+def assert_same(got, want, atol=1e-10):
+    (steps, final, grads), (steps_ref, final_ref, grads_ref) = got, want
+    for name, value in steps._asdict().items():
+        torch.testing.assert_close(value, getattr(steps_ref, name), atol=atol, rtol=0, msg=name)
+    for name, value in final._asdict().items():
+        torch.testing.assert_close(value, getattr(final_ref, name), atol=atol, rtol=0, msg=name)
+    assert grads.keys() == grads_ref.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, grads_ref[name], atol=atol, rtol=0, msg=lambda m: f"{name}: {m}")
+
+
+# ---------------------------------------------------------------- numba vs reference
+
+
+@pytest.mark.parametrize("mode, train", [(m, True) for m in MODES] + [("argmax", False)])
+@pytest.mark.parametrize("layer_norm, dropout", [(False, False), (True, False), (True, True), (False, True)])
+@pytest.mark.parametrize("learned", [True, False])
+def test_numba_matches_reference(mode, train, layer_norm, dropout, learned):
+    records = problem(train, layer_norm, dropout and train)
+    if mode == "argmax" and train:
+        records = (records[0]._replace(gumbel=None), *records[1:])
+    options = TARDISOptions(mode=mode, learned_temperature=learned, inverse_temperature=2.5)
+    got = run(records, options, "numba")
+    want = run(records, options, "reference")
+    assert_same(got, want)
+    read_w = got[0].read_weights
+    assert torch.equal(read_w.sum(-1), torch.ones(B, T, dtype=torch.float64))  # one-hots
+
+
+def test_inference_without_records_gives_the_same_values():
+    """keep=False (no backward to come): one step's scratch, the same outputs."""
+    records = problem(True, True, True)
+    options = TARDISOptions(mode="gumbel", keep=False)
+    with torch.no_grad():
+        steps, final = tardis_sequence(*records, options)
+        steps_ref, final_ref = tardis_sequence(*records, options, backend="reference")
+    for value, ref in zip((*steps, *final), (*steps_ref, *final_ref)):
+        torch.testing.assert_close(value, ref, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["gumbel", "reinforce"])
+def test_chunked_run_with_carried_state_equals_one_run(mode):
+    """Two segments, the second from the first's state (TBPTT with the memory carried): the
+    per-step values, final state and gradients of one run over both."""
+    records = problem(True, True, True)
+    inputs = records[0]
+    options = TARDISOptions(mode=mode)
+    whole = run(records, options, "numba")
+    cut = 4
+
+    def part(time):
+        return TARDISInputs(inputs.gates[:, time], inputs.read[:, time], *(v[time] for v in inputs[2:]))
+
+    first, carry = tardis_sequence(part(slice(None, cut)), *records[1:], options)
+    rest, final = tardis_sequence(part(slice(cut, None)), carry, records[2], options)
+    steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
+    named = differentiable(*records)
+    grads = torch.autograd.grad(loss_of(steps, final), list(named.values()), allow_unused=True)
+    grads = {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(named.items(), grads)}
+    assert_same((steps, final, grads), whole, atol=1e-12)
+    assert torch.equal(final.steps, torch.tensor(STEPS0) + T)
+
+
+def test_bad_records_get_clear_errors():
+    inputs, state, weights = problem()
+    with pytest.raises(ValueError, match="mode must be one of"):
+        tardis_sequence(inputs, state, weights, TARDISOptions(mode="soft"))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        tardis_sequence(inputs, state, weights, backend="cuda")
+    with pytest.raises(ValueError, match="Gumbel noise"):
+        tardis_sequence(inputs._replace(gumbel=None), state, weights)
+    with pytest.raises(ValueError, match="Gumbel noise"):
+        tardis_sequence(inputs, state, weights, TARDISOptions(mode="argmax"))
+    with pytest.raises(ValueError, match="dropout must be"):
+        tardis_sequence(inputs._replace(dropout=torch.ones(T, B, D + 1)), state, weights)

@@ -43,7 +43,7 @@ and read vectors (the DNC's reset; the controller's initial state is its own).
 Speed: on CPU float32/float64 tensors, with the fnn (tanh, sigmoid or relu), elman, lstm,
 pnr-elman or pnr-lstm controller and without the trace, a whole sequence runs as one
 autograd node whose forward and backward are compiled loops over time
-(mannlab.ops.dnc.sequence: steps (i)-(iv) of every step, the weight gradients one matrix
+(mannlab.ops.dnc.dnc_sequence: steps (i)-(iv) of every step, the weight gradients one matrix
 product each after the backward; the links are kept for the backward only every
 ceil(sqrt(T)) steps and recomputed in between). The GRU controller, the trace, other
 devices and dtypes, autocast, torch.compile and ``mannlab.ops.use_kernels(False)`` take the
@@ -60,8 +60,9 @@ from torch import nn
 
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive, run_sequence
 from mannlab.nn.controllers import make_controller
+from mannlab.ops.controller_codes import controller_code
+from mannlab.ops.dnc import FNN, LSTM, DNCOptions, DNCSequenceState, DNCWeights, dnc_sequence
 from mannlab.ops.dnc.function import dnc_memory_step, interface_sizes
-from mannlab.ops.dnc.sequence import DNCSequence, controller_code
 
 
 class DNCState(NamedTuple):
@@ -187,7 +188,7 @@ class DNCCell(MemoryCell):
         state = DNCState(ctrl, memory, reads, read_w, write_w, usage, precedence, links)
         return features, state, trace
 
-    # ------------------------------------------------------ the compiled path
+    # ------------------------------------------------------ the kernels
 
     kernel_ops = "dnc"
 
@@ -197,35 +198,42 @@ class DNCCell(MemoryCell):
         return not with_trace and controller_code(self.controller) is not None
 
     def run_kernels(self, x: torch.Tensor, state: DNCState, with_trace: bool, backward: bool):
-        """All steps of x (B, T, I) in the compiled kernels (mannlab.ops.dnc.sequence):
-        (features (B, T, F), final state, None); ``backward``: a graph is recorded."""
+        """All steps of x (B, T, I) in the kernels (mannlab.ops.dnc.dnc_sequence): (features
+        (B, T, F), final state, None); ``backward``: a graph is recorded."""
         ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
-        kind, activation, pnr = controller_code(self.controller)
         controller = self.controller
+        kind, activation, pnr = controller_code(controller)
         zeros = x.new_zeros(x.shape[0], controller.hidden_size)
-        h0 = ctrl[0] if ctrl else zeros
-        c0 = ctrl[1] if len(ctrl) > 1 else zeros
-        outputs = DNCSequence.apply(
-            self.precompute(x),
-            h0,
-            c0,
-            reads.flatten(1),
-            memory,
-            read_w,
-            write_w.squeeze(1),
-            usage,
-            precedence,
-            links,
-            controller.read_weight,
-            getattr(controller, "recurrent_weight", None),
-            self.interface.weight,
-            self.interface.bias,
-            (kind, activation, pnr, backward),
+        start = DNCSequenceState(
+            hidden=ctrl[0] if kind != FNN else zeros,
+            cell=ctrl[1] if kind == LSTM else zeros,
+            reads=reads.flatten(1),
+            memory=memory,
+            read_weights=read_w,
+            write_weights=write_w.squeeze(1),
+            usage=usage,
+            precedence=precedence,
+            links=links,
         )
-        features, h, c, reads, memory, read_w, write_w, usage, precedence, links = outputs
-        ctrl = ((h, c) if len(ctrl) > 1 else (h,)) if ctrl else ()
-        reads = reads.unflatten(1, (self.read_heads, self.width))
-        state = DNCState(ctrl, memory, reads, read_w, write_w.unsqueeze(1), usage, precedence, links)
+        weights = DNCWeights(
+            read_weight=controller.read_weight,
+            recurrent_weight=controller.recurrent_weight if kind != FNN else None,
+            interface_weight=self.interface.weight,
+            interface_bias=self.interface.bias,
+        )
+        options = DNCOptions(kind=kind, activation=activation, pnr=pnr, backward=backward)
+        features, final = dnc_sequence(self.precompute(x), start, weights, options)
+        ctrl = () if kind == FNN else (final.hidden, final.cell) if kind == LSTM else (final.hidden,)
+        state = DNCState(
+            ctrl,
+            final.memory,
+            final.reads.unflatten(1, (self.read_heads, self.width)),
+            final.read_weights,
+            final.write_weights.unsqueeze(1),
+            final.usage,
+            final.precedence,
+            final.links,
+        )
         return features, state, None
 
 

@@ -1,8 +1,9 @@
-"""The DNC's compiled path: a whole sequence (controller, interface layer and memory step of
-every time step, models/dnc.py steps (i)-(iv)) as one autograd node over the kernels
-``sequence_forward`` and ``sequence_backward`` of ops/dnc/kernels.py. mannlab.models.dnc
-(``DNCCell.run_kernels``) feeds it; tests/test_dnc_sequence.py checks values and every
-gradient against the cell's per-step tensor path.
+"""The DNC's numba whole-sequence path: controller, interface layer and memory step of every
+time step (models/dnc.py steps (i)-(iv)) as one autograd node over the kernels
+``sequence_forward`` and ``sequence_backward`` of ops/dnc/kernels.py. ``numba_sequence`` is
+its entry point for ``mannlab.ops.dnc.dnc_sequence`` (records.py's records in and out);
+tests/ops/test_dnc_ops.py checks it against ops/dnc/reference.py, tests/test_dnc_sequence.py
+the model on it against the cell's per-step tensor path.
 
 Why: on a CPU the per-step path costs a few microseconds of dispatch per tensor operation
 and autograd node, about 20 per step for the controller and interface even with the fused
@@ -18,6 +19,7 @@ import math
 import sys
 import threading
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,6 +28,7 @@ from torch.autograd.function import once_differentiable
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
 from mannlab.ops.controller_codes import ELMAN, FNN, LSTM, controller_code  # noqa: F401 -- re-exported
+from mannlab.ops.dnc.records import DNCOptions, DNCResult, DNCSequenceState, DNCWeights
 from mannlab.ops.threads import Rows
 
 
@@ -101,6 +104,30 @@ def _outer(grad: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
 
 
+class DNCRecords(NamedTuple):
+    """What sequence_forward keeps for the backward, in its order (kernels.record_shapes gives
+    the shapes): the states h, c (B, S, H), the checkpointed memories and links, w^r, w^w, u, p,
+    and per step the controller's activated gates, the raw and activated interface vectors and
+    the memory step's intermediates (kernels.py)."""
+
+    hidden: np.ndarray
+    cell: np.ndarray
+    memory: np.ndarray
+    read_weights: np.ndarray
+    write_weights: np.ndarray
+    usage: np.ndarray
+    precedence: np.ndarray
+    links: np.ndarray
+    gates: np.ndarray
+    raw: np.ndarray
+    activated: np.ndarray
+    vectors: np.ndarray
+    paths: np.ndarray
+    norms: np.ndarray
+    key_norms: np.ndarray
+    order: np.ndarray
+
+
 class DNCSequence(torch.autograd.Function):
     """Inputs: xp (B, T, G) = W_x x_t + b of the controller, the initial state h_0, c_0 (B, H)
     (zeros where the controller has none), r_0 (B, R W), M_0 (B, N, W), w^r_0 (B, R, N),
@@ -155,7 +182,8 @@ class DNCSequence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_out, *d_finals):
         kind, activation, pnr, _, every = ctx.options
-        r0, w_r, w_h, w_xi, out, *records = ctx.saved_tensors
+        r0, w_r, w_h, w_xi, out, *saved = ctx.saved_tensors
+        records = DNCRecords(*saved)
         a = as_array
         w_h_array = a(w_h) if w_h is not None else a(out.new_zeros(1, 1))
         d_hbar, d_pre, d_raw, d_state = threads.call(
@@ -177,7 +205,7 @@ class DNCSequence(torch.autograd.Function):
             out.shape[0],
         )
         d_hbar, d_pre, d_raw = torch.from_numpy(d_hbar), torch.from_numpy(d_pre), torch.from_numpy(d_raw)
-        hs = records[0]  # h_0 .. h_T
+        hs = records.hidden  # h_0 .. h_T
         H = hs.shape[2]
         need = ctx.needs_input_grad
         d_w_r = d_w_h = d_w_xi = None
@@ -198,3 +226,9 @@ class DNCSequence(torch.autograd.Function):
             d_b_xi,
             None,
         )
+
+
+def numba_sequence(x_proj, state: DNCSequenceState, weights: DNCWeights, options: DNCOptions) -> DNCResult:
+    """The whole-sequence op on the numba kernels (CPU float32/float64 tensors)."""
+    features, *final = DNCSequence.apply(x_proj, *state, *weights, options)
+    return DNCResult(features, DNCSequenceState(*final))

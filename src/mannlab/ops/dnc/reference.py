@@ -1,0 +1,140 @@
+"""The DNC as plain tensor code: what the numba kernels compute, written to be read beside the
+paper (Graves et al. 2016, "Hybrid computing using a neural network with dynamic external
+memory"; equations as in the DNC section of Taguchi & Tsuruoka, "Partially Non-Recurrent
+Controllers for Memory-Augmented Neural Networks", with the corrections listed in
+mannlab.models.dnc). ``memory_step`` is steps (ii)-(iii) as the composition of
+mannlab.nn.addressing primitives (the per-step op's reference and its path off the CPU);
+``dnc_sequence_reference`` the whole-sequence op, steps (i)-(iv), as a loop over steps.
+Autograd differentiates both; the kernels are tested against them (tests/ops/test_dnc_ops.py).
+
+Layout of the raw interface vector (B, P), grouped by activation:
+    [k^r (R*W), k^w (W), v (W) | beta^r (R), beta^w | e (W), f (R), g^a, g^w | pi (3R)]
+     identity                  | oneplus            | sigmoid                | softmax per head
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from mannlab.nn import addressing
+from mannlab.ops.dnc.records import (
+    FNN,
+    LSTM,
+    RELU,
+    SIGMOID,
+    DNCOptions,
+    DNCResult,
+    DNCSequenceState,
+    DNCWeights,
+)
+
+
+def interface_sizes(read_heads: int, width: int) -> list[int]:
+    """Sizes of the four activation groups of the raw interface vector (layout above)."""
+    return [read_heads * width + 2 * width, read_heads + 1, width + read_heads + 2, 3 * read_heads]
+
+
+def activate_interface(raw: torch.Tensor, read_heads: int, width: int):
+    """Raw interface vector (B, P) -> (k^r (B, R, W), beta^r (B, R), k^w (B, 1, W),
+    beta^w (B, 1), e (B, 1, W), v (B, 1, W), f (B, R), g^a (B,), g^w (B,), pi (B, R, 3))."""
+    R, W = read_heads, width
+    linear, strengths, gates, modes = raw.split(interface_sizes(R, W), dim=-1)
+    read_keys, write_key, write_vector = linear.split([R * W, W, W], dim=-1)
+    strengths = 1 + F.softplus(strengths)  # oneplus: beta >= 1
+    erase, free, alloc_gate, write_gate = torch.sigmoid(gates).split([W, R, 1, 1], dim=-1)
+    modes = torch.softmax(modes.view(-1, R, 3), dim=-1)  # pi over (b, c, f)
+    return (
+        read_keys.view(-1, R, W),
+        strengths[:, :R],
+        write_key.unsqueeze(1),
+        strengths[:, R:],
+        erase.unsqueeze(1),
+        write_vector.unsqueeze(1),
+        free,
+        alloc_gate.squeeze(-1),
+        write_gate.squeeze(-1),
+        modes,
+    )
+
+
+def memory_step(raw, memory, read_w, write_w, usage, precedence, links):
+    """Steps (ii)-(iii) from the raw interface vector (B, P), M_{t-1} (B, N, W),
+    w^r_{t-1} (B, R, N), w^w_{t-1} (B, 1, N), u_{t-1}, p_{t-1} (B, N), L_{t-1} (B, N, N).
+
+    Returns (r_t, M_t, w^r_t, w^w_t (B, 1, N), u_t, p_t, L_t) and the trace values
+    (a_t, pi_t, f_t, g^a_t, g^w_t).
+    """
+    read_heads, width = read_w.shape[1], memory.shape[2]
+    (
+        read_keys,
+        read_strengths,
+        write_key,
+        write_strength,
+        erase,
+        write_vector,
+        free,
+        alloc_gate,
+        write_gate,
+        modes,
+    ) = activate_interface(raw, read_heads, width)
+    # (ii) dynamic allocation and the write, addressed on M_{t-1}
+    psi = addressing.retention(free, read_w)
+    usage = addressing.usage(usage, write_w.squeeze(1), psi)
+    alloc = addressing.allocation(usage)
+    write_content = addressing.content_weights(write_key, memory, write_strength)  # c^w
+    write_vec = addressing.write_weighting(alloc, write_content.squeeze(1), write_gate, alloc_gate)  # (B, N)
+    memory = addressing.write(memory, write_vec.unsqueeze(1), erase, write_vector)
+    links = addressing.link_matrix(links, write_vec, precedence)  # uses p_{t-1}
+    precedence = addressing.precedence(precedence, write_vec)
+    # (iii) temporal and content read weightings, read from M_t
+    forward, backward = addressing.directional_weights(links, read_w)  # w^r_{t-1}
+    read_content = addressing.content_weights(read_keys, memory, read_strengths)  # c^r
+    read_w = addressing.read_weighting(backward, read_content, forward, modes)
+    reads = addressing.read(memory, read_w)
+    outputs = (reads, memory, read_w, write_vec.unsqueeze(1), usage, precedence, links)
+    return outputs, (alloc, modes, free, alloc_gate, write_gate)
+
+
+_FEED_FORWARD = {RELU: torch.relu, SIGMOID: torch.sigmoid}
+
+
+def controller_step(h_bar, hidden, cell, weights: DNCWeights, options: DNCOptions):
+    """Step (i) from h'bar_t = W_x x_t + b + W_r r_{t-1}: (h_t, c_t, h_out). fnn h = phi(h'bar),
+    Elman h = tanh(h'bar + W_h h_{t-1}) (eq. 1), LSTM eqs. 2-7 on that sum with the gates
+    (z, i, f, o); h_out = tanh(first block of h'bar) when partially non-recurrent (eq. 10),
+    else h. A controller without a cell passes c through."""
+    size = hidden.shape[1]
+    if options.kind == FNN:
+        h = _FEED_FORWARD.get(options.activation, torch.tanh)(h_bar)
+    else:
+        pre = h_bar + hidden @ weights.recurrent_weight.t()
+        if options.kind == LSTM:
+            z, gates = torch.tanh(pre[:, :size]), torch.sigmoid(pre[:, size:])  # eqs. 2-5
+            i, f, o = gates.chunk(3, dim=-1)
+            cell = f * cell + i * z  # eq. 6
+            h = o * torch.tanh(cell)  # eq. 7
+        else:
+            h = torch.tanh(pre)
+    h_out = torch.tanh(h_bar[:, :size]) if options.pnr else h
+    return h, cell, h_out
+
+
+def dnc_sequence_reference(
+    x_proj: torch.Tensor, state: DNCSequenceState, weights: DNCWeights, options: DNCOptions
+) -> DNCResult:
+    """The whole-sequence op as a loop over steps: x_proj (B, T, G) = W_x x_t + b of every step,
+    the initial state, the weights -> features (B, T, H + R W) and the final state."""
+    h, c, reads, memory, read_w, write_w, usage, precedence, links = state
+    write_w = write_w.unsqueeze(1)
+    features = []
+    for x_t in x_proj.unbind(1):
+        h, c, h_out = controller_step(x_t + reads @ weights.read_weight.t(), h, c, weights, options)  # (i)
+        raw = h @ weights.interface_weight.t() + weights.interface_bias
+        (step_reads, memory, read_w, write_w, usage, precedence, links), _ = memory_step(
+            raw, memory, read_w, write_w, usage, precedence, links
+        )  # (ii)-(iii)
+        reads = step_reads.flatten(1)
+        features.append(torch.cat([h_out, reads], dim=-1))  # (iv)
+    final = DNCSequenceState(h, c, reads, memory, read_w, write_w.squeeze(1), usage, precedence, links)
+    return DNCResult(torch.stack(features, dim=1), final)

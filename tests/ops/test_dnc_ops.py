@@ -85,11 +85,16 @@ def loss_of(features, final, seed=5):
     )
 
 
+def grads_by_name(loss, named):
+    """The gradient of ``loss`` for every named argument (zeros where none reaches it)."""
+    grads = torch.autograd.grad(loss, list(named.values()), allow_unused=True)
+    return {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(named.items(), grads)}
+
+
 def run(problem_records, options, backend):
     features, final = dnc_sequence(*problem_records, options, backend=backend)
     named = named_leaves(*problem_records)
-    grads = torch.autograd.grad(loss_of(features, final), list(named.values()), allow_unused=True)
-    grads = {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(named.items(), grads)}
+    grads = grads_by_name(loss_of(features, final), named)
     return features, final, grads
 
 
@@ -130,8 +135,7 @@ def test_chunked_run_with_carried_state_equals_one_run():
     rest, final = dnc_sequence(x_proj[:, 3:], carry, weights, options)
     features = torch.cat([first, rest], 1)
     named = named_leaves(*records)
-    grads = torch.autograd.grad(loss_of(features, final), list(named.values()), allow_unused=True)
-    grads = {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(named.items(), grads)}
+    grads = grads_by_name(loss_of(features, final), named)
     assert_same((features, final, grads), whole, atol=1e-12)
 
 

@@ -79,13 +79,18 @@ def loss_of(steps, final, seed=5):
     return sum((v * torch.randn(v.shape, generator=gen, dtype=torch.float64)).sum() for v in values)
 
 
+def grads_by_name(loss, named):
+    """The gradient of ``loss`` for every named argument (zeros where none reaches it)."""
+    grads = torch.autograd.grad(loss, list(named.values()), allow_unused=True)
+    return {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(named.items(), grads)}
+
+
 def run(records, options, backend):
     """Per-step values, final state and the gradient of every differentiable argument by name
     (None where no gradient reaches it: zeros)."""
     steps, final = tardis_sequence(*records, options, backend=backend)
     named = differentiable(*records)
-    grads = torch.autograd.grad(loss_of(steps, final), list(named.values()), allow_unused=True)
-    grads = {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(named.items(), grads)}
+    grads = grads_by_name(loss_of(steps, final), named)
     return steps, final, grads
 
 
@@ -146,8 +151,7 @@ def test_chunked_run_with_carried_state_equals_one_run(mode):
     rest, final = tardis_sequence(part(slice(cut, None)), carry, records[2], options)
     steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
     named = differentiable(*records)
-    grads = torch.autograd.grad(loss_of(steps, final), list(named.values()), allow_unused=True)
-    grads = {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(named.items(), grads)}
+    grads = grads_by_name(loss_of(steps, final), named)
     assert_same((steps, final, grads), whole, atol=1e-12)
     assert torch.equal(final.steps, torch.tensor(STEPS0) + T)
 

@@ -16,7 +16,7 @@ from conftest import float64_seq, leaves, small_model
 from mannlab.errors import ConfigError
 from mannlab.models import DNTMState, DNTMTrace, build_model
 from mannlab.models import dntm as dntm_module
-from mannlab.models.dntm import lru_address, read_write_consistency, similarity
+from mannlab.models.dntm import DNTMWriteCounts, lru_address, read_write_consistency, similarity
 from mannlab.nn import sampling
 from mannlab.ops import dispatch, use_kernels
 from mannlab.training import schedules
@@ -429,9 +429,8 @@ def test_step_samples_reward_credits_reads_per_step_by_hand():
 def test_sequential_writes_fill_the_memory_then_the_least_read_cell():
     """writes="sequential": the n-th write goes to cell n while cells remain (never the NOP
     cell), then to the cell read least so far; it samples nothing, so log p(u) = 0 and only the
-    reads carry REINFORCE's term. The tensor path takes it (kernels_cover)."""
+    reads carry REINFORCE's term."""
     model = small_dntm(addressing="reinforce", writes="sequential", memory_slots=3, nop=True)
-    assert not model.cell.kernels_cover(True)
     torch.manual_seed(2)
     _, state, tr = model(seq(t=6), return_trace=True)
     cells = tr.write_weights.argmax(-1)[:, :, 0]  # (B, T)
@@ -621,13 +620,26 @@ def random_state(model, batch):
     def rand(t):
         return torch.rand(t.shape, dtype=t.dtype, generator=gen).requires_grad_()
 
+    counts = ()
+    if state.counts:  # writes="sequential": whole counts, some rows past the filling
+        written = torch.randint(0, 2 * state.counts.reads.shape[1], (batch,), generator=gen)
+        reads = torch.randint(0, 3, state.counts.reads.shape, generator=gen)
+        counts = DNTMWriteCounts(written.to(state.content.dtype), reads.to(state.content.dtype))
     return DNTMState(
         tuple(rand(t) for t in state.controller),
         rand(state.content),
         rand(state.read_vectors),
         rand(state.read_lru),
         rand(state.write_lru),
+        counts=counts,
     )
+
+
+def copy_tuple(value: tuple) -> tuple:
+    """A state field's tuple (a NamedTuple stays one) of detached copies, leaves where the
+    original is (counts are not)."""
+    items = [t.detach().clone().requires_grad_(t.requires_grad) for t in value]
+    return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
 
 
 def both_paths(model, x, state=None, soft_minibatch=False, nll_seed=0):
@@ -646,9 +658,7 @@ def both_paths(model, x, state=None, soft_minibatch=False, nll_seed=0):
             if state is None
             else DNTMState(
                 *(
-                    tuple(t.detach().clone().requires_grad_() for t in s)
-                    if isinstance(s, tuple)
-                    else s.detach().clone().requires_grad_()
+                    copy_tuple(s) if isinstance(s, tuple) else s.detach().clone().requires_grad_()
                     for s in state
                 )
             )
@@ -674,7 +684,9 @@ def both_paths(model, x, state=None, soft_minibatch=False, nll_seed=0):
         loss.backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         if start is not None:
-            grads.update({f"state{i}": t.grad.clone() for i, t in enumerate(leaves(start))})
+            grads.update(
+                {f"state{i}": t.grad.clone() for i, t in enumerate(leaves(start)) if t.requires_grad}
+            )
         results.append((y, final, tr, grads))
     return results
 
@@ -738,10 +750,15 @@ def test_compiled_path_equals_tensor_path(mode, steps, lru, nop, controller):
         dict(read_heads=2, write_heads=3),
         dict(write_heads=2, addressing="reinforce", write_keys="memory"),
         dict(addressing="reinforce", input_baseline=True, curriculum_p0=1.0),
+        dict(writes="sequential"),
+        dict(writes="sequential", addressing="reinforce", read_heads=2),
+        dict(writes="sequential", addressing="gumbel"),
+        dict(writes="sequential", addressing="argmax", lru=False),
     ],
 )
 def test_compiled_path_equals_tensor_path_heads_and_keys(kw):
-    """Several write heads (erasures multiply), write keys over [A; C], the input baseline."""
+    """Several write heads (erasures multiply), write keys over [A; C], the input baseline,
+    sequential writes (from the start and from a state with counts)."""
     model = randomise(small_dntm(addressing_steps=2, nop=True, **{**AUX, **kw}))
     assert_paths_equal(both_paths(model, seq(t=6)))
     assert_paths_equal(both_paths(model, seq(t=6), random_state(model, 3)))

@@ -475,10 +475,15 @@ class DNTMCell(MemoryCell):
             return probs, new_average, lru_logits(logits, gates, average)
         return torch.softmax(logits, dim=-1), average, logits  # eq. 11
 
+    def sampled_heads(self) -> int:
+        """The heads that sample: R + H, or R when the writes are not learned."""
+        return self.read_heads + (self.write_heads if self.writes == "learned" else 0)
+
     def gumbel_draws(self, batch: int, like: torch.Tensor) -> torch.Tensor:
         """One addressing step's Exp(1) draws E (B (R + H) N'): the read heads' (B, R, N') then
-        the write heads' (B, H, N'), as one row of the compiled path's (T J, B (R + H) N') draw."""
-        return like.new_empty(batch * (self.read_heads + self.write_heads) * self.slots).exponential_()
+        the write heads' (B, H, N') (learned writes only), as one row of the compiled path's
+        (T J, B (R + H) N') draw."""
+        return like.new_empty(batch * self.sampled_heads() * self.slots).exponential_()
 
     def _straight_through(self, logits, probs, exp):
         """Straight-through Gumbel-softmax (Jang et al. 2016) from Exp(1) draws E (g = -log E):
@@ -566,10 +571,10 @@ class DNTMCell(MemoryCell):
 
     def kernels_cover(self, with_trace: bool) -> bool:
         """The kernels implement the GRU and the feed-forward (tanh) controller (any heads, J,
-        LRU, NOP, write keys and addressing mode, with or without the trace), without
-        location-based addressing and with learned writes."""
+        LRU, NOP, write keys, writes and addressing mode, with or without the trace), without
+        location-based addressing."""
         controller = self.controller
-        if self.location_shifts or self.writes != "learned":
+        if self.location_shifts:
             return False
         return type(controller) is GRUController or (
             type(controller) is FNNController and controller.activation is torch.tanh
@@ -580,7 +585,7 @@ class DNTMCell(MemoryCell):
         the fields of :class:`DNTMStepTrace` stacked over time or None); ``backward``: a graph
         is recorded (dispatch.route)."""
         B, T = x.shape[:2]
-        ctrl, content, reads, read_v, write_v = state[:5]  # location is () here (kernels_cover)
+        ctrl, content, reads, read_v, write_v, _, counts = state  # location is () here (kernels_cover)
         R, H, J, N = self.read_heads, self.write_heads, self.addressing_steps, self.slots
         gru = type(self.controller) is GRUController
         discrete = self.discrete()
@@ -595,7 +600,9 @@ class DNTMCell(MemoryCell):
             # argmax p / E (tests/test_dntm.py checks this), so all exponentials drawn at once
             # in that order give the kernels the same samples. Straight-through Gumbel draws
             # one row per step of the same layout (gumbel_draws).
-            noise = x.new_empty(T * J, B * (R + H) * N).exponential_()
+            noise = x.new_empty(T * J, B * self.sampled_heads() * N).exponential_()
+            if self.writes == "sequential":  # the kernels' layout, the writes' columns unread
+                noise = torch.cat([noise, noise.new_ones(T * J, B * H * N)], 1)
         else:
             noise = x.new_zeros(1, 1)
         controller = self.controller
@@ -609,6 +616,7 @@ class DNTMCell(MemoryCell):
             self.lru,
             self.nop,
             self.write_keys == "memory",
+            self.writes == "sequential",
             mode,
             backward,
             with_trace,
@@ -616,7 +624,7 @@ class DNTMCell(MemoryCell):
             (SIMILARITY_EPS, LRU_DECAY, float(self.inverse_temperature)),
         )
         sequence = compiled.DNTMSequence.apply
-        out, h, reads, content, read_v, write_v, probs, act, memory, index = sequence(
+        out, h, reads, content, read_v, write_v, probs, act, memory, index, counts = sequence(
             self.precompute(x),
             noise,
             ctrl[0] if gru else x.new_zeros(B, controller.hidden_size),
@@ -630,15 +638,21 @@ class DNTMCell(MemoryCell):
             self.head_params.weight,
             self.head_params.bias,
             self.address,
+            counts,
             options,
         )
-        state = DNTMState((h,) if gru else (), content, reads.unflatten(1, (R, self.width)), read_v, write_v)
+        counts = DNTMWriteCounts(*counts) if counts else ()
+        state = DNTMState(
+            (h,) if gru else (), content, reads.unflatten(1, (R, self.width)), read_v, write_v, (), counts
+        )
         if not with_trace:
             return out, state, None
         K, dc, dh = R + H, self.content_size, controller.hidden_size
         probs = probs.view(B, T, J, K, N)
         read_p = probs[:, :, :, :R].reshape(B, T, J * R, N)
         write_p = probs[:, :, :, R:].reshape(B, T, J * H, N)
+        if self.writes == "sequential":  # fixed one-hots, as the tensor path's
+            write_p = write_p.detach()
         if discrete:
             one_hot = torch.zeros_like(probs).scatter_(-1, index.view(B, T, J, K, 1), 1.0)
             read_w = one_hot[:, :, :, :R].reshape(B, T, J * R, N)

@@ -42,21 +42,24 @@ class DNTMSequence(torch.autograd.Function):
     precomputed inputs xp (B, T, P), the Exp(1) draws of the samples (REINFORCE's and
     straight-through Gumbel's; else a dummy), the initial
     state (h_0, φ_0 (B, R W), C_0, v^r_0, v^w_0), the controller's read and recurrent weights,
-    the head layer and the address part A. Outputs: the features (B, T, d_h + R W), the final
+    the head layer, the address part A and, with sequential writes, the counts of writes (B,)
+    and of reads per cell (B, N) (else ()). Outputs: the features (B, T, d_h + R W), the final
     h, φ, C, v^r, v^w, and the records the trace is built from: probabilities (B, T J, K, N),
     head activations (B, T J, P_heads), the memory [A; C_t] after each time step (B, T, N, W;
-    with the trace only) and the chosen cells (B, T J, K; no gradient). The weight gradients
+    with the trace only) and the chosen cells (B, T J, K; no gradient); last the final counts
+    (or ()). The weight gradients
     are one matrix product each over all B T J steps."""
 
     @staticmethod
-    def forward(ctx, xp, noise, h0, phi0, c0, vr0, vw0, w_r, w_h, b_hh, w_p, b_p, address, options):
-        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every, constants = options
+    def forward(ctx, xp, noise, h0, phi0, c0, vr0, vw0, w_r, w_h, b_hh, w_p, b_p, address, counts, options):
+        R, H, J, gru, lru, nop, memory_keys, fixed_writes, mode, keep, trace, every, constants = options
         similarity_eps, lru_decay, _ = constants
         a = as_array
         dummy = np.zeros((1, 1), a(xp).dtype)
         B, N = xp.shape[0], address.shape[0]
         drawn = mode in (SAMPLE, GUMBEL)
-        out, h, phi, c, vr, vw, records, saved = threads.call(
+        written0, reads0 = counts if fixed_writes else (xp.new_zeros(B), xp.new_zeros(B, N))
+        out, h, phi, c, vr, vw, written, reads, records, saved = threads.call(
             dispatch.load("dntm").sequence_forward,
             (
                 Rows(a(xp)),
@@ -72,6 +75,8 @@ class DNTMSequence(torch.autograd.Function):
                 a(w_p.t()),
                 a(b_p),
                 a(address),
+                Rows(a(written0)),
+                Rows(a(reads0)),
                 R,
                 H,
                 J,
@@ -79,6 +84,7 @@ class DNTMSequence(torch.autograd.Function):
                 lru,
                 nop,
                 memory_keys,
+                fixed_writes,
                 mode,
                 similarity_eps,
                 lru_decay,
@@ -87,7 +93,7 @@ class DNTMSequence(torch.autograd.Function):
                 every,
             ),
             # (B, ...) results; what only the backward reads stays in its row blocks (never copied)
-            (0,) * 6 + ((0,) * 6, KEEP),
+            (0,) * 8 + ((0,) * 6, KEEP),
             B,
         )
         records = tuple(torch.from_numpy(r) for r in records)
@@ -108,12 +114,13 @@ class DNTMSequence(torch.autograd.Function):
         hnew, act, beta_pre, probs, index, memory = records
         ctx.mark_non_differentiable(index)
         ctx.set_materialize_grads(False)
-        return (*(torch.from_numpy(v) for v in (out, h, phi, c, vr, vw)), probs, act, memory, index)
+        counts = (torch.from_numpy(written), torch.from_numpy(reads)) if fixed_writes else ()
+        return (*(torch.from_numpy(v) for v in (out, h, phi, c, vr, vw)), probs, act, memory, index, counts)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, d_out, d_h, d_phi, d_c, d_vr, d_vw, d_probs, d_act, d_memory, _):
-        R, H, J, gru, lru, nop, memory_keys, mode, keep, trace, every, constants = ctx.options
+    def backward(ctx, d_out, d_h, d_phi, d_c, d_vr, d_vw, d_probs, d_act, d_memory, *_):
+        R, H, J, gru, lru, nop, memory_keys, fixed_writes, mode, keep, trace, every, constants = ctx.options
         similarity_eps, lru_decay, inverse_temperature = constants
         xp, h0, w_r, w_h, w_p, address, noise, *rest = ctx.saved_tensors
         records, flat = rest[:6], rest[6:]
@@ -147,6 +154,7 @@ class DNTMSequence(torch.autograd.Function):
                 lru,
                 nop,
                 memory_keys,
+                fixed_writes,
                 mode,
                 similarity_eps,
                 lru_decay,
@@ -197,5 +205,6 @@ class DNTMSequence(torch.autograd.Function):
             outer(d_p, hnew) if need[10] else None,
             d_p.sum((0, 1)) if need[11] else None,
             d_address,
+            None,
             None,
         )

@@ -29,6 +29,10 @@ W = d_a + d_c, K = R + H heads, read heads first):
     C_s[i] = C_{s-1}[i] ∘ prod_h (1 - u_h(i) e_h) + sum_h u_h(i) c̄_h  (u ∘ access)   eq. 6
     features at t (last addressing step): [h_s; φ_s]
 ``access`` is 0 on the NOP cell (the last one with nop) and 1 elsewhere.
+Sequential writes (``fixed_writes``, one write head, not learned): the write head addresses
+nothing; its cell is n for the n-th write while cells remain (never the NOP cell), then the
+cell read least so far (the step's reads counted first; the first of equal counts), and its
+recorded probabilities are that one-hot. The counts of writes and of reads per cell are state.
 
 Addressing modes (``mode``): 0 soft, 1 sampled one-hots (REINFORCE training), 2 argmax,
 3 straight-through Gumbel-softmax: the forward takes mode 1's sampled one-hots, the backward
@@ -316,6 +320,8 @@ def sequence_forward(
     w_pT,
     b_p,
     address,
+    written0,
+    reads0,
     R,
     H,
     J,
@@ -323,6 +329,7 @@ def sequence_forward(
     lru,
     nop,
     memory_keys,
+    fixed_writes,
     mode,
     eps,
     decay,
@@ -332,9 +339,10 @@ def sequence_forward(
 ):
     """xp (B, T, P) = [x_c (Pc) | W_x x (H d_c) | v_α^T x (H)], noise (T J, B K N) Exp(1)
     draws (mode 1: per step the read heads' rows, then the write heads'), h0 (B, d_h) (GRU),
-    φ0 (B, R W), C0 (B, N, d_c), v0 (B, R, N) and (B, H, N); weights transposed (in, out).
+    φ0 (B, R W), C0 (B, N, d_c), v0 (B, R, N) and (B, H, N), the counts of writes (B,) and of
+    reads per cell (B, N) (read with ``fixed_writes`` only); weights transposed (in, out).
 
-    Returns (features (B, T, d_h + R W), h, φ, C, v^r, v^w), the records (h_s, head
+    Returns (features (B, T, d_h + R W), h, φ, C, v^r, v^w, writes, reads), the records (h_s, head
     activations, β pre-activations, probabilities, chosen cells; (B, T J, ...) when ``keep``
     or ``trace``; and with ``trace`` the memory [A; C_t] after each time step) and what only
     the backward reads (with ``keep``): φ_{s-1}, the GRU gates, and C_{s-1} and v_{s-1} at every
@@ -396,6 +404,9 @@ def sequence_forward(
     chosen = np.zeros(K, np.int64)
     keepbuf = np.empty(N, dtype)
     discrete = mode != SOFT
+    written = written0.copy()
+    reads = reads0.copy()
+    cells = N - 1 if nop else N  # what sequential writes may pick
     for t in range(T):
         for j in range(J):
             s = t * J + j
@@ -441,6 +452,8 @@ def sequence_forward(
                     if k < R:
                         key = ab[k * W : (k + 1) * W]
                         with_a = True
+                    elif fixed_writes:
+                        continue  # below, once the reads are counted
                     else:
                         key = ab[o_kw + (k - R) * Kw : o_kw + (k - R + 1) * Kw]
                         with_a = memory_keys
@@ -454,6 +467,11 @@ def sequence_forward(
                         else:
                             chosen[k] = argmax(p)
                         index[b, sr, k] = chosen[k]
+                if fixed_writes:
+                    row = probs[b, sr]
+                    chosen[R] = _sequential_cell(row, chosen, R, discrete, cells, written[b], reads[b])
+                    written[b] += 1.0
+                    index[b, sr, R] = chosen[R]
                 _step_weights(probs[b, sr], chosen, discrete, nop, weights)
                 for k in range(R):  # eq. 5, on M_{s-1}
                     _read(weights[k], address_t, cb, phi[b, k * W : (k + 1) * W], discrete, chosen[k])
@@ -471,7 +489,31 @@ def sequence_forward(
     final = np.empty((B, N, dc), dtype)
     for b in range(B):
         final[b] = content[b].T
-    return out, h, phi, final, v[:, :R].copy(), v[:, R:].copy(), records, saved
+    return out, h, phi, final, v[:, :R].copy(), v[:, R:].copy(), written, reads, records, saved
+
+
+@njit(fastmath=FAST)
+def _sequential_cell(probs, chosen, R, discrete, cells, written, reads):
+    """Sequential writes on one row: adds the step's read weightings to the counts ``reads``
+    (N), then the cell of the write (cell ``written`` while cells remain, else the least read
+    of the first ``cells``), whose one-hot becomes the write head's probabilities probs[R]."""
+    N = reads.shape[0]
+    for k in range(R):
+        if discrete:
+            reads[chosen[k]] += 1.0
+        else:
+            for i in range(N):
+                reads[i] += probs[k, i]
+    if written < cells:
+        cell = int(written)
+    else:
+        cell = 0
+        for i in range(1, cells):
+            if reads[i] < reads[cell]:
+                cell = i
+    probs[R] = 0.0
+    probs[R, cell] = 1.0
+    return cell
 
 
 @njit(fastmath=FAST)
@@ -757,6 +799,7 @@ def sequence_backward(
     lru,
     nop,
     memory_keys,
+    fixed_writes,
     mode,
     eps,
     decay,
@@ -862,6 +905,8 @@ def sequence_backward(
                     if k < R:
                         key = ab[k * W : (k + 1) * W]
                         with_a = True
+                    elif fixed_writes:
+                        continue  # no addressing, no LRU average
                     else:
                         key = ab[o_kw + (k - R) * Kw : o_kw + (k - R + 1) * Kw]
                         with_a = memory_keys
@@ -940,6 +985,8 @@ def sequence_backward(
                     for k in range(K):
                         dw[k, N - 1] = 0.0
                 for k in range(K):  # eqs. 10-13
+                    if fixed_writes and k >= R:
+                        continue  # a fixed one-hot: no parameters, v unchanged
                     if lru:
                         for i in range(N):
                             dv[b, k, i] *= decay

@@ -78,7 +78,7 @@ curriculum (eq. 14) is a per-minibatch switch, ``soft_minibatch``, that the
 training loop sets through mannlab.training.schedules.start_minibatch.
 
 Speed: on CPU float32/float64 tensors with the GRU or the feed-forward controller (every
-head count, J, LRU, NOP, write-key and addressing mode, with or without the trace), a
+head count, J, LRU, NOP, write-key, writes and addressing mode, with or without the trace), a
 sequence runs as one autograd node whose forward and backward are compiled loops over time
 (mannlab.ops.dntm: ``sequence_forward``, ``sequence_backward``; the input projections
 are computed for all steps first, the weight gradients are one matrix product each after
@@ -766,7 +766,7 @@ class DNTM(CellTemperature, SequenceModel):
     module docstring; the per-step tensor path only), writes "learned" (the paper's write
     head) or "sequential" (not learned, not in the paper: cell n for the n-th write while
     cells remain unwritten, as TARDIS fills its memory, then the cell read least so far; one
-    write head; the per-step tensor path only).
+    write head).
 
     Training terms (``aux_loss``; zero when all are off): reinforce_weight (1 = the
     paper's cost; smaller values damp the estimator's noise in the shared controller),

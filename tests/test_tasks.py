@@ -517,3 +517,33 @@ def test_priority_sort_columns_seeds_and_params():
     assert all(torch.equal(u, v) for u, v in zip(a, b)) and not torch.equal(a[1], c[1])
     with pytest.raises(ConfigError, match="delimiter"):
         make("priority_sort_columns", delimiter=True)  # a class property, not a parameter
+
+
+def test_registry_declares_every_task_kind_batching_and_input():
+    from mannlab import tasks
+    from mannlab.tasks.base import BATCHINGS, INPUT_KINDS, TASK_KINDS
+
+    assert [e.name for e in tasks.ENTRIES] == names()
+    for entry in tasks.ENTRIES:
+        assert entry.kind in TASK_KINDS and entry.batching in BATCHINGS, entry
+        assert entry.input_kinds and set(entry.input_kinds) <= set(INPUT_KINDS), entry
+        assert tasks.entry(entry.name.replace("_", "-").upper()) is entry  # spellings
+        assert tasks.batching(entry.name) == entry.batching
+    kinds = {e.name: (e.kind, e.batching, e.input_kinds) for e in tasks.ENTRIES}
+    assert kinds["copy"] == ("generated", "samples", ("features",))
+    assert kinds["babi"] == ("data", "samples", ("features", "sentences"))
+    assert kinds["proposals-synthetic"] == ("proposals", "samples", ("snippets",))
+    assert kinds["ptb-char"] == ("text", "streams", ("symbols",))
+    with pytest.raises(ConfigError, match="unknown task 'nope'; valid names: copy"):
+        tasks.batching("nope")
+
+
+def test_a_built_task_declares_what_its_entry_says():
+    from mannlab import tasks
+
+    for name in [*generated_names(), "proposals-synthetic"]:
+        task, entry = make(name), tasks.entry(name)
+        assert (task.kind, task.batching, task.input_kind) == (entry.kind, entry.batching, entry.input_kinds[0])
+    copy = make("copy")
+    assert copy.loss_key == "bce" and copy.splits == () and copy.steps_per_epoch(8) is None
+    assert copy.extra_results(None, "test", None, 4) == {}

@@ -50,7 +50,7 @@ from mannlab.wrappers import model_for_task
 
 
 def _streams(task: Any) -> bool:
-    return getattr(task, "batching", "samples") == "streams"
+    return task.batching == "streams"
 
 
 class _Batches(IterableDataset):
@@ -180,7 +180,7 @@ class TaskDataModule(L.LightningDataModule):
         self.task, self.batch_size, self.seed = task, batch_size, seed
         self.val_batch_size, self.val_batches, self.num_workers = val_batch_size, val_batches, num_workers
         # data-set tasks train on "train" and validate on "valid"
-        self.splits = getattr(task, "splits", None)
+        self.splits = task.splits
 
     def _loader(self, dataset: Any, workers: int) -> DataLoader:
         return DataLoader(_Batches(dataset), batch_size=None, num_workers=workers)  # already batched

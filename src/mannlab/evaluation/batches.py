@@ -46,5 +46,6 @@ def mean_metrics(model: torch.nn.Module, task: Any, batches: list) -> dict[str, 
 
 
 def loss_key(task: Any) -> str:
-    """The metrics key of ``task``'s loss: "bce" (bits), "ce" (categorical tasks)."""
-    return getattr(task, "loss_key", "bce")
+    """The metrics key of ``task``'s loss: "bce" (bits), "ce" (categorical tasks), "wbce"
+    (proposals), "bpc" (char-LM)."""
+    return task.loss_key

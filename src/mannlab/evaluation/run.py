@@ -1,8 +1,10 @@
-"""One evaluation of a run directory for every task kind.
+"""One evaluation of a run directory for every task kind (what the task declares: its
+``batching`` and ``kind``).
 
 generated tasks (copy, recall, ...)    metrics at sequence lengths (fresh sampled batches)
-data-set tasks (bAbI, MNIST, strokes)  a whole split, with the error per group; written
-                                       to <RUN>/eval-<split>.json
+data-set tasks (bAbI, MNIST, strokes)  a whole split, with the error per group and the
+                                       task's extra_results (strokes: predictions fed
+                                       back); written to <RUN>/eval-<split>.json
 char-LM tasks (ptb-char, ...)          valid and test bits per character, state carried
 proposal tasks (proposals-synthetic,   the whole videos of a split: proposals (NMS), recall at
 thumos14-proposals)                    1,000 proposals and AR; written to <RUN>/eval-<split>.json
@@ -19,9 +21,7 @@ from mannlab.evaluation.bpc import split_bpc
 from mannlab.evaluation.lengths import evaluate_lengths
 from mannlab.evaluation.proposals import evaluate_proposals
 from mannlab.rundir import load_run, use_run_threads, write_atomic
-from mannlab.tasks.dataset import DatasetTask, evaluate_split
-from mannlab.tasks.proposals import ProposalTask
-from mannlab.tasks.strokes import StrokesTask, evaluate_feedback
+from mannlab.tasks.dataset import evaluate_split
 
 
 def evaluate_run(
@@ -48,9 +48,9 @@ def evaluate_run(
         "checkpoint": meta.get("kind", checkpoint),
         "step": meta.get("step"),
     }
-    if getattr(task, "batching", "samples") == "streams":
+    if task.batching == "streams":
         return {**out, "kind": "bpc", **{s: split_bpc(model, task, s) for s in ("valid", "test")}}
-    if isinstance(task, ProposalTask):
+    if task.kind == "proposals":
         about = dict(
             run_dir=str(run_dir),
             checkpoint=checkpoint,
@@ -69,10 +69,9 @@ def evaluate_run(
             batch_size=batch_size or 16,
         )
         return {**out, "kind": "proposals", "split": split, "result": result, "path": result["files"]["eval"]}
-    if isinstance(task, DatasetTask):
+    if task.kind == "data":
         result = evaluate_split(model, task, split, batch_size or 100, limit)
-        if isinstance(task, StrokesTask):
-            result["fed_back"] = evaluate_feedback(model, task, split, limit, batch_size or 100)
+        result.update(task.extra_results(model, split, limit, batch_size or 100))
         result.update(run_dir=str(run_dir), checkpoint=checkpoint, task=config.task, model=config.model)
         path = Path(run_dir) / f"eval-{split}.json"
         write_atomic(path, json.dumps(result, indent=2) + "\n")

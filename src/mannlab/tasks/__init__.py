@@ -3,14 +3,17 @@
     task = mannlab.tasks.make("copy", max_length=20)
     inputs, targets, mask = task.sample(batch_size=16, seed=0)
 
-See base.Task for the batch layout and each task class for its time layout.
+See base.Task for the batch layout and each task class for its time layout. Every task
+declares what it is (base.TaskTraits: ``kind``, ``batching``, ``input_kind``, ``loss_key``,
+``splits``); the registry knows it without building the task::
+
+    mannlab.tasks.entry("ptb-char").batching    # "streams"
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from mannlab.errors import ConfigError
 from mannlab.tasks.algorithmic import (
     AssociativeRecallTask,
     BigramFlipTask,
@@ -22,98 +25,80 @@ from mannlab.tasks.algorithmic import (
     RepeatCopyTask,
     ReverseTask,
 )
-from mannlab.tasks.babi import BabiTask
-from mannlab.tasks.base import Task
-from mannlab.tasks.charlm import CHARLM_TASKS, CharLMTask
-from mannlab.tasks.enwik8 import Enwik8Task
-from mannlab.tasks.mnist import MnistTask
+from mannlab.tasks.base import Task, TaskTraits
+from mannlab.tasks.charlm import CharLMTask
 from mannlab.tasks.proposals import ProposalTask, SyntheticProposalTask
-from mannlab.tasks.snli import SnliTask
-from mannlab.tasks.strokes import StrokesTask
+from mannlab.tasks.registry import ENTRIES, TaskEntry, entry, key
 from mannlab.tasks.thumos_proposals import ThumosProposalTask
 
-TASKS: dict[str, type[Task]] = {
-    cls.name: cls
-    for cls in (
-        CopyTask,
-        RepeatCopyTask,
-        AssociativeRecallTask,
-        NGramsTask,
-        PrioritySortTask,
-        ReverseTask,
-        BigramFlipTask,
-        OddFirstTask,
-        PrioritySortColumnsTask,
-    )
-}
+
+def _of_kind(kind: str) -> list[TaskEntry]:
+    return [e for e in ENTRIES if e.kind == kind]
+
+
+# The registry by kind, keyed like ``make`` ("proposals_synthetic" for "proposals-synthetic").
+TASKS: dict[str, Callable[..., TaskTraits]] = {key(e.name) or "": e.build for e in _of_kind("generated")}
 # Tasks over real data sets (tasks/dataset.py): they read files from their data_dir parameter.
-DATA_TASKS: dict[str, type[Task]] = {
-    cls.name: cls for cls in (BabiTask, MnistTask, StrokesTask, SnliTask, Enwik8Task)
-}
+DATA_TASKS: dict[str, Callable[..., TaskTraits]] = {key(e.name) or "": e.build for e in _of_kind("data")}
 # Temporal action proposals (tasks/proposals.py: SST on windows of whole videos, evaluated by
-# proposal recall), keyed like the others ("proposals-synthetic" works in ``make``).
-PROPOSAL_TASKS: dict[str, type[Task]] = {
-    cls.name.replace("-", "_"): cls for cls in (SyntheticProposalTask, ThumosProposalTask)
+# proposal recall).
+PROPOSAL_TASKS: dict[str, Callable[..., TaskTraits]] = {
+    key(e.name) or "": e.build for e in _of_kind("proposals")
 }
-# Character-level language modelling over a corpus (tasks/charlm.py), one task per corpus;
-# trained on contiguous streams with truncated BPTT (``batching = "streams"``).
-TEXT_TASKS: dict[str, str] = {name.replace("-", "_"): name for name in CHARLM_TASKS}
+# Character-level language modelling over a corpus (tasks/charlm.py), one task per corpus, trained
+# on contiguous streams with truncated BPTT: registry key -> task name.
+TEXT_TASKS: dict[str, str] = {key(e.name) or "": e.name for e in _of_kind("text")}
 
 
 def names() -> list[str]:
     """Every task ``make`` builds: the generated ones (``generated_names()``; hyphenated
     spellings like "repeat-copy" also work), then those over real data sets
     (``data_names()``), the temporal action proposal tasks and the char-LM tasks."""
-    return [*TASKS, *DATA_TASKS, *proposal_names(), *text_names()]
+    return [e.name for e in ENTRIES]
 
 
 def generated_names() -> list[str]:
     """The algorithmic tasks, generated from a seed with a length range (copy, ...)."""
-    return list(TASKS)
+    return [e.name for e in _of_kind("generated")]
 
 
 def data_names() -> list[str]:
     """The tasks over real data sets (bAbI, MNIST, ...); ``make`` builds them too."""
-    return list(DATA_TASKS)
+    return [e.name for e in _of_kind("data")]
 
 
 def proposal_names() -> list[str]:
     """The temporal action proposal tasks (proposals-synthetic, thumos14-proposals)."""
-    return [cls.name for cls in PROPOSAL_TASKS.values()]
+    return [e.name for e in _of_kind("proposals")]
 
 
 def text_names() -> list[str]:
     """The character-level language modelling tasks (ptb-char, text8, enwik8-char)."""
-    return list(TEXT_TASKS.values())
+    return [e.name for e in _of_kind("text")]
 
 
 def batching(name: str) -> str:
     """How task ``name`` is trained, known without building it (a corpus may be large):
-    "streams" (contiguous streams, truncated BPTT) or "samples" (independent batches)."""
-    return "streams" if _key(name) in TEXT_TASKS else "samples"
+    "streams" (contiguous streams, truncated BPTT) or "samples" (independent batches).
+    ConfigError for an unknown name."""
+    return entry(name).batching
 
 
-def _key(name: Any) -> str | None:
-    return name.strip().lower().replace("-", "_") if isinstance(name, str) else None
-
-
-def make(name: str, **params: Any) -> Task:
+def make(name: str, **params: Any) -> TaskTraits:
     """Build task ``name`` with ``params`` overriding its defaults.
 
     Raises ConfigError for an unknown name (listing the valid ones), an unknown
     parameter (listing the task's parameters) or an invalid value.
     """
-    key = _key(name)
-    if key in TEXT_TASKS:
-        return CharLMTask(TEXT_TASKS[key], **params)
-    registry = {**TASKS, **DATA_TASKS, **PROPOSAL_TASKS}
-    if key not in registry:
-        raise ConfigError(f"unknown task {name!r}; valid names: {', '.join(names())}")
-    return registry[key](**params)
+    return entry(name).build(**params)
 
 
 __all__ = [
     "Task",
+    "TaskTraits",
+    "TaskEntry",
+    "ENTRIES",
+    "entry",
     "make",
     "names",
     "generated_names",

@@ -70,6 +70,7 @@ class BabiTask(DatasetTask):
     """Joint bAbI QA over a set of tasks (see the module docstring)."""
 
     name = "babi"
+    input_kinds = ("features", "sentences")  # sentences with the GRU fact encoders
     fail_threshold = 0.05  # the papers count a bAbI task as failed above 5% test error
     defaults = {
         "tasks": [1],

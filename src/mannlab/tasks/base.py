@@ -178,10 +178,58 @@ def signed_unit_char(value: float) -> str:
     return str(int(np.clip(np.floor((value + 1.0) * 4.5 + 0.5), 0, 9)))
 
 
+# ------------------------------------------------------------- declarations
+
+#: what a task is: "generated" (sequences from a seed and a length range), "data" (a data set's
+#: fixed sequences in splits), "proposals" (temporal action proposals over videos), "text" (a
+#: character-level corpus)
+TASK_KINDS = ("generated", "data", "proposals", "text")
+#: how a task is trained: "samples" (independent batches ``task.sample(B, [seed, step])``) or
+#: "streams" (contiguous streams of a corpus, truncated BPTT with the state carried)
+BATCHINGS = ("samples", "streams")
+#: what a task feeds, i.e. the adapter mannlab.wrappers puts in front of a model: "features"
+#: (float vectors, read as they are), "symbols" (integer symbols: an embedding), "sentences"
+#: (word ids of one sentence per step: a fact encoder), "snippets" (video snippet features
+#: scored by proposal anchors: SST's input projection)
+INPUT_KINDS = ("features", "symbols", "sentences", "snippets")
+
+
+class TaskTraits:
+    """What every task declares about itself, so that the layers above ask the task (or the
+    registry, ``mannlab.tasks.entry``) instead of probing its type or its attributes."""
+
+    #: one of TASK_KINDS
+    kind: ClassVar[str] = "generated"
+    #: one of BATCHINGS
+    batching: ClassVar[str] = "samples"
+    #: the INPUT_KINDS its instances may feed, the default first (``input_kind`` says which)
+    input_kinds: ClassVar[tuple[str, ...]] = ("features",)
+    #: the metrics key of its loss (what training logs, selects the best checkpoint by and
+    #: plots): "bce" (nats per bit), "ce" (nats per scored step), "wbce", "bpc"
+    loss_key: ClassVar[str] = "bce"
+    #: the named splits of its data (held-out validation on "valid"); () for generated tasks
+    splits: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def input_kind(self) -> str:
+        """What this task feeds (one of ``input_kinds``)."""
+        return self.input_kinds[0]
+
+    def steps_per_epoch(self, batch_size: int) -> int | None:
+        """Training steps of ``batch_size`` in one pass over the training data, for tasks that
+        define an epoch (the proposal tasks); None for the others."""
+        return None
+
+    def extra_results(self, model: Any, split: str, limit: int | None, batch_size: int) -> dict[str, Any]:
+        """Results of the task's own evaluation protocol beyond its metrics, by name (strokes:
+        the predictions fed back); none by default."""
+        return {}
+
+
 # -------------------------------------------------------------------- Task
 
 
-class Task(ABC):
+class Task(TaskTraits, ABC):
     """Base class of a task: resolved parameters, sizes, ``sample`` and scoring.
 
     Subclasses set the class attributes ``name``, ``length_name``, ``defaults``
@@ -189,16 +237,14 @@ class Task(ABC):
     ``sample(length=...)`` accepts). They implement ``_validate(params)`` (check
     and coerce values, raising ConfigError), set ``input_size``, ``output_size``,
     ``train_length`` and the channel names in ``__init__``, and implement
-    ``_sequence(rng, length)`` (or ``_generate`` for a vectorised batch).
+    ``_sequence(rng, length)`` (or ``_generate`` for a vectorised batch). Their TaskTraits
+    declarations (kind, input kinds, loss key, splits) default to a generated task of bits.
     """
 
     name: ClassVar[str] = ""
     length_name: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
     min_length: ClassVar[int] = 1
-    #: the metrics key of ``loss`` (what the training loop logs, selects the best checkpoint by
-    #: and plots): "bce" here (nats per bit), "ce" for categorical tasks (nats per scored step)
-    loss_key: ClassVar[str] = "bce"
 
     input_size: int
     output_size: int

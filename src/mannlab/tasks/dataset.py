@@ -33,6 +33,7 @@ from mannlab.tasks.base import CategoricalTask, Example, as_generator, check_int
 class DatasetTask(CategoricalTask):
     """Base class of the tasks over real data sets (see the module docstring)."""
 
+    kind: ClassVar[str] = "data"
     splits: ClassVar[tuple[str, ...]] = ("train", "valid", "test")
     length_name: ClassVar[str] = "length (ignored: a data set has fixed sequences)"
     #: a group whose error exceeds this fraction counts as failed (bAbI: 0.05), None: not counted

@@ -27,7 +27,7 @@ ground-truth segments in steps) in three splits and trains on windows of them::
   of the training split's positive rates (``anchor_weights``, computed once from the
   whole training videos): w+_k = 1 - p_k, w-_k = p_k, mean over the scored (step, anchor)
   pairs (nats). ``metrics`` adds the unweighted ``bce`` and ``positive_rate`` (of the labels).
-- **Inputs** are declared as ``input_kind = "snippets"``: mannlab.wrappers puts SST's input
+- **Inputs** are declared as ``input_kinds = ("snippets",)``: mannlab.wrappers puts SST's input
   projection in front of the registered model (``wrappers.SST``), whose head gives the K
   anchor logits.
 
@@ -74,8 +74,9 @@ class ProposalTask(Task):
     """Base of the proposal tasks (see the module docstring): a subclass loads its videos in
     ``load_videos`` (split -> list of ProposalVideo) and validates its own parameters."""
 
+    kind: ClassVar[str] = "proposals"
     splits: ClassVar[tuple[str, ...]] = SPLITS
-    input_kind: ClassVar[str] = "snippets"
+    input_kinds: ClassVar[tuple[str, ...]] = ("snippets",)
     loss_key: ClassVar[str] = "wbce"
     length_name: ClassVar[str] = "window (steps)"
     #: the parameters every proposal task has (SST's settings as defaults)

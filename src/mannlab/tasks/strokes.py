@@ -87,6 +87,11 @@ class StrokesTask(DatasetTask):
     def split_size(self, split: str) -> int:
         return self.params["train_sequences" if split == "train" else "eval_sequences"]
 
+    def extra_results(self, model: Any, split: str, limit: int | None, batch_size: int) -> dict[str, Any]:
+        """``fed_back``: the paper's test protocol, the model's predictions fed back
+        (``evaluate_feedback``)."""
+        return {"fed_back": evaluate_feedback(model, self, split, limit, batch_size)}
+
     def digit_indices(self, split: str, index: int) -> np.ndarray:
         """Which digits of the split sequence ``index`` of ``split`` is made of (fixed)."""
         rng = np.random.default_rng([self.params["split_seed"], _SPLIT_CODE[split], int(index)])

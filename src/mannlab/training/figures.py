@@ -44,7 +44,7 @@ def draw_learning_curve(run_dir: Path, config: RunConfig, task: Any, out: Path) 
     """learning_curve.png in ``out``: BPC for char-LM runs, else the task's loss against
     the solve threshold."""
     path = out / "learning_curve.png"
-    if getattr(task, "batching", "samples") == "streams":
+    if task.batching == "streams":
         figures.learning_curve(
             run_dir / "metrics.jsonl",
             path,
@@ -72,7 +72,7 @@ def draw_run_figures(
     try:
         drawn["learning_curve"] = str(draw_learning_curve(run_dir, config, task, out))
         path = out / "memory_access.png"
-        if hasattr(task, "sample") and draw_memory_access(
+        if task.batching == "samples" and draw_memory_access(
             model,
             task,
             path,

@@ -161,7 +161,7 @@ def finished_run(config: RunConfig) -> dict[str, Any] | None:
 
 def batch_source(config: RunConfig, task: Any, model: torch.nn.Module) -> BatchSource:
     """Contiguous streams with carried state for the tasks that declare them, else samples."""
-    if getattr(task, "batching", "samples") == "streams":
+    if task.batching == "streams":
         return StreamSegments(config, task, model)
     return SampledBatches(config, task, model)
 

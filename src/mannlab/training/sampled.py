@@ -144,7 +144,7 @@ def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]
     """Fixed (multiple, length, batches) sets; multiple 1 follows the training distribution."""
     cfg, seed = config.train, config.seed
     # data-set tasks (tasks/dataset.py) validate on their held-out split and have no lengths
-    held_out = {"split": "valid"} if getattr(task, "splits", None) else None
+    held_out = {"split": "valid"} if task.splits else None
     sets = []
     for multiple in [1] if held_out else sorted(cfg.val_length_multiples):
         at_max = multiple > 1 or cfg.val_lengths == "max_length"
@@ -155,7 +155,7 @@ def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]
             )
             for k in range(cfg.val_batches)
         ]
-        if held_out and hasattr(task, "sample_groups"):  # per-group errors (bAbI: per task)
+        if task.kind == "data":  # per-group errors (bAbI: per task)
             batches = [
                 (
                     *batch,

@@ -96,14 +96,14 @@ def epoch_plan(train: TrainConfig, task: Any) -> tuple[TrainConfig, tuple[int, .
     milestones = tuple(sorted(set(train.lr_decay_steps)))
     if not train.epochs and not train.lr_decay_epochs:
         return train, milestones
-    per_epoch = getattr(task, "steps_per_epoch", None)
-    if per_epoch is None:
+    steps = task.steps_per_epoch(train.batch_size)
+    if steps is None:
         raise ConfigError(
             f"train.epochs and train.lr_decay_epochs need a task that defines an epoch (the "
-            f"proposal tasks); {getattr(task, 'name', type(task).__name__)!r} does not: give "
-            f"train.steps and train.lr_decay_steps instead"
+            f"proposal tasks); {task.name!r} does not: give train.steps and train.lr_decay_steps "
+            f"instead"
         )
-    steps = int(per_epoch(train.batch_size))
+    steps = int(steps)
     if train.epochs:
         train = dataclasses.replace(train, steps=min(train.steps, train.epochs * steps))
     return train, tuple(sorted(set(milestones) | {e * steps for e in train.lr_decay_epochs}))

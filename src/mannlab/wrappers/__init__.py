@@ -27,7 +27,7 @@ from mannlab.wrappers.sst import SST
 def model_for_task(task: Any, name: str, **kwargs: Any) -> nn.Module:
     """The registered model ``name`` with ``kwargs``, sized for ``task`` and behind the
     adapter its ``input_kind`` asks for."""
-    kind = getattr(task, "input_kind", "features")
+    kind = task.input_kind
     if kind == "symbols":
         return CharLM(task.input_size, name, **kwargs)
     if kind == "sentences":

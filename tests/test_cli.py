@@ -218,7 +218,7 @@ def test_eval_and_plot_override_the_runs_config(tmp_path, capsys):
         (["train", "--config", "missing.toml"], "config file not found: missing.toml"),
         (
             ["train", "--run-dir", "nowhere", "--model", "lstm", "--task", "copy", "--resume"],
-            "no checkpoint at",
+            "holds no run; start one without --resume",
         ),
         (["run", "missing.toml"], "config file not found"),
         (["eval", "no-such-run"], "run directory not found: no-such-run"),

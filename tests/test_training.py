@@ -111,7 +111,7 @@ def test_refuses_to_overwrite_without_force(tmp_path, no_figures):
 
 def test_resume_needs_a_checkpoint_and_the_same_model(tmp_path, no_figures):
     config = tiny_config(tmp_path, steps=2)
-    with pytest.raises(CheckpointError, match="no checkpoint at"):
+    with pytest.raises(CheckpointError, match="holds no run"):
         train(config, resume=True)
     train(config)
     changed = config.replace(model_args={"hidden_size": 16})

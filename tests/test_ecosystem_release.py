@@ -2,6 +2,7 @@
 install claims agree with pyproject.toml, and no link points to a site or file that is not
 there."""
 
+import importlib.metadata
 import importlib.util
 import re
 import subprocess
@@ -81,3 +82,12 @@ def test_the_install_lines_give_pytorch_the_way_its_install_page_does():
         'pip install -e ".[fast]" && mannlab train --model ntm --task copy',
         'pip install -e ".[test]" && pytest',
     ]
+
+
+def test_the_version_has_one_source():
+    import mannlab
+
+    project = pyproject()["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert pyproject()["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "mannlab.__version__"}
+    assert importlib.metadata.version("mannlab") == mannlab.__version__  # the installed metadata agrees

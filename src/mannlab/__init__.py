@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the names loaded on first use (below), as type checkers and
     from mannlab.rundir.load import load
     from mannlab.rundir.pretrained import save
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one version source: pyproject.toml reads it from here
 
 __all__ = [
     "addressing",

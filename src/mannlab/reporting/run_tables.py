@@ -31,6 +31,7 @@ from typing import Any, Iterable
 from mannlab.config import read_toml
 from mannlab.errors import ConfigError, DataError
 from mannlab.reporting.group_tables import by_task, column_key, find_group_evals, group_error_rows
+from mannlab.reporting.text_tables import duration
 from mannlab.rundir.files import read_json, write_atomic
 from mannlab.rundir.metrics_log import read_metrics
 
@@ -403,11 +404,11 @@ def runs_table(runs: list[Run], root: Path | None = None) -> str:
                     _mean(best),
                     f"{solved}/{len(done)}",
                     _mean(solved_steps),
-                    _duration(statistics.fmean(solved_walls)) if solved_walls else "-",
+                    duration(statistics.fmean(solved_walls)) if solved_walls else "-",
                     f"{statistics.fmean(unsolved_bces):.3f}" if unsolved_bces else "-",
-                    _duration(statistics.fmean(walls)) if walls else "-",
-                    _duration(sum(walls)) if walls else "-",
-                    _duration(statistics.fmean(cpus)) if cpus else "-",
+                    duration(statistics.fmean(walls)) if walls else "-",
+                    duration(sum(walls)) if walls else "-",
+                    duration(statistics.fmean(cpus)) if cpus else "-",
                     ", ".join(f"`{g}`" for g in groups),
                 ]
             )
@@ -458,14 +459,6 @@ def _relative(path: Path, root: Path | None) -> str:
 
 def _mean(values: list[float]) -> str:
     return "-" if not values else f"{statistics.fmean(values):.0f}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _pooling_warnings(runs: list[Run], root: Path) -> list[str]:

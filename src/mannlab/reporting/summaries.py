@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from mannlab.reporting.text_tables import format_group_errors, format_table
+from mannlab.reporting.text_tables import duration, format_group_errors, format_table
 
 
 def describe(summary: dict[str, Any]) -> str:
@@ -123,21 +123,13 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min"
-
-
 def describe_stream_summary(summary: dict[str, Any]) -> str:
     """What `mannlab train` prints at the end of a char-LM run."""
     best, test = summary["best_val"], summary["test"]
     why = "the time budget" if summary["stopped_by"] == "time" else "the step budget"
     lines = [
         f"{summary['steps']} segments ({summary['epochs']:.3g} epochs) in "
-        f"{summary['wall_seconds'] / 60:.1f} min, stopped by {why}; "
+        f"{duration(summary['wall_seconds'])}, stopped by {why}; "
         f"{summary['parameters']:,} parameters",
         f"best valid BPC {best['bpc']:.4f} at step {best['step']}",
         f"test BPC {test['bpc']:.4f} (best checkpoint, {test['symbols']:,} symbols in "

@@ -1,4 +1,5 @@
-"""Plain-text tables of evaluation results: metrics per length, errors per group."""
+"""Plain-text tables of evaluation results: metrics per length, errors per group; the one
+duration format of every report (``duration``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,18 @@ COLUMNS = {
     "bit_error_rate": "bit error rate",
     "seq_bit_errors": "bit errors/seq",
 }
+
+
+def duration(seconds: float | None) -> str:
+    """A wall or CPU time for people: "95.0 s" below 2 minutes, "12.5 min" below 2 hours, else
+    "3.2 h"; "-" for None (not measured, or never reached)."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def format_table(rows: Sequence[dict[str, Any]], train_length: int | None = None) -> str:

@@ -71,15 +71,18 @@ def test_dropout_on_input_and_output_only_in_training():
     assert not torch.allclose(y1, y2)
 
 
-def test_state_dict_prefixes_and_passthrough():
-    model = sst("armin")
+def test_state_dict_prefixes_and_the_forwarded_interface():
+    model = sst("armin", temperature_every=2)
     keys = set(model.state_dict())
     assert {"projection.weight", "projection.bias"} <= keys
     assert all(k.startswith(("projection.", "core.")) for k in keys)
-    model.inverse_temperature = 3.0  # the loop's gumbel temperature reaches the model
-    assert model.core.inverse_temperature == 3.0
-    assert model.temperature_schedule == model.core.temperature_schedule
+    maximum = model.core.temperature_schedule[1]
+    model.begin_step(2)  # the trainer's per-minibatch hook reaches the model: 1/tau = 1 + 2 // 2
+    assert model.core.inverse_temperature == min(2.0, maximum)
     assert model.initial_state(2)  # the model's
+    assert model.wrapped is model.core and model.kernel_backends() == model.core.kernel_backends()
+    assert model.uses_aux_loss is False and model.aux_loss_scores is False
+    assert not hasattr(model, "temperature_schedule")  # nothing else passes through
 
 
 def test_options_are_checked():

@@ -126,13 +126,12 @@ class MannModule(L.LightningModule):
         return make_optimizer(self.model, self.optimizer_config)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        start_minibatch(self.model, self.global_step)  # e.g. the D-NTM curriculum, the temperature
         if _streams(self.task):
-            start_minibatch(self.model.core, self.global_step)  # gumbel temperature
             loss, task_loss, state = segment_loss(self.model, *batch, self.carried.get("train"))
             self.carried["train"] = detach_state(state)
             name = "ce"
         else:
-            start_minibatch(self.model, self.global_step)  # e.g. the D-NTM curriculum
             loss, task_loss = sequence_loss(self.model, self.task, *batch[:3])
             name = self.task.loss_key
         self.log("train/loss", loss, batch_size=len(batch[0]))

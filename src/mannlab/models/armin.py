@@ -178,7 +178,7 @@ class ARMINCell(MemoryCell):
         self.zoneout = check_number("zoneout", zoneout, 0.0, 1.0, high_open=True)
         self.hidden_size, self.slots, self.width = hidden_size, memory_slots, memory_width
         self.features = hidden_size + memory_width
-        self.inverse_temperature = 1.0  # set by the training schedule
+        self.inverse_temperature = 1.0  # set by the model's begin_step
         self.fast_inference = True
         dh, dr, n = hidden_size, memory_width, memory_slots
         self.sizes = [dh + dr, 4 * dh + dr, n, n]  # x parts: eq. 3 | eq. 6 | W_s | write head
@@ -547,7 +547,7 @@ class ARMIN(CellTemperature, SequenceModel):
 
     @property
     def temperature_schedule(self):
-        """(every, maximum = n_mem - 1) of 1/τ for training/schedules.py, or None."""
+        """(every, maximum = n_mem - 1) of 1/τ for begin_step, or None."""
         if not self.temperature_every or self.cell.addressing not in ("gumbel", "gumbel-relaxed"):
             return None
         return self.temperature_every, max(1, self.cell.slots - 1)

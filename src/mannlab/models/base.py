@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from typing import Any, NamedTuple, Optional, Self
+from typing import Any, Callable, NamedTuple, Optional, Self
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ from torch import nn
 from mannlab.errors import ConfigError
 from mannlab.models.state_check import check_state, values_checkable
 from mannlab.nn import sampling
+from mannlab.nn.schedules import inverse_temperature
 from mannlab.ops import dispatch
 
 
@@ -186,7 +187,16 @@ class MemoryCell(nn.Module):
 
 class CellTemperature:
     """Mixin for models whose cell samples with a temperature: the cell's inverse
-    temperature 1/tau as a model attribute, which training/schedules.py sets."""
+    temperature 1/tau as a model attribute, set from the step by ``begin_step`` where the
+    model's ``temperature_schedule`` is (every, maximum), not None."""
+
+    temperature_schedule: Optional[tuple[int, float]]
+
+    def begin_step(self, step: int, coin: Optional[Callable[[float], bool]] = None) -> None:
+        """1/tau of training step ``step`` (nn.schedules.inverse_temperature)."""
+        schedule = self.temperature_schedule
+        if schedule is not None:
+            self.inverse_temperature = inverse_temperature(step, *schedule)
 
     @property
     def inverse_temperature(self) -> float:
@@ -226,6 +236,16 @@ class SequenceModel(nn.Module):
 
     #: True for models whose training loss needs ``aux_loss(trace, step_nll)``.
     uses_aux_loss = False
+    #: True for models whose ``aux_loss`` also takes ``score`` (logits -> per-step NLL on the
+    #: targets), for auxiliary predictions of their own (TARDIS eq. 17).
+    aux_loss_scores = False
+
+    def begin_step(self, step: int, coin: Optional[Callable[[float], bool]] = None) -> None:
+        """Set the model's switches for training step ``step`` (0-based), before its forward
+        pass: the trainer calls it each minibatch. Nothing here; models with a temperature or
+        a curriculum schedule apply it. ``coin(p)`` draws one pi ~ Bernoulli(p) for the whole
+        minibatch (the trainer's is rank 0's draw under data-parallel training); default:
+        one draw from torch's RNG."""
 
     def kernel_backends(self) -> tuple[str, ...]:
         """The kernels a training pass of this configuration can run on: "numba" (CPU),

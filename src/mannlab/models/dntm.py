@@ -63,7 +63,7 @@ writes with the same one-hot samples while training but learns by straight-throu
 Gumbel-softmax (Jang et al. 2016) instead of REINFORCE: with g = -log E the Gumbel noise
 of the sample's Exp(1) draws E and l the logits of w (z - γ v, or log w with location
 shifts), the backward pass takes the gradient of the relaxed sample softmax((l + g) / τ).
-1/τ is the model's ``inverse_temperature``, which the training loop sets from the step as
+1/τ is the model's ``inverse_temperature``, which ``begin_step`` sets from the training step as
 ARMIN's schedule does (1 at the start, +1 every ``temperature_every`` steps, up to N' - 1);
 argmax at evaluation. The erase vector is a gate
 over the content features, not a distribution over cells: it acts on the cell
@@ -75,7 +75,7 @@ reward R = log p(y|x), normalised by running mean and standard deviation
 the Huber loss, the entropy bonus λ_H, the read-write consistency regulariser
 (eq. 15) and next-input prediction (section 5). The soft-to-discrete
 curriculum (eq. 14) is a per-minibatch switch, ``soft_minibatch``, that the
-training loop sets through mannlab.training.schedules.start_minibatch.
+model sets in ``begin_step``, which the trainer calls each minibatch.
 
 Speed: on CPU float32/float64 tensors with the GRU or the feed-forward controller (every
 head count, J, LRU, NOP, write-key, writes and addressing mode, with or without the trace), a
@@ -103,7 +103,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -121,7 +121,7 @@ from mannlab.models.base import (
     run_sequence,
 )
 from mannlab.nn import addressing as ntm_addressing
-from mannlab.nn import sampling
+from mannlab.nn import sampling, schedules
 from mannlab.nn.controllers import FNNController, GRUController, make_controller
 from mannlab.ops import dispatch
 from mannlab.ops.dntm import function as compiled
@@ -351,7 +351,7 @@ class DNTMCell(MemoryCell):
         self.read_heads, self.write_heads = read_heads, write_heads
         self.addressing_steps = addressing_steps
         self.soft_minibatch = False
-        self.inverse_temperature = 1.0  # 1/τ of addressing="gumbel", set by the training schedule
+        self.inverse_temperature = 1.0  # 1/τ of addressing="gumbel", set by the model's begin_step
         R, H, dc = read_heads, write_heads, content_size
         self.controller = make_controller(controller, input_size, R * self.width, controller_size)
         self.features = controller_size + R * self.width
@@ -906,11 +906,21 @@ class DNTM(CellTemperature, SequenceModel):
 
     @property
     def temperature_schedule(self):
-        """(every, maximum = N' - 1) of 1/τ for training/schedules.py with addressing="gumbel"
+        """(every, maximum = N' - 1) of 1/τ for begin_step with addressing="gumbel"
         and temperature_every > 0, else None (1/τ stays where it is, 1 unless set)."""
         if not self.temperature_every or self.cell.addressing != "gumbel":
             return None
         return self.temperature_every, max(1, self.cell.slots - 1)
+
+    def begin_step(self, step: int, coin: Optional[Callable[[float], bool]] = None) -> None:
+        """The soft-to-discrete curriculum of training step ``step`` (eq. 14): with
+        curriculum_p0 > 0, ``soft_minibatch`` = π ~ Bernoulli(p_t), p_t = p0 / sqrt(1 + t),
+        t = step // curriculum_every, drawn by ``coin`` (default: torch's RNG); then the
+        gumbel temperature (CellTemperature)."""
+        if self.curriculum_p0:
+            t = step // self.curriculum_every
+            self.soft_minibatch = (coin or schedules.bernoulli)(schedules.inverse_sqrt(self.curriculum_p0, t))
+        super().begin_step(step, coin)
 
     @property
     def soft_minibatch(self) -> bool:

@@ -645,7 +645,7 @@ class TARDIS(CellTemperature, SequenceModel):
 
     @property
     def temperature_schedule(self):
-        """(every, maximum) of 1/τ for training/schedules.py, or None (learned τ)."""
+        """(every, maximum) of 1/τ for begin_step, or None (learned τ)."""
         if self.cell.temperature != "scheduled":
             return None
         return self.temperature_every, max(1, self.cell.slots - 1)

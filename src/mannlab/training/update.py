@@ -30,7 +30,7 @@ def model_aux_loss(
     the task loss averages over per scored step (output bits for BCE, 1 for cross-entropy);
     models with their own auxiliary predictions (``aux_loss_scores``: TARDIS eq. 17) also
     get ``score``, logits -> per-step NLL on the targets."""
-    extra = {"score": score} if getattr(model, "aux_loss_scores", False) else {}
+    extra = {"score": score} if model.aux_loss_scores else {}
     return model.aux_loss(trace, step_nll, outputs_per_step=outputs_per_step, **extra)
 
 
@@ -46,7 +46,7 @@ def sequence_loss(
     with ``uses_aux_loss``, its auxiliary loss rewarded by the detached per-step NLL.
     ``scored``: under data-parallel training, the global batch's ``mask.sum()`` (every
     rank's rows), which saves a collective; all-reduced when not given."""
-    if getattr(model, "uses_aux_loss", False):
+    if model.uses_aux_loss:
         logits, _, trace = model(inputs, return_trace=True)
         task_loss = _global_mean(task.loss(logits, targets, mask), mask, scored)
         # the per-step NLL is a reward signal for the model's estimator, not a path for gradients

@@ -9,7 +9,8 @@ A task says what its inputs are (``task.input_kind``):
     "snippets"   a video's snippet features, scored by K proposal anchors per step (temporal
                  action proposals): SST's input projection in front (``SST``)
 
-so tasks never import models and models never learn about tasks.
+so tasks never import models and models never learn about tasks. Each adapter forwards the
+trainer's interface of its model by name (wrapped.py: ``ModelWrapper``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mannlab.models import build_model
 from mannlab.wrappers.embedding import CharLM
 from mannlab.wrappers.fact_encoder import FactEncoded, GRUFactEncoder, fact_encoded
 from mannlab.wrappers.sst import SST
+from mannlab.wrappers.wrapped import ModelWrapper
 
 
 def model_for_task(task: Any, name: str, **kwargs: Any) -> nn.Module:
@@ -37,4 +39,4 @@ def model_for_task(task: Any, name: str, **kwargs: Any) -> nn.Module:
     return build_model(name, task.input_size, task.output_size, **kwargs)
 
 
-__all__ = ["model_for_task", "CharLM", "FactEncoded", "GRUFactEncoder", "SST", "fact_encoded"]
+__all__ = ["model_for_task", "ModelWrapper", "CharLM", "FactEncoded", "GRUFactEncoder", "SST", "fact_encoded"]

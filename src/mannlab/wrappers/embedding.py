@@ -48,10 +48,6 @@ class CharLM(FrontEnd):
         )
         self.vocab_size = vocab_size
 
-    @property
-    def uses_aux_loss(self) -> bool:
-        return getattr(self.core, "uses_aux_loss", False)
-
     def forward(self, tokens: torch.Tensor, state: Any = None, return_trace: bool = False):
         if (
             tokens.dim() != 2

@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from mannlab.models import build_model
-from mannlab.wrappers.passthrough import PassThrough
+from mannlab.wrappers.wrapped import ModelWrapper
 
 
 def fact_encoded(task: Any, name: str, **kwargs: Any) -> "FactEncoded":
@@ -63,20 +63,22 @@ class GRUFactEncoder(nn.Module):
         return facts
 
 
-class FactEncoded(PassThrough, nn.Module):
+class FactEncoded(ModelWrapper):
     """``model`` reading facts encoded by ``encoder``: inputs ``(B, T, L + F)`` hold the word
     ids of one sentence per step (L channels) and F flag channels; the model sees
     ``[encoder(ids); flags]``. Called like the model (``y, state[, trace] = m(x, state,
-    return_trace)``); other attributes (``aux_loss``, ``uses_aux_loss``, ``initial_state``,
-    the curriculum and temperature switches the training loop sets, ...) are the model's."""
-
-    inner = "model"
+    return_trace)``); the trainer's interface (``initial_state``, ``begin_step``, ``aux_loss``,
+    ...) is the model's (ModelWrapper)."""
 
     def __init__(self, encoder: nn.Module, model: nn.Module, sentence_length: int):
         super().__init__()
         self.encoder = encoder
         self.model = model
         self.sentence_length = sentence_length
+
+    @property
+    def wrapped(self) -> nn.Module:
+        return self.model
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(..., L + F) word ids and flags -> (..., fact_size + F) fact vectors and flags."""

@@ -15,11 +15,13 @@ from torch import nn
 from mannlab.errors import ConfigError
 from mannlab.models import build_model
 from mannlab.models.base import check_positive, check_probability
+from mannlab.wrappers.wrapped import ModelWrapper
 
 
-class FrontEnd(nn.Module):
-    """Base of the wrappers with a front layer (``build``). Subclasses set ``OPTIONS``, their
-    own [model] keys, the front layer's size first, and ``LABEL`` (for error messages)."""
+class FrontEnd(ModelWrapper):
+    """Base of the wrappers with a front layer (``build``), wrapping ``core``. Subclasses set
+    ``OPTIONS``, their own [model] keys, the front layer's size first, and ``LABEL`` (for
+    error messages)."""
 
     OPTIONS: tuple[str, ...] = ()
     LABEL = ""
@@ -52,3 +54,7 @@ class FrontEnd(nn.Module):
         if output_dropout:
             dropout = self.output_dropout
             self.core.head.register_forward_pre_hook(lambda _, args: (dropout(args[0]),))
+
+    @property
+    def wrapped(self) -> nn.Module:
+        return self.core

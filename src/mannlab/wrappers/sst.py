@@ -27,19 +27,17 @@ from torch import nn
 
 from mannlab.models.base import check_input
 from mannlab.wrappers.front_end import FrontEnd
-from mannlab.wrappers.passthrough import PassThrough
 
 
-class SST(PassThrough, FrontEnd):
+class SST(FrontEnd):
     """``logits, state = sst(features (B, T, feature_size), state)``: an input projection with
     dropout, then the registered model ``model`` whose head gives ``anchors`` logits per step
-    (see the module docstring). Called like a model (``return_trace`` too); other attributes
-    (``initial_state``, ``aux_loss``, ``uses_aux_loss``, the temperature the training loop
-    sets) are the model's."""
+    (see the module docstring). Called like a model (``return_trace`` too); the trainer's
+    interface (``initial_state``, ``begin_step``, ``aux_loss``, ...) is the model's
+    (ModelWrapper)."""
 
     OPTIONS = ("projection_size", "input_dropout", "output_dropout")
     LABEL = "SST"
-    inner = "core"
 
     def __init__(
         self,

@@ -1,5 +1,6 @@
 """Fuzz corpus of the model constructors: every registered model built with one to three of its
-arguments set to hostile values (wrong types, NaN, huge or negative numbers, strings).
+arguments set to hostile values (wrong types, NaN, huge or negative numbers, strings, sizes
+no memory holds).
 
 Every case must build a model whose arguments kept their declared types (a bool-annotated
 argument a bool, an int-annotated one an int), or fail with a ConfigError with a message;
@@ -25,6 +26,7 @@ HOSTILE = st.one_of(
     st.none(),
     st.integers(-3, 12),
     st.sampled_from([-1, 0, -(2**63)]),
+    st.sampled_from([10**10, 2**40, 2**62]),  # sizes that cannot fit: refused before allocating
     st.sampled_from([0.0, 0.5, 1.0, 2.0, 2.5, -1.0, -1e30, math.nan, math.inf]),
     st.sampled_from(["", "false", "true", "3", "nan", "lstm", "gru", "soft", "x" * 100]),
 )

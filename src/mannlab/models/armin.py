@@ -74,6 +74,7 @@ from mannlab.models.base import (
     run_sequence,
     size_or_default,
 )
+from mannlab.models.size_check import check_model_size
 from mannlab.models.tardis import (
     TardisAddressing,
     default_nonzeros,
@@ -518,6 +519,7 @@ class ARMIN(CellTemperature, SequenceModel):
         address_seed: int = 0,
         batch_first: bool = True,
     ):
+        check_model_size("ARMIN", locals())  # refuse sizes that cannot fit, before building
         cell = ARMINCell(
             input_size,
             hidden_size,

@@ -59,6 +59,7 @@ import torch
 from torch import nn
 
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive, run_sequence
+from mannlab.models.size_check import check_model_size
 from mannlab.nn.controllers import make_controller
 from mannlab.ops.controller_codes import controller_code
 from mannlab.ops.dnc import FNN, LSTM, DNCOptions, DNCSequenceState, DNCWeights, dnc_sequence
@@ -264,6 +265,7 @@ class DNC(SequenceModel):
         read_heads: int = 1,
         batch_first: bool = True,
     ):
+        check_model_size("DNC", locals())  # refuse sizes that cannot fit, before building
         check_positive(controller_size=controller_size, read_heads=read_heads, memory_width=memory_width)
         super().__init__(input_size, output_size, controller_size + read_heads * memory_width, batch_first)
         self.cell = DNCCell(input_size, controller, controller_size, memory_slots, memory_width, read_heads)

@@ -120,6 +120,7 @@ from mannlab.models.base import (
     check_positive,
     run_sequence,
 )
+from mannlab.models.size_check import check_model_size
 from mannlab.nn import addressing as ntm_addressing
 from mannlab.nn import sampling, schedules
 from mannlab.nn.controllers import FNNController, GRUController, make_controller
@@ -829,6 +830,7 @@ class DNTM(CellTemperature, SequenceModel):
         temperature_every: int = 200,
         batch_first: bool = True,
     ):
+        check_model_size("DNTM", locals())  # refuse sizes that cannot fit, before building
         check_positive(
             controller_size=controller_size,
             read_heads=read_heads,

@@ -23,6 +23,7 @@ from torch import nn
 
 from mannlab.models.base import SequenceModel, check_positive, check_probability
 from mannlab.models.lstm import _cpu_autocast_off
+from mannlab.models.size_check import check_model_size
 
 
 class GRUState(NamedTuple):
@@ -54,6 +55,7 @@ class GRU(SequenceModel):
         dropout: float = 0.0,
         batch_first: bool = True,
     ):
+        check_model_size("GRU", locals())  # refuse sizes that cannot fit, before building
         check_positive(hidden_size=hidden_size, num_layers=num_layers)
         super().__init__(input_size, output_size, hidden_size, batch_first)
         self.hidden_size, self.num_layers = hidden_size, num_layers

@@ -38,6 +38,7 @@ from torch import nn
 
 from mannlab.errors import ConfigError
 from mannlab.models.base import SequenceModel, check_positive, check_probability
+from mannlab.models.size_check import check_model_size
 from mannlab.ops import dispatch
 
 
@@ -96,6 +97,7 @@ class LSTM(SequenceModel):
         fused: Optional[bool] = None,
         batch_first: bool = True,
     ):
+        check_model_size("LSTM", locals())  # refuse sizes that cannot fit, before building
         check_positive(hidden_size=hidden_size, num_layers=num_layers)
         if not isinstance(layer_norm, bool):
             raise ConfigError(f"layer_norm must be true or false, got {layer_norm!r}")

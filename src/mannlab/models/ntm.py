@@ -44,6 +44,7 @@ from torch import nn
 
 from mannlab.errors import ConfigError
 from mannlab.models.base import MemoryCell, SequenceModel, batched, check_positive, run_sequence
+from mannlab.models.size_check import check_model_size
 from mannlab.nn.controllers import (
     make_controller,
 )
@@ -269,6 +270,7 @@ class NTM(SequenceModel):
         shift_range: int = 1,
         batch_first: bool = True,
     ):
+        check_model_size("NTM", locals())  # refuse sizes that cannot fit, before building
         check_positive(controller_size=controller_size, read_heads=read_heads, memory_width=memory_width)
         super().__init__(input_size, output_size, controller_size + read_heads * memory_width, batch_first)
         self.cell = NTMCell(

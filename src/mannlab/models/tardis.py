@@ -102,6 +102,7 @@ from mannlab.models.base import (
     run_sequence,
     size_or_default,
 )
+from mannlab.models.size_check import check_model_size
 from mannlab.nn import sampling
 from mannlab.ops.tardis import TARDISCarry, TARDISInputs, TARDISOptions, TARDISWeights, tardis_sequence
 from mannlab.ops.tardis.reference import normalise_usage
@@ -608,6 +609,7 @@ class TARDIS(CellTemperature, SequenceModel):
         recurrent_dropout: float = 0.0,
         batch_first: bool = True,
     ):
+        check_model_size("TARDIS", locals())  # refuse sizes that cannot fit, before building
         cell = TARDISCell(
             input_size,
             hidden_size,

@@ -1,0 +1,74 @@
+"""Absurd sizes fail at once, before anything is allocated, with the memory they would need:
+model constructors (models/size_check.py), a training run's batch and lengths, an evaluation's
+lengths."""
+
+import inspect
+
+import pytest
+
+import mannlab
+from conftest import SMALL
+from fuzzing import no_hang
+from mannlab.errors import ConfigError
+from mannlab.models import MODELS, build_model, size_check
+
+HUGE = [
+    ("lstm", {"num_layers": 10**6}),
+    ("gru", {"num_layers": 10**6}),
+    ("lstm", {"hidden_size": 10**6}),
+    ("tardis", {"memory_slots": 10**10}),
+    ("tardis", {"read_mlp_size": 10**10}),
+    ("tardis", {"fusion_size": 10**10}),
+    ("dnc", {"memory_slots": 10**10}),
+    ("dnc", {"controller_size": 10**6}),
+    ("ntm", {"memory_slots": 10**11}),
+    ("ntm", {"controller_size": 10**6}),
+    ("dntm", {"memory_slots": 10**11}),
+    ("dntm", {"controller_size": 10**6}),
+    ("armin", {"memory_slots": 10**10, "memory_width": 100}),
+    ("armin", {"memory_width": 10**6}),
+]
+
+
+@pytest.mark.parametrize("model,args", HUGE, ids=[f"{m}-{next(iter(a))}" for m, a in HUGE])
+def test_absurd_model_sizes_fail_at_once(model, args):
+    with no_hang(10), pytest.raises(ConfigError) as error:
+        build_model(model, 3, 2, **args)
+    message = str(error.value)
+    assert "num_layers must be at most" in message or ("needs at least" in message and "available" in message)
+
+
+def test_the_estimate_is_compared_with_the_memory_available(monkeypatch):
+    monkeypatch.setattr(size_check, "available_memory", lambda: 1000)
+    with pytest.raises(ConfigError, match=r"LSTM\(hidden_size=100, num_layers=1\) needs at least .*KiB"):
+        mannlab.LSTM(3, 2)
+    monkeypatch.setattr(size_check, "available_memory", lambda: None)  # unknown: no check
+    mannlab.LSTM(3, 2)
+
+
+def test_available_memory_is_known_here():
+    have = size_check.available_memory()
+    assert have is None or (isinstance(have, int) and have > 0)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_estimates_are_lower_bounds(name):
+    """What the constructor refuses could never be built: its estimate of the parameters and of
+    one sequence's state is at most what the built model holds, small and default sizes alike."""
+    cls = MODELS[name]
+    defaults = {k: p.default for k, p in inspect.signature(cls).parameters.items() if k != "output_size"}
+    for args in (SMALL[name], {}):
+        model = build_model(name, 3, 2, **args)
+        given = {**defaults, **args, "input_size": 3}
+        sizes = {k: 1 if given.get(k) is None else given[k] for k in size_check._SIZES[cls.__name__]}
+        recurrent = int(given.get("controller") in ("lstm", "gru", "elman"))
+        parameters, state = size_check._ESTIMATES[cls.__name__]({**sizes, "recurrent": recurrent})
+        held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+        assert parameters <= held, f"{name} {args}: {parameters} > {held}"
+        assert state <= size_check.state_elements(model), f"{name} {args}"
+
+
+def test_format_bytes():
+    assert size_check.format_bytes(512) == "512 B"
+    assert size_check.format_bytes(3 * 2**30) == "3 GiB"
+    assert size_check.format_bytes(2**60).endswith("PiB")

@@ -72,3 +72,43 @@ def test_format_bytes():
     assert size_check.format_bytes(512) == "512 B"
     assert size_check.format_bytes(3 * 2**30) == "3 GiB"
     assert size_check.format_bytes(2**60).endswith("PiB")
+
+
+def tiny_run(run_dir, batch_size=2, max_length=2):
+    from mannlab.config import RunConfig, TrainConfig
+
+    return RunConfig(
+        model="lstm",
+        task="copy",
+        model_args={"hidden_size": 4},
+        task_args={"width": 2, "max_length": max_length},
+        train=TrainConfig(steps=1, batch_size=batch_size, progress=False),
+        run_dir=str(run_dir),
+    )
+
+
+@pytest.mark.parametrize("sizes", [{"batch_size": 10**12}, {"max_length": 10**9}], ids=["batch", "length"])
+def test_a_run_no_memory_holds_fails_before_its_run_dir(tmp_path, sizes):
+    from mannlab.training import train
+
+    with (
+        no_hang(20),
+        pytest.raises(ConfigError, match=r"training lstm on copy .* needs at least .* available"),
+    ):
+        train(tiny_run(tmp_path / "run", **sizes))
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_lengths_no_memory_holds_fail_before_sampling(monkeypatch):
+    from mannlab import tasks
+    from mannlab.evaluation.lengths import evaluate_lengths
+
+    task = tasks.make("copy", width=2, max_length=2)
+    model = build_model("lstm", task.input_size, task.output_size, hidden_size=4)
+    with no_hang(10), pytest.raises(ConfigError, match=r"evaluating at length 1000000000 .* needs at least"):
+        evaluate_lengths(model, task, [2, 10**9])
+    monkeypatch.setattr(size_check, "available_memory", lambda: 10**6)
+    with pytest.raises(ConfigError, match=r"evaluating at length 100000 \(4 batches of 32"):
+        evaluate_lengths(model, task, [100_000])
+    rows = evaluate_lengths(model, task, [2], batches=1, batch_size=2)  # small enough: runs
+    assert rows[0]["length"] == 2

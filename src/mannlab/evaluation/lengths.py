@@ -7,6 +7,7 @@ from typing import Any, Iterable
 import torch
 
 from mannlab.evaluation.batches import validate
+from mannlab.models.size_check import check_batch_memory
 
 EVAL_SEED_OFFSET = 2 * 10**9  # evaluation batches never coincide with training or validation ones
 
@@ -21,6 +22,8 @@ def evaluate_lengths(
 ) -> list[dict[str, Any]]:
     """Mean metrics per length: rows ``{"length": L, "bce": ..., "bit_error_rate": ..., ...}``.
     Batch ``k`` at length ``L`` is sampled with seed ``[seed, 2*10**9 + k, L]``."""
+    lengths = list(lengths)
+    check_length_sets(model, task, lengths, batches, batch_size)
     sets = [
         (
             None,
@@ -36,3 +39,24 @@ def evaluate_lengths(
     for row in rows:
         del row["multiple"]
     return rows
+
+
+def check_length_sets(
+    model: torch.nn.Module, task: Any, lengths: list[int], batches: int, batch_size: int
+) -> None:
+    """ConfigError, before any batch is drawn, when the batches of every length (drawn first)
+    and a pass at the longest cannot fit; a sequence has at least as many steps as its length."""
+    longest = max((length for length in lengths if isinstance(length, int)), default=0)
+    if longest < 1:
+        return  # the task's own checks name the bad length
+    per_step = task.input_size + task.output_size + 1  # inputs, targets and mask
+    drawn = sum(batches * batch_size * length * per_step for length in lengths if isinstance(length, int))
+    check_batch_memory(
+        f"evaluating at length {longest} ({batches} batches of {batch_size} per length)",
+        model,
+        batch_size,
+        longest,
+        task.output_size,  # the outputs of a pass
+        extra=drawn,
+        extra_detail=f"{drawn:.3g} values of batches drawn for {len(lengths)} lengths",
+    )

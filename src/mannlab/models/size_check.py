@@ -171,7 +171,10 @@ def state_elements(model: torch.nn.Module) -> int:
     initial_state = getattr(model, "initial_state", None)
     if initial_state is None:
         return 0
-    state = initial_state(1, device=torch.device("meta"), dtype=torch.float32)
+    try:
+        state = initial_state(1, device=torch.device("meta"), dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError, NotImplementedError):
+        return 0  # a wrapper with another signature: no state counted (a lower bound still)
     leaves = torch.utils._pytree.tree_leaves(state)
     return sum(leaf.numel() for leaf in leaves if isinstance(leaf, torch.Tensor))
 

@@ -78,6 +78,7 @@ from mannlab.training.run_dir import (
     restore_ranks,
     stopped_before_checkpoint,
 )
+from mannlab.training.run_size import check_run_memory
 from mannlab.training.sampled import SampledBatches
 from mannlab.training.schedules import epoch_plan, step_decay
 from mannlab.training.source import BatchSource
@@ -193,6 +194,7 @@ def _train(config: RunConfig, resume: bool, force: bool, lock: RunDirLock) -> di
     check_precision(config.train.precision, device)
     distributed.check_batch(config.train.batch_size)
     model.to(device)
+    check_run_memory(config, task, model)  # a batch or length no memory holds fails before sampling
     task = on_device(task, device, config.train.precision)
     # record the resolved task parameters, and train.steps capped at train.epochs
     plan, lr_milestones = epoch_plan(config.train, task)

@@ -18,6 +18,7 @@ written before mannlab kept sums, and trusted, gets them from ``seal_checkpoint`
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -46,7 +47,7 @@ def save_checkpoint(
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = _sibling(directory, "tmp"), _sibling(directory, "old")
     if tmp.exists():  # left by a save that crashed: never complete, safe to drop
-        shutil.rmtree(tmp)
+        remove_tree(tmp)
     tmp.mkdir()
     try:
         # clones: safetensors refuses tensors that share storage (tied weights, views)
@@ -59,18 +60,43 @@ def save_checkpoint(
         for name in (*FILES, SUMS):
             fsync(tmp / name)
         fsync(tmp)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if disk_full(exc, directory.parent):
+            free = shutil.disk_usage(directory.parent).free
+            raise CheckpointError(
+                f"cannot write checkpoint {directory}: no space left on the device (ENOSPC, "
+                f"{free} bytes free); free some space, then resume the run"
+            ) from exc
         raise
-    if directory.exists():
-        if old.exists():
-            shutil.rmtree(old)
+    if directory.exists() or directory.is_symlink():
+        if old.exists() or old.is_symlink():
+            remove_tree(old)
         os.rename(directory, old)
     # else: a previous swap may have crashed here; `old` (if any) stays until the new one is in
     os.rename(tmp, directory)
     fsync(directory.parent)
-    if old.exists():
-        shutil.rmtree(old)
+    if old.exists() or old.is_symlink():
+        remove_tree(old)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a checkpoint directory; a symbolic link in its place (a user's) is unlinked, its
+    target left as it is."""
+    path.unlink() if path.is_symlink() else shutil.rmtree(path)
+
+
+def disk_full(exc: BaseException, where: Path) -> bool:
+    """Whether a failed write ran out of space: ENOSPC, or torch.save's writer failing (its
+    RuntimeError names no errno) on a device with less than 1 MiB free."""
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    if not (isinstance(exc, RuntimeError) and "write" in str(exc).lower()):
+        return False
+    try:
+        return shutil.disk_usage(where).free < 2**20
+    except OSError:
+        return False
 
 
 def load_checkpoint(

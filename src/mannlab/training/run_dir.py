@@ -101,7 +101,7 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
         )
     for name in existing:  # only what a run writes: never delete a user's other files
         target = run_dir / name
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
 
 
 def has_checkpoint(run_dir: Path) -> bool:
@@ -144,8 +144,10 @@ def restore_last(
             f"{last / 'train_state.pt'} has no {', '.join(missing)} entry; "
             "restore the checkpoint from a copy or start the run again"
         )
+    check_saved_step(last / "train_state.pt", state["step"], saved, config)
     try:
         optimizer.load_state_dict(state["optimizer"])
+        check_optimizer_shapes(last / "train_state.pt", model, optimizer)
         torch.set_rng_state(state["torch_rng_state"])
         restore_cuda_rng(state.get("cuda_rng_states"))
     except (ValueError, KeyError, TypeError, RuntimeError) as exc:
@@ -156,6 +158,31 @@ def restore_last(
     for group in optimizer.param_groups:  # a changed lr etc. in the config takes effect
         group.update(hyperparameters(config.train))
     return state
+
+
+def check_saved_step(path: Path, step: Any, saved_config: dict[str, Any], config: RunConfig) -> None:
+    """CheckpointError unless the saved step is an integer from 0 to the run's train.steps (as
+    saved, or as now configured, whichever is larger)."""
+    most = max(config.train.steps, int(saved_config.get("train", {}).get("steps") or 0))
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= most:
+        raise CheckpointError(
+            f"{path}: its step {step!r} is not a step of this run (an integer from 0 to "
+            f"train.steps = {most}); restore the checkpoint from a copy or start the run again"
+        )
+
+
+def check_optimizer_shapes(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """ValueError naming the first optimizer state (Adam's moments, a momentum buffer) whose
+    shape is not its parameter's: load_state_dict accepts it, the first step would fail."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for key, value in optimizer.state.get(param, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
+                    raise ValueError(
+                        f"optimizer state {key!r} of parameter {names.get(id(param), '?')} has shape "
+                        f"{tuple(value.shape)}, the parameter {tuple(param.shape)}"
+                    )
 
 
 def cuda_rng_states() -> dict[str, Any]:

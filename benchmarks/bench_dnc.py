@@ -6,7 +6,7 @@ Measures, per time step, the median over several repeats of:
 for these models, measured in the same run on the same inputs (input 9, output 8):
   DNC          mannlab.DNC(9, 8), 128-unit LSTM controller, 128 x 20 memory, one read
                head (Taguchi & Tsuruoka's Toy-task configuration): the compiled
-               whole-sequence path (mannlab.ops.dnc.sequence) on CPU float32
+               whole-sequence path (mannlab.ops.dnc.numba_sequence) on CPU float32
   DNC steps    the same sizes on the per-step tensor path (every kernel switched off),
                for information
   NTM          mannlab.NTM(9, 8) with the same controller and memory, for information

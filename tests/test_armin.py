@@ -12,7 +12,7 @@ import mannlab
 from conftest import float64_seq, small_model
 from mannlab.models import ARMINState, ARMINTrace, build_model
 from mannlab.ops import dispatch, use_kernels
-from mannlab.ops.armin.function import kernels_pay
+from mannlab.ops.armin.numba_sequence import kernels_pay
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
 
@@ -357,7 +357,7 @@ def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train
 
 
 def test_compiled_path_only_where_it_pays(monkeypatch):
-    """Large batch x hidden runs the tensor path (the measured policy of ops/armin/function.py)."""
+    """Large batch x hidden runs the tensor path (the measured policy of ops/armin/numba_sequence.py)."""
     cell = mannlab.ARMIN(5, 3, hidden_size=100, memory_slots=4).cell
     assert cell.kernels_pay(1, True) and cell.kernels_pay(40, True)
     assert not cell.kernels_pay(41, True)

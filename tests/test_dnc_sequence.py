@@ -1,4 +1,4 @@
-"""The DNC's compiled whole-sequence path (mannlab.ops.dnc.sequence) equals its per-step
+"""The DNC's compiled whole-sequence path (mannlab.ops.dnc.numba_sequence) equals its per-step
 tensor path, in values and gradients, and is taken exactly where it applies."""
 
 import gc
@@ -13,8 +13,8 @@ from mannlab.models.dnc import DNCCell
 from mannlab.nn import addressing
 from mannlab.nn.controllers import CONTROLLERS
 from mannlab.ops import dispatch, use_kernels
-from mannlab.ops.dnc import sequence
-from mannlab.ops.dnc.sequence import DNCSequence, controller_code
+from mannlab.ops.dnc import numba_sequence
+from mannlab.ops.dnc.numba_sequence import DNCSequence, controller_code
 
 SIZES = dict(controller_size=5, memory_slots=6, memory_width=3)
 
@@ -98,7 +98,7 @@ def test_inference_without_graph_equals_tensor_path():
 @pytest.mark.parametrize("every", [None, 1, 2, 99])  # the rule's; one step, two, T per segment
 def test_gradcheck_of_the_function(B, T, H, N, W, R, every, monkeypatch):
     if every is not None:
-        monkeypatch.setattr(sequence, "checkpoint_interval", lambda batch, steps: min(every, steps))
+        monkeypatch.setattr(numba_sequence, "checkpoint_interval", lambda batch, steps: min(every, steps))
     torch.manual_seed(1)
     d = dict(dtype=torch.float64)
     cell = DNCCell(3, "lstm", H, N, W, R).double()
@@ -179,9 +179,9 @@ def test_compiled_outputs_are_freed_without_garbage_collection():
 
 
 def test_records_are_reused_only_once_their_graph_is_gone():
-    from mannlab.ops.dnc import sequence
+    from mannlab.ops.dnc import numba_sequence
 
-    pool = sequence.RecordPool(sets=2)
+    pool = numba_sequence.RecordPool(sets=2)
     shapes = (((2, 3), True), ((4,), None))
     first = pool.take(shapes, "float32")
     saved = torch.from_numpy(first[0])  # as a graph's saved tensor holds it

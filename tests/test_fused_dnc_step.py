@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import mannlab
 from mannlab.nn import addressing as A
 from mannlab.ops import use_kernels
-from mannlab.ops.dnc.function import dnc_memory_step, interface_sizes
+from mannlab.ops.dnc.memory_step import dnc_memory_step, interface_sizes
 
 
 @pytest.fixture(params=["kernels", "tensors"], autouse=True)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mannlab.ops import use_kernels
-from mannlab.ops.ntm.function import ntm_memory_step
+from mannlab.ops.ntm.memory_step import ntm_memory_step
 from mannlab.ops.ntm.reference import memory_step as reference
 
 

@@ -1,4 +1,4 @@
-"""The NTM's compiled whole-sequence path (ops/ntm/sequence.py, numba) equals the per-step tensor
+"""The NTM's compiled whole-sequence path (ops/ntm/numba_sequence.py, numba) equals the per-step tensor
 path: values, final state, trace and every gradient, for each covered controller, several
 head and shift sizes, with and without a carried state; gradcheck of its autograd Function;
 no reference cycles; and the dispatch to the step loop where it does not apply."""
@@ -14,7 +14,7 @@ from conftest import float64_seq, leaves, small_model
 from mannlab.models import base
 from mannlab.ops import dispatch, use_kernels
 from mannlab.ops.ntm import ELMAN, LSTM, NTMOptions
-from mannlab.ops.ntm.sequence import NTMSequence
+from mannlab.ops.ntm.numba_sequence import NTMSequence
 
 COVERED = ["lstm", "fnn", "elman", "pnr-lstm", "pnr-elman"]
 SIZES = [

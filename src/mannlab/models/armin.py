@@ -85,7 +85,7 @@ from mannlab.models.tardis import (
 )
 from mannlab.nn import sampling
 from mannlab.ops.armin import ARMINCarry, ARMINInputs, ARMINOptions, ARMINWeights, armin_sequence
-from mannlab.ops.armin import function as compiled
+from mannlab.ops.armin import numba_sequence as compiled
 from mannlab.ops.armin.records import triton_sizes_fit
 
 ADDRESSING_MODES = ("gumbel", "gumbel-relaxed", "soft", "argmax")

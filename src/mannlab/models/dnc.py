@@ -63,7 +63,7 @@ from mannlab.models.size_check import check_model_size
 from mannlab.nn.controllers import make_controller
 from mannlab.ops.controller_codes import controller_code
 from mannlab.ops.dnc import FNN, LSTM, DNCOptions, DNCSequenceState, DNCWeights, dnc_sequence
-from mannlab.ops.dnc.function import dnc_memory_step, interface_sizes
+from mannlab.ops.dnc.memory_step import dnc_memory_step, interface_sizes
 
 
 class DNCState(NamedTuple):

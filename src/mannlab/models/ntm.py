@@ -23,7 +23,7 @@ Per time step (heads of one kind are addressed together, never in a loop):
     (iv)  H^o_t = [h_t; r_t]
 with address = content (eq. 8, cosine K) -> interpolation -> circular shift ->
 sharpening: the functions of mannlab.nn.addressing. Steps (ii) and (iii), with the
-head activations, run as one fused autograd function (mannlab.ops.ntm.function)
+head activations, run as one fused autograd function (mannlab.ops.ntm.memory_step)
 with the same values and gradients.
 
 A whole sequence of steps (i)-(iv) runs as one autograd node, mannlab.ops.ntm.ntm_sequence,
@@ -50,7 +50,7 @@ from mannlab.nn.controllers import (
 )
 from mannlab.ops.controller_codes import FNN, LSTM, TANH, controller_code
 from mannlab.ops.ntm import NTMOptions, NTMSequenceState, NTMWeights, ntm_sequence
-from mannlab.ops.ntm.function import ntm_memory_step
+from mannlab.ops.ntm.memory_step import ntm_memory_step
 
 
 class NTMState(NamedTuple):

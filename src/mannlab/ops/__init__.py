@@ -5,7 +5,10 @@
     numba_cache.py  numba's disk cache, stamped with numba_math.py too
     bridge.py       tensors to NumPy arrays, the kernels' BLAS threads
     threads.py      the whole-sequence kernels on torch.get_num_threads() threads (row blocks)
-    <model>/        function.py (the autograd Function), kernels.py (numba)
+    <model>/        op.py (the public op), records.py, reference.py (the plain tensor loop),
+                    numba_sequence.py over kernels.py (numba), triton_sequence.py over
+                    triton_kernels.py (Triton), memory_step.py (the step loop's memory op)
+    dntm/           function.py (the whole-sequence autograd Function), kernels.py (numba)
 
 Models import ops, never the reverse. numba is imported only when a kernel first runs.
 The kernels use as many threads as torch does (``torch.set_num_threads(n)``; ``train.threads``

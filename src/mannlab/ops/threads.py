@@ -24,7 +24,7 @@ results are the same at every call (no racy reductions). Random draws never happ
 a kernel: they are inputs, drawn by torch before the call, and are cut like any other
 batch-major input, so samples do not depend on the thread count.
 
-How a kernel is called through here (ops/<model>/function.py)::
+How a kernel is called through here (ops/<model>/numba_sequence.py)::
 
     args = (Rows(x), Rows(noise, 1), weight, flag)
     out, d_weight, saved = threads.call(kernel, args, (0, SUM, KEEP), batch)

@@ -6,7 +6,7 @@ x_proj (B, T, G) is the controller's input projection W_x x_t + b of every step 
 product before the time loop), ``state`` a :class:`DNCSequenceState`, ``weights`` the
 :class:`DNCWeights` the time loop multiplies by and ``options`` the :class:`DNCOptions`
 (records.py). The backends compute ops/dnc/reference.py's loop: "numba" as one autograd node
-over the CPU kernels (sequence.py over kernels.py), "reference" the loop itself.
+over the CPU kernels (numba_sequence.py over kernels.py), "reference" the loop itself.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def dnc_sequence(
     (B, T, H + R W), final state). Differentiable in x_proj, the initial state and the
     weights."""
     if backend == "numba":
-        from mannlab.ops.dnc.sequence import numba_sequence
+        from mannlab.ops.dnc.numba_sequence import numba_sequence
 
         return numba_sequence(x_proj, state, weights, options)
     if backend == "reference":

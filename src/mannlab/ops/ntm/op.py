@@ -6,7 +6,7 @@ x_proj (B, T, G) is the controller's input projection W_x x_t + b of every step 
 product before the time loop), ``state`` an :class:`NTMSequenceState`, ``weights`` the
 :class:`NTMWeights` the time loop multiplies by and ``options`` the :class:`NTMOptions`
 (records.py). The backends compute ops/ntm/reference.py's loop, each as one autograd node:
-"numba" the CPU kernels (sequence.py over kernels.py), "triton" the GPU kernels
+"numba" the CPU kernels (numba_sequence.py over kernels.py), "triton" the GPU kernels
 (triton_sequence.py over triton_kernels.py; on CPU tensors in Triton's interpreter),
 "reference" the loop itself.
 """
@@ -24,7 +24,7 @@ def ntm_sequence(
     """Steps (i)-(iv) of the NTM over a whole sequence on ``backend``: (features
     (B, T, d_h + R W), final state, trace or None). The trace carries no gradient."""
     if backend == "numba":
-        from mannlab.ops.ntm.sequence import numba_sequence
+        from mannlab.ops.ntm.numba_sequence import numba_sequence
 
         return numba_sequence(x_proj, state, weights, options)
     if backend == "triton":  # imports Triton: only when asked for

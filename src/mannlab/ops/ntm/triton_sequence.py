@@ -1,5 +1,5 @@
 """The NTM's whole sequence as one autograd node over the Triton kernels (triton_kernels.py):
-the GPU's counterpart of sequence.py, with the same inputs and outputs, so that
+the GPU's counterpart of numba_sequence.py, with the same inputs and outputs, so that
 ``mannlab.ops.ntm.ntm_sequence(..., backend="triton")`` differs from the numba backend only in
 where it runs. On CPU tensors the kernels run in Triton's interpreter (TRITON_INTERPRET=1),
 which is how tests/ops/test_ntm_kernels.py checks them without a GPU.
@@ -7,7 +7,7 @@ which is how tests/ops/test_ntm_kernels.py checks them without a GPU.
 The forward launches one kernel over tiles of batch rows with the time loop inside; the
 backward one kernel with the time loop reversed, which returns the gradients of every step's
 pre-activations; the weight gradients are then one matrix product each over all B T steps
-(sequence.weight_gradients, shared with the numba backend).
+(numba_sequence.weight_gradients, shared with the numba backend).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import triton
 from torch.autograd.function import once_differentiable
 
 from mannlab.ops.ntm import triton_kernels as kernels
+from mannlab.ops.ntm.numba_sequence import apply_sequence, weight_gradients
 from mannlab.ops.ntm.records import (
     NTMOptions,
     NTMRecords,
@@ -27,7 +28,6 @@ from mannlab.ops.ntm.records import (
     NTMWeights,
 )
 from mannlab.ops.ntm.reference import head_values
-from mannlab.ops.ntm.sequence import apply_sequence, weight_gradients
 
 
 def _sizes(batch_shape, hidden, read_heads, write_heads, slots, params, options: NTMOptions) -> dict:

@@ -1,10 +1,12 @@
-"""TARDIS's whole-sequence op: ``tardis_sequence(inputs, state, weights, options, backend)``
-over the typed records TARDISInputs, TARDISCarry, TARDISWeights, TARDISOptions and its
-result TARDISResult (records.py; sequence.py). Behind it: reference.py (the plain tensor
-loop, the specification the kernels are tested against) and function.py over kernels.py
-(numba, CPU).
+"""TARDIS's fast path, in the shape of a functional op (records in, records out):
+
+op.py               ``tardis_sequence(inputs, state, weights, options, backend)``, the public op
+records.py          TARDISInputs, TARDISCarry, TARDISWeights, TARDISOptions, TARDISResult
+reference.py        the plain tensor loop, the specification the kernels are tested against
+numba_sequence.py   the whole-sequence autograd Function over kernels.py (numba, CPU)
 """
 
+from mannlab.ops.tardis.op import tardis_sequence
 from mannlab.ops.tardis.records import (
     BACKENDS,
     MODES,
@@ -15,7 +17,6 @@ from mannlab.ops.tardis.records import (
     TARDISSteps,
     TARDISWeights,
 )
-from mannlab.ops.tardis.sequence import tardis_sequence
 
 __all__ = [
     "BACKENDS",

@@ -1,7 +1,7 @@
 """ARMIN's whole-sequence op, the one entry to its kernels: ``armin_sequence(inputs, state,
 weights, options) -> (outputs, state)`` over typed records (records.py). The backend named in
-the options runs it: the numba autograd Function (function.py, CPU), the Triton one
-(triton_function.py, GPU or Triton's interpreter) or the plain tensor loop (reference.py);
+the options runs it: the numba autograd Function (numba_sequence.py, CPU), the Triton one
+(triton_sequence.py, GPU or Triton's interpreter) or the plain tensor loop (reference.py);
 callers build the records by name and never see a kernel's argument order.
 """
 
@@ -57,8 +57,8 @@ def armin_sequence(
 
         return armin_reference(inputs, state, weights, options)
     if options.backend == "triton":
-        from mannlab.ops.armin.triton_function import ARMINTritonSequence as function
+        from mannlab.ops.armin.triton_sequence import ARMINTritonSequence as function
     else:
-        from mannlab.ops.armin.function import ARMINSequence as function
+        from mannlab.ops.armin.numba_sequence import ARMINSequence as function
     out, h, memory = function.apply(options, *inputs, *state, *weights)
     return out, ARMINCarry(h, memory, state.steps + inputs.projected.shape[1])

@@ -3,7 +3,7 @@
     steps, state = tardis_sequence(inputs, state, weights, options, backend="numba")
 
 over the typed records of records.py. ``backend`` picks the implementation: "numba" the autograd
-Function over the CPU kernels (function.py), "reference" the plain tensor loop (reference.py);
+Function over the CPU kernels (numba_sequence.py), "reference" the plain tensor loop (reference.py);
 callers build the records by name and never see a kernel's argument order.
 """
 
@@ -63,7 +63,7 @@ def tardis_sequence(
         from mannlab.ops.tardis.reference import tardis_reference
 
         return tardis_reference(inputs, state, weights, options)
-    from mannlab.ops.tardis.function import numba_sequence
+    from mannlab.ops.tardis.numba_sequence import numba_sequence
 
     return numba_sequence(inputs, state, weights, options)
 

@@ -226,8 +226,8 @@ TRITON_MAX_BATCH = 2048
 
 def route(cell: torch.nn.Module, x: torch.Tensor, state: Any, with_trace: bool) -> Route:
     """The path of a pass of ``cell`` over x (B, T, I): Triton where its Triton kernels apply,
-    below :data:`TRITON_MAX_BATCH` (at any batch when forced); numba where its kernels cover the configuration,
-    apply to x and pay at this batch size; else the step loop."""
+    below :data:`TRITON_MAX_BATCH` (at any batch when forced); numba where its kernels cover
+    the configuration, apply to x and pay at this batch size; else the step loop."""
     backend = sequence_backend(cell, x, with_trace)
     if not backend:
         return Route(False, False)

@@ -112,3 +112,44 @@ def test_eval_lengths_no_memory_holds_fail_before_sampling(monkeypatch):
         evaluate_lengths(model, task, [100_000])
     rows = evaluate_lengths(model, task, [2], batches=1, batch_size=2)  # small enough: runs
     assert rows[0]["length"] == 2
+
+
+MAGNITUDE_CASES = [
+    ("armin", {}),
+    ("lstm", {"layer_norm": True}),
+    ("dntm", {"location_shifts": 1}),
+    ("dnc", {"controller": "gru"}),
+]
+
+
+@pytest.mark.parametrize("model,args", MAGNITUDE_CASES, ids=[m for m, _ in MAGNITUDE_CASES])
+def test_inputs_and_states_past_the_magnitude_bound_are_refused(model, args):
+    import torch
+
+    from mannlab.models.state_check import MAX_MAGNITUDE
+
+    net = build_model(model, 3, 2, **{**SMALL[model], **args})
+    x = torch.randn(2, 4, 3)
+    _, state = net(x)
+    with pytest.raises(ValueError, match=r"input with a value of magnitude .*e\+30; values must stay below"):
+        net(x * 1e30)
+    big = type(state)(*(field * 0 + 1e30 if isinstance(field, torch.Tensor) else field for field in state))
+    with pytest.raises(ValueError, match="state field .* magnitude"):
+        net(x, big)
+    y, _ = net(x * (MAX_MAGNITUDE / 10) / x.abs().max())  # below the bound: accepted
+    assert y.shape == (2, 4, 2)
+
+
+def test_aux_loss_refuses_a_step_nll_that_is_not_a_likelihood():
+    import math
+
+    import torch
+
+    net = build_model("dntm", 3, 2, **{**SMALL["dntm"], "addressing": "reinforce"})
+    _, _, trace = net(torch.randn(2, 4, 3), return_trace=True)
+    assert torch.isfinite(net.aux_loss(trace, torch.ones(2, 4)))
+    for bad in (math.nan, math.inf, -5.0):
+        nll = torch.ones(2, 4)
+        nll[0, 1] = bad
+        with pytest.raises(ValueError, match="step_nll must be finite and >= 0"):
+            net.aux_loss(trace, nll)

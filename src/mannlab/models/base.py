@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.models.state_check import check_state, values_checkable
+from mannlab.models.state_check import check_state, check_values, values_checkable
 from mannlab.nn import sampling
 from mannlab.nn.schedules import inverse_temperature
 from mannlab.ops import dispatch
@@ -137,8 +137,7 @@ def check_input(owner: nn.Module, x: Any, layout: str, input_size: Optional[int]
         )
     if x.numel() == 0:
         raise ValueError(f"{name} got an empty input of shape {tuple(x.shape)}")
-    if values_checkable(x) and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} got an input containing NaN or infinity")
+    check_values(x, f"{name} got an input")
     return x
 
 
@@ -297,6 +296,8 @@ class SequenceModel(nn.Module):
             raise ValueError(
                 f"step_nll must be (B, T) = {tuple(trace.sampled.shape)}, got {tuple(step_nll.shape)}"
             )
+        if values_checkable(step_nll) and not bool((torch.isfinite(step_nll) & (step_nll >= 0)).all()):
+            raise ValueError("step_nll must be finite and >= 0 (a negative log-likelihood per step)")
         if outputs_per_step is None:
             outputs_per_step = self.output_features
         if (

@@ -2,9 +2,9 @@
 
 A state is checked against the one the model itself would start from for this input
 (``initial_state(B, device, dtype)``): the same NamedTuple types, nesting, tensor shapes
-(batch included), dtypes and devices, and finite values. A state from another model, another
-batch or another memory size would otherwise be read out of bounds by the compiled kernels,
-or broadcast silently by the tensor path.
+(batch included), dtypes and devices, and finite values below MAX_MAGNITUDE. A state from
+another model, another batch or another memory size would otherwise be read out of bounds by
+the compiled kernels, or broadcast silently by the tensor path.
 """
 
 from __future__ import annotations
@@ -18,6 +18,26 @@ def values_checkable(tensor: torch.Tensor) -> bool:
     """Whether a check may read the tensor's values: not while torch.compile traces (a
     data-dependent check breaks its graph), not on the "meta" device (no values)."""
     return not torch.compiler.is_compiling() and tensor.device.type != "meta"
+
+
+#: inputs and state values are refused at or above this magnitude: squared inside layer norm,
+#: cosine similarity or a softmax they overflow float32 (3.4e38) to NaN without a word
+MAX_MAGNITUDE = 1e15
+
+
+def check_values(tensor: torch.Tensor, what: str) -> None:
+    """ValueError when a tensor whose values can be read holds NaN, infinity or a value of
+    magnitude MAX_MAGNITUDE or more (one reduction over the tensor)."""
+    if not (tensor.is_floating_point() and values_checkable(tensor)) or tensor.numel() == 0:
+        return
+    largest = float(tensor.detach().abs().max())
+    if largest != largest or largest == float("inf"):
+        raise ValueError(f"{what} containing NaN or infinity")
+    if largest >= MAX_MAGNITUDE:
+        raise ValueError(
+            f"{what} with a value of magnitude {largest:.3g}; values must stay below {MAX_MAGNITUDE:g} "
+            "(larger ones overflow float32 inside the model); scale the input"
+        )
 
 
 def _type_name(value: Any) -> str:
@@ -45,8 +65,7 @@ def _compare(given: Any, expected: Any, path: str, owner: str) -> None:
             raise ValueError(
                 f"{owner} state field {path} must be on {expected.device} like the input, got {given.device}"
             )
-        if given.is_floating_point() and values_checkable(given) and not bool(torch.isfinite(given).all()):
-            raise ValueError(f"{owner} state field {path} contains NaN or infinity")
+        check_values(given, f"{owner} got a state field {path}")
         return
     if isinstance(expected, tuple):
         if type(given) is not type(expected):

@@ -543,7 +543,11 @@ def test_a_built_task_declares_what_its_entry_says():
 
     for name in [*generated_names(), "proposals-synthetic"]:
         task, entry = make(name), tasks.entry(name)
-        assert (task.kind, task.batching, task.input_kind) == (entry.kind, entry.batching, entry.input_kinds[0])
+        assert (task.kind, task.batching, task.input_kind) == (
+            entry.kind,
+            entry.batching,
+            entry.input_kinds[0],
+        )
     copy = make("copy")
     assert copy.loss_key == "bce" and copy.splits == () and copy.steps_per_epoch(8) is None
     assert copy.extra_results(None, "test", None, 4) == {}

@@ -189,7 +189,8 @@ class TrainConfig:
     # torch intra-op threads during the run (0: torch's default). One thread is much faster for
     # these small recurrent models on a busy CPU, and a resume must use the same count to be exact.
     threads: int = 1
-    # where to train: "auto" (CUDA if present, else MPS, else the CPU), "cpu", "cuda[:N]", "mps"
+    # where to train: "auto" (the fastest path for the model: training/device.py), "cpu",
+    # "cuda[:N]", "mps"
     device: str = "auto"
     # "32", or mixed precision under torch.autocast: "bf16-mixed", "16-mixed" (CUDA only)
     precision: str = "32"

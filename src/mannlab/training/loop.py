@@ -71,8 +71,8 @@ from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.run_dir import (
     RunDirLock,
-    cuda_rng_states,
     check_run_dir,
+    cuda_rng_states,
     prepare_run_dir,
     restore_last,
     restore_ranks,
@@ -186,9 +186,10 @@ def _train(config: RunConfig, resume: bool, force: bool, lock: RunDirLock) -> di
     check_threads(config.train.threads)
     torch.manual_seed(config.seed)
     task, model = build_run(config)  # bad names or arguments fail here, before any file is touched
-    device = distributed.start(config.train.device, model)  # the process group, if under torchrun
+    batch = config.train.batch_size
+    device = distributed.start(config.train.device, model, batch)  # the process group, under torchrun
     if config.train.device == "auto":
-        distributed.main_only(lambda: say_auto_choice(model))
+        distributed.main_only(lambda: say_auto_choice(model, batch))
     resume = distributed.from_main(resume)  # rank 0's files decide
     distributed.main_only(lambda: check_run_dir(run_dir))
     check_precision(config.train.precision, device)

@@ -84,7 +84,7 @@ def auto_device(model: nn.Module, batch_size: Optional[int] = None) -> tuple[tor
         if _mps_available():
             return torch.device("mps"), "Apple's MPS backend, no CUDA GPU here"
         return torch.device("cpu"), "no GPU here"
-    backends = model.kernel_backends() if hasattr(model, "kernel_backends") else ()
+    backends = model.kernel_backends()
     if not backends:
         return torch.device("cuda"), f"{name} has no memory kernels: its recurrent layers run on cuDNN"
     triton = "triton" in backends

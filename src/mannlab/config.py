@@ -50,8 +50,8 @@ _ARMIN_ADAM = {"optimizer": "adam", "lr": 2e-3, "clip_grad_norm": 1.0, "batch_si
 # Recipes (--config / `mannlab run`) do not use this table, so retuning it
 # never changes a published result.
 DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
-    # RMSprop (momentum 0.9) as in the NTM paper, at batch 16 with lr 3e-4: on this
-    # CPU it solves copy several times faster than batch 1 at lr 1e-4 (docs/RESULTS.md).
+    # RMSprop (momentum 0.9) as in the NTM paper, at batch 16 with lr 3e-4: on a CPU it
+    # solves copy several times faster than batch 1 at lr 1e-4 (docs/RESULTS.md).
     ("*", "*"): {
         "train": {"steps": 2000, "batch_size": 16, "optimizer": "rmsprop", "lr": 3e-4},
     },

@@ -128,8 +128,8 @@ class ARMINTrace(NamedTuple):
 
 def _orthogonal_blocks(weight: torch.Tensor, block: int) -> None:
     """Orthogonal initialisation of each block of ``block`` output rows (appendix C). On one
-    thread: on the loaded 2-core machine a 100 x 100 QR took 0.3 s with two threads (the
-    default before the trainer sets train.threads), 0.5 ms with one."""
+    thread: torch's QR of a small block is far slower on several threads of a busy CPU
+    (docs/DECISIONS.md)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -62,13 +62,10 @@ norm and recurrent dropout on or off) and with or without the trace that REINFOR
 for all steps first, the fusion g and the output layer for all steps after. The compiled path
 draws all steps' random numbers in one call, which torch's generator fills exactly as the
 step loop's per-step calls, so both paths see the same samples for a seed; values and every
-gradient equal the per-step tensor path to rounding (tests/test_tardis.py). Measured in CPU
-time with one thread, two runs on a shared machine (benchmarks/README.md, bench_tardis.py): a
-batch-1 training step of the copy configuration 15-17x faster than the tensor path (0.38-0.40x
-an nn.LSTMCell loop), batch 16 3.6-3.8x (1.3x LSTMCell); the PTB recipe trains at 0.75-0.79x
-(batch 1) and 0.47-0.53x (batch 32) nn.LSTM's characters per second, from 0.04-0.05x and
-0.25-0.28x. The first use on a machine compiles the kernels
-(about 25 s of CPU per dtype here); numba caches them on disk.
+gradient equal the per-step tensor path to rounding (tests/test_tardis.py). The compiled path
+is faster than the tensor path at every size measured (benchmarks/README.md,
+bench_tardis.py). The first use compiles the kernels once per dtype (ops/notice.py says how
+long); numba caches them on disk.
 ``mannlab.ops.use_kernels(False)`` or MANNLAB_KERNELS=0 select the per-step tensor path,
 which other devices and dtypes use anyway.
 

@@ -77,7 +77,7 @@ class Controller(nn.Module):
         The weight goes in with column-major storage, so that linear's backward takes W_x's
         gradient as x^T (I, B T) @ dxp (B T, G), transposed after: with the row-major weight
         it is dxp^T (G, B T) @ x (B T, I), which MKL computes several times slower when the
-        inputs are few (I = 9, batch 32, T = 41: 3.1 ms, now 0.7)."""
+        inputs are few (benchmarks/README.md, bench_dnc.py)."""
         return torch.nn.functional.linear(x, self.input_weight.t().contiguous().t(), self.bias)
 
     def _feedforward(self, x_proj: torch.Tensor, r_prev: torch.Tensor) -> torch.Tensor:

@@ -23,8 +23,8 @@ _blas_threads = [None, None]  # [setter, the count last set]
 def limit_blas_threads(count: int) -> None:
     """Run the kernels' matrix products (numba calls SciPy's OpenBLAS) on ``count`` threads,
     as torch runs on torch.get_num_threads(): by default OpenBLAS starts one thread per core,
-    and on a loaded 2-core machine its threads made a batch-32 step 6x slower. No-op when
-    that library or its setter is not found."""
+    which on a busy CPU slows a step several times (benchmarks/README.md, bench_armin.py).
+    No-op when that library or its setter is not found."""
     setter, current = _blas_threads
     if current == count:
         return

@@ -15,7 +15,7 @@ log = logging.getLogger("mannlab")
 NAMES = {"ntm": "NTM", "dnc": "DNC", "dntm": "D-NTM", "tardis": "TARDIS", "armin": "ARMIN"}
 
 # One-off compile time of each ops package's kernels (forward and backward of the default
-# model: CPU seconds measured on a busy 2-core x86 machine, rounded up); numba's disk cache
+# model, CPU seconds rounded up; how they were taken: docs/DECISIONS.md); numba's disk cache
 # makes later processes start at once.
 COMPILE_SECONDS = {"ntm": 45, "dnc": 45, "dntm": 50, "tardis": 35, "armin": 30}
 

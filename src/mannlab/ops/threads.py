@@ -5,16 +5,16 @@ the whole sequence; the blocks' results are joined after.
 The rule: the kernels use ``torch.get_num_threads()`` threads, as torch's own operators do, so
 ``torch.set_num_threads(n)`` (what ``train.threads`` sets for a run) sets both;
 ``mannlab.ops.set_threads(n)`` sets the kernels' count alone (``None``: follow torch again),
-for when torch's operators are better left on one thread (on the loaded 2-core machine two
-intra-op threads made a whole training step 4-20x slower: benchmarks/bench_threads.py).
-With one thread, or one row, the kernel is called exactly as before, on the whole batch
-(results bit-identical to the serial kernels). With n > 1 threads and B > 1 rows there are
-min(n, B) blocks. Why whole sequences per thread rather than numba's ``prange`` over the rows inside
-each time step: a kernel's time loop joins all rows at every step (one matrix product over
-the batch), so a prange there would meet a barrier several times per step, each a few
-microseconds on an idle machine and far more when another job holds a core; one block per
-thread meets once per call. The kernels are compiled with ``nogil=True`` so the blocks
-run at once, and their matrix products then run single-threaded (bridge.limit_blas_threads).
+for when torch's operators are better left on one thread (torch's intra-op threads can make
+a whole training step several times slower on a busy CPU: benchmarks/README.md,
+bench_threads.py). With one thread, or one row, the serial kernel is called once on the
+whole batch (results bit-identical to the serial kernels). With n > 1 threads and B > 1 rows
+there are min(n, B) blocks. Why whole sequences per thread rather than numba's ``prange`` over
+the rows inside each time step: a kernel's time loop joins all rows at every step (one matrix
+product over the batch), so a prange there would meet a barrier several times per step, where
+one block per thread meets once per call (docs/DECISIONS.md). The kernels are compiled with
+``nogil=True`` so the blocks run at once, and their matrix products then run single-threaded
+(bridge.limit_blas_threads).
 
 Results: every row of a block is computed exactly as in a whole-batch call but for the
 matrix products, whose rounding may depend on the number of rows, so the values equal the

@@ -18,13 +18,11 @@ from mannlab.ops.armin.records import MODES, ARMINOptions, ARMINWeights, Preacti
 from mannlab.ops.bridge import as_array
 from mannlab.ops.threads import KEEP, Blocks, Rows
 
-#: Where the compiled path pays (measured on the 2-core test machine, one thread, table-5
-#: and char-LM sizes): the kernels' per-row work is scalar (no vectorised exp/tanh) and their
-#: BLAS (SciPy's OpenBLAS) is up to 2x slower than torch's for few rows, so large batches
+#: Where the compiled path pays: the kernels' per-row work is scalar (no vectorised exp/tanh)
+#: and their BLAS (SciPy's OpenBLAS) is slower than torch's for few rows, so large batches
 #: times hidden sizes run faster on the tensor path. Training (a backward follows): kernels
-#: while batch * d_h <= 4096 (1.2-14x faster there; 0.92x at 32 x 256, 0.70x at 128 x 128).
-#: Inference: at batch 1 (1.3-8x faster), else while batch * d_h <= 3200 and d_h <= 128
-#: (1.0-1.3x; 0.7-0.8x at d_h = 256 with 4-32 rows).
+#: while batch * d_h <= 4096. Inference: at batch 1, else while batch * d_h <= 3200 and
+#: d_h <= 128. The measurements: benchmarks/README.md, bench_armin.py.
 KERNEL_MAX_TRAIN_ROWS_X_HIDDEN = 4096
 KERNEL_MAX_INFER_ROWS_X_HIDDEN, KERNEL_MAX_INFER_HIDDEN = 3200, 128
 

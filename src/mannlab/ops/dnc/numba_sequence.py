@@ -48,7 +48,7 @@ _UNUSED = _most_references((np.empty(0),))
 class RecordPool:
     """The record arrays of sequence_forward, reused between calls: fresh pages for the
     (B, T, ...) records (tens of MB at batch 32) cost the kernel more than its arithmetic
-    (each page is faulted in and zeroed by the OS; measured 2x on the forward). A set is
+    (each page is faulted in and zeroed by the OS; benchmarks/README.md, bench_dnc.py). A set is
     handed out again once nothing but the pool holds its arrays (the tensors saved for the
     backward are gone); the pool keeps at most ``sets`` unused sets, the least recently
     used dropped first."""
@@ -90,12 +90,10 @@ def checkpoint_interval(batch: int, steps: int) -> int:
     """Steps per segment of the links and memory checkpoints, ceil(sqrt(B T)) (at most T):
     sequence_forward keeps B ceil(T / every) (N, N) link records and sequence_backward one
     scratch of ``every`` per thread, and B T / every + every is least at sqrt(B T). It is
-    the speed's choice too: keeping fewer checkpoints and recomputing more measured faster
-    (B 32, N 128, W 20, T 41, one thread, the training step per time step: every = 7, the
-    earlier ceil(sqrt(T)), about 1,480 us; every = 14, 21 or 41 about 1,420-1,440 us;
-    every = 1, all links and memories kept and none recomputed, about 1,900 us, and at B 1
-    90 us against 80: the records written to and read back from DRAM cost more than the
-    recomputation in cache). Tests monkeypatch this to reach other segmentations."""
+    the speed's choice too: the records written to and read back from DRAM cost more than
+    recomputing the links in cache, so fewer checkpoints and more recomputation are faster
+    (benchmarks/README.md, bench_dnc.py, "the checkpoint interval"). Tests monkeypatch this
+    to reach other segmentations."""
     return min(steps, math.isqrt(max(batch * steps, 1) - 1) + 1)
 
 
@@ -211,7 +209,7 @@ class DNCSequence(torch.autograd.Function):
         d_w_r = d_w_h = d_w_xi = None
         if need[10]:
             reads_prev = torch.cat([r0.unsqueeze(1), out[:, :-1, H:]], 1)  # r_{t-1}
-            d_w_r = _outer(reads_prev, d_hbar).t()  # this way round 1.6x faster for R W = 20
+            d_w_r = _outer(reads_prev, d_hbar).t()  # this way round: faster (benchmarks/README.md)
         if w_h is not None and need[11]:
             d_w_h = _outer(d_pre, hs[:, :-1])
         if need[12]:

@@ -120,8 +120,21 @@ def _fail(exc: BaseException, status: int, debug: bool, unexpected: bool = False
             f"{type(exc).__name__}: {message.splitlines()[0] if message else ''} "
             "(rerun with --debug for the traceback)"
         )
-    print(f"mannlab: error: {message}", file=sys.stderr)
+    print(f"mannlab: error: {shortened(message)}", file=sys.stderr)
     raise SystemExit(status) from None
+
+
+#: the longest error message printed whole; longer ones (a pasted file as a model name) are cut
+MESSAGE_LIMIT = 2000
+
+
+def shortened(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` whole up to ``limit`` characters, else its start and end around a note of
+    how much was cut."""
+    if len(message) <= limit:
+        return message
+    head, tail = message[: limit * 3 // 4], message[-limit // 4 :]
+    return f"{head} ... [{len(message) - len(head) - len(tail)} characters cut] ... {tail}"
 
 
 def build_parser() -> argparse.ArgumentParser:

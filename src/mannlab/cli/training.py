@@ -191,6 +191,11 @@ def train_config(args: argparse.Namespace) -> RunConfig:
         saved = Path(run_dir) / "config.toml" if run_dir else None
         if args.resume and saved is not None and saved.is_file():
             base = read_toml(saved)
+        elif args.resume and saved is not None and saved.parent.is_dir() and not (args.model and args.task):
+            raise ConfigError(
+                f"cannot resume {run_dir}: its config.toml is missing, so the run's model and task "
+                "are unknown; give the same --model and --task (or --config FILE) with --resume"
+            )
         elif args.model and args.task:
             base = default_config_dict(args.model, args.task)
         else:

@@ -45,7 +45,7 @@ pnr-elman or pnr-lstm controller and without the trace, a whole sequence runs as
 autograd node whose forward and backward are compiled loops over time
 (mannlab.ops.dnc.dnc_sequence: steps (i)-(iv) of every step, the weight gradients one matrix
 product each after the backward; the links are kept for the backward only every
-ceil(sqrt(T)) steps and recomputed in between). The GRU controller, the trace, other
+ceil(sqrt(B T)) steps and recomputed in between). The GRU controller, the trace, other
 devices and dtypes, autocast, torch.compile and ``mannlab.ops.use_kernels(False)`` take the
 step loop above (the reference: same values and gradients to rounding,
 tests/test_dnc_sequence.py). Each batch element is an independent loop over time.

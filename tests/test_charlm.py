@@ -79,7 +79,9 @@ def test_download_verifies_checksum_and_caches(tmp_path, monkeypatch):
     }
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", remote)
     monkeypatch.setenv("MANNLAB_DATA", str(tmp_path / "cache"))
-    corpus = load_corpus("ptb-char")
+    with pytest.raises(download.MissingData, match="--download"):
+        load_corpus("ptb-char")  # nothing is downloaded unless asked for
+    corpus = load_corpus("ptb-char", download=True)
     assert (tmp_path / "cache" / "ptb" / "ptb.train.txt").exists()
     (source / "ptb.train.txt").unlink()  # the cache serves the second call
     assert torch.equal(load_corpus("ptb-char").train, corpus.train)
@@ -88,12 +90,12 @@ def test_download_verifies_checksum_and_caches(tmp_path, monkeypatch):
     )
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", bad)
     with pytest.raises(DataError, match="does not match"):
-        load_corpus("ptb-char")
+        load_corpus("ptb-char", download=True)
     assert not (tmp_path / "cache" / "ptb" / "other.txt").exists()
     gone = dict(remote, valid=download.RemoteFile((tmp_path / "nowhere.txt").as_uri(), name="v.txt"))
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", gone)
     with pytest.raises(DataError, match="could not download"):
-        load_corpus("ptb-char")
+        load_corpus("ptb-char", download=True)
 
 
 def test_hutter_corpus_from_zip_with_the_standard_split(tmp_path, monkeypatch):
@@ -120,7 +122,9 @@ def test_data_dir_with_an_archive_inside_and_download_into_it(tmp_path, monkeypa
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", remote)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert torch.equal(load_corpus("ptb-char", empty).valid, load_corpus("ptb-char", words).valid)
+    assert torch.equal(
+        load_corpus("ptb-char", empty, download=True).valid, load_corpus("ptb-char", words).valid
+    )
     assert (empty / "ptb" / "ptb.valid.txt").is_file()
 
 
@@ -130,7 +134,7 @@ def test_bad_sources_and_names(tmp_path, monkeypatch):
     gone = {s: download.RemoteFile((tmp_path / f"nowhere.{s}.txt").as_uri()) for s in charlm.SPLITS}
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", gone)
     with pytest.raises(DataError, match="could not download"):
-        load_corpus("ptb-char", tmp_path)
+        load_corpus("ptb-char", tmp_path, download=True)
     (tmp_path / "file.txt").write_text("x")
     with pytest.raises(DataError, match="neither a directory nor an archive"):
         load_corpus("ptb-char", tmp_path / "file.txt")
@@ -544,7 +548,7 @@ def test_train_downloads_from_the_canonical_address(ptb, tmp_path, monkeypatch):
     }
     monkeypatch.setitem(charlm.CORPORA, "ptb-char", remote)
     monkeypatch.setenv("MANNLAB_DATA", str(tmp_path / "cache"))
-    assert cli_main(["train", "--model", "lstm", *TINY, "--steps", "2"]) == 0
+    assert cli_main(["train", "--model", "lstm", *TINY, "--steps", "2", "--download"]) == 0
     assert (tmp_path / "cache" / "ptb" / "ptb.test.txt").is_file()
 
 

@@ -24,23 +24,25 @@ def serve(payload, calls):
 
 def test_download_verified_then_cached(tmp_path):
     calls = []
-    path = locate("demo", GOOD, str(tmp_path), fetch=serve(PAYLOAD, calls))
+    path = locate("demo", GOOD, str(tmp_path), fetch=serve(PAYLOAD, calls), download=True)
     assert path == tmp_path / "demo" / "data.bin" and path.read_bytes() == PAYLOAD
-    again = locate("demo", GOOD, str(tmp_path), fetch=serve(b"other", calls))
+    again = locate("demo", GOOD, str(tmp_path), fetch=serve(b"other", calls), download=True)
     assert again == path and calls == [GOOD.url]  # the cache hit did not fetch
 
 
 def test_bad_checksum_rejected_and_nothing_left(tmp_path):
     with pytest.raises(DataError, match="SHA256 .* does not match"):
-        locate("demo", GOOD, str(tmp_path), fetch=serve(b"corrupt", []))
+        locate("demo", GOOD, str(tmp_path), fetch=serve(b"corrupt", []), download=True)
     assert list((tmp_path / "demo").iterdir()) == []
 
 
 def test_md5_checked_when_only_md5_published(tmp_path):
     remote = RemoteFile("https://example.invalid/x.gz", md5=hashlib.md5(PAYLOAD).hexdigest())
-    assert locate("demo", remote, str(tmp_path), fetch=serve(PAYLOAD, [])).read_bytes() == PAYLOAD
+    assert (
+        locate("demo", remote, str(tmp_path), fetch=serve(PAYLOAD, []), download=True).read_bytes() == PAYLOAD
+    )
     with pytest.raises(DataError, match="MD5"):
-        locate("other", remote, str(tmp_path), fetch=serve(b"bad", []))
+        locate("other", remote, str(tmp_path), fetch=serve(b"bad", []), download=True)
 
 
 def test_interrupted_download_leaves_no_partial_file(tmp_path):
@@ -49,7 +51,7 @@ def test_interrupted_download_leaves_no_partial_file(tmp_path):
         raise ConnectionError("network is unreachable")
 
     with pytest.raises(DataError, match="offline.*put it at"):
-        locate("demo", GOOD, str(tmp_path), fetch=fail)
+        locate("demo", GOOD, str(tmp_path), fetch=fail, download=True)
     assert list((tmp_path / "demo").iterdir()) == []
 
 
@@ -57,7 +59,7 @@ def test_env_var_sets_the_root(tmp_path, monkeypatch):
     monkeypatch.setenv("MANNLAB_DATA", str(tmp_path))
     assert data_root() == tmp_path
     (tmp_path / "data.bin").write_bytes(b"local copy, not re-hashed")
-    assert locate("demo", GOOD, fetch=serve(PAYLOAD, [])) == tmp_path / "data.bin"
+    assert locate("demo", GOOD, fetch=serve(PAYLOAD, []), download=True) == tmp_path / "data.bin"
 
 
 def test_local_file_directory_and_archives(tmp_path):
@@ -105,12 +107,15 @@ def test_symlinks_out_of_the_data_directory_are_refused(tmp_path):
     (root / "data.bin").unlink()
     (root / "demo").symlink_to(outside)  # a download would land outside
     with pytest.raises(DataError, match="demo resolves to .*outside the data directory"):
-        locate("demo", GOOD, str(root), fetch=serve(PAYLOAD, []))
+        locate("demo", GOOD, str(root), fetch=serve(PAYLOAD, []), download=True)
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt", "sub"]
     # the data directory itself may be a symlink
     (root / "demo").unlink()
     (tmp_path / "link").symlink_to(root)
-    assert locate("demo", GOOD, str(tmp_path / "link"), fetch=serve(PAYLOAD, [])).read_bytes() == PAYLOAD
+    assert (
+        locate("demo", GOOD, str(tmp_path / "link"), fetch=serve(PAYLOAD, []), download=True).read_bytes()
+        == PAYLOAD
+    )
     assert read_members(tmp_path / "link" / "unpacked", lambda n: n == "b.txt") == {"b.txt": b"inside"}
 
 

@@ -63,8 +63,11 @@ def test_load_gz_and_corrupt_file(tmp_path):
 
 
 def test_missing_files_offline_error(tmp_path):
+    with pytest.raises(download.MissingData, match="(?s)--download.*t10k-labels-idx1-ubyte.gz"):
+        mnist.load_mnist("train", str(tmp_path))  # nothing downloaded unless asked; all four files named
+    assert not (tmp_path / "mnist").exists()
     with pytest.raises(DataError, match="could not download .*train-images-idx3-ubyte.gz.*offline"):
-        mnist.load_mnist("train", str(tmp_path))
+        mnist.load_mnist("train", str(tmp_path), download=True)
     assert not any((tmp_path / "mnist").iterdir())
 
 

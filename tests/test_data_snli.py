@@ -69,8 +69,10 @@ def test_malformed_line_named():
 
 
 def test_missing_copy_is_an_offline_error(tmp_path):
-    with pytest.raises(DataError, match="could not download .*snli_1.0.zip"):
+    with pytest.raises(download.MissingData, match="(?s)--download.*snli/snli_1.0.zip"):
         snli.load_snli(data_dir=str(tmp_path))
+    with pytest.raises(DataError, match="could not download .*snli_1.0.zip"):
+        snli.load_snli(data_dir=str(tmp_path), download=True)
 
 
 def test_task_layout(archive):

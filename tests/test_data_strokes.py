@@ -131,8 +131,10 @@ def test_malformed_text_names_file_and_line():
 
 
 def test_offline_without_data(tmp_path):
-    with pytest.raises(DataError, match="no pen-stroke data for train.*offline"):
+    with pytest.raises(download.MissingData, match="(?s)--download.*train-labels.tar.gz.*sequences.tar.gz"):
         strokes.load_strokes("train", str(tmp_path))
+    with pytest.raises(DataError, match="no pen-stroke data for train.*offline"):
+        strokes.load_strokes("train", str(tmp_path), download=True)
 
 
 def test_task_layout(data):

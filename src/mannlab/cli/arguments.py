@@ -25,7 +25,17 @@ def add_set(parser: argparse.ArgumentParser) -> None:
         type=path,
         metavar="DIR",
         help="where data-set tasks (babi, mnist, strokes, ...) find their files: "
-        "same as --set task.data_dir=DIR (default $MANNLAB_DATA, else ~/.cache/mannlab)",
+        "same as --set task.data_dir=DIR (default $MANNLAB_DATA, else mannlab in "
+        "$XDG_CACHE_HOME or ~/.cache)",
+    )
+    parser.add_argument(
+        "--download",
+        dest="overrides",
+        action="append_const",
+        const="task.download=true",
+        help="data-set and char-LM tasks: download the data set into the data directory when "
+        "it is missing (without it, a missing data set is an error that says where to put "
+        "the files); same as --set task.download=true",
     )
 
 

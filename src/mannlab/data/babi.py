@@ -15,7 +15,8 @@ before it in its story.
     questions = load_babi([1, 4], "en-10k", data_dir="/data")     # {split: [Question, ...]}
 
 The archive is read in place (no extraction) from ``tasks_1-20_v1-2.tar.gz`` or an
-unpacked ``tasks_1-20_v1-2`` (or ``en``/``en-10k``) directory; see ``mannlab.data.download``.
+unpacked ``tasks_1-20_v1-2`` (or ``en``/``en-10k``) directory, downloaded only with
+``download=True``; see ``mannlab.data.download``.
 """
 
 from __future__ import annotations
@@ -145,8 +146,10 @@ def load_babi(
     data_dir: str | None = None,
     splits: Iterable[str] = ("train", "test"),
     fetch=None,
+    download: bool = False,
 ) -> dict[str, list[Question]]:
-    """Questions of the given task numbers, by split ("train", "test"), read in one pass.
+    """Questions of the given task numbers, by split ("train", "test"), read in one pass
+    (``download``: fetch the archive when no copy is found, else MissingData says how).
 
     A task whose file is missing from the archive raises DataError naming it (the copy on
     this project's machines lacks en-10k qa3 train).
@@ -156,7 +159,9 @@ def load_babi(
     if data_dir is not None and Path(data_dir).is_dir() and Path(data_dir).name in LANGUAGES:
         # the en or en-10k directory itself was given (resolved: it may be a symlink)
         data_dir = str(Path(data_dir).resolve().parent)
-    source = locate("babi", ARCHIVE, data_dir, extracted=("tasks_1-20_v1-2", *LANGUAGES), fetch=fetch)
+    source = locate(
+        "babi", ARCHIVE, data_dir, extracted=("tasks_1-20_v1-2", *LANGUAGES), fetch=fetch, download=download
+    )
     if source.is_dir() and source.name in LANGUAGES:
         source = source.parent
     wanted = {(t, s): task_file_pattern(t, language, s) for t in tasks for s in splits}

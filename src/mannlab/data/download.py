@@ -8,12 +8,15 @@ checksum) and calls ``locate``::
     texts = read_members(path, lambda name: name.endswith(".txt"))   # archive or directory
 
 Where ``locate`` looks, in order (``root`` is ``data_dir``, else ``$MANNLAB_DATA``,
-else ``~/.cache/mannlab``):
+else ``mannlab`` in the user's cache directory: ``$XDG_CACHE_HOME``, else ``~/.cache``):
 
 1. ``data_dir`` itself, if it is a file (the archive or file to use);
 2. ``root/<dataset>/<name>`` and ``root/<name>``, then the same for each of the
    ``extracted`` directory names the data set gives (an unpacked archive);
-3. otherwise it downloads ``remote.url`` into ``root/<dataset>/<name>``.
+3. otherwise, with ``download=True`` (``--download`` on the command line), it downloads
+   ``remote.url`` into ``root/<dataset>/<name>``; without it, it raises ``MissingData``,
+   which names the files, their canonical addresses and where to put them. Nothing is
+   downloaded unless asked for, as in torchvision's data sets.
 
 A download goes to a temporary file in the same directory, is checked against the
 published SHA-256 (or MD5 where only that is published) and only then renamed into
@@ -33,11 +36,17 @@ decompresses to gigabytes (a decompression bomb) costs at most the limit in memo
 that cannot be read (permissions) is a DataError naming it.
 
 Errors are ``DataError`` and say what to do (offline: where to put a copy).
+
+Not pooch: the download itself (``download``, ``urlretrieve``, ``verify``) is the small part
+and the standard library does it; what the loaders need besides (local copies in the user's
+own layout, archives read in place under size limits, nothing read from outside the data
+directory) is not what pooch does (it extracts archives to disk, without limits).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import lzma
 import os
 import stat
@@ -53,6 +62,8 @@ from typing import Callable, Iterable, Optional
 from mannlab.errors import DataError
 
 ENV_VAR = "MANNLAB_DATA"
+#: what the user passes to download a missing data set, for the errors that say so
+DOWNLOAD_HINT = "pass --download (download=True in Python)"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 CHUNK = 1 << 20
 #: what reading a corrupt archive raises: zipfile alone gives ValueError, NotImplementedError
@@ -92,10 +103,21 @@ class RemoteFile:
 
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
-    """``data_dir``, else ``$MANNLAB_DATA``, else ``~/.cache/mannlab`` (not created here)."""
+    """``data_dir``, else ``$MANNLAB_DATA``, else ``default_root()`` (not created here)."""
     if data_dir is not None and "\x00" in str(data_dir):
         raise DataError(f"data directory {str(data_dir)!r} is not a valid path (it contains a NUL byte)")
-    return Path(data_dir or os.environ.get(ENV_VAR) or Path.home() / ".cache" / "mannlab").expanduser()
+    return Path(data_dir or os.environ.get(ENV_VAR) or default_root()).expanduser()
+
+
+def default_root() -> Path:
+    """``mannlab`` in the user's cache directory: ``$XDG_CACHE_HOME``, else ``~/.cache``
+    (the XDG base directory rules: a relative ``$XDG_CACHE_HOME`` is ignored)."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(cache) if os.path.isabs(cache) else Path.home() / ".cache") / "mannlab"
+
+
+class MissingData(DataError):
+    """A data set's files are not in the data directory and downloading was not asked for."""
 
 
 def locate(
@@ -104,11 +126,13 @@ def locate(
     data_dir: str | os.PathLike | None = None,
     extracted: Iterable[str] = (),
     fetch: Callable[[str, Path], None] | None = None,
+    download: bool = False,
 ) -> Path:
     """The local path of ``remote`` (a file, or one of the ``extracted`` directories).
 
-    ``fetch(url, path)`` writes the bytes at ``url`` to ``path`` (default: urllib); tests
-    replace it. Raises DataError when nothing is found and the download fails.
+    Missing, it is downloaded when ``download`` is true (``fetch(url, path)`` writes the
+    bytes at ``url`` to ``path``; default: urllib; tests replace it), else MissingData
+    names it. Raises DataError when the download fails.
     """
     if data_dir is not None and Path(data_dir).is_file():
         return Path(data_dir)
@@ -118,9 +142,50 @@ def locate(
             candidate = base / name
             if candidate.exists():
                 return check_inside(candidate, root)
+    if not download:
+        raise missing(dataset, [remote], root, extracted)
     target = root / dataset / remote.name
     check_inside(target.parent, root)  # a symlinked dataset folder would take the download elsewhere
-    return download(remote, target, fetch)
+    return download_file(remote, target, fetch)
+
+
+def locate_all(
+    dataset: str,
+    remotes: Iterable[RemoteFile],
+    data_dir: str | os.PathLike | None = None,
+    fetch: Callable[[str, Path], None] | None = None,
+    download: bool = False,
+) -> list[Path]:
+    """``locate`` of each of a data set's files; without ``download``, one MissingData names
+    every file that is missing, not only the first."""
+    remotes = list(remotes)
+    if download:
+        return [locate(dataset, r, data_dir, fetch=fetch, download=True) for r in remotes]
+    paths, absent = [], []
+    for remote in remotes:
+        try:
+            paths.append(locate(dataset, remote, data_dir))
+        except MissingData:
+            absent.append(remote)
+    if absent:
+        raise missing(dataset, absent, data_root(data_dir))
+    return paths
+
+
+def missing(
+    dataset: str, remotes: list[RemoteFile], root: Path, extracted: Iterable[str] = ()
+) -> MissingData:
+    """The MissingData for ``remotes`` not found under ``root``: the two ways to get them."""
+    names = ", ".join(r.name for r in remotes)
+    unpacked = list(extracted)
+    also = f" (or, unpacked, {' / '.join(unpacked)})" if unpacked else ""
+    urls = "".join(f"\n  {r.url}" for r in remotes)
+    return MissingData(
+        f"the {dataset} data set is missing: no {names}{also} in {root / dataset} or {root}. "
+        f"To download it, {DOWNLOAD_HINT}. Or download {'it' if len(remotes) == 1 else 'them'} "
+        f"yourself and put {'it' if len(remotes) == 1 else 'them'} in {root / dataset} (or in a "
+        f"directory given by --data-dir DIR, task.data_dir or ${ENV_VAR}):{urls}"
+    )
 
 
 def check_inside(path: Path, root: Path) -> Path:
@@ -146,7 +211,7 @@ def decode_text(data: bytes, source: str, encoding: str = "utf-8") -> str:
         ) from None
 
 
-def download(remote: RemoteFile, target: Path, fetch: Callable[[str, Path], None] | None = None) -> Path:
+def download_file(remote: RemoteFile, target: Path, fetch: Callable[[str, Path], None] | None = None) -> Path:
     """Download ``remote`` to ``target`` atomically and verify it; return ``target``."""
     fetch = fetch or urlretrieve
     try:
@@ -162,7 +227,8 @@ def download(remote: RemoteFile, target: Path, fetch: Callable[[str, Path], None
     try:
         try:
             fetch(remote.url, temp)
-        except OSError as exc:  # URLError, timeouts, refused connections are OSErrors
+        # URLError, timeouts, refused connections are OSErrors; a connection cut mid-file is not
+        except (OSError, http.client.HTTPException) as exc:
             raise DataError(
                 f"could not download {remote.url} ({exc}). If this machine is offline, download "
                 f"the file elsewhere and put it at {target}, or point data_dir (--data-dir, "

@@ -6,6 +6,7 @@ the last 5M for testing. No offline copy exists on this project's machines: the 
 tested on a generated file with a smaller split.
 
     splits = load_enwik8(data_dir)           # {"train": bytes, "valid": bytes, "test": bytes}
+    splits = load_enwik8(download=True)      # downloads enwik8.zip when no copy is found
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ def split_bytes(data: bytes, sizes: tuple[int, int, int] = SPLIT, source: str = 
 
 
 def load_enwik8(
-    data_dir: str | None = None, sizes: tuple[int, int, int] = SPLIT, fetch=None
+    data_dir: str | None = None, sizes: tuple[int, int, int] = SPLIT, fetch=None, download: bool = False
 ) -> dict[str, bytes]:
-    """The three splits, from ``enwik8.zip`` or an unpacked ``enwik8`` file."""
-    source = locate("enwik8", ARCHIVE, data_dir, extracted=("enwik8",), fetch=fetch)
+    """The three splits, from ``enwik8.zip`` or an unpacked ``enwik8`` file (``download``:
+    fetch the archive when no copy is found)."""
+    source = locate("enwik8", ARCHIVE, data_dir, extracted=("enwik8",), fetch=fetch, download=download)
     return split_bytes(read_corpus(source, "enwik8", max(MAX_BYTES, sum(sizes))), sizes, str(source))
 
 

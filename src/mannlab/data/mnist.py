@@ -1,11 +1,16 @@
 """MNIST (LeCun et al. 1998): the four IDX files, gzip-compressed as distributed.
 
     images, labels = load_mnist("train", data_dir=None)   # (60000, 28, 28) uint8, (60000,) int64
+    images, labels = load_mnist("test", download=True)    # downloads the files when missing
     order = permutation(784, seed=0)                      # the fixed pixel order of pMNIST
 
 IDX layout: a big-endian header (two zero bytes, a type code, the number of dimensions,
 then one 4-byte size per dimension) followed by the data; MNIST uses unsigned bytes
 (type 0x08). Files are found by ``mannlab.data.download.locate`` (``mnist/<name>``).
+
+The IDX parser is here, not a library's: torchvision's reader would tie the install to a
+torchvision build matching torch, and the format is a 4-byte header and a numpy buffer;
+this one also checks the sizes against the header and names the file that is wrong.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mannlab.data.download import RemoteFile, locate, open_data, read_capped
+from mannlab.data.download import MissingData, RemoteFile, locate_all, open_data, read_capped
 from mannlab.errors import DataError
 
 MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
@@ -79,12 +84,20 @@ def read_idx(path: Path) -> np.ndarray:
     return parse_idx(raw, str(path))
 
 
-def load_mnist(split: str, data_dir: str | None = None, fetch=None) -> tuple[np.ndarray, np.ndarray]:
-    """(images (N, 28, 28) uint8, labels (N,) int64) of "train" (60k) or "test" (10k)."""
+def load_mnist(
+    split: str, data_dir: str | None = None, fetch=None, download: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, 28, 28) uint8, labels (N,) int64) of "train" (60k) or "test" (10k)
+    (``download``: fetch the files that are missing, checked against their MD5)."""
     if split not in ("train", "test"):
         raise DataError(f"MNIST split must be 'train' or 'test', got {split!r}")
-    image_path = locate("mnist", FILES[split, "images"], data_dir, fetch=fetch)
-    label_path = locate("mnist", FILES[split, "labels"], data_dir, fetch=fetch)
+    try:
+        image_path, label_path = locate_all(
+            "mnist", (FILES[split, "images"], FILES[split, "labels"]), data_dir, fetch, download
+        )
+    except MissingData:
+        locate_all("mnist", FILES.values(), data_dir)  # the error then names the missing files of both splits
+        raise
     images, labels = read_idx(image_path), read_idx(label_path)
     if images.ndim != 3 or images.shape[1:] != (28, 28) or images.dtype != np.uint8:
         raise DataError(

@@ -6,7 +6,8 @@ object per line with ``sentence1`` (premise), ``sentence2`` (hypothesis) and ``g
 those pairs are dropped, as usual). No offline copy exists on this project's machines:
 the loader is tested on generated files in this format.
 
-    pairs = load_snli("train", data_dir)        # [Pair(premise, hypothesis, label), ...]
+    pairs = load_snli(["train"], data_dir)      # {"train": [Pair(premise, hypothesis, label), ...]}
+    pairs = load_snli(download=True)            # downloads snli_1.0.zip when no copy is found
 """
 
 from __future__ import annotations
@@ -75,14 +76,17 @@ def parse_jsonl(text: str, source: str) -> list[Pair]:
 
 
 def load_snli(
-    splits: Iterable[str] = ("train", "valid", "test"), data_dir: str | None = None, fetch=None
+    splits: Iterable[str] = ("train", "valid", "test"),
+    data_dir: str | None = None,
+    fetch=None,
+    download: bool = False,
 ) -> dict[str, list[Pair]]:
     """Pairs by split ("valid" is SNLI's dev set) from the zip or its unpacked directory."""
     splits = list(splits)
     unknown = [s for s in splits if s not in SPLIT_FILES]
     if unknown:
         raise DataError(f"SNLI splits are {', '.join(SPLIT_FILES)}, got {unknown}")
-    source = locate("snli", ARCHIVE, data_dir, extracted=("snli_1.0",), fetch=fetch)
+    source = locate("snli", ARCHIVE, data_dir, extracted=("snli_1.0",), fetch=fetch, download=download)
     names = {SPLIT_FILES[s]: s for s in splits}
     files = read_members(
         source,

@@ -17,6 +17,7 @@ encoding a digit starts at its first non-zero row (a digit starting exactly at (
 eos = eod = 0 cannot be told from padding; MNIST's skeletons never start in the corner).
 
     digits = load_strokes("train", data_dir)           # numpy encoding if present, else text files
+    digits = load_strokes("test", download=True)       # downloads the numpy encoding if missing
 """
 
 from __future__ import annotations
@@ -30,7 +31,17 @@ from pathlib import Path
 
 import numpy as np
 
-from mannlab.data.download import RemoteFile, decode_text, locate, read_file, read_members
+from mannlab.data.download import (
+    DOWNLOAD_HINT,
+    ENV_VAR,
+    MissingData,
+    RemoteFile,
+    data_root,
+    decode_text,
+    locate,
+    read_file,
+    read_members,
+)
 from mannlab.errors import DataError
 
 REPO = "https://github.com/edwin-de-jong/mnist-digits-stroke-sequence-data/raw/master/"
@@ -152,12 +163,13 @@ def _load_npy(source: Path, stem: str) -> tuple[np.ndarray, str]:
     return parse_npy(data, f"{source}/{name}"), f"{source}/{name}"
 
 
-def load_numpy(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet:
+def load_numpy(split: str, data_dir: str | None = None, fetch=None, download: bool = False) -> StrokeSet:
     """The numpy encoding of ``split`` ("train" or "test"; leading padding)."""
     arrays, names = {}, {}
     for kind in ("padded-leading", "labels"):
         stem = f"{split}-{kind}"
-        path = locate("strokes", NUMPY_FILES[split, kind], data_dir, extracted=(f"{stem}.npy",), fetch=fetch)
+        remote = NUMPY_FILES[split, kind]
+        path = locate("strokes", remote, data_dir, (f"{stem}.npy",), fetch, download)
         arrays[kind], names[kind] = _load_npy(path, stem)
     labels = arrays["labels"].reshape(-1)
     if len(labels) != len(arrays["padded-leading"]):
@@ -228,9 +240,9 @@ def decode_text_files(files: dict[str, bytes], split: str, where: str) -> Stroke
     return from_sequences([inputs[i] for i in order], [labels[i] for i in order])
 
 
-def load_text(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet:
+def load_text(split: str, data_dir: str | None = None, fetch=None, download: bool = False) -> StrokeSet:
     """The official one-text-file-per-digit encoding of ``split``."""
-    source = locate("strokes", SEQUENCES, data_dir, extracted=("sequences",), fetch=fetch)
+    source = locate("strokes", SEQUENCES, data_dir, extracted=("sequences",), fetch=fetch, download=download)
     files = read_members(
         source,
         lambda name: bool(_TEXT_NAME.match(name)) and f"/{split}img-" in f"/{name}",
@@ -241,17 +253,37 @@ def load_text(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet:
     return decode_text_files(files, split, str(source))
 
 
-def load_strokes(split: str, data_dir: str | None = None, fetch=None) -> StrokeSet:
-    """``split`` from the numpy encoding if a copy is found or can be downloaded, else from
-    the official text files (``sequences.tar.gz`` or a ``sequences`` directory)."""
+def load_strokes(split: str, data_dir: str | None = None, fetch=None, download: bool = False) -> StrokeSet:
+    """``split`` from the numpy encoding if a copy is found (or, with ``download``, can be
+    downloaded), else from the official text files (``sequences.tar.gz`` or a ``sequences``
+    directory). MissingData, naming both encodings' files, when neither is found."""
     if split not in ("train", "test"):
         raise DataError(f"strokes split must be 'train' or 'test', got {split!r}")
     try:
-        return load_numpy(split, data_dir, fetch)
+        return load_numpy(split, data_dir, fetch, download)
     except DataError as numpy_error:
         try:
-            return load_text(split, data_dir, fetch)
+            return load_text(split, data_dir, fetch, download)
+        except MissingData:
+            if isinstance(numpy_error, MissingData):
+                raise missing_strokes(split, data_dir) from None
+            raise numpy_error from None
         except DataError as text_error:
             raise DataError(
                 f"no pen-stroke data for {split}: numpy encoding: {numpy_error}; text files: {text_error}"
             ) from None
+
+
+def missing_strokes(split: str, data_dir: str | None) -> MissingData:
+    """The MissingData of ``split`` when neither encoding is found: the files of each."""
+    root = data_root(data_dir)
+    numpy_files = [NUMPY_FILES[split, kind] for kind in ("padded-leading", "labels")]
+    urls = "".join(f"\n  {r.url}" for r in numpy_files)
+    return MissingData(
+        f"the strokes data set ({split}) is missing: neither the numpy encoding "
+        f"({', '.join(r.name for r in numpy_files)}) nor the text files ({SEQUENCES.name}, or its "
+        f"unpacked sequences directory) are in {root / 'strokes'} or {root}. To download it, "
+        f"{DOWNLOAD_HINT}. Or download the numpy files yourself and put them in {root / 'strokes'} "
+        f"(or in a directory given by --data-dir DIR, task.data_dir or ${ENV_VAR}):{urls}\n"
+        f"or, instead, the text files: {SEQUENCES.url}"
+    )

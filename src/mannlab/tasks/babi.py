@@ -5,7 +5,7 @@
 
 Parameters: ``tasks`` (bAbI task numbers, trained jointly), ``language`` ("en" = 1k,
 "en-10k"), ``data_dir`` (where the archive or its unpacked directory is; default
-$MANNLAB_DATA, else ~/.cache/mannlab, else download), ``fact_encoder`` (below; ``encoding``
+$MANNLAB_DATA, else ~/.cache/mannlab; ``download=True`` fetches it), ``fact_encoder`` (below; ``encoding``
 is its older name, still accepted), ``word_size`` and ``fact_size`` (the GRU encoder's word
 embedding and fact vector sizes), ``max_facts`` (the most recent facts kept before a
 question, 0 = all), ``answer_steps`` (blank steps after the question; the answer is scored
@@ -61,9 +61,9 @@ ENCODINGS = FACT_ENCODERS  # the older name
 
 
 @lru_cache(maxsize=4)
-def _load(tasks: tuple[int, ...], language: str, data_dir: str | None) -> dict:
+def _load(tasks: tuple[int, ...], language: str, data_dir: str | None, download: bool) -> dict:
     """Parsed questions, kept so that building the same task twice (the CLI does) reads once."""
-    return babi_data.load_babi(tasks, language, data_dir)
+    return babi_data.load_babi(tasks, language, data_dir, download=download)
 
 
 class BabiTask(DatasetTask):
@@ -88,7 +88,7 @@ class BabiTask(DatasetTask):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         p = self.params
-        loaded = _load(tuple(p["tasks"]), p["language"], p["data_dir"])
+        loaded = _load(tuple(p["tasks"]), p["language"], p["data_dir"], self.download)
         train, valid = babi_data.validation_split(loaded["train"], 0.1, p["split_seed"])
         self.questions = {"train": train, "valid": valid, "test": loaded["test"]}
         self.words, self.answers = babi_data.vocabulary(q for split in self.questions.values() for q in split)

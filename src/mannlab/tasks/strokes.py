@@ -37,8 +37,10 @@ STROKE_CHANNELS = 4
 
 
 @lru_cache(maxsize=2)
-def _load(data_dir: str | None) -> dict[str, strokes_data.StrokeSet]:
-    return {split: strokes_data.load_strokes(split, data_dir) for split in ("train", "test")}
+def _load(data_dir: str | None, download: bool) -> dict[str, strokes_data.StrokeSet]:
+    return {
+        split: strokes_data.load_strokes(split, data_dir, download=download) for split in ("train", "test")
+    }
 
 
 class StrokesTask(DatasetTask):
@@ -57,7 +59,7 @@ class StrokesTask(DatasetTask):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         p = self.params
-        loaded = _load(p["data_dir"])
+        loaded = _load(p["data_dir"], self.download)
         train = loaded["train"]
         if p["valid_size"] >= len(train):
             raise ConfigError(

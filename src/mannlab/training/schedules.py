@@ -51,9 +51,13 @@ def start_minibatch(model: torch.nn.Module, step: int) -> None:
     model.begin_step(step, main_coin)
 
 
+# Not torch.optim.lr_scheduler.MultiStepLR: the loop sets the rate from the step alone (a resume
+# needs no scheduler state) and switches its base to train.lr_after_solve mid-run, which
+# MultiStepLR's base_lrs, fixed when it is built, cannot follow.
 def step_decay(lr: float, step: int, milestones: tuple[int, ...], factor: float) -> float:
     """The learning rate of training step ``step`` (0-based): ``lr`` times ``factor`` once for
-    every milestone m <= step, i.e. the steps after m optimizer steps train at the lower rate."""
+    every milestone m <= step, i.e. the steps after m optimizer steps train at the lower rate
+    (MultiStepLR's closed form)."""
     return lr * factor ** sum(step >= m for m in milestones)
 
 

@@ -83,6 +83,9 @@ def test_a_recipe_run_with_download_fetches_and_resumes_without(tmp_path, monkey
     assert "download" not in saved["task"] and saved["task"]["data_dir"] == str(data)
     resumed = ["train", "--run-dir", str(run), "--resume", "--steps", "4", "--no-progress"]
     assert cli_main(resumed) == 0 and served == [babi.ARCHIVE.url]  # the local copy, no download
+    elsewhere = tmp_path / "elsewhere"  # evaluating on another machine: eval --download
+    assert cli_main(["eval", str(run), "--data-dir", str(elsewhere), "--download", "--json"]) == 0
+    assert served == [babi.ARCHIVE.url] * 2 and (elsewhere / "babi" / babi.ARCHIVE.name).is_file()
 
 
 def test_a_missing_data_set_says_how_on_the_command_line(tmp_path, monkeypatch, capsys, served):

@@ -28,6 +28,11 @@ def add_set(parser: argparse.ArgumentParser) -> None:
         "same as --set task.data_dir=DIR (default $MANNLAB_DATA, else mannlab in "
         "$XDG_CACHE_HOME or ~/.cache)",
     )
+    add_download(parser)
+
+
+def add_download(parser: argparse.ArgumentParser) -> None:
+    """--download appends the override task.download=true."""
     parser.add_argument(
         "--download",
         dest="overrides",

@@ -6,7 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from mannlab.cli.arguments import DataDir, add_override, path, positive_int, positive_int_list, seed
+from mannlab.cli.arguments import (
+    DataDir,
+    add_download,
+    add_override,
+    path,
+    positive_int,
+    positive_int_list,
+    seed,
+)
 
 EVAL_HELP = """\
 Evaluate a run's best checkpoint (or --checkpoint last) the way its task is scored:
@@ -126,6 +134,7 @@ def add_commands(command) -> None:
         metavar="DIR",
         help="data-set and char-LM tasks: where the data files are (default: the run's task.data_dir)",
     )
+    add_download(evaluate)
     evaluate.set_defaults(func=cmd_eval)
 
     plot = command(

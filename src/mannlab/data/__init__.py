@@ -1,6 +1,7 @@
 """Real data sets: finding files (``download``) and parsing them, one module per data set.
 
-    download   locate(dataset, RemoteFile, data_dir): local copy, cache, or verified download
+    download   locate(dataset, RemoteFile, data_dir, download=False): a local copy, else a
+               verified download when asked for, else MissingData saying how to get it
     babi       bAbI QA v1.2 (en, en-10k): stories, questions, vocabulary, validation split
     mnist      MNIST IDX files (.gz), pixel sequences, fixed seeded permutation
     strokes    MNIST pen strokes (de Jong 2016): per-digit text files and the numpy encoding

@@ -18,11 +18,21 @@ from mannlab.wrappers import model_for_task
 
 def build_run(config: RunConfig) -> tuple[Any, nn.Module]:
     """(task, model) of ``config``; ConfigError on a bad name or argument."""
+    task = build_task(config)
+    return task, build_model(config, task)
+
+
+def build_task(config: RunConfig) -> Any:
+    """The task of ``config``; ConfigError on a bad name or argument."""
     if config.train.val_lengths == "max_length" and config.task not in tasks.TASKS:
         raise ConfigError(
             f"train.val_lengths = 'max_length' needs a generated task with a "
             f"length range ({', '.join(tasks.generated_names())}); {config.task!r} "
             f"validates on its held-out split"
         )
-    task = tasks.make(config.task, **config.task_args)
-    return task, model_for_task(task, config.model, **config.model_args)
+    return tasks.make(config.task, **config.task_args)
+
+
+def build_model(config: RunConfig, task: Any) -> nn.Module:
+    """The model of ``config``, sized for ``task`` (built from the same config)."""
+    return model_for_task(task, config.model, **config.model_args)

@@ -144,15 +144,13 @@ def _say(*lines: str) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mannlab.building import build_run
-    from mannlab.training import distributed, train
+    from mannlab.training import distributed, prepare_run, train
     from mannlab.training.loop import finished_run
 
     config = train_config(args)
-    _, model = build_run(config)  # a typo in a model or task argument fails now, before any file is written
-    _check_device(config, model)
-    # under torchrun: the process group
-    distributed.start(config.train.device, model, config.train.batch_size)
+    # built once, for the run: a typo in a model or task argument, or a device or precision this
+    # machine lacks, fails now, before any file is written; under torchrun the process group opens
+    prepared = prepare_run(config)
     if args.resume and (done := distributed.main_only(lambda: finished_run(config))) is not None:
         _say(finished_line(config.run_dir, done))
         return 0
@@ -161,16 +159,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         + (" (resuming)" if args.resume else "")
         + (f" on {distributed.world_size()} processes" if distributed.active() else "")
     )
-    summary = train(config, resume=args.resume, force=args.force)
+    summary = train(config, resume=args.resume, force=args.force, prepared=prepared)
     _say(describe(summary))
     return 0
-
-
-def _check_device(config: RunConfig, model: Any) -> None:
-    """Refuse a device or precision this machine lacks before saying "training ..."."""
-    from mannlab.training.device import check_precision, resolve_device
-
-    check_precision(config.train.precision, resolve_device(config.train.device, model))
 
 
 def finished_line(run_dir: str | Path, summary: dict[str, Any]) -> str:
@@ -236,35 +227,22 @@ def _valid_names_hint() -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mannlab.building import build_run
-    from mannlab.training import distributed, train
-    from mannlab.training.loop import finished_run
+    from mannlab.training import distributed
+    from mannlab.training.seeds import train_seeds
 
     recipe = recipes.resolve(args.recipe)
     config = load_config(recipe, args.overrides)
-    _, model = build_run(config)  # fail on a typo before the first seed starts
     seeds = args.seeds or list(config.seeds or [config.seed])
     parent = Path(args.run_dir or config.run_dir or Path("runs") / recipe.stem)
     run_changes = {**({"progress": False} if args.no_progress else {}), **device_changes(args)}
     if run_changes:
         config = config.replace(train=type(config.train).from_dict({**config.train.to_dict(), **run_changes}))
-    _check_device(config, model)
-    # under torchrun: the process group, for every seed
-    distributed.start(config.train.device, model, config.train.batch_size)
-    summaries = []
-    for seed in seeds:
-        seed_dir = parent / f"seed{seed}"
-        # rank 0's files decide (the other ranks may not see them)
-        resume = distributed.from_main(args.resume and (seed_dir / "checkpoints" / "last").is_dir())
-        # with --resume, a seed that never reached a checkpoint simply starts over
-        force = args.force or (args.resume and not resume)
-        seed_config = config.replace(seed=seed, seeds=None, run_dir=str(seed_dir))
-        if resume and (done := distributed.main_only(lambda: finished_run(seed_config))) is not None:
-            _say(f"[{recipe.name}] seed {seed}: {finished_line(seed_dir, done)}")
-            summaries.append(done)
-            continue
-        _say(f"[{recipe.name}] seed {seed}: {'resuming' if resume else 'training'} into {seed_dir}")
-        summaries.append(train(seed_config, resume=resume, force=force))
+
+    def report(seed: int, what: str, seed_dir: Path, done: dict[str, Any] | None) -> None:
+        line = finished_line(seed_dir, done) if done is not None else f"{what} into {seed_dir}"
+        _say(f"[{recipe.name}] seed {seed}: {line}")
+
+    summaries = train_seeds(config, seeds, parent, resume=args.resume, force=args.force, report=report)
     table = seeds_table(summaries)
     header = (
         f"# {recipe.name}: {config.model} on {config.task}\n\n"

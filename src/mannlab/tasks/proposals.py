@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from functools import lru_cache
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -236,7 +235,6 @@ class ProposalTask(Task):
 # --------------------------------------------------------------------- synthetic
 
 
-@lru_cache(maxsize=4)
 def _synthetic(seed: int, videos: int, steps: int, options: tuple) -> list[ProposalVideo]:
     return synthetic_videos(seed, videos, steps, **dict(options))
 

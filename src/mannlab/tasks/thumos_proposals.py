@@ -29,7 +29,6 @@ Segments running more than a snippet past their video's features are left out
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +72,7 @@ def find_file(name: str, data_dir: str | None, what: str, suffixes: tuple[str, .
     )
 
 
-@lru_cache(maxsize=1)
-def _load(key: tuple) -> dict[str, list[ProposalVideo]]:
-    p = dict(key)
+def _load(p: dict[str, Any]) -> dict[str, list[ProposalVideo]]:
     data_dir = p["data_dir"]
     annotations = {  # first: without them nothing else matters
         split: find_annotations(split, data_dir)
@@ -152,5 +149,4 @@ class ThumosProposalTask(ProposalTask):
             raise ConfigError(f"out_of_range must be one of {OUT_OF_RANGE}, got {params['out_of_range']!r}")
 
     def load_videos(self) -> dict[str, list[ProposalVideo]]:
-        keys = [k for k in self.defaults if k not in ProposalTask.common]
-        return _load(tuple((k, self.params[k]) for k in keys))
+        return _load(self.params)

@@ -42,8 +42,7 @@ from typing import Any
 import torch
 
 import mannlab
-from mannlab.building import build_run
-from mannlab.config import RunConfig, TrainConfig, check_threads, default_run_dir
+from mannlab.config import RunConfig, TrainConfig, default_run_dir
 from mannlab.errors import CheckpointError, DataError
 from mannlab.rundir import (
     MetricsLog,
@@ -62,13 +61,13 @@ from mannlab.training.clock import SessionClock
 from mannlab.training.device import (
     OnDevice,
     autocast,
-    check_precision,
     grad_scaler,
     on_device,
     say_auto_choice,
 )
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
+from mannlab.training.prepared import PreparedRun, prepare_run
 from mannlab.training.run_dir import (
     RunDirLock,
     check_run_dir,
@@ -167,32 +166,42 @@ def batch_source(config: RunConfig, task: Any, model: torch.nn.Module) -> BatchS
     return SampledBatches(config, task, model)
 
 
-def train(config: RunConfig, resume: bool = False, force: bool = False) -> dict[str, Any]:
+def train(
+    config: RunConfig, resume: bool = False, force: bool = False, prepared: PreparedRun | None = None
+) -> dict[str, Any]:
     """Train ``config`` into its run directory and return the summary (also in summary.json).
 
-    ``resume`` continues from ``checkpoints/last``; ``force`` overwrites an existing run.
-    Under torchrun (WORLD_SIZE > 1) every process calls this; they train one run together
-    (distributed.py) and each returns rank 0's summary. A run directory has one writer: a
-    second training of the same directory fails while the first runs (RunDirLock).
+    ``resume`` continues from ``checkpoints/last``; ``force`` overwrites an existing run;
+    ``prepared``: ``prepare_run(config)``'s task, model and device, when the caller has built
+    them already (else they are built here). Under torchrun (WORLD_SIZE > 1) every process
+    calls this; they train one run together (distributed.py) and each returns rank 0's
+    summary. A run directory has one writer: a second training of the same directory fails
+    while the first runs (RunDirLock).
     """
     if config.run_dir is None:
         config = config.replace(run_dir=default_run_dir(config))
+    if prepared is not None and prepared.config.replace(run_dir=None) != config.replace(run_dir=None):
+        raise ValueError(
+            "train(config, prepared=...) needs prepare_run(config) of the same config: the model's "
+            f"weights follow its seed and sections (prepared for {prepared.config.model} on "
+            f"{prepared.config.task}, seed {prepared.config.seed}; training {config.model} on "
+            f"{config.task}, seed {config.seed})"
+        )
     with RunDirLock(Path(config.run_dir)) as lock:
-        return _train(config, resume, force, lock)
+        # bad names or arguments fail here, before any file is touched
+        return _train(config, resume, force, lock, prepared or prepare_run(config))
 
 
-def _train(config: RunConfig, resume: bool, force: bool, lock: RunDirLock) -> dict[str, Any]:
+def _train(
+    config: RunConfig, resume: bool, force: bool, lock: RunDirLock, prepared: PreparedRun
+) -> dict[str, Any]:
     run_dir = Path(config.run_dir)
-    check_threads(config.train.threads)
-    torch.manual_seed(config.seed)
-    task, model = build_run(config)  # bad names or arguments fail here, before any file is touched
+    task, model, device = prepared.task, prepared.model, prepared.device
     batch = config.train.batch_size
-    device = distributed.start(config.train.device, model, batch)  # the process group, under torchrun
     if config.train.device == "auto":
         distributed.main_only(lambda: say_auto_choice(model, batch))
     resume = distributed.from_main(resume)  # rank 0's files decide
     distributed.main_only(lambda: check_run_dir(run_dir))
-    check_precision(config.train.precision, device)
     distributed.check_batch(config.train.batch_size)
     model.to(device)
     check_run_memory(config, task, model)  # a batch or length no memory holds fails before sampling

@@ -121,3 +121,11 @@ def test_the_default_data_directory_follows_xdg_cache_home(tmp_path, monkeypatch
     monkeypatch.setenv("MANNLAB_DATA", str(tmp_path / "env"))  # $MANNLAB_DATA and data_dir come first
     assert download.data_root() == tmp_path / "env"
     assert download.data_root(tmp_path / "given") == tmp_path / "given"
+
+
+def test_thumos_says_it_cannot_be_downloaded():
+    from mannlab import tasks
+    from mannlab.errors import DataError
+
+    with pytest.raises(DataError, match="cannot be downloaded.*--data-dir"):
+        tasks.make("thumos14-proposals", download=True)

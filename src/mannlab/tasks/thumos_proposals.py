@@ -38,6 +38,7 @@ from mannlab.data.download import data_root
 from mannlab.data.thumos import DATASET, OUT_OF_RANGE, find_annotations, load_thumos14
 from mannlab.errors import ConfigError, DataError
 from mannlab.tasks.base import check_int
+from mannlab.tasks.dataset import check_download
 from mannlab.tasks.proposal_math import ProposalVideo
 from mannlab.tasks.proposals import ProposalTask, check_number
 
@@ -134,6 +135,16 @@ class ThumosProposalTask(ProposalTask):
         "split_seed": 0,
         **ProposalTask.common,
     }
+
+    def __init__(self, download: bool = False, **params: Any) -> None:
+        if check_download(download):
+            raise DataError(
+                "THUMOS'14 cannot be downloaded by mannlab: its per-snippet features are extracted "
+                "from the videos, and the annotations come from the THUMOS'14 site; put both in "
+                "--data-dir DIR as the thumos14-proposals task's documentation says, and run without "
+                "--download"
+            )
+        super().__init__(**params)
 
     def _validate(self, params: dict[str, Any]) -> None:
         super()._validate(params)

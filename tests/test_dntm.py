@@ -450,6 +450,16 @@ def test_sequential_writes_fill_the_memory_then_the_least_read_cell():
         small_dntm(writes="tied")
 
 
+def test_entropy_terms_have_a_finite_gradient_where_probabilities_underflow():
+    """Sharp float32 addressing underflows probabilities to exactly 0, where the gradient of
+    p log p is 0/0: the entropy bonus and the sharpening penalty give 0 there, not NaN."""
+    logits = torch.tensor([[[[0.0, 200.0, -200.0]]]], requires_grad=True)  # (B, T, K, N)
+    probs = torch.softmax(logits, -1)
+    assert probs.min() == 0
+    dntm_module.entropy(probs).sum().backward()
+    assert torch.isfinite(logits.grad).all()
+
+
 def test_input_baseline_is_trained_with_huber_and_only_by_it():
     model = small_dntm(addressing="reinforce", input_baseline=True)
     _, _, tr = model(seq(), return_trace=True)

@@ -172,6 +172,31 @@ def test_lr_drops_after_solve_and_after_solve_record(tmp_path, no_figures):
     assert summary["best_val"]["rows"][0]["multiple"] == 1
 
 
+@pytest.mark.parametrize("old_checkpoint", [False, True])
+def test_after_solve_record_over_a_resume(tmp_path, monkeypatch, no_figures, old_checkpoint):
+    """The validations after the solve are kept in the progress (checkpointed), so a resumed
+    run counts those of every session; a checkpoint without them has them from the log."""
+    config = tiny_config(tmp_path, steps=6, val_every=2, checkpoint_every=2, solve_bce=100.0)
+    if old_checkpoint:
+        saved = loop.Progress.to_state
+        monkeypatch.setattr(
+            loop.Progress,
+            "to_state",
+            lambda self, best: {k: v for k, v in saved(self, best).items() if k != "after_solve"},
+        )
+    train(config)
+    monkeypatch.undo()
+    monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
+    summary = train(with_train(config, steps=10), resume=True)
+    logged = [
+        r["bce"]
+        for r in read_metrics(tmp_path / "run" / "metrics.jsonl")
+        if r["split"] == "val" and r["multiple"] == 1 and r["step"] > summary["solved_at_step"]
+    ]
+    assert summary["solved_at_step"] == 2 and len(logged) == 4
+    assert summary["after_solve"] == {"validations": 4, "solved": 4, "max_bce": max(logged)}
+
+
 def test_aux_loss_gets_detached_step_nll(tmp_path, monkeypatch, no_figures):
     seen = []
 

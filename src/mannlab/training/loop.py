@@ -32,10 +32,8 @@ ranks take the same steps and stop at the same one.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +66,7 @@ from mannlab.training.device import (
 from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.prepared import PreparedRun, prepare_run
+from mannlab.training.progress import Progress
 from mannlab.training.run_dir import (
     RunDirLock,
     check_run_dir,
@@ -80,42 +79,9 @@ from mannlab.training.run_dir import (
 from mannlab.training.run_size import check_run_memory
 from mannlab.training.sampled import SampledBatches
 from mannlab.training.schedules import epoch_plan, step_decay
-from mannlab.training.source import BatchSource
+from mannlab.training.source import BatchSource, Finished
 from mannlab.training.tbptt import StreamSegments
 from mannlab.training.update import DivergedError, NonFiniteLossError, apply_update
-
-
-@dataclass
-class Progress:
-    """Everything besides weights, optimizer and batch source that a resume must restore."""
-
-    step: int = 0  # optimizer steps done
-    elapsed: float = 0.0  # wall seconds spent training, over all sessions
-    cpu: float = 0.0  # CPU seconds of this process spent training (all sessions):
-    # on a shared machine the honest measure of cost
-    best: float | None = None  # best validation value (saved as the source's best_field)
-    best_step: int | None = None
-    solved_at_step: int | None = None
-    solved_at_seconds: float | None = None
-    last_checkpoint_step: int | None = None
-    metrics_rows: int | None = None  # rows of metrics.jsonl when the checkpoint was saved
-    unlogged: list = field(default_factory=list)  # step losses not in a train row yet
-    validated: Any = None  # the validation of this step, if it ran before the save
-    initial_val: float | None = None  # the untrained model's validation value
-    val_rises: int = 0  # validations in a row above diverge_factor * initial_val
-
-    def to_state(self, best_field: str) -> dict[str, Any]:
-        state = dataclasses.asdict(self)
-        state[best_field] = state.pop("best")
-        return state
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any], best_field: str | None = None) -> "Progress":
-        known = {f.name for f in dataclasses.fields(cls)} - {"best"}
-        best = state.get(best_field) if best_field else None
-        if best is not None and not math.isfinite(best):
-            best = None  # a NaN best would never be beaten: no best checkpoint would follow
-        return cls(best=best, **{k: state[k] for k in known if k in state})
 
 
 def stop_reason(
@@ -231,6 +197,15 @@ def _train(
         distributed.main_only(
             lambda: truncate_metrics(run_dir / "metrics.jsonl", progress.step, progress.metrics_rows)
         )
+        if progress.after_solve is None:  # a checkpoint saved before progress kept them: the log has them
+            solved_at = progress.solved_at_step
+            progress.after_solve = (
+                []
+                if solved_at is None
+                else distributed.main_only(
+                    lambda: source.logged_after_solve(run_dir / "metrics.jsonl", solved_at)
+                )
+            )
     else:
         distributed.main_only(lambda: prepare_run_dir(run_dir, force))
         if distributed.rank():  # its own stream of the model's random draws; rank 0 keeps the run's
@@ -438,6 +413,8 @@ class _Trainer:
                 progress.step, "val", metrics, self.clock.wall(), **extra, cpu=round(self.clock.cpu(), 3)
             )
         self.last_val, self.last_val_step = result.record, progress.step
+        if progress.solved_at_step is not None and result.excess is not None:  # still solved?
+            progress.after_solve.append(result.excess)
         self._check_divergence(result.value)
         if self._improves(result.value):
             progress.best, progress.best_step = result.value, progress.step
@@ -528,8 +505,12 @@ class _Trainer:
             "wall_seconds": round(wall, 3),
             "cpu_seconds": round(cpu, 3),
             "parameters": sum(p.numel() for p in self.model.parameters()),
-            **self.source.summary(self, best_meta),
         }
+        finished = Finished(progress, self.last_val, self.last_val_step, best_meta)
+        rows, fields = self.source.summary(self.model, finished)
+        for split, metrics, extra in rows:
+            self.log.log(progress.step, split, metrics, self.clock.wall(), **extra)
+        summary.update(fields)
         if diverged is not None:
             summary["diverged"] = diverged
         summary["figures"] = self._figures()

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,8 +19,9 @@ from mannlab.config import RunConfig
 from mannlab.evaluation import loss_key, validate
 from mannlab.rundir import read_metrics
 from mannlab.training import distributed
+from mannlab.training.progress import Progress
 from mannlab.training.schedules import start_minibatch
-from mannlab.training.source import Validation
+from mannlab.training.source import Finished, Summary, Validation
 from mannlab.training.update import sequence_loss
 
 VAL_SEED_OFFSET = 10**9  # keeps validation seeds apart from training steps [seed, i]
@@ -100,44 +102,51 @@ class SampledBatches:
     def extra_state(self) -> dict[str, Any]:
         return {}
 
-    def summary(self, trainer: Any, best_meta: dict[str, Any]) -> dict[str, Any]:
+    def summary(self, model: torch.nn.Module, run: Finished) -> Summary:
         """The summary.json fields of a sampled-batch run after the common ones."""
-        progress, cfg = trainer.progress, self.cfg
-        return {
-            "solve_bce": cfg.solve_bce,
-            "solved": progress.solved_at_step is not None,
-            "solved_at_step": progress.solved_at_step,
-            "solved_at_seconds": (
-                None if progress.solved_at_seconds is None else round(progress.solved_at_seconds, 3)
-            ),
-            "after_solve": self._after_solve(trainer),
-            "best_val": {
-                "step": progress.best_step,
-                "metric": self.loss_key,
-                self.loss_key: progress.best,
-                "rows": best_meta.get("val"),
+        progress, cfg = run.progress, self.cfg
+        return Summary(
+            [],
+            {
+                "solve_bce": cfg.solve_bce,
+                "solved": progress.solved_at_step is not None,
+                "solved_at_step": progress.solved_at_step,
+                "solved_at_seconds": (
+                    None if progress.solved_at_seconds is None else round(progress.solved_at_seconds, 3)
+                ),
+                "after_solve": self._after_solve(progress),
+                "best_val": {
+                    "step": progress.best_step,
+                    "metric": self.loss_key,
+                    self.loss_key: progress.best,
+                    "rows": run.best_meta.get("val"),
+                },
+                "final_val": run.last_val,
             },
-            "final_val": trainer.last_val,
+        )
+
+    def _after_solve(self, progress: Progress) -> dict[str, Any] | None:
+        """Did a solved run stay solved? Validations at the training length after the solve."""
+        if progress.solved_at_step is None:
+            return None
+        excess = progress.after_solve or []
+        return {
+            "validations": len(excess),
+            "solved": sum(b < self.cfg.solve_bce for b in excess),
+            "max_bce": max(excess, default=None),
         }
 
-    def _after_solve(self, trainer: Any) -> dict[str, Any] | None:
-        """Did a solved run stay solved? Validations at the training length after the solve."""
-        solved_at = trainer.progress.solved_at_step
-        if solved_at is None:
-            return None
-        bces = [
+    def logged_after_solve(self, metrics: Path, solved_at: int) -> list[float]:
+        """The validations after the solve as ``metrics`` logged them (for a checkpoint saved
+        before the progress kept them)."""
+        return [
             row[self.loss_key] - row.get("optimal_bce", 0.0)
-            for row in read_metrics(trainer.run_dir / "metrics.jsonl")
+            for row in read_metrics(metrics)
             if row.get("split") == "val"
             and row.get("multiple") == 1
             and row["step"] > solved_at
             and self.loss_key in row
         ]
-        return {
-            "validations": len(bces),
-            "solved": sum(b < self.cfg.solve_bce for b in bces),
-            "max_bce": max(bces, default=None),
-        }
 
 
 def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]:

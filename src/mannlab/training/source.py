@@ -8,13 +8,20 @@ validation, and its own fields of the log, the checkpoint meta and the summary.
 Under data-parallel training (distributed.py) ``losses`` trains on this rank's slice of
 the global batch and calls the model's loss through ``run`` (DDP); ``validate`` runs on
 rank 0 only; ``extra_state`` is called on every rank and returns the global batch's state.
+
+At the end ``summary`` gets the best model and what the trainer kept (``Finished``), and
+gives back rows for the trainer to log and its fields of summary.json: it neither logs nor
+reads the run directory.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import torch
+
+from mannlab.training.progress import Progress
 
 
 class Validation(NamedTuple):
@@ -24,6 +31,22 @@ class Validation(NamedTuple):
     value: float  # lower is better: picks the best checkpoint
     excess: float | None  # value above the task's optimum, against train.solve_bce
     record: Any  # kept as the last validation (checkpoint meta, summary)
+
+
+class Finished(NamedTuple):
+    """What a batch source's summary reads of a finished training."""
+
+    progress: Progress
+    last_val: Any  # the last validation's record
+    last_val_step: int | None
+    best_meta: dict[str, Any]  # the best checkpoint's meta ({} without one)
+
+
+class Summary(NamedTuple):
+    """A batch source's end of a run: rows for the metrics log and fields of summary.json."""
+
+    rows: list[tuple[str, dict[str, Any], dict[str, Any]]]  # (split, metrics, extra fields)
+    fields: dict[str, Any]
 
 
 class BatchSource(Protocol):
@@ -44,4 +67,5 @@ class BatchSource(Protocol):
     def postfix(self, step: int, train: dict[str, float] | None, val: Any) -> dict[str, str]: ...
     def checkpoint_meta(self, step: int, val: Any) -> dict[str, Any]: ...
     def extra_state(self) -> dict[str, Any]: ...
-    def summary(self, trainer: Any, best_meta: dict[str, Any]) -> dict[str, Any]: ...
+    def logged_after_solve(self, metrics: Path, solved_at: int) -> list[float]: ...
+    def summary(self, model: torch.nn.Module, run: Finished) -> Summary: ...

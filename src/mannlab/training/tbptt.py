@@ -20,6 +20,7 @@ number of ranks that divides the streams.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,7 +33,7 @@ from mannlab.state import detach_state, map_state
 from mannlab.tasks.charlm import num_segments, segment_at
 from mannlab.training import distributed
 from mannlab.training.schedules import start_minibatch
-from mannlab.training.source import Validation
+from mannlab.training.source import Finished, Summary, Validation
 from mannlab.training.update import apply_update, model_aux_loss
 
 
@@ -152,36 +153,39 @@ class StreamSegments:
         local = flatten_state(self.carried)
         return {"carried": [distributed.gather_along(t, axis) for t, axis in zip(local, self.axes)]}
 
-    def summary(self, trainer: Any, best_meta: dict[str, Any]) -> dict[str, Any]:
-        """Test the best checkpoint (loaded by the trainer), log it, and the summary fields."""
-        progress = trainer.progress
+    def logged_after_solve(self, metrics: Path, solved_at: int) -> list[float]:
+        return []  # a char-LM run is never solved
+
+    def summary(self, model: torch.nn.Module, run: Finished) -> Summary:
+        """Test the best checkpoint (``model``): a ``test`` row and the summary fields."""
+        progress = run.progress
         test_batch = self.task.params["test_batch_size"]
         start = time.perf_counter()
-        test_bpc = self._bpc(trainer.model, "test")
+        test_bpc = self._bpc(model, "test")
         test_seconds = time.perf_counter() - start
-        trainer.log.log(
-            progress.step,
+        row = (
             "test",
             {"bpc": test_bpc, "loss": test_bpc * LN2},
-            trainer.clock.wall(),
-            checkpoint_step=progress.best_step,
-            batch=test_batch,
+            {"checkpoint_step": progress.best_step, "batch": test_batch},
         )
-        return {
-            "epochs": round(self.epochs(progress.step), 4),
-            "segments_per_epoch": self.per_epoch,
-            "symbols_per_step": int(self.streams.shape[0] * self.bptt),
-            "best_val": {"step": progress.best_step, "bpc": progress.best},
-            "final_val": {"step": trainer.last_val_step, "bpc": trainer.last_val},
-            "test": {
-                "bpc": test_bpc,
-                "checkpoint": "best",
-                "step": progress.best_step,
-                "batch_size": test_batch,
-                "symbols": int(self.task.split("test").numel()),
-                "seconds": round(test_seconds, 3),
+        return Summary(
+            [row],
+            {
+                "epochs": round(self.epochs(progress.step), 4),
+                "segments_per_epoch": self.per_epoch,
+                "symbols_per_step": int(self.streams.shape[0] * self.bptt),
+                "best_val": {"step": progress.best_step, "bpc": progress.best},
+                "final_val": {"step": run.last_val_step, "bpc": run.last_val},
+                "test": {
+                    "bpc": test_bpc,
+                    "checkpoint": "best",
+                    "step": progress.best_step,
+                    "batch_size": test_batch,
+                    "symbols": int(self.task.split("test").numel()),
+                    "seconds": round(test_seconds, 3),
+                },
             },
-        }
+        )
 
 
 # ------------------------------------------------------------------ states

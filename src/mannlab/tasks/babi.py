@@ -43,7 +43,6 @@ whole split: ``mannlab.tasks.dataset.evaluate_split`` (``mannlab eval RUN --spli
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -60,9 +59,7 @@ GRU_ENCODERS = ("gru", "bigru")
 ENCODINGS = FACT_ENCODERS  # the older name
 
 
-@lru_cache(maxsize=4)
 def _load(tasks: tuple[int, ...], language: str, data_dir: str | None, download: bool) -> dict:
-    """Parsed questions, kept so that building the same task twice (the CLI does) reads once."""
     return babi_data.load_babi(tasks, language, data_dir, download=download)
 
 

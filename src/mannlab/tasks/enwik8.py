@@ -13,7 +13,6 @@ copy of enwik8 exists on this project's machines.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,6 @@ from mannlab.tasks.base import Example, check_int
 from mannlab.tasks.dataset import DatasetTask
 
 
-@lru_cache(maxsize=1)
 def _load(data_dir: str | None, sizes: tuple[int, int, int], download: bool) -> dict[str, np.ndarray]:
     splits = enwik8_data.load_enwik8(data_dir, sizes, download=download)
     return {k: np.frombuffer(v, np.uint8) for k, v in splits.items()}

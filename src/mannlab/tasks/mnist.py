@@ -13,7 +13,6 @@ Splits: "train" (the 60k training images minus ``valid_size`` held out at random
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,6 @@ from mannlab.tasks.dataset import DatasetTask
 PIXELS = 28 * 28
 
 
-@lru_cache(maxsize=2)
 def _load(data_dir: str | None, download: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {split: mnist_data.load_mnist(split, data_dir, download=download) for split in ("train", "test")}
 

@@ -12,7 +12,6 @@ No offline copy of SNLI exists on this project's machines.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,6 @@ from mannlab.tasks.base import Example, check_int
 from mannlab.tasks.dataset import DatasetTask
 
 
-@lru_cache(maxsize=2)
 def _load(data_dir: str | None, download: bool) -> dict:
     return snli_data.load_snli(("train", "valid", "test"), data_dir, download=download)
 

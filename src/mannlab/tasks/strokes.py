@@ -21,7 +21,6 @@ with ``split_seed`` ("valid"); "test" from the test digits. Sequence i of a spli
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,6 @@ _SPLIT_CODE = {"train": 0, "valid": 1, "test": 2}
 STROKE_CHANNELS = 4
 
 
-@lru_cache(maxsize=2)
 def _load(data_dir: str | None, download: bool) -> dict[str, strokes_data.StrokeSet]:
     return {
         split: strokes_data.load_strokes(split, data_dir, download=download) for split in ("train", "test")

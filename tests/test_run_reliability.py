@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from mannlab.building import build_run
 from mannlab.cli import main
 from mannlab.config import RunConfig, TrainConfig, load_config
 from mannlab.errors import ConfigError
@@ -123,7 +124,7 @@ def test_a_nan_best_in_the_training_state_does_not_freeze_the_best_checkpoint(tm
     train(config(steps=2))
     last = tmp_path / "run" / "checkpoints" / "last"
     meta, state = load_checkpoint(last)
-    _, model = loop.build_run(config())
+    _, model = build_run(config())
     load_checkpoint(last, model)
     save_checkpoint(last, model, meta, {**state, "best_bce": math.nan})
     summary = train(config(steps=4), resume=True)
@@ -261,7 +262,7 @@ def drop_entry(key):
     def damage():
         last = "run/checkpoints/last"
         meta, state = load_checkpoint(last)
-        _, model = loop.build_run(load_config("run/config.toml"))
+        _, model = build_run(load_config("run/config.toml"))
         load_checkpoint(last, model)
         state.pop(key)
         save_checkpoint(last, model, meta, state)
@@ -272,7 +273,7 @@ def drop_entry(key):
 def nan_weights():
     best = "run/checkpoints/best"
     meta, state = load_checkpoint(best)
-    _, model = loop.build_run(load_config("run/config.toml"))
+    _, model = build_run(load_config("run/config.toml"))
     with torch.no_grad():
         next(model.parameters()).fill_(math.nan)
     save_checkpoint(best, model, meta, state)

@@ -138,7 +138,7 @@ def test_unknown_controller_names_the_valid_ones(name):
             r"shift_range must be an integer in \[0, \(memory_slots - 1\) / 2\] "
             r"= \[0, 3\], got 4",
         ),
-        ("dntm", dict(addressing="gumbel"), "addressing must be one of 'soft', 'reinforce', 'argmax'"),
+        ("dntm", dict(addressing="hard"), "addressing must be one of 'soft', 'reinforce', 'argmax'"),
         ("dntm", dict(write_keys="address"), "write_keys must be one of"),
         ("dntm", dict(lru="yes"), "lru must be true or false"),
         (

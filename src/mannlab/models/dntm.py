@@ -722,13 +722,6 @@ class InputBaseline(nn.Module):
         return self.out(torch.relu(self.hidden(inputs)).mean(dim=1)).squeeze(-1)
 
 
-def entropy(probs: torch.Tensor) -> torch.Tensor:
-    """H(p) (sampling.entropy) with p floored at the smallest normal number: sharp float32
-    addressing underflows probabilities to 0, where the gradient of p log p is 0/0 (NaN); the
-    floor gives them 0, the limit of that gradient through the softmax."""
-    return sampling.entropy(probs.clamp_min(torch.finfo(probs.dtype).tiny))
-
-
 def read_write_consistency(
     read_probs: torch.Tensor, write_probs: torch.Tensor, read_heads: int, write_heads: int
 ) -> torch.Tensor:
@@ -981,7 +974,8 @@ class DNTM(CellTemperature, SequenceModel):
         if self.cell.addressing == "reinforce" and bool(sampled.any()):
             terms.update(self._reinforce(trace, step_nll.detach(), sampled, scored))
         if self.entropy_weight or self.sharpen_weight:
-            ent = entropy(trace.read_probs).sum((1, 2)) + entropy(trace.write_probs).sum((1, 2))
+            reads, writes = sampling.entropy(trace.read_probs), sampling.entropy(trace.write_probs)
+            ent = reads.sum((1, 2)) + writes.sum((1, 2))
         if self.entropy_weight:
             terms["entropy"] = -self.entropy_weight * ent.mean() / scored
         if self.sharpen_weight:

@@ -131,9 +131,13 @@ def log_prob(one_hot: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
 
 
 def entropy(probs: torch.Tensor) -> torch.Tensor:
-    """H(p) = -sum_j p_j log p_j (nats), with 0 log 0 = 0: probs (..., N) -> (...)."""
+    """H(p) = -sum_j p_j log p_j (nats): probs (..., N) -> (...). p is floored at the smallest
+    normal number first: a sharp softmax underflows probabilities to 0, where the gradient of
+    p log p is 0/0 (NaN); the floor gives them 0, the limit of that gradient through the
+    softmax (and 0 log 0 = 0 to rounding)."""
     _check_distribution(probs)
-    return -torch.special.xlogy(probs, probs).sum(-1)
+    p = probs.clamp_min(torch.finfo(probs.dtype).tiny)
+    return -torch.special.xlogy(p, p).sum(-1)
 
 
 def huber(x: torch.Tensor, delta: float = 1.0) -> torch.Tensor:

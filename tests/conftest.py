@@ -92,3 +92,27 @@ def triton_device() -> str:
 
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def tiny_lstm_run(run_dir, steps: int = 2, **train_args):
+    """A RunConfig of a 4-unit LSTM on copy of lengths 1-2 (under a second a run), validating
+    every step; ``train_args`` override its TrainConfig."""
+    from mannlab.config import RunConfig, TrainConfig
+
+    args = dict(steps=steps, batch_size=2, val_every=1, val_batch_size=2, val_batches=1, progress=False)
+    return RunConfig(
+        model="lstm",
+        task="copy",
+        model_args={"hidden_size": 4},
+        task_args={"width": 2, "max_length": 2},
+        train=TrainConfig(**{**args, **train_args}),
+        run_dir=str(run_dir),
+    )
+
+
+@pytest.fixture
+def no_figures(monkeypatch):
+    """Runs draw no figures (matplotlib is most of a tiny run's time)."""
+    from mannlab.training import loop
+
+    monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import tiny_lstm_run
 from mannlab.cli import main
-from mannlab.config import RunConfig, TrainConfig
+from mannlab.config import RunConfig
 from mannlab.errors import ConfigError
-from mannlab.training import loop, train
+from mannlab.training import train
 from mannlab.training.run_dir import LOCK, RunDirLock
 
 HOLD = """
@@ -27,21 +28,12 @@ time.sleep(120)
 
 
 def tiny(run_dir: Path, steps: int = 2) -> RunConfig:
-    return RunConfig(
-        model="lstm",
-        task="copy",
-        model_args={"hidden_size": 4},
-        task_args={"width": 2, "max_length": 2},
-        train=TrainConfig(
-            steps=steps, batch_size=2, val_every=1, val_batch_size=2, val_batches=1, progress=False
-        ),
-        run_dir=str(run_dir),
-    )
+    return tiny_lstm_run(run_dir, steps)
 
 
 @pytest.fixture(autouse=True)
-def no_figures(monkeypatch):
-    monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
+def _no_figures(no_figures):
+    """Every run here draws no figures."""
 
 
 @pytest.fixture

@@ -8,31 +8,17 @@ from pathlib import Path
 import pytest
 
 import mannlab
-from mannlab.config import RunConfig, TrainConfig
+from conftest import tiny_lstm_run
+from mannlab.config import RunConfig
 from mannlab.rundir import load_run
-from mannlab.training import DivergedError, loop, train
+from mannlab.training import DivergedError, train
 from mannlab.training.sampled import SampledBatches
 from mannlab.training.source import Validation
 
 
 def tiny(run_dir: Path, steps: int, **train_args) -> RunConfig:
-    args = dict(
-        steps=steps,
-        batch_size=2,
-        val_every=1,
-        val_batch_size=2,
-        val_batches=1,
-        val_length_multiples=(1,),
-        checkpoint_every=1,
-        progress=False,
-    )
-    return RunConfig(
-        model="lstm",
-        task="copy",
-        model_args={"hidden_size": 4},
-        task_args={"width": 2, "max_length": 2},
-        train=TrainConfig(**{**args, **train_args}),
-        run_dir=str(run_dir),
+    return tiny_lstm_run(
+        run_dir, steps, **{"val_length_multiples": (1,), "checkpoint_every": 1, **train_args}
     )
 
 
@@ -49,8 +35,8 @@ def validations(monkeypatch, values):
 
 
 @pytest.fixture(autouse=True)
-def no_figures(monkeypatch):
-    monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
+def _no_figures(no_figures):
+    """Every run here draws no figures."""
 
 
 def test_a_run_that_only_got_worse_keeps_the_untrained_model_as_best(tmp_path, monkeypatch, caplog):

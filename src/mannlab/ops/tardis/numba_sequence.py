@@ -122,6 +122,30 @@ class NumbaRecords(NamedTuple):
     mp: np.ndarray
 
 
+class SavedTensors(NamedTuple):
+    """The tensors the forward keeps for its backward beside the kernels' records (through
+    save_for_backward: a tensor kept on ctx would make a reference cycle)."""
+
+    h_all: Optional[torch.Tensor]
+    r_all: Optional[torch.Tensor]
+    probs: Optional[torch.Tensor]
+    resets: Optional[torch.Tensor]
+    tau: Optional[torch.Tensor]
+    usage: Optional[torch.Tensor]
+    C: Optional[torch.Tensor]
+    mask: Optional[torch.Tensor]
+    address: Optional[torch.Tensor]
+    aproj: Optional[torch.Tensor]
+    steps0: Optional[torch.Tensor]
+    w_h: Optional[torch.Tensor]
+    w_rg: Optional[torch.Tensor]
+    w_c: Optional[torch.Tensor]
+    score: Optional[torch.Tensor]
+    lng_w: Optional[torch.Tensor]
+    lnc_w: Optional[torch.Tensor]
+    lnm_w: Optional[torch.Tensor]
+
+
 class TARDISSequence(torch.autograd.Function):
     """A whole sequence of TARDIS steps (eqs. 1-10, 18-19, the writes of algorithm 1) as one
     autograd node whose forward and backward are single calls of ops/tardis/kernels.py.
@@ -198,29 +222,28 @@ class TARDISSequence(torch.autograd.Function):
             ctx.mark_non_differentiable(read_w, write_w)
         if not learned:
             ctx.mark_non_differentiable(tau)
-        # everything through save_for_backward (a tensor kept on ctx would make a cycle)
         if keep:
-            ctx.save_for_backward(
-                h_all,
-                r_all,
-                probs,
-                resets,
-                tau,
-                usage,
-                C,
-                mask,
-                address,
-                aproj,
-                steps0,
-                w_h,
-                w_rg,
-                w_c,
-                score,
-                lng_w,
-                lnc_w,
-                lnm_w,
-                *(torch.from_numpy(v) for block in saved.values for v in block),
+            kept = SavedTensors(
+                h_all=h_all,
+                r_all=r_all,
+                probs=probs,
+                resets=resets,
+                tau=tau,
+                usage=usage,
+                C=C,
+                mask=mask,
+                address=address,
+                aproj=aproj,
+                steps0=steps0,
+                w_h=w_h,
+                w_rg=w_rg,
+                w_c=w_c,
+                score=score,
+                lng_w=lng_w,
+                lnc_w=lnc_w,
+                lnm_w=lnm_w,
             )
+            ctx.save_for_backward(*kept, *(torch.from_numpy(v) for block in saved.values for v in block))
         ctx.options, ctx.parts = (mode, learned, use_ln, options.reset_temperature), saved.parts
         return outputs
 
@@ -242,6 +265,8 @@ class TARDISSequence(torch.autograd.Function):
         d_last,
     ):
         mode, learned, use_ln, reset_temperature = ctx.options
+        kept = SavedTensors(*ctx.saved_tensors[: len(SavedTensors._fields)])
+        flat = ctx.saved_tensors[len(SavedTensors._fields) :]  # the kernels' records, block after block
         (
             h_all,
             r_all,
@@ -261,8 +286,7 @@ class TARDISSequence(torch.autograd.Function):
             lng_w,
             lnc_w,
             lnm_w,
-            *flat,
-        ) = ctx.saved_tensors
+        ) = kept
         n = len(flat) // len(ctx.parts)
         blocks = [flat[i * n : (i + 1) * n] for i in range(len(ctx.parts))]  # the forward's, per block
         a = as_array

@@ -176,6 +176,10 @@ class TrainConfig:
     # "train_lengths", the training distribution of lengths, or "max_length", sequences of
     # exactly the longest training length (the D-NTM and TARDIS papers' success criterion)
     val_lengths: str = "train_lengths"
+    # also log where the reads of a memory model land at each validation (the read weight on
+    # the cell of the due item, of the items after it, and whether that cell was kept;
+    # evaluation/reads.py), for tasks that name their source steps (copy, recall, ...)
+    val_reads: bool = False
     checkpoint_every: int = 500
     # solved when the val bce at multiple 1 (minus the task's optimal_bce, if it reports one)
     # drops below this; the first such step and wall time are recorded

@@ -123,6 +123,12 @@ def add_commands(command) -> None:
         help="data-set tasks: only the first N examples (proposal tasks: videos)",
     )
     evaluate.add_argument(
+        "--reads",
+        action="store_true",
+        help="generated tasks, memory models: also where the reads land (read weight on the cell "
+        "of the due item and of the items after it, whether that cell was kept)",
+    )
+    evaluate.add_argument(
         "--json", action="store_true", help="print the result as JSON instead of a table (any task)"
     )
     add_override(evaluate)
@@ -239,6 +245,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         split=args.split,
         limit=args.limit,
+        reads=args.reads,
     )
     print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
     return 0

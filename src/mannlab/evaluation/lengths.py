@@ -19,9 +19,11 @@ def evaluate_lengths(
     batches: int = 4,
     batch_size: int = 32,
     seed: int = 0,
+    reads: bool = False,
 ) -> list[dict[str, Any]]:
-    """Mean metrics per length: rows ``{"length": L, "bce": ..., "bit_error_rate": ..., ...}``.
-    Batch ``k`` at length ``L`` is sampled with seed ``[seed, 2*10**9 + k, L]``."""
+    """Mean metrics per length: rows ``{"length": L, "bce": ..., "bit_error_rate": ..., ...}``,
+    with ``reads`` also where the reads land (evaluation/reads.py). Batch ``k`` at length
+    ``L`` is sampled with seed ``[seed, 2*10**9 + k, L]``."""
     lengths = list(lengths)
     check_length_sets(model, task, lengths, batches, batch_size)
     sets = [
@@ -35,7 +37,7 @@ def evaluate_lengths(
         )
         for length in lengths
     ]
-    rows = validate(model, task, sets)
+    rows = validate(model, task, sets, reads)
     for row in rows:
         del row["multiple"]
     return rows

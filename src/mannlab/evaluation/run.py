@@ -34,11 +34,13 @@ def evaluate_run(
     seed: int | None = None,
     split: str = "test",
     limit: int | None = None,
+    reads: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a run's checkpoint the way its task is scored; the result's ``kind`` says
     which: "lengths" (``rows`` per length), "split" (evaluate_split's result), "bpc"
     (``valid`` and ``test``) or "proposals" (evaluate_proposals's result). ``overrides``
-    change the run's config before its weights load."""
+    change the run's config before its weights load; ``reads`` adds, on generated tasks,
+    where a memory model's reads land (evaluation/reads.py)."""
     config, task, model, meta = load_run(run_dir, checkpoint, overrides)
     use_run_threads(config)
     out: dict[str, Any] = {
@@ -78,7 +80,7 @@ def evaluate_run(
         return {**out, "kind": "split", "split": split, "result": result, "path": str(path)}
     lengths = lengths or [task.train_length * m for m in config.train.val_length_multiples]
     rows = evaluate_lengths(
-        model, task, lengths, batches, batch_size or 32, config.seed if seed is None else seed
+        model, task, lengths, batches, batch_size or 32, config.seed if seed is None else seed, reads
     )
     return {
         **out,

@@ -13,6 +13,7 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from mannlab.errors import ConfigError
 from mannlab.tasks.base import Example, Task, check_bool, check_int, check_order, signed_unit_char
@@ -86,6 +87,15 @@ class CopyTask(Task):
     def permutation(length: int) -> np.ndarray:
         """Indices (0-based) of the input elements in output order."""
         return np.arange(length)
+
+    def source_steps(self, inputs: torch.Tensor) -> np.ndarray:
+        """Output step L+1+i copies input step permutation(L)[i]."""
+        delimiters = inputs[..., self.params["width"]].detach().cpu().numpy()
+        sources = np.full(delimiters.shape, -1, np.int64)
+        for b, row in enumerate(delimiters):
+            n = int(np.argmax(row > 0.5))
+            sources[b, n + 1 : 2 * n + 1] = self.permutation(n)
+        return sources
 
     def _sequence(self, rng: np.random.Generator, length: int | None) -> Example:
         width, end = self.params["width"], int(self.params["end_marker"])
@@ -200,6 +210,17 @@ class RepeatCopyTask(Task):
         count = self.decode_repeats(x_t[channel])
         return "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"[count] if 0 <= count < 36 else "+"
 
+    def source_steps(self, inputs: torch.Tensor) -> np.ndarray:
+        """Output step L+1+j repeats input step j mod L; the end step has no source."""
+        x = inputs.detach().cpu().numpy()
+        width = self.params["width"]
+        sources = np.full(x.shape[:2], -1, np.int64)
+        for b, row in enumerate(x):
+            n = int(np.argmax(row[:, width] > 0.5))
+            reps = self.decode_repeats(float(row[n, width + 1]))
+            sources[b, n + 1 : n + 1 + n * reps] = np.tile(np.arange(n), reps)
+        return sources
+
     def _sequence(self, rng: np.random.Generator, length: int | None) -> Example:
         width = self.params["width"]
         n = _draw(rng, self.params["min_length"], self.params["max_length"], length)
@@ -290,6 +311,24 @@ class AssociativeRecallTask(Task):
         y[steps - span :] = items[query + 1]
         m[steps - span :] = 1.0
         return x, y, m
+
+    def source_steps(self, inputs: torch.Tensor) -> np.ndarray:
+        """Query step K*S+1+j points at row j of the queried item q (step q*S+1+j), output
+        step j of the answer at row j of item q+1 (the key's and the value's rows)."""
+        x = inputs.detach().cpu().numpy()
+        bits, span = self.params["item_bits"], self.params["item_length"]
+        stride = span + 1
+        sources = np.full(x.shape[:2], -1, np.int64)
+        for b, row in enumerate(x):
+            start = int(np.argmax(row[:, bits + 1] > 0.5))  # the first query delimiter
+            count = start // stride
+            query = row[start + 1 : start + stride, :bits]
+            items = row[: count * stride].reshape(count, stride, -1)[:, 1:, :bits]
+            q = int(np.argmin(np.abs(items - query).sum(axis=(1, 2))))
+            sources[b, start + 1 : start + stride] = q * stride + 1 + np.arange(span)
+            answer = start + stride + 1
+            sources[b, answer : answer + span] = (q + 1) * stride + 1 + np.arange(span)
+        return sources
 
     @staticmethod
     def _distinct_items(rng: np.random.Generator, count: int, bits: int) -> np.ndarray:

@@ -332,6 +332,14 @@ class Task(TaskTraits, ABC):
         (tasks with a reference score, like ngrams, use it)."""
         return bit_metrics(logits, targets, mask)
 
+    def source_steps(self, inputs: torch.Tensor) -> np.ndarray | None:
+        """For each step of each sequence of ``inputs (B, T, C)``, the earlier input step
+        whose content that step reproduces or asks for, else -1: (B, T) integers. An output
+        step of copy points at the element it copies; a query step of associative recall at
+        the row of the item it repeats. None: the task does not say (evaluation.reads uses it
+        to tell where a model's reads should land)."""
+        return None
+
     # ------------------------------------------------------------ rendering
 
     def _input_char(self, x_t: np.ndarray, channel: int) -> str:

@@ -70,7 +70,7 @@ class SampledBatches:
         return {"loss": sum(loss for loss, _ in losses) / n, self.loss_key: sum(t for _, t in losses) / n}, {}
 
     def validate(self, model: torch.nn.Module) -> Validation:
-        rows = validate(model, self.task, self.val_sets)
+        rows = validate(model, self.task, self.val_sets, reads=self.cfg.val_reads)
         logged = [
             (
                 {k: v for k, v in row.items() if k not in ("multiple", "length")},

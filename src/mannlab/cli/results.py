@@ -255,7 +255,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from mannlab import tasks
     from mannlab.config import load_config
     from mannlab.evaluation import loss_key
-    from mannlab.reporting import figures
+    from mannlab.reporting import figures, read_figures
     from mannlab.rundir import load_run, use_run_threads
     from mannlab.training.figures import draw_memory_access
 
@@ -294,6 +294,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
         threshold=config.train.solve_bce or None,  # 0: no solve threshold (proposal tasks)
     )
     print(f"learning curve: {path}")
+    if read_figures.has_read_curves(metrics):
+        path = out / "read_targets.png"
+        read_figures.read_curves(
+            metrics, path, title=f"{config.model} on {config.task}: where the reads land"
+        )
+        print(f"reads: {path}")
     return 0
 
 

@@ -5,6 +5,7 @@
     run_tables        tables over many runs in the papers' layouts (`mannlab report`)
     group_tables      per-group test errors of data-set runs (bAbI per task)
     figures           memory access, learning curves, curves of several runs (matplotlib)
+    read_figures      where the reads land over training (runs with train.val_reads)
     analysis_figures  figures of the analyses (wormhole paths, gradient flow)
     csv_files         CSV files of the analyses
 

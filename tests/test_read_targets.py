@@ -122,3 +122,20 @@ def test_validation_logs_the_reads_when_asked(tmp_path, no_figures):
     train(config)
     rows = [row for row in map(json.loads, open(tmp_path / "run" / "metrics.jsonl")) if row["split"] == "val"]
     assert rows and all("reads_on_source" in row and "source_kept" in row for row in rows)
+
+
+def test_read_curves_draw_the_logged_reads(tmp_path):
+    from mannlab.errors import DataError
+    from mannlab.reporting.read_figures import has_read_curves, read_curves
+
+    rows = [
+        {"step": s, "split": "val", "multiple": 1, "bce": 0.5, "reads_on_source": 0.1 * s, "source_kept": 1.0}
+        for s in (1, 2, 3)
+    ]
+    assert has_read_curves(rows)
+    read_curves(rows, tmp_path / "reads.png", title="t")
+    assert (tmp_path / "reads.png").stat().st_size > 0
+    plain = [{"step": 1, "split": "val", "bce": 0.5}]
+    assert not has_read_curves(plain)
+    with pytest.raises(DataError, match="train.val_reads"):
+        read_curves(plain)

@@ -1,10 +1,8 @@
 """D-NTM: primitives by hand, LRU / multi-step / NOP, the address part, gradients, discrete
-modes, REINFORCE terms, curriculum, regularisers, the compiled whole-sequence path against the
-tensor path and a learning check (what every model promises, cell == sequence, chunked ==
-whole and bad input included, is in test_model_contract.py)."""
-
-import gc
-import weakref
+modes, REINFORCE terms, curriculum, regularisers, the model on its kernels against its step
+loop (the kernels against the op's reference loop: tests/ops/test_dntm_ops.py) and a learning
+check (what every model promises, cell == sequence, chunked == whole and bad input included,
+is in test_model_contract.py)."""
 
 import pytest
 import torch
@@ -16,9 +14,10 @@ from conftest import float64_seq, leaves, small_model
 from mannlab.errors import ConfigError
 from mannlab.models import DNTMState, DNTMTrace, build_model
 from mannlab.models import dntm as dntm_module
-from mannlab.models.dntm import DNTMWriteCounts, lru_address, read_write_consistency, similarity
+from mannlab.models.dntm import DNTMWriteCounts, read_write_consistency
 from mannlab.nn import sampling
 from mannlab.ops import dispatch, use_kernels
+from mannlab.ops.dntm.reference import lru_address, similarity
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
 
@@ -721,79 +720,36 @@ AUX = dict(entropy_weight=0.1, read_write_consistency=0.3, next_input_prediction
 
 @pytest.mark.usefixtures("kernels_enabled")
 @pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax", "gumbel"])
-@pytest.mark.parametrize("steps", [1, 3])
-@pytest.mark.parametrize("lru, nop", [(True, False), (False, True), (True, True)])
-@pytest.mark.parametrize("controller", ["gru", "fnn"])
-def test_compiled_path_equals_tensor_path(mode, steps, lru, nop, controller):
-    """The compiled whole-sequence kernels give the per-step tensor path's outputs, final state,
-    every trace field and every gradient (parameters and initial state, through the task loss,
-    the trace and aux_loss: REINFORCE, entropy, read-write consistency, next-input
-    prediction), with the same one-hot samples for the same seed."""
+@pytest.mark.parametrize("controller, writes", [("gru", "learned"), ("fnn", "sequential")])
+def test_compiled_path_equals_tensor_path(mode, controller, writes):
+    """The model on its kernels (DNTMCell.run_kernels, mannlab.ops.dntm.dntm_sequence) gives its
+    per-step tensor path's outputs, final state, every trace field and every gradient
+    (parameters and initial state, through the task loss, the trace and aux_loss: REINFORCE,
+    entropy, read-write consistency, next-input prediction), with the same one-hot samples for
+    the same seed, from the initial state and from a state with counts. The kernels against the
+    op's reference loop, configuration by configuration: tests/ops/test_dntm_ops.py."""
     model = randomise(
         small_dntm(
             controller=controller,
             addressing=mode,
-            addressing_steps=steps,
-            lru=lru,
-            nop=nop,
+            addressing_steps=2,
+            nop=True,
             read_heads=2,
+            writes=writes,
             **AUX,
         )
     )
     model.inverse_temperature = 2.5  # straight-through's 1/τ (the other modes ignore it)
     x = seq(t=7)
     assert dispatch.sequence_applies(model.cell, x)
+    assert_paths_equal(both_paths(model, x))
     results = both_paths(model, x, random_state(model, 3))
     assert_paths_equal(results)
     if mode == "reinforce":
         assert results[1][2].sampled.eq(1).all()
-        assert {tuple(r[2].write_weights.argmax(-1).flatten().tolist()) for r in results} == {
-            tuple(results[0][2].write_weights.argmax(-1).flatten().tolist())
+        assert {tuple(r[2].read_weights.argmax(-1).flatten().tolist()) for r in results} == {
+            tuple(results[0][2].read_weights.argmax(-1).flatten().tolist())
         }
-
-
-@pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize(
-    "kw",
-    [
-        dict(write_keys="memory"),
-        dict(read_heads=2, write_heads=3),
-        dict(write_heads=2, addressing="reinforce", write_keys="memory"),
-        dict(addressing="reinforce", input_baseline=True, curriculum_p0=1.0),
-        dict(writes="sequential"),
-        dict(writes="sequential", addressing="reinforce", read_heads=2),
-        dict(writes="sequential", addressing="gumbel"),
-        dict(writes="sequential", addressing="argmax", lru=False),
-    ],
-)
-def test_compiled_path_equals_tensor_path_heads_and_keys(kw):
-    """Several write heads (erasures multiply), write keys over [A; C], the input baseline,
-    sequential writes (from the start and from a state with counts)."""
-    model = randomise(small_dntm(addressing_steps=2, nop=True, **{**AUX, **kw}))
-    assert_paths_equal(both_paths(model, seq(t=6)))
-    assert_paths_equal(both_paths(model, seq(t=6), random_state(model, 3)))
-
-
-@pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax", "gumbel"])
-def test_compiled_path_without_trace_equals_tensor_path(mode):
-    """A training pass without the trace (no gradient into the probabilities from outside):
-    outputs, final state and every gradient."""
-    model = randomise(small_dntm(addressing=mode, addressing_steps=2, read_heads=2, nop=True))
-    model.inverse_temperature = 0.5
-    x = seq(t=8)
-    results = []
-    for kernels in (False, True):
-        model.zero_grad()
-        torch.manual_seed(4)
-        with use_kernels(kernels):
-            y, state = model(x)
-        (y.sin().sum() + sum(t.pow(2).sum() for t in leaves(state))).backward()
-        results.append(
-            [y, *leaves(state), *(p.grad.clone() for p in model.parameters() if p.grad is not None)]
-        )
-    for a, b in zip(*results, strict=True):
-        assert torch.allclose(a, b, atol=1e-10, rtol=1e-9)
 
 
 @pytest.mark.usefixtures("kernels_enabled")
@@ -825,82 +781,6 @@ def test_compiled_samples_are_torch_multinomial_draws():
 
 
 @pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("mode", ["soft", "reinforce", "gumbel"])
-@pytest.mark.parametrize("train", [True, False])
-def test_compiled_path_without_backward_equals_tensor_path(mode, train):
-    """Under no_grad the kernels keep one step's scratch instead of (B, T, ...) arrays: same
-    outputs, final state and (with return_trace) trace as the tensor path."""
-    model = randomise(small_dntm(addressing=mode, addressing_steps=2, read_heads=2)).train(train)
-    x = seq(t=7)
-    results = []
-    for kernels in (False, True):
-        with torch.no_grad(), use_kernels(kernels):
-            torch.manual_seed(2)
-            plain = model(x)
-            torch.manual_seed(2)
-            traced = model(x, return_trace=True)
-        results.append((plain, traced))
-    (p0, t0), (p1, t1) = results
-    for a, b in zip(leaves(p0) + leaves(t0), leaves(p1) + leaves(t1), strict=True):
-        assert torch.allclose(a, b, atol=1e-12, rtol=0)
-
-
-@pytest.mark.usefixtures("kernels_enabled")
-def test_compiled_path_float32_close_to_tensor_path():
-    model = randomise(small_dntm(addressing_steps=2, nop=True, **AUX)).float()
-    x = seq(t=7).float()
-    results = []
-    for kernels in (False, True):
-        model.zero_grad()
-        with use_kernels(kernels):
-            y, state, tr = model(x, return_trace=True)
-        (y.sin().sum() + model.aux_loss(tr, torch.rand(3, 7))).backward()
-        results.append((y, state.content, model.cell.head_params.weight.grad.clone()))
-    for a, b in zip(*results):
-        assert a.dtype == torch.float32 and torch.allclose(a, b, atol=1e-4, rtol=1e-4)
-
-
-@pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("controller", ["gru", "fnn"])
-def test_gradcheck_compiled_path_float64(controller):
-    """Soft mode through the compiled path: the input, the initial state and the address part
-    (LRU off for T > 1: v is cut from the graph on purpose, see test_gradcheck_soft_mode_float64);
-    the discrete modes with the samples fixed by the seed (no path from the outputs to w), the
-    trace's probabilities included."""
-    model = randomise(
-        small_dntm(
-            controller=controller, read_heads=2, write_heads=2, addressing_steps=2, nop=True, lru=False
-        )
-    )
-    assert dispatch.sequence_applies(model.cell, seq())
-    x = seq(b=2, t=3).requires_grad_()
-    state = random_state(model, 2)
-
-    def run(inp, content, reads, *ctrl):
-        start = state._replace(controller=ctrl, content=content, read_vectors=reads)
-        y, final = model(inp, start)
-        return y, final.content
-
-    assert torch.autograd.gradcheck(run, (x, *leaves(state)[-4:-2], *state.controller))
-    params = dict(model.named_parameters())
-    A = params.pop("cell.address").detach().clone().requires_grad_()
-    assert torch.autograd.gradcheck(
-        lambda a: functional_call(model, {**params, "cell.address": a}, (x.detach(),))[0], (A,)
-    )
-    lru = randomise(small_dntm(controller=controller, read_heads=2, nop=True))
-    assert torch.autograd.gradcheck(lambda inp: lru(inp)[0], (seq(b=2, t=1).requires_grad_(),))
-    for mode in ("reinforce", "argmax"):
-        hard = randomise(small_dntm(controller=controller, addressing=mode, addressing_steps=2, lru=False))
-
-        def run_hard(inp):
-            torch.manual_seed(1)
-            y, _, tr = hard(inp, return_trace=True)
-            return y, tr.read_probs, tr.write_probs
-
-        assert torch.autograd.gradcheck(run_hard, (x,))
-
-
-@pytest.mark.usefixtures("kernels_enabled")
 def test_compiled_path_only_where_it_applies(monkeypatch):
     """Other controllers and the kernels switched off (use_kernels(False), as
     MANNLAB_KERNELS=0) run the tensor path; GRU and FNN run the kernels."""
@@ -926,25 +806,6 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
         model(x)
         model(x, return_trace=True)
     assert len(calls) == 4
-
-
-@pytest.mark.usefixtures("kernels_enabled")
-@pytest.mark.parametrize("with_trace", [False, True])
-def test_compiled_outputs_are_freed_without_garbage_collection(with_trace):
-    """Nothing on the autograd context outside save_for_backward (no reference cycle)."""
-    model = small_dntm(addressing="reinforce", entropy_weight=0.1)
-    gc.disable()
-    try:
-        y, state, *trace = model(seq(), return_trace=with_trace)
-        outputs = [y, *leaves(state), *(leaves(tuple(trace[0])) if trace else [])]
-        refs = [weakref.ref(t) for t in outputs]
-        del outputs
-        loss = y.sum() + (model.aux_loss(trace[0], torch.rand(3, 5, dtype=torch.float64)) if trace else 0)
-        loss.backward()
-        del y, state, trace, loss
-        assert all(ref() is None for ref in refs)
-    finally:
-        gc.enable()
 
 
 # ------------------------------------------------------------------- bad input

@@ -54,7 +54,6 @@ from mannlab.models import build_model
 from mannlab.models.dntm import DNTMCell
 from mannlab.models.tardis import TARDISCell
 from mannlab.nn import sampling
-from mannlab.ops.dntm.function import DNTMSequence
 from mannlab.tasks.base import masked_bce, step_nll
 from mannlab.training.update import model_aux_loss
 
@@ -217,23 +216,28 @@ def dntm(**kw):
 
 def force_dntm(m, model, choices: torch.Tensor) -> None:
     """Make the D-NTM pick ``choices`` (rows, T, R + H): the cells of the read heads, then the
-    write heads, at each step. Compiled path: its Exp(1) draws (T, rows (R + H) N; per step
-    the read heads' (rows, R, N) block, then the write heads'); tensor path: the one-hot
-    sampler it calls once per step for the read heads, then once for the write heads, or
-    (straight-through Gumbel) the row of Exp(1) draws it takes per step."""
+    write heads, at each step. Compiled path and straight-through Gumbel's step loop: the Exp(1)
+    draws they take from ``cell.draws`` (per step the read heads' (rows, R, N) block, then the
+    write heads'; all steps at once, or one per call); REINFORCE's step loop: the one-hot
+    sampler it calls once per step for the read heads, then once for the write heads."""
     R, N = model.cell.read_heads, model.cell.slots
     rows, steps, _ = choices.shape
     exp = torch.full((steps, rows, choices.shape[2], N), EXP_OTHER, dtype=torch.float64)
     exp.scatter_(-1, choices.transpose(0, 1).unsqueeze(-1), EXP_CHOSEN)
     noise = torch.cat([exp[:, :, :R].flatten(1), exp[:, :, R:].flatten(1)], dim=1)
-    apply = DNTMSequence.apply
-    m.setattr(DNTMSequence, "apply", lambda xp, _noise, *rest: apply(xp, noise.to(xp.dtype), *rest))
-    draws = iter([part for t in range(steps) for part in (choices[:, t, :R], choices[:, t, R:])])
+    start = [0]
+
+    def draws(self, count, batch, like):
+        start[0] += count
+        return noise[start[0] - count : start[0]].to(like.dtype).clone()
+
+    m.setattr(DNTMCell, "draws", draws)
+    draws_of_steps = iter([part for t in range(steps) for part in (choices[:, t, :R], choices[:, t, R:])])
     m.setattr(
-        sampling, "sample_one_hot", lambda probs, generator=None: F.one_hot(next(draws), N).to(probs.dtype)
+        sampling,
+        "sample_one_hot",
+        lambda probs, generator=None: F.one_hot(next(draws_of_steps), N).to(probs.dtype),
     )
-    rows_of_steps = iter(noise)
-    m.setattr(DNTMCell, "gumbel_draws", lambda self, batch, like: next(rows_of_steps).to(like.dtype).clone())
 
 
 def dntm_log_p(trace) -> torch.Tensor:

@@ -80,7 +80,7 @@ model sets in ``begin_step``, which the trainer calls each minibatch.
 Speed: on CPU float32/float64 tensors with the GRU or the feed-forward controller (every
 head count, J, LRU, NOP, write-key, writes and addressing mode, with or without the trace), a
 sequence runs as one autograd node whose forward and backward are compiled loops over time
-(mannlab.ops.dntm: ``sequence_forward``, ``sequence_backward``; the input projections
+(the op mannlab.ops.dntm.dntm_sequence over its numba kernels; the input projections
 are computed for all steps first, the weight gradients are one matrix product each after
 the backward). Its outputs include the trace's probabilities, head activations and memory,
 so the terms of ``aux_loss`` (REINFORCE, entropy, read-write consistency, next-input
@@ -101,7 +101,6 @@ differentiable (its backward is not recorded). The first use compiles the kernel
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -125,49 +124,24 @@ from mannlab.nn import addressing as ntm_addressing
 from mannlab.nn import sampling, schedules
 from mannlab.nn.controllers import FNNController, GRUController, make_controller
 from mannlab.ops import dispatch
-from mannlab.ops.dntm import function as compiled
+from mannlab.ops.dntm import (
+    NOISY_MODES,
+    DNTMCarry,
+    DNTMInputs,
+    DNTMOptions,
+    DNTMWeights,
+    dntm_sequence,
+    head_sizes,
+    reference,
+)
+from mannlab.ops.dntm.records import LRU_DECAY, SIMILARITY_EPS, WRITE_KEYS, WRITES
 
 ADDRESSING_MODES = ("soft", "reinforce", "argmax", "gumbel")
-WRITE_KEYS = ("content", "memory")
-WRITES = ("learned", "sequential")
 NEXT_INPUT_DISTRIBUTIONS = ("bernoulli", "gaussian")
 REWARDS = ("sequence", "to_go", "samples", "step_samples")
-#: ε of the similarity S(x, y) = x . y / (|x| |y| + ε) (eqs. 10-11).
-SIMILARITY_EPS = 1e-6
-#: LRU moving average, v_t = LRU_DECAY v_{t-1} + (1 - LRU_DECAY) z_t (section 3.3).
-LRU_DECAY = 0.1
 
 
 # ---------------------------------------------------------------- primitives
-
-
-def similarity(keys: torch.Tensor, memory: torch.Tensor, eps: float = SIMILARITY_EPS) -> torch.Tensor:
-    """S(k, m_i) = k . m_i / (|k| |m_i| + ε) for every head and cell (eqs. 10-11).
-
-    keys (B, K, W), memory (B, N, W) -> (B, K, N) in [-1, 1]; an all-zero key or
-    cell (the empty content part at the start of an episode) gives 0, not NaN.
-    """
-    dots = keys @ memory.transpose(1, 2)
-    norms = torch.linalg.vector_norm(keys, dim=-1).unsqueeze(-1) * torch.linalg.vector_norm(
-        memory, dim=-1
-    ).unsqueeze(-2)
-    return dots / (norms + eps)
-
-
-def lru_address(logits: torch.Tensor, gate: torch.Tensor, average: torch.Tensor):
-    """Dynamic LRU addressing (section 3.3, eqs. 12-13 with the errata).
-
-    logits z_t (B, K, N), gate γ_t (B, K) in (0, 1), average v_{t-1} (B, K, N) ->
-    (w_t = softmax(z_t - γ_t v_{t-1}), v_t = 0.1 v_{t-1} + 0.9 z_t). v_t carries
-    no gradient (z_t is detached in it).
-    """
-    weights = torch.softmax(lru_logits(logits, gate, average), dim=-1)
-    return weights, LRU_DECAY * average + (1 - LRU_DECAY) * logits.detach()
-
-
-def lru_logits(logits: torch.Tensor, gate: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
-    """The logits of eq. 12's softmax, z_t - γ_t v_{t-1}: (B, K, N), (B, K), (B, K, N) -> (B, K, N)."""
-    return logits - gate.unsqueeze(-1) * average
 
 
 def location_address(
@@ -279,20 +253,14 @@ class DNTMTrace(NamedTuple):
     inputs: torch.Tensor  # (B, T, I)  x, for the baseline and next-input prediction
 
 
-class _Heads(NamedTuple):
-    """Activated head parameters of one addressing step."""
+class _LocationHeads(NamedTuple):
+    """The activated head parameters of location-based addressing (location_shifts > 0) of
+    one addressing step, read heads first as β and γ (the others: ops.dntm.reference's
+    DNTMHeads)."""
 
-    read_keys: torch.Tensor  # (B, R, d_a + d_c)
-    write_keys: torch.Tensor  # (B, H, d_c or d_a + d_c)
-    strengths: torch.Tensor  # (B, R + H)  β
-    gates: torch.Tensor  # (B, R + H)  γ
-    erase: torch.Tensor  # (B, H, d_c)  e
-    input_gate: torch.Tensor  # (B, H)  α
-    candidate: torch.Tensor  # (B, H, d_c)  c̄
-    # location-based addressing (location_shifts > 0), read heads first as β and γ
-    interpolation: Optional[torch.Tensor] = None  # (B, R + H)  g
-    shift: Optional[torch.Tensor] = None  # (B, R + H, 2r+1)  s
-    sharpening: Optional[torch.Tensor] = None  # (B, R + H)  γ_s
+    interpolation: torch.Tensor  # (B, R + H)  g
+    shift: torch.Tensor  # (B, R + H, 2r+1)  s
+    sharpening: torch.Tensor  # (B, R + H)  γ_s
 
 
 # ---------------------------------------------------------------------- cell
@@ -356,10 +324,10 @@ class DNTMCell(MemoryCell):
         R, H, dc = read_heads, write_heads, content_size
         self.controller = make_controller(controller, input_size, R * self.width, controller_size)
         self.features = controller_size + R * self.width
-        # One layer on h_t emits every head parameter, grouped by activation:
+        # One layer on h_t emits every head parameter, grouped by activation (ops.dntm.head_sizes):
         #   [k^r (R*W) | k^w (H*K) | β (R+H) | γ (R+H) | e (H*d_c) | α_h (H) | W_m h + b_m (H*d_c)]
         self.write_key_size = dc if write_keys == "content" else self.width
-        self.split_sizes = [R * self.width, H * self.write_key_size, R + H, R + H, H * dc, H, H * dc]
+        self.split_sizes = head_sizes(R, H, self.width, self.write_key_size, dc)
         if self.location_shifts:  # then, for NTM eqs. 7-9: [g (R+H) | s ((R+H)(2r+1)) | γ_s (R+H)]
             self.split_sizes += [R + H, (R + H) * (2 * self.location_shifts + 1), R + H]
         self.head_params = nn.Linear(controller_size, sum(self.split_sizes))
@@ -416,7 +384,7 @@ class DNTMCell(MemoryCell):
     def read(self, memory: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """φ = w^T M (eq. 5) with the NOP cell ignored: memory (B, N', W), weights (B, R, N')
         -> (B, R, W), in the memory's dtype (φ is state; autocast's product is lower)."""
-        return ((weights * self.access) @ memory).to(memory.dtype)
+        return reference.read(memory, weights, self.access)
 
     def write(
         self, content: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor, candidate: torch.Tensor
@@ -427,7 +395,7 @@ class DNTMCell(MemoryCell):
         (B, H, d_c) -> (B, N', d_c); several write heads multiply their erasures and
         add their candidates.
         """
-        return ntm_addressing.write(content, weights * self.access, erase, candidate)
+        return reference.write(content, weights, self.access, erase, candidate)
 
     def discrete(self) -> bool:
         """Whether this forward pass uses one-hot weightings (sampled or argmax)."""
@@ -439,74 +407,46 @@ class DNTMCell(MemoryCell):
         """Section 4: w~ = one-hot of j ~ C(w) when sampling, of argmax(w) otherwise."""
         return sampling.sample_one_hot(probs) if sample else sampling.argmax_one_hot(probs)
 
-    def _heads(self, h: torch.Tensor, x_write: torch.Tensor) -> _Heads:
-        """h_t (B, d_h) and the precomputed [W_x x_t | v_α^T x_t] -> activated head parameters."""
-        B, R, H, dc = h.shape[0], self.read_heads, self.write_heads, self.content_size
-        read_keys, write_keys, strengths, gates, erase, gate_h, content_h, *location = self.head_params(
-            h
-        ).split(self.split_sizes, dim=-1)
-        input_x, gate_x = x_write.split([H * dc, H], dim=-1)
-        alpha = torch.sigmoid(gate_h + gate_x)  # eq. 3
-        candidate = torch.relu(content_h + (alpha.unsqueeze(-1) * input_x.view(B, H, dc)).flatten(1))  # eq. 4
-        return _Heads(
-            read_keys.view(B, R, self.width),
-            write_keys.view(B, H, self.write_key_size),
-            F.softplus(strengths) + 1,  # eq. 9: β >= 1
-            torch.sigmoid(gates),  # eq. 12: γ
-            torch.sigmoid(erase).view(B, H, dc),
-            alpha,
-            candidate.view(B, H, dc),
-            *self._location_heads(location),
-        )
-
-    def _location_heads(self, location: list) -> tuple:
-        """The raw [g | s | γ_s] groups -> (g, s, γ_s) activated as in NTM eqs. 7-9, or ()."""
-        if not location:
-            return ()
-        gate, shift, sharpening = location
+    def _heads(self, h: torch.Tensor, x_write: torch.Tensor):
+        """h_t (B, d_h) and the precomputed [W_x x_t | v_α^T x_t] -> the activated head
+        parameters (eqs. 3-4, 9, 12) and, with location_shifts, NTM eqs. 7-9's (else None)."""
+        groups = self.head_params(h).split(self.split_sizes, dim=-1)
+        heads = reference.activate_heads(groups[:7], x_write, self.width)
+        if not self.location_shifts:
+            return heads, None
+        gate, shift, sharpening = groups[7:]
         shift = shift.view(shift.shape[0], self.read_heads + self.write_heads, -1)
-        return torch.sigmoid(gate), torch.softmax(shift, dim=-1), F.softplus(sharpening) + 1
+        return heads, _LocationHeads(
+            torch.sigmoid(gate), torch.softmax(shift, dim=-1), F.softplus(sharpening) + 1
+        )
 
     def _address(self, keys, strengths, gates, memory, average):
         """Eqs. 10-13: (probs w (B, K, N'), new LRU average v (B, K, N'), the logits of w's
         softmax (B, K, N'))."""
-        logits = strengths.unsqueeze(-1) * similarity(keys, memory)  # eq. 10
-        if self.lru:
-            probs, new_average = lru_address(logits, gates, average)  # eqs. 12-13
-            return probs, new_average, lru_logits(logits, gates, average)
-        return torch.softmax(logits, dim=-1), average, logits  # eq. 11
+        return reference.weighting(
+            keys, strengths, gates, memory, average, self.lru, SIMILARITY_EPS, LRU_DECAY
+        )
 
     def sampled_heads(self) -> int:
         """The heads that sample: R + H, or R when the writes are not learned."""
         return self.read_heads + (self.write_heads if self.writes == "learned" else 0)
 
-    def gumbel_draws(self, batch: int, like: torch.Tensor) -> torch.Tensor:
-        """One addressing step's Exp(1) draws E (B (R + H) N'): the read heads' (B, R, N') then
-        the write heads' (B, H, N') (learned writes only), as one row of the compiled path's
-        (T J, B (R + H) N') draw."""
-        return like.new_empty(batch * self.sampled_heads() * self.slots).exponential_()
+    def draws(self, steps: int, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """The Exp(1) draws E of ``steps`` addressing steps (steps, B K' N'), laid out as
+        mannlab.ops.dntm.DNTMInputs.draws: per step the read heads' (B, R, N'), then the write
+        heads' (B, H, N') with learned writes (K' = sampled_heads()). The compiled path draws all
+        T J steps at once, the step loop's straight-through Gumbel one step at a time: torch's
+        exponential_ fills both from the same stream. REINFORCE's step loop samples with
+        torch.multinomial, which draws one Exp(1) per probability in this order, so the two
+        paths take the same samples for a seed (tests/test_dntm.py)."""
+        return like.new_empty(steps, batch * self.sampled_heads() * self.slots).exponential_()
 
     def _straight_through(self, logits, probs, exp):
-        """Straight-through Gumbel-softmax (Jang et al. 2016) from Exp(1) draws E (g = -log E):
-        the one-hot of argmax_i p_i / E_i = argmax_i (l_i + g_i) forward (a sample of w, the
-        cell torch.multinomial would draw from the same E), the gradient of the relaxed sample
-        softmax((l + g) / τ) backward; l the logits of w."""
-        hard = torch.zeros_like(probs).scatter_(-1, (probs.detach() / exp).argmax(-1, keepdim=True), 1.0)
-        soft = torch.softmax((logits - torch.log(exp)) * self.inverse_temperature, dim=-1)
-        return sampling.straight_through(hard, soft)
-
-    def _sequential_write(self, counts: DNTMWriteCounts) -> torch.Tensor:
-        """writes="sequential": the one-hot u (B, 1, N') of cell n for the n-th write while
-        cells remain unwritten (as TARDIS fills its memory), then of the cell read least so far
-        (this step's reads included; the first of equal counts). Never the NOP cell."""
-        cells = self.slots - int(self.nop)
-        filling = counts.written < cells
-        least_read = counts.reads[:, :cells].argmin(-1)
-        index = torch.where(filling, counts.written.clamp(max=cells - 1).long(), least_read)
-        return F.one_hot(index, self.slots).to(counts.reads.dtype).unsqueeze(1)
+        """Straight-through Gumbel-softmax at this cell's 1/τ (ops.dntm.reference.straight_through)."""
+        return reference.straight_through(logits, probs, exp, self.inverse_temperature)
 
     @staticmethod
-    def _locate(probs, previous, heads: _Heads, part: slice) -> torch.Tensor:
+    def _locate(probs, previous, heads: _LocationHeads, part: slice) -> torch.Tensor:
         """NTM eqs. 7-9 for the heads in ``part`` (read heads first) of ``heads``."""
         return location_address(
             probs, previous, heads.interpolation[:, part], heads.shift[:, part], heads.sharpening[:, part]
@@ -525,7 +465,7 @@ class DNTMCell(MemoryCell):
         record = []
         for _ in range(self.addressing_steps):
             h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)  # eqs. 1-2
-            heads = self._heads(h, x_write)
+            heads, location_heads = self._heads(h, x_write)
             memory = self.memory(content)  # M_{t-1} = [A; C]
             read_p, read_v, read_l = self._address(
                 heads.read_keys, heads.strengths[:, :R], heads.gates[:, :R], memory, read_v
@@ -536,19 +476,19 @@ class DNTMCell(MemoryCell):
                     heads.write_keys, heads.strengths[:, R:], heads.gates[:, R:], write_mem, write_v
                 )
             if self.location_shifts:  # NTM eqs. 7-9 after eq. 13, from each head's previous w
-                read_p = self._locate(read_p, location.read, heads, slice(None, R))
-                write_p = self._locate(write_p, location.write, heads, slice(R, None))
+                read_p = self._locate(read_p, location.read, location_heads, slice(None, R))
+                write_p = self._locate(write_p, location.write, location_heads, slice(R, None))
                 location = DNTMLocation(read_p, write_p)
                 tiny = torch.finfo(read_p.dtype).tiny  # w is no softmax here: its logits are log w
                 read_l, write_l = read_p.clamp_min(tiny).log(), write_p.clamp_min(tiny).log()
             if gumbel:
-                exp = self.gumbel_draws(h.shape[0], h)
+                exp = self.draws(1, h.shape[0], h)[0]
                 read_w = self._straight_through(read_l, read_p, exp[: read_p.numel()].view_as(read_p))
             else:
                 read_w = self._discretise(read_p, sample) if discrete else read_p
             if self.writes == "sequential":  # not learned: no distribution to sample
                 counts = DNTMWriteCounts(counts.written, counts.reads + read_w.detach().sum(1))
-                write_w = write_p = self._sequential_write(counts)
+                write_w = write_p = reference.sequential_write(counts.written, counts.reads, self.nop)
                 counts = DNTMWriteCounts(counts.written + 1, counts.reads)
             elif gumbel:
                 write_w = self._straight_through(write_l, write_p, exp[read_p.numel() :].view_as(write_p))
@@ -582,104 +522,70 @@ class DNTMCell(MemoryCell):
         )
 
     def run_kernels(self, x: torch.Tensor, state: DNTMState, with_trace: bool, backward: bool):
-        """All steps of x (B, T, I) in the compiled kernels: (features (B, T, F), final state,
-        the fields of :class:`DNTMStepTrace` stacked over time or None); ``backward``: a graph
-        is recorded (dispatch.route)."""
+        """All steps of x (B, T, I) in the kernels (mannlab.ops.dntm.dntm_sequence): (features
+        (B, T, F), final state, the fields of :class:`DNTMStepTrace` stacked over time or None);
+        ``backward``: a graph is recorded (dispatch.route)."""
         B, T = x.shape[:2]
         ctrl, content, reads, read_v, write_v, _, counts = state  # location is () here (kernels_cover)
-        R, H, J, N = self.read_heads, self.write_heads, self.addressing_steps, self.slots
         gru = type(self.controller) is GRUController
-        discrete = self.discrete()
-        sample = discrete and self.addressing == "reinforce" and self.training
-        gumbel = discrete and self.addressing == "gumbel" and self.training
-        mode = (compiled.SAMPLE if sample else compiled.ARGMAX) if discrete else compiled.SOFT
-        mode = compiled.GUMBEL if gumbel else mode
-        if sample or gumbel:
-            # The step loop's draws, in its order: per time and addressing step one
-            # torch.multinomial(p, 1) over the read heads' (B R, N) probabilities, then one over
-            # the write heads' (B H, N). It draws one Exp(1) per probability and takes
-            # argmax p / E (tests/test_dntm.py checks this), so all exponentials drawn at once
-            # in that order give the kernels the same samples. Straight-through Gumbel draws
-            # one row per step of the same layout (gumbel_draws).
-            noise = x.new_empty(T * J, B * self.sampled_heads() * N).exponential_()
-            if self.writes == "sequential":  # the kernels' layout, the writes' columns unread
-                noise = torch.cat([noise, noise.new_ones(T * J, B * H * N)], 1)
-        else:
-            noise = x.new_zeros(1, 1)
+        mode = "soft"
+        if self.discrete():  # section 4: samples in training (REINFORCE's or straight-through's), else argmax
+            mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
+            mode = "sample" if mode == "reinforce" else mode
+        draws = self.draws(T * self.addressing_steps, B, x) if mode in NOISY_MODES else None
         controller = self.controller
-        # the memory is checkpointed every ceil(sqrt(T J)) steps for the backward
-        every = math.isqrt(T * J - 1) + 1
-        options = (
-            R,
-            H,
-            J,
-            gru,
-            self.lru,
-            self.nop,
-            self.write_keys == "memory",
-            self.writes == "sequential",
-            mode,
-            backward,
-            with_trace,
-            every,
-            (SIMILARITY_EPS, LRU_DECAY, float(self.inverse_temperature)),
+        steps, final = dntm_sequence(
+            DNTMInputs(self.precompute(x), draws),
+            DNTMCarry(ctrl[0] if gru else None, content, reads, read_v, write_v, *(counts or (None, None))),
+            DNTMWeights(
+                read_weight=controller.read_weight,
+                recurrent_weight=controller.recurrent_weight if gru else None,
+                recurrent_bias=controller.recurrent_bias if gru else None,
+                head_weight=self.head_params.weight,
+                head_bias=self.head_params.bias,
+                address=self.address,
+            ),
+            DNTMOptions(
+                mode=mode,
+                addressing_steps=self.addressing_steps,
+                lru=self.lru,
+                nop=self.nop,
+                write_keys=self.write_keys,
+                writes=self.writes,
+                inverse_temperature=float(self.inverse_temperature),
+                keep=backward,
+                trace=with_trace,
+                similarity_eps=SIMILARITY_EPS,
+                lru_decay=LRU_DECAY,
+            ),
         )
-        sequence = compiled.DNTMSequence.apply
-        out, h, reads, content, read_v, write_v, probs, act, memory, index, counts = sequence(
-            self.precompute(x),
-            noise,
-            ctrl[0] if gru else x.new_zeros(B, controller.hidden_size),
-            reads.flatten(1),
-            content,
-            read_v,
-            write_v,
-            controller.read_weight,
-            controller.recurrent_weight if gru else None,
-            controller.recurrent_bias if gru else None,
-            self.head_params.weight,
-            self.head_params.bias,
-            self.address,
-            counts,
-            options,
-        )
-        counts = DNTMWriteCounts(*counts) if counts else ()
         state = DNTMState(
-            (h,) if gru else (), content, reads.unflatten(1, (R, self.width)), read_v, write_v, (), counts
+            (final.hidden,) if gru else (),
+            final.content,
+            final.read_vectors,
+            final.read_lru,
+            final.write_lru,
+            (),
+            DNTMWriteCounts(final.written, final.reads) if counts else (),
         )
         if not with_trace:
-            return out, state, None
-        K, dc, dh = R + H, self.content_size, controller.hidden_size
-        probs = probs.view(B, T, J, K, N)
-        read_p = probs[:, :, :, :R].reshape(B, T, J * R, N)
-        write_p = probs[:, :, :, R:].reshape(B, T, J * H, N)
-        if self.writes == "sequential":  # fixed one-hots, as the tensor path's
-            write_p = write_p.detach()
-        if discrete:
-            one_hot = torch.zeros_like(probs).scatter_(-1, index.view(B, T, J, K, 1), 1.0)
-            read_w = one_hot[:, :, :, :R].reshape(B, T, J * R, N)
-            write_w = one_hot[:, :, :, R:].reshape(B, T, J * H, N)
-        else:
-            read_w, write_w = read_p, write_p
-        o_beta = R * self.width + H * self.write_key_size
-        o_gamma, o_e = o_beta + K, o_beta + 2 * K
-        o_alpha = o_e + H * dc
-        act = act.view(B, T, J, -1)
-        trace = (
-            read_w,
-            write_w,
-            read_p,
-            write_p,
-            out[..., dh:].unflatten(-1, (R, self.width)),
-            act[..., o_e:o_alpha].reshape(B, T, J * H, dc),
-            act[..., o_alpha + H :].reshape(B, T, J * H, dc),
-            act[..., o_alpha : o_alpha + H].reshape(B, T, J * H),
-            act[..., o_beta:o_gamma].reshape(B, T, J * K),
-            act[..., o_gamma:o_e].reshape(B, T, J * K),
-            out[..., :dh],
-            out.new_full((B, T), float(sample)),
-            memory,
+            return steps.features, state, None
+        trace = DNTMStepTrace(  # stacked over time
+            read_weights=steps.read_weights,
+            write_weights=steps.write_weights,
+            read_probs=steps.read_probs,
+            write_probs=steps.write_probs,
+            read_vectors=steps.read_vectors,
+            erase_vectors=steps.erase_vectors,
+            candidates=steps.candidates,
+            input_gates=steps.input_gates,
+            key_strengths=steps.key_strengths,
+            lru_gates=steps.lru_gates,
+            hidden=steps.hidden,
+            sampled=x.new_full((B, T), float(mode == "sample")),
+            memory=steps.memory,
         )
-        return out, state, trace
+        return steps.features, state, trace
 
     def _trace(self, record, reads, h_out, sample, content) -> DNTMStepTrace:
         def cat(i, field=None):

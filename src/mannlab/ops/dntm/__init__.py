@@ -1,2 +1,36 @@
-"""D-NTM's fast path: a whole sequence as one autograd Function (function.py) over
-numba kernels (kernels.py); the reference is the cell's step loop in mannlab.models.dntm."""
+"""The D-NTM's fast path, in the shape of a functional op (records in, records out):
+
+op.py               ``dntm_sequence(inputs, state, weights, options, backend)``, the public op
+records.py          DNTMInputs, DNTMCarry, DNTMWeights, DNTMOptions, DNTMResult, head_sizes
+reference.py        the plain tensor loop, the specification the kernels are tested against,
+                    and the per-step equations DNTMCell.step shares with it
+numba_sequence.py   the whole-sequence autograd Function over kernels.py (numba, CPU)
+"""
+
+from mannlab.ops.dntm.op import dntm_sequence
+from mannlab.ops.dntm.records import (
+    BACKENDS,
+    MODES,
+    NOISY_MODES,
+    DNTMCarry,
+    DNTMInputs,
+    DNTMOptions,
+    DNTMResult,
+    DNTMSteps,
+    DNTMWeights,
+    head_sizes,
+)
+
+__all__ = [
+    "BACKENDS",
+    "MODES",
+    "NOISY_MODES",
+    "DNTMCarry",
+    "DNTMInputs",
+    "DNTMOptions",
+    "DNTMResult",
+    "DNTMSteps",
+    "DNTMWeights",
+    "dntm_sequence",
+    "head_sizes",
+]

@@ -1,8 +1,8 @@
 """Compiled CPU kernels (numba) for a whole D-NTM sequence: the forward time loop and the
 backward pass through time of mannlab.models.dntm (Gulcehre et al. 2016, sections 2-4 with
 corrections to the paper's text noted in that module), for the GRU and the feed-forward (tanh) controller.
-Used by the compiled path of mannlab.models.dntm (``DNTMCell.run_kernels``);
-tests/test_dntm.py checks values, samples and every gradient against the per-step tensor path.
+Called by ops/dntm/numba_sequence.py (the op mannlab.ops.dntm.dntm_sequence, backend "numba");
+tests/ops/test_dntm_ops.py checks values, samples and every gradient against ops/dntm/reference.py.
 
 Why: at batch 1 a D-NTM addressing step is about 70 small tensor operations forward and
 100 backward, each a few microseconds of dispatch and autograd bookkeeping. Here the time

@@ -1,0 +1,278 @@
+"""The D-NTM's whole-sequence op (mannlab.ops.dntm.dntm_sequence): the numba kernels against the
+plain tensor loop of reference.py (per-step values, final state and every gradient by name, for
+every addressing mode, learned and sequential writes, LRU, the NOP cell, J = 1 and 2, the GRU and
+the feed-forward controller, several heads, write keys over C, with and without the trace), in
+float32, without records (inference), a gradient check, a chunked run with carried state
+against one run, and the op's checks. The model on the kernels against its own step loop is
+tests/test_dntm.py."""
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+from mannlab.ops import use_kernels
+from mannlab.ops.dntm import (
+    MODES,
+    NOISY_MODES,
+    DNTMCarry,
+    DNTMInputs,
+    DNTMOptions,
+    DNTMWeights,
+    dntm_sequence,
+    head_sizes,
+)
+
+B, T, D, N, DA, DC = 3, 6, 4, 5, 3, 4  # N' = 5 cells (the last the NOP cell with nop)
+W = DA + DC
+WRITTEN0 = (0.0, 3.0, 9.0)  # sequential writes: rows that start empty, filling and full
+
+
+@pytest.fixture(autouse=True)
+def kernels_enabled():
+    """The numba backend runs even under MANNLAB_KERNELS=0 (numba is required)."""
+    with use_kernels(True):
+        yield
+
+
+def problem(options, controller="gru", reads=2, writes=1, seed=0, t=T, dtype=torch.float64):
+    """Random records of one op call; every float tensor but the draws and counts a leaf that
+    requires grad."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, scale=0.7):
+        return (torch.randn(*shape, generator=gen, dtype=dtype) * scale).requires_grad_()
+
+    gru, sequential = controller == "gru", options.writes == "sequential"
+    pc = 3 * D if gru else D
+    key_size = W if options.write_keys == "memory" else DC
+    P = sum(head_sizes(reads, writes, W, key_size, DC))
+    sampled = reads + (0 if sequential else writes)
+    draws = None
+    if options.mode in NOISY_MODES:
+        draws = torch.empty(t * options.addressing_steps, B * sampled * N, dtype=dtype).exponential_(
+            generator=gen
+        )
+    inputs = DNTMInputs(rand(B, t, pc + writes * (DC + 1), scale=1.0), draws)
+    counts = (None, None)
+    if sequential:
+        counts = (torch.tensor(WRITTEN0, dtype=dtype), torch.randint(0, 3, (B, N), generator=gen).to(dtype))
+    state = DNTMCarry(
+        rand(B, D) if gru else None,
+        rand(B, N, DC),
+        rand(B, reads, W),
+        rand(B, reads, N),
+        rand(B, writes, N),
+        *counts,
+    )
+    weights = DNTMWeights(
+        rand(pc, reads * W),
+        rand(3 * D, D) if gru else None,
+        rand(3 * D) if gru else None,
+        rand(P, D),
+        rand(P),
+        rand(N, DA, scale=1.0),
+    )
+    return inputs, state, weights
+
+
+def differentiable(inputs, state, weights):
+    """The op's differentiable arguments by name."""
+    named = {"projected": inputs.projected}
+    for record in (state, weights):
+        named.update({name: v for name, v in record._asdict().items() if v is not None and v.requires_grad})
+    return named
+
+
+def loss_of(steps, final, seed=5):
+    """A loss that reaches every output (with random weights, so no gradient cancels)."""
+    gen = torch.Generator().manual_seed(seed)
+    values = [v for v in (*steps, *final) if v is not None and v.is_floating_point()]
+    return sum((v * torch.randn(v.shape, generator=gen, dtype=v.dtype)).sum() for v in values)
+
+
+def grads_by_name(loss, named):
+    """The gradient of ``loss`` for every named argument (zeros where none reaches it)."""
+    grads = torch.autograd.grad(loss, list(named.values()), allow_unused=True)
+    return {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(named.items(), grads)}
+
+
+def run(records, options, backend):
+    """Per-step values, final state and the gradient of every differentiable argument by name."""
+    steps, final = dntm_sequence(*records, options, backend=backend)
+    grads = grads_by_name(loss_of(steps, final), differentiable(*records))
+    return steps, final, grads
+
+
+def assert_same(got, want, atol=1e-10):
+    (steps, final, grads), (steps_ref, final_ref, grads_ref) = got, want
+    for record, ref in ((steps, steps_ref), (final, final_ref)):
+        for name, value in record._asdict().items():
+            other = getattr(ref, name)
+            assert (value is None) == (other is None), name
+            if value is not None:
+                torch.testing.assert_close(value, other, atol=atol, rtol=0, msg=lambda m: f"{name}: {m}")
+                assert value.requires_grad == other.requires_grad, name
+    assert grads.keys() == grads_ref.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, grads_ref[name], atol=atol, rtol=0, msg=lambda m: f"{name}: {m}")
+
+
+# ---------------------------------------------------------------- numba vs reference
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("writes", ["learned", "sequential"])
+@pytest.mark.parametrize("lru, nop, steps", [(True, False, 1), (False, True, 2), (True, True, 2)])
+@pytest.mark.parametrize("trace", [True, False])
+def test_numba_matches_reference(mode, writes, lru, nop, steps, trace):
+    options = DNTMOptions(
+        mode=mode,
+        addressing_steps=steps,
+        lru=lru,
+        nop=nop,
+        writes=writes,
+        trace=trace,
+        inverse_temperature=2.5,
+    )
+    records = problem(options)
+    got = run(records, options, "numba")
+    assert_same(got, run(records, options, "reference"))
+    if trace and mode != "soft":  # one-hots
+        read_w = got[0].read_weights
+        assert torch.equal(read_w.sum(-1), torch.ones_like(read_w[..., 0]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(controller="fnn"),
+        dict(write_keys="content"),
+        dict(reads=1, writes=2),
+        dict(controller="fnn", writes=3, write_keys="content"),
+    ],
+)
+def test_numba_matches_reference_controllers_heads_and_keys(mode, kw):
+    """The feed-forward controller, write keys over C alone, several write heads (their
+    erasures multiply, their candidates add)."""
+    kw = dict(kw)
+    options = DNTMOptions(mode=mode, addressing_steps=2, nop=True, write_keys=kw.pop("write_keys", "memory"))
+    records = problem(options, **kw)
+    assert_same(run(records, options, "numba"), run(records, options, "reference"))
+
+
+def test_float32_close_to_reference():
+    options = DNTMOptions(mode="gumbel", addressing_steps=2, nop=True, writes="sequential")
+    records = problem(options, dtype=torch.float32)
+    got, want = run(records, options, "numba"), run(records, options, "reference")
+    assert got[0].features.dtype == torch.float32
+    assert_same(got, want, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_inference_without_records_gives_the_same_values(mode):
+    """keep=False (no backward to come): one step's scratch, the same outputs, trace or not."""
+    for trace in (False, True):
+        options = DNTMOptions(mode=mode, addressing_steps=2, nop=True, keep=False, trace=trace)
+        records = problem(options)
+        with torch.no_grad():
+            steps, final = dntm_sequence(*records, options)
+            steps_ref, final_ref = dntm_sequence(*records, options, backend="reference")
+        for value, ref in zip((*steps, *final), (*steps_ref, *final_ref)):
+            assert (value is None) == (ref is None)
+            if value is not None:
+                torch.testing.assert_close(value, ref, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("controller", ["gru", "fnn"])
+def test_gradcheck_numba(controller):
+    """The kernels' gradients against finite differences: soft weightings (LRU off: its v_t
+    takes no gradient from z_t on purpose, which finite differences would see), and the
+    discrete modes with the draws fixed, through the trace's probabilities."""
+    options = DNTMOptions(addressing_steps=2, lru=False, nop=True)
+    inputs, state, weights = problem(options, controller, writes=2, t=3)
+
+    def op(projected, content, read_vectors, address, *hidden):
+        start = state._replace(
+            content=content, read_vectors=read_vectors, hidden=hidden[0] if hidden else None
+        )
+        steps, final = dntm_sequence(
+            inputs._replace(projected=projected), start, weights._replace(address=address), options
+        )
+        return steps.features, steps.read_probs, final.content
+
+    args = (inputs.projected, state.content, state.read_vectors, weights.address)
+    assert torch.autograd.gradcheck(op, args + ((state.hidden,) if controller == "gru" else ()))
+    for mode in ("sample", "argmax"):
+        hard = options._replace(mode=mode)
+        inputs, state, weights = problem(hard, controller, t=3)
+
+        def op_hard(projected, head_weight):
+            steps, _ = dntm_sequence(
+                inputs._replace(projected=projected), state, weights._replace(head_weight=head_weight), hard
+            )
+            return steps.features, steps.read_probs, steps.write_probs
+
+        assert torch.autograd.gradcheck(op_hard, (inputs.projected, weights.head_weight))
+
+
+@pytest.mark.parametrize("mode", ["soft", "sample", "gumbel"])
+@pytest.mark.parametrize("writes", ["learned", "sequential"])
+def test_chunked_run_with_carried_state_equals_one_run(mode, writes):
+    """Two segments, the second from the first's state (TBPTT with the memory carried): the
+    per-step values, final state and gradients of one run over both."""
+    options = DNTMOptions(mode=mode, addressing_steps=2, nop=True, writes=writes)
+    records = problem(options)
+    inputs = records[0]
+    whole = run(records, options, "numba")
+    cut, J = 4, options.addressing_steps
+
+    def part(start, stop):
+        draws = None if inputs.draws is None else inputs.draws[start * J : stop * J]
+        return DNTMInputs(inputs.projected[:, start:stop], draws)
+
+    first, carry = dntm_sequence(part(0, cut), *records[1:], options)
+    rest, final = dntm_sequence(part(cut, T), carry, records[2], options)
+    steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
+    grads = grads_by_name(loss_of(steps, final), differentiable(*records))
+    assert_same((steps, final, grads), whole, atol=1e-12)
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_outputs_are_freed_without_garbage_collection(trace):
+    """Nothing on the autograd context outside save_for_backward (no reference cycle)."""
+    options = DNTMOptions(mode="sample", trace=trace)
+    records = problem(options)
+    gc.disable()
+    try:
+        steps, final = dntm_sequence(*records, options)
+        outputs = [v for v in (*steps, *final) if v is not None]
+        refs = [weakref.ref(v) for v in outputs]
+        loss = loss_of(steps, final)
+        del outputs, steps, final
+        loss.backward()
+        del loss
+        assert all(ref() is None for ref in refs)
+    finally:
+        gc.enable()
+
+
+def test_bad_records_get_clear_errors():
+    options = DNTMOptions(mode="sample")
+    inputs, state, weights = problem(options)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        dntm_sequence(inputs, state, weights, options._replace(mode="reinforce"))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        dntm_sequence(inputs, state, weights, options, backend="cuda")
+    with pytest.raises(ValueError, match="Exp"):
+        dntm_sequence(inputs._replace(draws=None), state, weights, options)
+    with pytest.raises(ValueError, match="Exp"):
+        dntm_sequence(inputs, state, weights, options._replace(mode="argmax"))
+    with pytest.raises(ValueError, match=r"draws must be \(6, 45\)"):
+        dntm_sequence(inputs._replace(draws=inputs.draws[:, 1:]), state, weights, options)
+    with pytest.raises(ValueError, match="feed-forward"):
+        dntm_sequence(inputs, state._replace(hidden=None), weights, options)
+    with pytest.raises(ValueError, match="written and .reads"):
+        dntm_sequence(inputs, state, weights, options._replace(writes="sequential"))

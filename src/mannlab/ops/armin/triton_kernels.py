@@ -119,6 +119,128 @@ def _softmax(x):
     return e / tl.sum(e, axis=1)[:, None]
 
 
+@triton.jit
+def _column(x, cn, j):
+    """Column j of x (BB, BN) as a (BB, 1) block."""
+    return tl.sum(tl.where(cn[None, :] == j, x, 0.0), axis=1)[:, None]
+
+
+# ------------------------------------------------------- what both kernels index and load
+
+
+@triton.jit
+def _tile(B, H, R, N, BH: tl.constexpr, BR: tl.constexpr, BN: tl.constexpr, BLOCK_B: tl.constexpr):
+    """The program's rows (int64) and which are in the batch; the padded columns of the d_h,
+    d_r and n_mem blocks; each block's mask over rows and columns, and over columns only."""
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    rows64 = rows.to(tl.int64)
+    ch = tl.arange(0, BH)
+    cr = tl.arange(0, BR)
+    cn = tl.arange(0, BN)
+    mh = row_ok[:, None] & (ch[None, :] < H)
+    mr = row_ok[:, None] & (cr[None, :] < R)
+    mn = row_ok[:, None] & (cn[None, :] < N)
+    return rows64, row_ok, ch, cr, cn, mh, mr, mn, ch[None, :] < H, cr[None, :] < R, cn[None, :] < N
+
+
+@triton.jit
+def _step_offsets(rows64, t, T, ch, cr, cn, H: tl.constexpr, R: tl.constexpr, N: tl.constexpr):
+    """Where step t's rows are in the (B, T, .) records: the d_h, d_r and n_mem blocks' offsets
+    and the starts of the C = d_h + d_r and G = 4 d_h + d_r rows."""
+    rec_h = rows64[:, None] * (T * H) + t * H + ch[None, :]
+    rec_r = rows64[:, None] * (T * R) + t * R + cr[None, :]
+    rec_n = rows64[:, None] * (T * N) + t * N + cn[None, :]
+    rec_c = rows64[:, None] * (T * (H + R)) + t * (H + R)
+    rec_g = rows64[:, None] * (T * (4 * H + R)) + t * (4 * H + R)
+    return rec_h, rec_r, rec_n, rec_c, rec_g
+
+
+@triton.jit
+def _step_draws(ptr, t, B, rows64, cols, width, mask):
+    """Step t's rows of a (T, B, width) array of draws (Gumbel noise, zoneout weights)."""
+    return tl.load(ptr + t * B * width + rows64[:, None] * width + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _control_rows(ptr, H, R, BH: tl.constexpr, BR: tl.constexpr):
+    """A (C,) vector's two blocks [h, r] (eq. 3's rows), a (1, block) row each."""
+    return _vec(ptr, 0, H, BH), _vec(ptr, H, R, BR)
+
+
+@triton.jit
+def _gate_rows(ptr, H, R, BH: tl.constexpr, BR: tl.constexpr):
+    """A (G,) vector's five blocks [i, f, g, o^h, o^r] (eq. 6's rows), a (1, block) row each."""
+    return (
+        _vec(ptr, 0, H, BH),
+        _vec(ptr, H, H, BH),
+        _vec(ptr, 2 * H, H, BH),
+        _vec(ptr, 3 * H, H, BH),
+        _vec(ptr, 4 * H, R, BR),
+    )
+
+
+@triton.jit
+def _load_control(ptr, ch, cr, mh, mr, H):
+    """The [h, r] blocks of the C row at ptr."""
+    return tl.load(ptr + ch[None, :], mask=mh, other=0.0), tl.load(ptr + H + cr[None, :], mask=mr, other=0.0)
+
+
+@triton.jit
+def _store_control(ptr, ch, cr, mh, mr, H, block_h, block_r):
+    tl.store(ptr + ch[None, :], block_h, mask=mh)
+    tl.store(ptr + H + cr[None, :], block_r, mask=mr)
+
+
+@triton.jit
+def _load_gates(ptr, ch, cr, mh, mr, H):
+    """The [i, f, g, o^h, o^r] blocks of the G row at ptr."""
+    return (
+        tl.load(ptr + ch[None, :], mask=mh, other=0.0),
+        tl.load(ptr + H + ch[None, :], mask=mh, other=0.0),
+        tl.load(ptr + 2 * H + ch[None, :], mask=mh, other=0.0),
+        tl.load(ptr + 3 * H + ch[None, :], mask=mh, other=0.0),
+        tl.load(ptr + 4 * H + cr[None, :], mask=mr, other=0.0),
+    )
+
+
+@triton.jit
+def _store_gates(ptr, ch, cr, mh, mr, H, i, f, g, o, r):
+    tl.store(ptr + ch[None, :], i, mask=mh)
+    tl.store(ptr + H + ch[None, :], f, mask=mh)
+    tl.store(ptr + 2 * H + ch[None, :], g, mask=mh)
+    tl.store(ptr + 3 * H + ch[None, :], o, mask=mh)
+    tl.store(ptr + 4 * H + cr[None, :], r, mask=mr)
+
+
+@triton.jit
+def _preactivation(
+    x_ptr, cols, mask, h, w_h, r, w_r, row0, n_out, H, R, BO: tl.constexpr, BH: tl.constexpr, BR: tl.constexpr
+):
+    """One block of a pre-activation, x + W_h h + W_r r: the input's share at x_ptr, then the
+    products with the rows row0 to row0 + n_out of W_h (ld d_h) and W_r (ld d_r)."""
+    pre = tl.load(x_ptr + cols[None, :], mask=mask, other=0.0)
+    pre += tl.dot(h, _wt(w_h, row0, H, n_out, H, BO, BH), input_precision="ieee") + tl.dot(
+        r, _wt(w_r, row0, R, n_out, R, BO, BR), input_precision="ieee"
+    )
+    return pre
+
+
+@triton.jit
+def _gates_times(
+    da_i, da_f, da_g, da_o, da_r, w_ptr, K, H, R, BH: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr
+):
+    """d a W for a (G, K) weight W and the gradients d a of its five gate blocks: (BB, BK)."""
+    out = tl.dot(da_i, _w(w_ptr, 0, K, H, K, BH, BK), input_precision="ieee") + tl.dot(
+        da_f, _w(w_ptr, H, K, H, K, BH, BK), input_precision="ieee"
+    )
+    out += tl.dot(da_g, _w(w_ptr, 2 * H, K, H, K, BH, BK), input_precision="ieee") + tl.dot(
+        da_o, _w(w_ptr, 3 * H, K, H, K, BH, BK), input_precision="ieee"
+    )
+    out += tl.dot(da_r, _w(w_ptr, 4 * H, K, R, K, BR, BK), input_precision="ieee")
+    return out
+
+
 # ----------------------------------------------------------------------- forward
 
 
@@ -181,45 +303,20 @@ def _forward_kernel(
 ):
     C: tl.constexpr = H + R
     G: tl.constexpr = 4 * H + R
-    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_ok = rows < B
-    rows64 = rows.to(tl.int64)
-    ch = tl.arange(0, BH)
-    cr = tl.arange(0, BR)
-    cn = tl.arange(0, BN)
-    mh = row_ok[:, None] & (ch[None, :] < H)
-    mr = row_ok[:, None] & (cr[None, :] < R)
-    mn = row_ok[:, None] & (cn[None, :] < N)
-    col_h = ch[None, :] < H
-    col_r = cr[None, :] < R
-    col_n = cn[None, :] < N
+    rows64, row_ok, ch, cr, cn, mh, mr, mn, col_h, col_r, col_n = _tile(B, H, R, N, BH, BR, BN, BLOCK_B)
     h = tl.load(h0_ptr + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
     steps0 = tl.load(steps_ptr + rows64, mask=row_ok, other=0)
     mem_rows = mem_ptr + rows64[:, None] * mem_row_stride + cr[None, :]
     # the layer norms' gains and biases, a (1, block) row each
-    lnc_w_h = _vec(lncw_ptr, 0, H, BH)
-    lnc_b_h = _vec(lncb_ptr, 0, H, BH)
-    lnc_w_r = _vec(lncw_ptr, H, R, BR)
-    lnc_b_r = _vec(lncb_ptr, H, R, BR)
-    lng_w_i = _vec(lngw_ptr, 0, H, BH)
-    lng_b_i = _vec(lngb_ptr, 0, H, BH)
-    lng_w_f = _vec(lngw_ptr, H, H, BH)
-    lng_b_f = _vec(lngb_ptr, H, H, BH)
-    lng_w_g = _vec(lngw_ptr, 2 * H, H, BH)
-    lng_b_g = _vec(lngb_ptr, 2 * H, H, BH)
-    lng_w_o = _vec(lngw_ptr, 3 * H, H, BH)
-    lng_b_o = _vec(lngb_ptr, 3 * H, H, BH)
-    lng_w_r = _vec(lngw_ptr, 4 * H, R, BR)
-    lng_b_r = _vec(lngb_ptr, 4 * H, R, BR)
+    lnc_w_h, lnc_w_r = _control_rows(lncw_ptr, H, R, BH, BR)
+    lnc_b_h, lnc_b_r = _control_rows(lncb_ptr, H, R, BH, BR)
+    lng_w_i, lng_w_f, lng_w_g, lng_w_o, lng_w_r = _gate_rows(lngw_ptr, H, R, BH, BR)
+    lng_b_i, lng_b_f, lng_b_g, lng_b_o, lng_b_r = _gate_rows(lngb_ptr, H, R, BH, BR)
     lnh_w = _vec(lnhw_ptr, 0, H, BH)
     lnh_b = _vec(lnhb_ptr, 0, H, BH)
     for t in range(T):
         x_row = xp_ptr + rows64[:, None] * (T * P) + t * P  # this step's projected input
-        rec_h = rows64[:, None] * (T * H) + t * H + ch[None, :]
-        rec_r = rows64[:, None] * (T * R) + t * R + cr[None, :]
-        rec_n = rows64[:, None] * (T * N) + t * N + cn[None, :]
-        rec_c = rows64[:, None] * (T * C) + t * C
-        rec_g = rows64[:, None] * (T * G) + t * G
+        rec_h, rec_r, rec_n, rec_c, rec_g = _step_offsets(rows64, t, T, ch, cr, cn, H, R, N)
         mem_now = mem_rows + t * mem_step_stride  # M_{t-1}
         # ---- eq. 9: the read weights
         logits = tl.load(x_row + C + G + cn[None, :], mask=mn, other=0.0)
@@ -233,8 +330,7 @@ def _forward_kernel(
             y = _softmax(tl.where(col_n, logits, float("-inf")))
             s = y
         else:  # the gumbel-softmax sample of eq. 1
-            g_row = noise_ptr + t * B * N + rows64[:, None] * N + cn[None, :]
-            noisy = (logits + tl.load(g_row, mask=mn, other=0.0)) * inv_tau
+            noisy = (logits + _step_draws(noise_ptr, t, B, rows64, cn, N, mn)) * inv_tau
             y = _softmax(tl.where(col_n, noisy, float("-inf")))
             if MODE == 1:
                 s = y
@@ -248,16 +344,10 @@ def _forward_kernel(
             r = tl.zeros((BLOCK_B, BR), dtype=h.dtype)
             for j in range(N):
                 m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
-                r += tl.sum(tl.where(cn[None, :] == j, s, 0.0), axis=1)[:, None] * m_j
+                r += _column(s, cn, j) * m_j
         # ---- eq. 3: control gates [g^h; g^r] = σ(LN_c(x_c + W_ig,h h + W_ig,r r))
-        a_h = tl.load(x_row + ch[None, :], mask=mh, other=0.0)
-        a_h += tl.dot(h, _wt(wch_ptr, 0, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
-            r, _wt(wcr_ptr, 0, R, H, R, BH, BR), input_precision="ieee"
-        )
-        a_r = tl.load(x_row + H + cr[None, :], mask=mr, other=0.0)
-        a_r += tl.dot(h, _wt(wch_ptr, H, H, R, H, BR, BH), input_precision="ieee") + tl.dot(
-            r, _wt(wcr_ptr, H, R, R, R, BR, BR), input_precision="ieee"
-        )
+        a_h = _preactivation(x_row, ch, mh, h, wch_ptr, r, wcr_ptr, 0, H, H, R, BH, BH, BR)
+        a_r = _preactivation(x_row + H, cr, mr, h, wch_ptr, r, wcr_ptr, H, R, H, R, BR, BH, BR)
         mean = (tl.sum(tl.where(col_h, a_h, 0.0), axis=1) + tl.sum(tl.where(col_r, a_r, 0.0), axis=1)) / C
         d_h = tl.where(col_h, a_h - mean[:, None], 0.0)
         d_r = tl.where(col_r, a_r - mean[:, None], 0.0)
@@ -269,26 +359,11 @@ def _forward_kernel(
         hg = c_h * h  # eq. 4
         rg = c_r * r  # eq. 5
         # ---- eq. 6: [i, f, g, o^h, o^r] from LN_g(x_g + W_go,h h^g + W_go,r r^g), one block each
-        z_i = tl.load(x_row + C + ch[None, :], mask=mh, other=0.0)
-        z_i += tl.dot(hg, _wt(wgh_ptr, 0, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
-            rg, _wt(wgr_ptr, 0, R, H, R, BH, BR), input_precision="ieee"
-        )
-        z_f = tl.load(x_row + C + H + ch[None, :], mask=mh, other=0.0)
-        z_f += tl.dot(hg, _wt(wgh_ptr, H, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
-            rg, _wt(wgr_ptr, H, R, H, R, BH, BR), input_precision="ieee"
-        )
-        z_g = tl.load(x_row + C + 2 * H + ch[None, :], mask=mh, other=0.0)
-        z_g += tl.dot(hg, _wt(wgh_ptr, 2 * H, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
-            rg, _wt(wgr_ptr, 2 * H, R, H, R, BH, BR), input_precision="ieee"
-        )
-        z_o = tl.load(x_row + C + 3 * H + ch[None, :], mask=mh, other=0.0)
-        z_o += tl.dot(hg, _wt(wgh_ptr, 3 * H, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
-            rg, _wt(wgr_ptr, 3 * H, R, H, R, BH, BR), input_precision="ieee"
-        )
-        z_r = tl.load(x_row + C + 4 * H + cr[None, :], mask=mr, other=0.0)
-        z_r += tl.dot(hg, _wt(wgh_ptr, 4 * H, H, R, H, BR, BH), input_precision="ieee") + tl.dot(
-            rg, _wt(wgr_ptr, 4 * H, R, R, R, BR, BR), input_precision="ieee"
-        )
+        z_i = _preactivation(x_row + C, ch, mh, hg, wgh_ptr, rg, wgr_ptr, 0, H, H, R, BH, BH, BR)
+        z_f = _preactivation(x_row + C + H, ch, mh, hg, wgh_ptr, rg, wgr_ptr, H, H, H, R, BH, BH, BR)
+        z_g = _preactivation(x_row + C + 2 * H, ch, mh, hg, wgh_ptr, rg, wgr_ptr, 2 * H, H, H, R, BH, BH, BR)
+        z_o = _preactivation(x_row + C + 3 * H, ch, mh, hg, wgh_ptr, rg, wgr_ptr, 3 * H, H, H, R, BH, BH, BR)
+        z_r = _preactivation(x_row + C + 4 * H, cr, mr, hg, wgh_ptr, rg, wgr_ptr, 4 * H, R, H, R, BR, BH, BR)
         total = tl.sum(tl.where(col_h, z_i + z_f + z_g + z_o, 0.0), axis=1)
         mean = (total + tl.sum(tl.where(col_r, z_r, 0.0), axis=1)) / G
         z_i = tl.where(col_h, z_i - mean[:, None], 0.0)
@@ -319,7 +394,7 @@ def _forward_kernel(
         tl.store(out_row + ch[None, :], a_o * _tanh(h_hat), mask=mh)
         tl.store(out_row + H + cr[None, :], a_r * _tanh(r), mask=mr)
         if USE_ZONE:  # h_t = z h_{t-1} + (1 - z) ĥ
-            zone = tl.load(zone_ptr + t * B * H + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
+            zone = _step_draws(zone_ptr, t, B, rows64, ch, H, mh)
             h_new = zone * h + (1.0 - zone) * h_hat
         else:
             h_new = h_hat
@@ -336,7 +411,7 @@ def _forward_kernel(
             tl.store(mem_now + slot[:, None] * R, v, mask=mr)
         else:
             for j in range(N):
-                w_j = tl.sum(tl.where(cn[None, :] == j, w, 0.0), axis=1)[:, None]
+                w_j = _column(w, cn, j)
                 m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
                 # torch.lerp's two formulas, for the same rounding
                 new = tl.where(w_j < 0.5, m_j + w_j * (v - m_j), v - (v - m_j) * (1.0 - w_j))
@@ -346,27 +421,17 @@ def _forward_kernel(
             tl.store(s_ptr + rec_n, s, mask=mn)
             tl.store(y_ptr + rec_n, y, mask=mn)
             tl.store(r_ptr + rec_r, r, mask=mr)
-            tl.store(c_ptr + rec_c + ch[None, :], c_h, mask=mh)
-            tl.store(c_ptr + rec_c + H + cr[None, :], c_r, mask=mr)
+            _store_control(c_ptr + rec_c, ch, cr, mh, mr, H, c_h, c_r)
             tl.store(hg_ptr + rec_h, hg, mask=mh)
             tl.store(rg_ptr + rec_r, rg, mask=mr)
-            tl.store(xc_ptr + rec_c + ch[None, :], xc_h, mask=mh)
-            tl.store(xc_ptr + rec_c + H + cr[None, :], xc_r, mask=mr)
-            tl.store(xg_ptr + rec_g + ch[None, :], z_i, mask=mh)
-            tl.store(xg_ptr + rec_g + H + ch[None, :], z_f, mask=mh)
-            tl.store(xg_ptr + rec_g + 2 * H + ch[None, :], z_g, mask=mh)
-            tl.store(xg_ptr + rec_g + 3 * H + ch[None, :], z_o, mask=mh)
-            tl.store(xg_ptr + rec_g + 4 * H + cr[None, :], z_r, mask=mr)
+            _store_control(xc_ptr + rec_c, ch, cr, mh, mr, H, xc_h, xc_r)
+            _store_gates(xg_ptr + rec_g, ch, cr, mh, mr, H, z_i, z_f, z_g, z_o, z_r)
             tl.store(xh_ptr + rec_h, xh, mask=mh)
             rstd_row = rstd_ptr + rows64 * (T * 3) + t * 3
             tl.store(rstd_row, rstd_c, mask=row_ok)
             tl.store(rstd_row + 1, rstd_g, mask=row_ok)
             tl.store(rstd_row + 2, rstd_h, mask=row_ok)
-            tl.store(act_ptr + rec_g + ch[None, :], a_i, mask=mh)
-            tl.store(act_ptr + rec_g + H + ch[None, :], a_f, mask=mh)
-            tl.store(act_ptr + rec_g + 2 * H + ch[None, :], a_g, mask=mh)
-            tl.store(act_ptr + rec_g + 3 * H + ch[None, :], a_o, mask=mh)
-            tl.store(act_ptr + rec_g + 4 * H + cr[None, :], a_r, mask=mr)
+            _store_gates(act_ptr + rec_g, ch, cr, mh, mr, H, a_i, a_f, a_g, a_o, a_r)
             tl.store(hs_ptr + rec_h, h_new, mask=mh)
             tl.store(v_ptr + rec_r, v, mask=mr)
             tl.store(w_ptr + rec_n, w, mask=mn)
@@ -431,17 +496,7 @@ def _backward_kernel(
 ):
     C: tl.constexpr = H + R
     G: tl.constexpr = 4 * H + R
-    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_ok = rows < B
-    rows64 = rows.to(tl.int64)
-    ch = tl.arange(0, BH)
-    cr = tl.arange(0, BR)
-    cn = tl.arange(0, BN)
-    mh = row_ok[:, None] & (ch[None, :] < H)
-    mr = row_ok[:, None] & (cr[None, :] < R)
-    mn = row_ok[:, None] & (cn[None, :] < N)
-    col_h = ch[None, :] < H
-    col_r = cr[None, :] < R
+    rows64, row_ok, ch, cr, cn, mh, mr, mn, col_h, col_r, _ = _tile(B, H, R, N, BH, BR, BN, BLOCK_B)
     dh = tl.load(d_ht_ptr + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
     steps0 = tl.load(steps_ptr + rows64, mask=row_ok, other=0)
     dm_rows = dm_ptr + rows64[:, None] * (N * R) + cr[None, :]
@@ -449,20 +504,11 @@ def _backward_kernel(
     # the layer norms' gains and biases, a (1, block) row each
     lnh_w = _vec(lnhw_ptr, 0, H, BH)
     lnh_b = _vec(lnhb_ptr, 0, H, BH)
-    lng_w_i = _vec(lngw_ptr, 0, H, BH)
-    lng_w_f = _vec(lngw_ptr, H, H, BH)
-    lng_w_g = _vec(lngw_ptr, 2 * H, H, BH)
-    lng_w_o = _vec(lngw_ptr, 3 * H, H, BH)
-    lng_w_r = _vec(lngw_ptr, 4 * H, R, BR)
-    lnc_w_h = _vec(lncw_ptr, 0, H, BH)
-    lnc_w_r = _vec(lncw_ptr, H, R, BR)
+    lng_w_i, lng_w_f, lng_w_g, lng_w_o, lng_w_r = _gate_rows(lngw_ptr, H, R, BH, BR)
+    lnc_w_h, lnc_w_r = _control_rows(lncw_ptr, H, R, BH, BR)
     for step_back in range(T):
         t = T - 1 - step_back
-        rec_h = rows64[:, None] * (T * H) + t * H + ch[None, :]
-        rec_r = rows64[:, None] * (T * R) + t * R + cr[None, :]
-        rec_n = rows64[:, None] * (T * N) + t * N + cn[None, :]
-        rec_c = rows64[:, None] * (T * C) + t * C
-        rec_g = rows64[:, None] * (T * G) + t * G
+        rec_h, rec_r, rec_n, rec_c, rec_g = _step_offsets(rows64, t, T, ch, cr, cn, H, R, N)
         mem_now = mem_rows + t * (N * R)  # M_{t-1}
         # ---- the write M_t = lerp(M_{t-1}, v, w): gradients of v, w and M_{t-1}
         v = tl.load(v_ptr + rec_r, mask=mr, other=0.0)
@@ -470,7 +516,7 @@ def _backward_kernel(
         dv = tl.zeros((BLOCK_B, BR), dtype=dh.dtype)
         dw = tl.zeros((BLOCK_B, BN), dtype=dh.dtype)
         for j in range(N):
-            w_j = tl.sum(tl.where(cn[None, :] == j, w, 0.0), axis=1)[:, None]
+            w_j = _column(w, cn, j)
             g_j = tl.load(dm_rows + j * R, mask=mr, other=0.0)
             m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
             dw = tl.where(cn[None, :] == j, tl.sum(g_j * (v - m_j), axis=1)[:, None], dw)
@@ -487,16 +533,11 @@ def _backward_kernel(
         th = _tanh(xh * lnh_w + lnh_b)
         r = tl.load(r_ptr + rec_r, mask=mr, other=0.0)
         tr = _tanh(r)
-        a_i = tl.load(act_ptr + rec_g + ch[None, :], mask=mh, other=0.0)
-        a_f = tl.load(act_ptr + rec_g + H + ch[None, :], mask=mh, other=0.0)
-        a_g = tl.load(act_ptr + rec_g + 2 * H + ch[None, :], mask=mh, other=0.0)
-        a_o = tl.load(act_ptr + rec_g + 3 * H + ch[None, :], mask=mh, other=0.0)
-        a_r = tl.load(act_ptr + rec_g + 4 * H + cr[None, :], mask=mr, other=0.0)
-        go_h = tl.load(d_out_ptr + rec_c + ch[None, :], mask=mh, other=0.0)
-        go_r = tl.load(d_out_ptr + rec_c + H + cr[None, :], mask=mr, other=0.0)
+        a_i, a_f, a_g, a_o, a_r = _load_gates(act_ptr + rec_g, ch, cr, mh, mr, H)
+        go_h, go_r = _load_control(d_out_ptr + rec_c, ch, cr, mh, mr, H)
         d_state = dh + dh_v
         if USE_ZONE:
-            zone = tl.load(zone_ptr + t * B * H + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
+            zone = _step_draws(zone_ptr, t, B, rows64, ch, H, mh)
             d_kept = zone * d_state
             d_state = (1.0 - zone) * d_state
         else:
@@ -516,18 +557,10 @@ def _backward_kernel(
         dy_i = du * a_g * a_i * (1.0 - a_i)
         dy_f = du * hprev * a_f * (1.0 - a_f)
         dy_g = du * a_i * (1.0 - a_g * a_g)
-        tl.store(d_yg_ptr + rec_g + ch[None, :], dy_i, mask=mh)
-        tl.store(d_yg_ptr + rec_g + H + ch[None, :], dy_f, mask=mh)
-        tl.store(d_yg_ptr + rec_g + 2 * H + ch[None, :], dy_g, mask=mh)
-        tl.store(d_yg_ptr + rec_g + 3 * H + ch[None, :], dy_o, mask=mh)
-        tl.store(d_yg_ptr + rec_g + 4 * H + cr[None, :], dy_r, mask=mr)
+        _store_gates(d_yg_ptr + rec_g, ch, cr, mh, mr, H, dy_i, dy_f, dy_g, dy_o, dy_r)
         # ---- eq. 6's layer norm, over the five blocks
         rstd_g = tl.load(rstd_row + 1, mask=row_ok, other=0.0)[:, None]
-        x_i = tl.load(xg_ptr + rec_g + ch[None, :], mask=mh, other=0.0)
-        x_f = tl.load(xg_ptr + rec_g + H + ch[None, :], mask=mh, other=0.0)
-        x_g = tl.load(xg_ptr + rec_g + 2 * H + ch[None, :], mask=mh, other=0.0)
-        x_o = tl.load(xg_ptr + rec_g + 3 * H + ch[None, :], mask=mh, other=0.0)
-        x_r = tl.load(xg_ptr + rec_g + 4 * H + cr[None, :], mask=mr, other=0.0)
+        x_i, x_f, x_g, x_o, x_r = _load_gates(xg_ptr + rec_g, ch, cr, mh, mr, H)
         g_i = tl.where(col_h, dy_i * lng_w_i, 0.0)
         g_f = tl.where(col_h, dy_f * lng_w_f, 0.0)
         g_g = tl.where(col_h, dy_g * lng_w_g, 0.0)
@@ -542,46 +575,26 @@ def _backward_kernel(
         da_g = tl.where(col_h, rstd_g * (g_g - m1 - x_g * m2), 0.0)
         da_o = tl.where(col_h, rstd_g * (g_o - m1 - x_o * m2), 0.0)
         da_r = tl.where(col_r, rstd_g * (g_r - m1 - x_r * m2), 0.0)
-        tl.store(d_xg_ptr + rec_g + ch[None, :], da_i, mask=mh)
-        tl.store(d_xg_ptr + rec_g + H + ch[None, :], da_f, mask=mh)
-        tl.store(d_xg_ptr + rec_g + 2 * H + ch[None, :], da_g, mask=mh)
-        tl.store(d_xg_ptr + rec_g + 3 * H + ch[None, :], da_o, mask=mh)
-        tl.store(d_xg_ptr + rec_g + 4 * H + cr[None, :], da_r, mask=mr)
+        _store_gates(d_xg_ptr + rec_g, ch, cr, mh, mr, H, da_i, da_f, da_g, da_o, da_r)
         # ---- d h^g = d a W_go,h and d r^g = d a W_go,r, block by block
-        dhg = tl.dot(da_i, _w(wgh_ptr, 0, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
-            da_f, _w(wgh_ptr, H, H, H, H, BH, BH), input_precision="ieee"
-        )
-        dhg += tl.dot(da_g, _w(wgh_ptr, 2 * H, H, H, H, BH, BH), input_precision="ieee") + tl.dot(
-            da_o, _w(wgh_ptr, 3 * H, H, H, H, BH, BH), input_precision="ieee"
-        )
-        dhg += tl.dot(da_r, _w(wgh_ptr, 4 * H, H, R, H, BR, BH), input_precision="ieee")
-        drg = tl.dot(da_i, _w(wgr_ptr, 0, R, H, R, BH, BR), input_precision="ieee") + tl.dot(
-            da_f, _w(wgr_ptr, H, R, H, R, BH, BR), input_precision="ieee"
-        )
-        drg += tl.dot(da_g, _w(wgr_ptr, 2 * H, R, H, R, BH, BR), input_precision="ieee") + tl.dot(
-            da_o, _w(wgr_ptr, 3 * H, R, H, R, BH, BR), input_precision="ieee"
-        )
-        drg += tl.dot(da_r, _w(wgr_ptr, 4 * H, R, R, R, BR, BR), input_precision="ieee")
+        dhg = _gates_times(da_i, da_f, da_g, da_o, da_r, wgh_ptr, H, H, R, BH, BR, BH)
+        drg = _gates_times(da_i, da_f, da_g, da_o, da_r, wgr_ptr, R, H, R, BH, BR, BR)
         # ---- eqs. 5, 4, 3
-        c_h = tl.load(c_ptr + rec_c + ch[None, :], mask=mh, other=0.0)
-        c_r = tl.load(c_ptr + rec_c + H + cr[None, :], mask=mr, other=0.0)
+        c_h, c_r = _load_control(c_ptr + rec_c, ch, cr, mh, mr, H)
         dhp += dhg * c_h
         dz_h = dhg * hprev * c_h * (1.0 - c_h)
         dr += drg * c_r
         dz_r = drg * r * c_r * (1.0 - c_r)
-        tl.store(d_yc_ptr + rec_c + ch[None, :], dz_h, mask=mh)
-        tl.store(d_yc_ptr + rec_c + H + cr[None, :], dz_r, mask=mr)
+        _store_control(d_yc_ptr + rec_c, ch, cr, mh, mr, H, dz_h, dz_r)
         rstd_c = tl.load(rstd_row, mask=row_ok, other=0.0)[:, None]
-        xc_h = tl.load(xc_ptr + rec_c + ch[None, :], mask=mh, other=0.0)
-        xc_r = tl.load(xc_ptr + rec_c + H + cr[None, :], mask=mr, other=0.0)
+        xc_h, xc_r = _load_control(xc_ptr + rec_c, ch, cr, mh, mr, H)
         g_h = tl.where(col_h, dz_h * lnc_w_h, 0.0)
         g_r = tl.where(col_r, dz_r * lnc_w_r, 0.0)
         m1 = ((tl.sum(g_h, axis=1) + tl.sum(g_r, axis=1)) / C)[:, None]
         m2 = ((tl.sum(g_h * xc_h, axis=1) + tl.sum(g_r * xc_r, axis=1)) / C)[:, None]
         dc_h = tl.where(col_h, rstd_c * (g_h - m1 - xc_h * m2), 0.0)
         dc_r = tl.where(col_r, rstd_c * (g_r - m1 - xc_r * m2), 0.0)
-        tl.store(d_xc_ptr + rec_c + ch[None, :], dc_h, mask=mh)
-        tl.store(d_xc_ptr + rec_c + H + cr[None, :], dc_r, mask=mr)
+        _store_control(d_xc_ptr + rec_c, ch, cr, mh, mr, H, dc_h, dc_r)
         dr += tl.dot(dc_h, _w(wcr_ptr, 0, R, H, R, BH, BR), input_precision="ieee") + tl.dot(
             dc_r, _w(wcr_ptr, H, R, R, R, BR, BR), input_precision="ieee"
         )
@@ -594,11 +607,7 @@ def _backward_kernel(
             m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
             ds = tl.where(cn[None, :] == j, ds + tl.sum(dr * m_j, axis=1)[:, None], ds)
             g_j = tl.load(dm_rows + j * R, mask=mr, other=0.0)
-            tl.store(
-                dm_rows + j * R,
-                g_j + tl.sum(tl.where(cn[None, :] == j, s, 0.0), axis=1)[:, None] * dr,
-                mask=mr,
-            )
+            tl.store(dm_rows + j * R, g_j + _column(s, cn, j) * dr, mask=mr)
         if MODE == 3:  # argmax: no gradient to the logits
             d_xs = ds * 0.0
         else:
@@ -625,12 +634,24 @@ def _backward_kernel(
 # ------------------------------------------------------------------------ launchers
 
 
-def _blocks(hidden: int, width: int, slots: int) -> dict:
-    """Padded block sizes (powers of two, at least 16) and the warps of a program."""
-    sizes = {
+def _launch(hidden: int, width: int, slots: int, mode: str, zone, write_map) -> dict:
+    """What both kernels are compiled for: the sizes, padded block sizes (powers of two, at
+    least 16), the mode and flags, and the warps and stages of a program."""
+    blocks = {
         name: max(16, triton.next_power_of_2(n)) for name, n in (("BH", hidden), ("BR", width), ("BN", slots))
     }
-    return {**sizes, "num_warps": 8 if max(sizes.values()) >= 128 else 4}
+    return dict(
+        H=hidden,
+        R=width,
+        N=slots,
+        **blocks,
+        BLOCK_B=BLOCK_B,
+        MODE=MODES.index(mode),
+        USE_ZONE=zone is not None,
+        USE_MAP=write_map is not None,
+        num_warps=8 if max(blocks.values()) >= 128 else 4,
+        num_stages=1,
+    )
 
 
 def sequence_forward(
@@ -707,18 +728,10 @@ def sequence_forward(
         N * R if keep else 0,
         float(eps),
         float(inv_tau),
-        H=H,
-        R=R,
-        N=N,
-        BLOCK_B=BLOCK_B,
-        MODE=MODES.index(mode),
-        USE_ZONE=zone is not None,
-        USE_MAP=write_map is not None,
         KEEP=keep,
         GATHER_READ=mode in ("gumbel", "argmax"),
         SCATTER_WRITE=mode in ("gumbel", "argmax") and not keep,
-        num_stages=1,
-        **_blocks(H, R, N),
+        **_launch(H, R, N, mode, zone, write_map),
     )
     return out, h_t, memory[:, -1].clone(), records  # a copy: the record stays as the backward reads it
 
@@ -791,14 +804,6 @@ def sequence_backward(
         B,
         T,
         float(inv_tau),
-        H=H,
-        R=R,
-        N=N,
-        BLOCK_B=BLOCK_B,
-        MODE=MODES.index(mode),
-        USE_ZONE=zone is not None,
-        USE_MAP=write_map is not None,
-        num_stages=1,
-        **_blocks(H, R, N),
+        **_launch(H, R, N, mode, zone, write_map),
     )
     return grads

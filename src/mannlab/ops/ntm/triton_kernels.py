@@ -92,6 +92,58 @@ def _softmax(logits, mask):
     return e / tl.sum(e, axis=0)
 
 
+# ---------------------------------------------------------------- what both kernels index
+
+
+@triton.jit
+def _tile_columns(
+    pid, B, D, RW, P, DP: tl.constexpr, RWP: tl.constexpr, PP: tl.constexpr, BLOCK_B: tl.constexpr
+):
+    """The tile's batch rows (int64) and which are in the batch; the padded columns of the
+    controller's (D), the reads' (R W) and the head layer's (P) blocks, each with its mask."""
+    rows = (pid * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
+    rmask = rows < B
+    dcol = tl.arange(0, DP)
+    dmask = dcol < D
+    rcol = tl.arange(0, RWP)
+    rwmask = rcol < RW
+    pcol = tl.arange(0, PP)
+    pmask = pcol < P
+    return rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask
+
+
+@triton.jit
+def _memory_columns(N, W, NP: tl.constexpr, WP: tl.constexpr, SP: tl.constexpr):
+    """The padded slot, width and shift indices with the masks of slots and width, the mask of
+    a memory tile (N, W) and its offsets (row-major)."""
+    nidx = tl.arange(0, NP)
+    nmask = nidx < N
+    widx = tl.arange(0, WP)
+    wmask = widx < W
+    sidx = tl.arange(0, SP)
+    tile_mem = nmask[:, None] & wmask[None, :]
+    return nidx, nmask, widx, wmask, sidx, tile_mem, nidx[:, None] * W + widx[None, :]
+
+
+@triton.jit
+def _row_masks(pid, bi, B, nidx, nmask, widx, wmask, sidx, tile_mem, S, BLOCK_B: tl.constexpr):
+    """Row ``bi`` of the tile (int64), whether it is in the batch, and its masks of the slots,
+    the width, the shifts and the memory tile (a tensor mask & a scalar one fails in the
+    interpreter: the row's test is made a tensor first)."""
+    row = (pid * BLOCK_B + bi).to(tl.int64)
+    valid = row < B
+    nv = nmask & ((nidx * 0 + row) < B)
+    wv = wmask & ((widx * 0 + row) < B)
+    sv = (sidx < S) & ((sidx * 0 + row) < B)
+    return row, valid, nv, wv, sv, tile_mem & nv[:, None]
+
+
+@triton.jit
+def _slot_norms(memory):
+    """Each slot's norm (N,), at least the cosine's guard."""
+    return tl.maximum(tl.sqrt(tl.sum(memory * memory, axis=1)), _EPS)
+
+
 # ---------------------------------------------------------------- one head's addressing
 
 
@@ -236,6 +288,28 @@ def _address_backward(
     return grad_memory, grad_prev
 
 
+# ---------------------------------------------------------------- the erase/add write
+
+
+@triton.jit
+def _erase(pbase, ebase, head, widx, wv, W: tl.constexpr):
+    """Write head ``head``'s erase vector e = sigmoid(raw) (W,); its block starts at ``ebase``
+    of the row's head parameters, after every head's addressing block."""
+    return _sigmoid(tl.load(pbase + ebase + head * 2 * W + widx, mask=wv, other=0.0))
+
+
+@triton.jit
+def _add(pbase, ebase, head, widx, wv, W: tl.constexpr):
+    """Write head ``head``'s add vector a (W,), after its erase vector."""
+    return tl.load(pbase + ebase + head * 2 * W + W + widx, mask=wv, other=0.0)
+
+
+@triton.jit
+def _kept(w, erase):
+    """What one head's erase keeps of every cell: 1 - w e^T (N, W)."""
+    return 1.0 - w[:, None] * erase[None, :]
+
+
 # ---------------------------------------------------------------- the controller's tile phase
 
 
@@ -298,6 +372,36 @@ def _tile_load(ptr, rows, rmask, stride, offset, cols, cmask):
     )
 
 
+@triton.jit
+def _store_lstm(ptr, rows, rmask, G, dcol, dmask, D, z, i, f, o):
+    """The LSTM's four blocks [z, i, f, o] of the tile's G-wide rows at ``ptr``."""
+    _tile_store(ptr, rows, rmask, G, 0, dcol, dmask, z)
+    _tile_store(ptr, rows, rmask, G, D, dcol, dmask, i)
+    _tile_store(ptr, rows, rmask, G, 2 * D, dcol, dmask, f)
+    _tile_store(ptr, rows, rmask, G, 3 * D, dcol, dmask, o)
+
+
+@triton.jit
+def _load_lstm(ptr, rows, rmask, G, dcol, dmask, D):
+    """The LSTM's four blocks [z, i, f, o] of the tile's G-wide rows at ``ptr``."""
+    z = _tile_load(ptr, rows, rmask, G, 0, dcol, dmask)
+    i = _tile_load(ptr, rows, rmask, G, D, dcol, dmask)
+    f = _tile_load(ptr, rows, rmask, G, 2 * D, dcol, dmask)
+    o = _tile_load(ptr, rows, rmask, G, 3 * D, dcol, dmask)
+    return z, i, f, o
+
+
+@triton.jit
+def _lstm_times(grad_z, grad_i, grad_f, grad_o, w_ptr, tile, mask, block):
+    """The sum over the LSTM's gates of d gate @ W_gate, W_gate the tile of W at ``tile`` in the
+    gate's block of rows (``block`` apart)."""
+    out = _dot(grad_z, tl.load(w_ptr + tile, mask=mask, other=0.0))
+    out += _dot(grad_i, tl.load(w_ptr + block + tile, mask=mask, other=0.0))
+    out += _dot(grad_f, tl.load(w_ptr + 2 * block + tile, mask=mask, other=0.0))
+    out += _dot(grad_o, tl.load(w_ptr + 3 * block + tile, mask=mask, other=0.0))
+    return out
+
+
 # ---------------------------------------------------------------- forward
 
 
@@ -343,20 +447,10 @@ def ntm_forward_kernel(
     F: tl.constexpr = D + R * W
     K: tl.constexpr = H + R
     pid = tl.program_id(0)
-    rows = (pid * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
-    rmask = rows < B
-    dcol = tl.arange(0, DP)
-    dmask = dcol < D
-    rcol = tl.arange(0, RWP)
-    rwmask = rcol < RW
-    pcol = tl.arange(0, PP)
-    pmask = pcol < P
-    nidx = tl.arange(0, NP)
-    nmask = nidx < N
-    widx = tl.arange(0, WP)
-    wmask = widx < W
-    sidx = tl.arange(0, SP)
-    tile_mem = nmask[:, None] & wmask[None, :]
+    rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask = _tile_columns(
+        pid, B, D, RW, P, DP, RWP, PP, BLOCK_B
+    )
+    nidx, nmask, widx, wmask, sidx, tile_mem, slot = _memory_columns(N, W, NP, WP, SP)
     h = _tile_load(hs, rows, rmask, D, 0, dcol, dmask)
     c = _tile_load(cs, rows, rmask, D, 0, dcol, dmask)
     for t in range(T):
@@ -390,10 +484,7 @@ def ntm_forward_kernel(
             o = _sigmoid(o_pre)
             c = f * c + i * z  # eq. 6
             h = o * _tanh(c)  # eq. 7
-            _tile_store(gbase, rows, rmask, G, 0, dcol, dmask, z)
-            _tile_store(gbase, rows, rmask, G, D, dcol, dmask, i)
-            _tile_store(gbase, rows, rmask, G, 2 * D, dcol, dmask, f)
-            _tile_store(gbase, rows, rmask, G, 3 * D, dcol, dmask, o)
+            _store_lstm(gbase, rows, rmask, G, dcol, dmask, D, z, i, f, o)
         else:
             z_ff, z_pre = _gate_pre(
                 xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND
@@ -417,18 +508,13 @@ def ntm_forward_kernel(
         tl.debug_barrier()  # the rows' phase reads p_t
         # ---- (ii)-(iii) the memory, row by row
         for bi in range(BLOCK_B):
-            row = (pid * BLOCK_B + bi).to(tl.int64)
-            valid = row < B
-            # the masks of this row (a tensor mask & a scalar one fails in the interpreter)
-            nv = nmask & ((nidx * 0 + row) < B)
-            wv = wmask & ((widx * 0 + row) < B)
-            sv = (sidx < S) & ((sidx * 0 + row) < B)
-            tv = tile_mem & nv[:, None]
+            row, valid, nv, wv, sv, tv = _row_masks(
+                pid, bi, B, nidx, nmask, widx, wmask, sidx, tile_mem, S, BLOCK_B
+            )
             pbase = params_rec + (rec * B + row) * P
             gbase_row = gated_rec + (rec * B + row) * K * N
-            slot = nidx[:, None] * W + widx[None, :]
             memory = tl.load(mem + (now * B + row) * N * W + slot, mask=tv, other=0.0)
-            norms = tl.maximum(tl.sqrt(tl.sum(memory * memory, axis=1)), _EPS)
+            norms = _slot_norms(memory)
             keep = tl.full((NP, WP), 1.0, memory.dtype)
             added = tl.zeros_like(memory)
             ebase = K * (W + 3 + S)
@@ -453,13 +539,13 @@ def ntm_forward_kernel(
                     S,
                 )
                 tl.store(wws + ((nxt * B + row) * H + hd) * N + nidx, w, mask=nv)
-                erase = _sigmoid(tl.load(pbase + ebase + hd * 2 * W + widx, mask=wv, other=0.0))
-                add = tl.load(pbase + ebase + hd * 2 * W + W + widx, mask=wv, other=0.0)
-                keep = keep * (1.0 - w[:, None] * erase[None, :])
+                erase = _erase(pbase, ebase, hd, widx, wv, W)
+                add = _add(pbase, ebase, hd, widx, wv, W)
+                keep = keep * _kept(w, erase)
                 added += w[:, None] * add[None, :]
             memory = memory * keep + added  # M_t
             tl.store(mem + (nxt * B + row) * N * W + slot, memory, mask=tv)
-            norms = tl.maximum(tl.sqrt(tl.sum(memory * memory, axis=1)), _EPS)
+            norms = _slot_norms(memory)
             for r in range(R):  # (iii) every read head addresses M_t and reads
                 w = _address(
                     pbase,
@@ -540,21 +626,10 @@ def ntm_backward_kernel(
     F: tl.constexpr = D + R * W
     K: tl.constexpr = H + R
     pid = tl.program_id(0)
-    rows = (pid * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
-    rmask = rows < B
-    dcol = tl.arange(0, DP)
-    dmask = dcol < D
-    rcol = tl.arange(0, RWP)
-    rwmask = rcol < RW
-    pcol = tl.arange(0, PP)
-    pmask = pcol < P
-    nidx = tl.arange(0, NP)
-    nmask = nidx < N
-    widx = tl.arange(0, WP)
-    wmask = widx < W
-    sidx = tl.arange(0, SP)
-    tile_mem = nmask[:, None] & wmask[None, :]
-    slot = nidx[:, None] * W + widx[None, :]
+    rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask = _tile_columns(
+        pid, B, D, RW, P, DP, RWP, PP, BLOCK_B
+    )
+    nidx, nmask, widx, wmask, sidx, tile_mem, slot = _memory_columns(N, W, NP, WP, SP)
     g_h = _tile_load(d_h, rows, rmask, D, 0, dcol, dmask)
     g_c = _tile_load(d_c, rows, rmask, D, 0, dcol, dmask)
     for back in range(T):
@@ -563,21 +638,17 @@ def ntm_backward_kernel(
         dst = 1 - src
         # ---- (iii) and (ii) backwards, row by row
         for bi in range(BLOCK_B):
-            row = (pid * BLOCK_B + bi).to(tl.int64)
-            valid = row < B
-            # the masks of this row (a tensor mask & a scalar one fails in the interpreter)
-            nv = nmask & ((nidx * 0 + row) < B)
-            wv = wmask & ((widx * 0 + row) < B)
-            sv = (sidx < S) & ((sidx * 0 + row) < B)
-            tv = tile_mem & nv[:, None]
+            row, valid, nv, wv, sv, tv = _row_masks(
+                pid, bi, B, nidx, nmask, widx, wmask, sidx, tile_mem, S, BLOCK_B
+            )
             pbase = params_rec + (t * B + row) * P
             dpbase = d_params + (t * B + row) * P
             gbase_row = gated_rec + (t * B + row) * K * N
             sbase_row = scratch + row * K * N
             old = tl.load(mem + (t * B + row) * N * W + slot, mask=tv, other=0.0)
             new = tl.load(mem + ((t + 1) * B + row) * N * W + slot, mask=tv, other=0.0)
-            norms_old = tl.maximum(tl.sqrt(tl.sum(old * old, axis=1)), _EPS)
-            norms_new = tl.maximum(tl.sqrt(tl.sum(new * new, axis=1)), _EPS)
+            norms_old = _slot_norms(old)
+            norms_new = _slot_norms(new)
             grad_new = tl.load(g_m + (src * B + row) * N * W + slot, mask=tv, other=0.0)
             for r in range(R):  # r = w^r M_t, then the read addressing on M_t
                 w = tl.load(rws + (((t + 1) * B + row) * R + r) * N + nidx, mask=nv, other=0.0)
@@ -616,19 +687,17 @@ def ntm_backward_kernel(
             keep = tl.full((NP, WP), 1.0, old.dtype)
             for hd in range(H):
                 w = tl.load(wws + (((t + 1) * B + row) * H + hd) * N + nidx, mask=nv, other=0.0)
-                erase = _sigmoid(tl.load(pbase + ebase + hd * 2 * W + widx, mask=wv, other=0.0))
-                keep = keep * (1.0 - w[:, None] * erase[None, :])
+                keep = keep * _kept(w, _erase(pbase, ebase, hd, widx, wv, W))
             grad_old = grad_new * keep
             grad_keep = grad_new * old
             for hd in range(H):
                 w = tl.load(wws + (((t + 1) * B + row) * H + hd) * N + nidx, mask=nv, other=0.0)
-                erase = _sigmoid(tl.load(pbase + ebase + hd * 2 * W + widx, mask=wv, other=0.0))
-                add = tl.load(pbase + ebase + hd * 2 * W + W + widx, mask=wv, other=0.0)
+                erase = _erase(pbase, ebase, hd, widx, wv, W)
+                add = _add(pbase, ebase, hd, widx, wv, W)
                 others = tl.full((NP, WP), 1.0, old.dtype)  # prod over the other heads, no division
                 for o in range(H):
                     w_o = tl.load(wws + (((t + 1) * B + row) * H + o) * N + nidx, mask=nv, other=0.0)
-                    e_o = _sigmoid(tl.load(pbase + ebase + o * 2 * W + widx, mask=wv, other=0.0))
-                    factor = 1.0 - w_o[:, None] * e_o[None, :]
+                    factor = _kept(w_o, _erase(pbase, ebase, o, widx, wv, W))
                     others = others * tl.where(o == hd, 1.0, factor)
                 grad_factor = grad_keep * others
                 grad_w = tl.load(g_ww + ((src * B + row) * H + hd) * N + nidx, mask=nv, other=0.0)
@@ -683,10 +752,7 @@ def ntm_backward_kernel(
         wh_tile = dcol[None, :] + dcol[:, None] * D  # [k, d] = W_h[gate D + k, d]
         wh_mask = dmask[:, None] & dmask[None, :]
         if KIND == _LSTM:
-            z = _tile_load(gbase, rows, rmask, G, 0, dcol, dmask)
-            i = _tile_load(gbase, rows, rmask, G, D, dcol, dmask)
-            f = _tile_load(gbase, rows, rmask, G, 2 * D, dcol, dmask)
-            o = _tile_load(gbase, rows, rmask, G, 3 * D, dcol, dmask)
+            z, i, f, o = _load_lstm(gbase, rows, rmask, G, dcol, dmask, D)
             c_prev = _tile_load(cs + t * B * D, rows, rmask, D, 0, dcol, dmask)
             c_now = _tile_load(cs + (t + 1) * B * D, rows, rmask, D, 0, dcol, dmask)
             tanh_c = _tanh(c_now)
@@ -700,22 +766,10 @@ def ntm_backward_kernel(
             if PNR:  # h_out = tanh(h'bar_t's z block) reads x_proj and W_r r_{t-1} besides
                 h_out = _tile_load(out + t * F, rows, rmask, T * F, 0, dcol, dmask)
                 grad_z_ff = grad_z + grad_out * (1.0 - h_out * h_out)
-                _tile_store(rec_base, rows, rmask, G, 0, dcol, dmask, grad_z)
-                _tile_store(rec_base, rows, rmask, G, D, dcol, dmask, grad_i)
-                _tile_store(rec_base, rows, rmask, G, 2 * D, dcol, dmask, grad_f)
-                _tile_store(rec_base, rows, rmask, G, 3 * D, dcol, dmask, grad_o)
-            _tile_store(xp_base, rows, rmask, G, 0, dcol, dmask, grad_z_ff)
-            _tile_store(xp_base, rows, rmask, G, D, dcol, dmask, grad_i)
-            _tile_store(xp_base, rows, rmask, G, 2 * D, dcol, dmask, grad_f)
-            _tile_store(xp_base, rows, rmask, G, 3 * D, dcol, dmask, grad_o)
-            g_h = _dot(grad_z, tl.load(w_rec + wh_tile, mask=wh_mask, other=0.0))
-            g_h += _dot(grad_i, tl.load(w_rec + D * D + wh_tile, mask=wh_mask, other=0.0))
-            g_h += _dot(grad_f, tl.load(w_rec + 2 * D * D + wh_tile, mask=wh_mask, other=0.0))
-            g_h += _dot(grad_o, tl.load(w_rec + 3 * D * D + wh_tile, mask=wh_mask, other=0.0))
-            grad_r = _dot(grad_z_ff, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
-            grad_r += _dot(grad_i, tl.load(w_read + D * RW + wr_tile, mask=wr_mask, other=0.0))
-            grad_r += _dot(grad_f, tl.load(w_read + 2 * D * RW + wr_tile, mask=wr_mask, other=0.0))
-            grad_r += _dot(grad_o, tl.load(w_read + 3 * D * RW + wr_tile, mask=wr_mask, other=0.0))
+                _store_lstm(rec_base, rows, rmask, G, dcol, dmask, D, grad_z, grad_i, grad_f, grad_o)
+            _store_lstm(xp_base, rows, rmask, G, dcol, dmask, D, grad_z_ff, grad_i, grad_f, grad_o)
+            g_h = _lstm_times(grad_z, grad_i, grad_f, grad_o, w_rec, wh_tile, wh_mask, D * D)
+            grad_r = _lstm_times(grad_z_ff, grad_i, grad_f, grad_o, w_read, wr_tile, wr_mask, D * RW)
         else:
             a = _tile_load(gbase, rows, rmask, G, 0, dcol, dmask)
             grad_a = grad_h * (1.0 - a * a)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import mannlab
+from conftest import tiny_lstm_run
 from mannlab.evaluation import evaluate_lengths
 from mannlab.evaluation.reads import read_targets
 from mannlab.tasks import make
@@ -100,25 +101,12 @@ def test_evaluate_lengths_reports_reads_of_a_memory_model():
 
 
 def test_validation_logs_the_reads_when_asked(tmp_path, no_figures):
-    from mannlab.config import RunConfig, TrainConfig
+    from dataclasses import replace
+
     from mannlab.training import train
 
-    config = RunConfig(
-        model="tardis",
-        task="copy",
-        model_args={"hidden_size": 8, "memory_slots": 8},
-        task_args={"width": 2, "max_length": 3},
-        train=TrainConfig(
-            steps=2,
-            batch_size=2,
-            val_every=2,
-            val_batch_size=2,
-            val_batches=1,
-            progress=False,
-            val_reads=True,
-        ),
-        run_dir=str(tmp_path / "run"),
-    )
+    lstm = tiny_lstm_run(tmp_path / "run", steps=2, val_every=2, val_reads=True)
+    config = replace(lstm, model="tardis", model_args={"hidden_size": 8, "memory_slots": 8})
     train(config)
     rows = [row for row in map(json.loads, open(tmp_path / "run" / "metrics.jsonl")) if row["split"] == "val"]
     assert rows and all("reads_on_source" in row and "source_kept" in row for row in rows)

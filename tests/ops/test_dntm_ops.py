@@ -12,7 +12,8 @@ import weakref
 import pytest
 import torch
 
-from mannlab.ops import use_kernels
+from conftest import leaves, small_model
+from mannlab.ops import dispatch, use_kernels
 from mannlab.ops.dntm import (
     MODES,
     NOISY_MODES,
@@ -276,3 +277,132 @@ def test_bad_records_get_clear_errors():
         dntm_sequence(inputs, state._replace(hidden=None), weights, options)
     with pytest.raises(ValueError, match="written and .reads"):
         dntm_sequence(inputs, state, weights, options._replace(writes="sequential"))
+
+
+# ---------------------------------------------------------------- Triton vs reference
+# On the GPU where there is one, else in Triton's interpreter on CPU tensors (tests/conftest.py),
+# at tiny sizes: the interpreter takes seconds per call.
+
+TRITON_CASES = {
+    "soft-gru-lru": (dict(), dict()),
+    "argmax-fnn-nop-content-keys": (
+        dict(mode="argmax", nop=True, write_keys="content"),
+        dict(controller="fnn"),
+    ),
+    "soft-fnn-no-lru-2w-no-trace": (
+        dict(lru=False, nop=True, trace=False),
+        dict(controller="fnn", reads=1, writes=2),
+    ),
+}
+
+
+def triton_setup():
+    """(device, dtype, tolerance) of a Triton run here: float64 in the interpreter, float32 on a
+    GPU."""
+    from conftest import triton_device
+
+    device = triton_device()
+    return (device, torch.float32, 2e-4) if device == "cuda" else (device, torch.float64, 1e-10)
+
+
+def on_device(records, device, dtype):
+    """The records as fresh leaves on ``device`` in ``dtype`` (the draws and counts as values)."""
+
+    def move(value):
+        if value is None:
+            return None
+        moved = value.detach().to(device, dtype)
+        return moved.requires_grad_() if value.requires_grad else moved
+
+    return tuple(type(r)(*map(move, r)) for r in records)
+
+
+def run_triton(records, options, device, dtype):
+    """``run`` on the Triton backend, its values and gradients back on the CPU in float64 (the
+    gradients by the names of ``records``)."""
+    steps, final, grads = run(on_device(records, device, dtype), options, "triton")
+
+    def back(value):
+        return None if value is None else value.double().cpu()
+
+    return (
+        type(steps)(*map(back, steps)),
+        type(final)(*map(back, final)),
+        {name: back(g) for name, g in grads.items()},
+    )
+
+
+@pytest.mark.parametrize("case", list(TRITON_CASES))
+def test_triton_matches_reference(case):
+    device, dtype, tol = triton_setup()
+    option_kw, problem_kw = TRITON_CASES[case]
+    options = DNTMOptions(**option_kw)
+    records = problem(options, t=2, **problem_kw)
+    assert_same(run_triton(records, options, device, dtype), run(records, options, "reference"), atol=tol)
+
+
+def test_triton_chunked_run_equals_one_run():
+    device, dtype, tol = triton_setup()
+    options = DNTMOptions(nop=True)
+    records = on_device(problem(options, reads=1, t=3), device, dtype)
+    inputs = records[0]
+    whole = run(records, options, "triton")
+    first, carry = dntm_sequence(DNTMInputs(inputs.projected[:, :1]), *records[1:], options, backend="triton")
+    rest, final = dntm_sequence(
+        DNTMInputs(inputs.projected[:, 1:]), carry, records[2], options, backend="triton"
+    )
+    steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
+    grads = grads_by_name(loss_of(steps, final), differentiable(*records))
+    assert_same((steps, final, grads), whole, atol=tol)
+
+
+@pytest.mark.parametrize("controller, addressing", [("gru", "soft"), ("fnn", "reinforce")])
+def test_model_on_triton_equals_step_loop(controller, addressing):
+    """The model on the Triton kernels against its own step loop (reinforce in evaluation:
+    argmax), values, trace, final state and every parameter's gradient."""
+    device, dtype, tol = triton_setup()
+    model = small_model("dntm", 3, 2, controller=controller, addressing=addressing, nop=True)
+    model = model.to(device, dtype).eval()
+    x = torch.randn(2, 2, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(
+        device, dtype
+    )
+
+    def outputs_and_grads(kernels):
+        model.zero_grad()
+        with use_kernels(kernels):
+            assert dispatch.route(model.cell, x, None, True).backend == ("triton" if kernels else "")
+            y, state, trace = model(x, return_trace=True)
+        values = [y, *leaves(state), *(t for t in trace if isinstance(t, torch.Tensor))]
+        loss = sum((v * v.sin()).sum() for v in values if v.is_floating_point())
+        loss.backward()
+        return values, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    values, grads = outputs_and_grads("triton")
+    ref_values, ref_grads = outputs_and_grads(False)
+    for a, b in zip(values, ref_values, strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(mode="sample"), dict(mode="gumbel"), dict(addressing_steps=2), dict(writes="sequential")]
+)
+def test_triton_refuses_what_it_does_not_cover(kw):
+    pytest.importorskip("triton")
+    options = DNTMOptions(**kw)
+    with pytest.raises(ValueError, match="Triton kernels implement"):
+        dntm_sequence(*problem(options), options, backend="triton")
+
+
+def test_cell_lists_triton_for_the_deterministic_modes():
+    from mannlab.models.dntm import DNTMCell
+
+    cell = DNTMCell(3, controller_size=4, memory_slots=4, addressing="reinforce")
+    assert cell.kernel_backends == ("numba", "triton")
+    assert cell.kernels_cover(True) and not cell.kernels_cover(True, "triton")  # samples in training
+    cell.eval()
+    assert cell.kernels_cover(True, "triton")  # argmax in evaluation
+    assert not DNTMCell(3, addressing_steps=2).kernels_cover(False, "triton")
+    assert not DNTMCell(3, writes="sequential").kernels_cover(False, "triton")

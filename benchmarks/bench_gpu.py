@@ -6,7 +6,7 @@ outputs; 9 input and 8 output bits), on:
 
   kernels   the model as a user gets it on this device: the Triton kernels where the
             configuration has them (mannlab.ops.<model>.triton_kernels: ARMIN, the NTM, the
-            D-NTM's soft addressing; REINFORCE's training samples are not), else the tensor path
+            D-NTM), else the tensor path
   tensor    the same model with the kernels switched off (use_kernels(False)): the
             step-by-step tensor path, launch-bound on a GPU
   cuDNN     torch.nn.LSTM(9, width) + Linear(width, 8), width = the model's controller

@@ -293,6 +293,8 @@ TRITON_CASES = {
         dict(lru=False, nop=True, trace=False),
         dict(controller="fnn", reads=1, writes=2),
     ),
+    "sample-gru": (dict(mode="sample"), dict(reads=1)),
+    "gumbel-gru-2w": (dict(mode="gumbel", inverse_temperature=2.5, nop=True), dict(reads=1, writes=2)),
 }
 
 
@@ -342,33 +344,41 @@ def test_triton_matches_reference(case):
 
 
 def test_triton_chunked_run_equals_one_run():
+    """Two segments, the second from the first's state and with its own rows of the draws."""
     device, dtype, tol = triton_setup()
-    options = DNTMOptions(nop=True)
-    records = on_device(problem(options, reads=1, t=3), device, dtype)
+    options = DNTMOptions(mode="gumbel", nop=True)
+    records = on_device(problem(options, reads=1, t=2), device, dtype)
     inputs = records[0]
     whole = run(records, options, "triton")
-    first, carry = dntm_sequence(DNTMInputs(inputs.projected[:, :1]), *records[1:], options, backend="triton")
-    rest, final = dntm_sequence(
-        DNTMInputs(inputs.projected[:, 1:]), carry, records[2], options, backend="triton"
-    )
+
+    def part(cut):
+        return DNTMInputs(inputs.projected[:, cut], inputs.draws[cut])
+
+    first, carry = dntm_sequence(part(slice(0, 1)), *records[1:], options, backend="triton")
+    rest, final = dntm_sequence(part(slice(1, 2)), carry, records[2], options, backend="triton")
     steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
     grads = grads_by_name(loss_of(steps, final), differentiable(*records))
     assert_same((steps, final, grads), whole, atol=tol)
 
 
-@pytest.mark.parametrize("controller, addressing", [("gru", "soft"), ("fnn", "reinforce")])
-def test_model_on_triton_equals_step_loop(controller, addressing):
+@pytest.mark.parametrize(
+    "controller, addressing, training",
+    [("gru", "soft", True), ("fnn", "reinforce", False), ("gru", "gumbel", True)],
+)
+def test_model_on_triton_equals_step_loop(controller, addressing, training):
     """The model on the Triton kernels against its own step loop (reinforce in evaluation:
-    argmax), values, trace, final state and every parameter's gradient."""
+    argmax; gumbel in training: straight-through samples from the same draws), values, trace,
+    final state and every parameter's gradient."""
     device, dtype, tol = triton_setup()
     model = small_model("dntm", 3, 2, controller=controller, addressing=addressing, nop=True)
-    model = model.to(device, dtype).eval()
+    model = model.to(device, dtype).train(training)
     x = torch.randn(2, 2, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(
         device, dtype
     )
 
     def outputs_and_grads(kernels):
         model.zero_grad()
+        torch.manual_seed(5)  # the draws of the sampled modes
         with use_kernels(kernels):
             assert dispatch.route(model.cell, x, None, True).backend == ("triton" if kernels else "")
             y, state, trace = model(x, return_trace=True)
@@ -386,9 +396,7 @@ def test_model_on_triton_equals_step_loop(controller, addressing):
         torch.testing.assert_close(grads[name], grad, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
 
 
-@pytest.mark.parametrize(
-    "kw", [dict(mode="sample"), dict(mode="gumbel"), dict(addressing_steps=2), dict(writes="sequential")]
-)
+@pytest.mark.parametrize("kw", [dict(addressing_steps=2), dict(writes="sequential")])
 def test_triton_refuses_what_it_does_not_cover(kw):
     pytest.importorskip("triton")
     options = DNTMOptions(**kw)
@@ -396,13 +404,14 @@ def test_triton_refuses_what_it_does_not_cover(kw):
         dntm_sequence(*problem(options), options, backend="triton")
 
 
-def test_cell_lists_triton_for_the_deterministic_modes():
+def test_cell_lists_triton_with_one_addressing_step_and_learned_writes():
     from mannlab.models.dntm import DNTMCell
 
     cell = DNTMCell(3, controller_size=4, memory_slots=4, addressing="reinforce")
     assert cell.kernel_backends == ("numba", "triton")
-    assert cell.kernels_cover(True) and not cell.kernels_cover(True, "triton")  # samples in training
+    assert cell.kernels_cover(True, "triton")  # samples in training
     cell.eval()
     assert cell.kernels_cover(True, "triton")  # argmax in evaluation
+    assert not DNTMCell(3, location_shifts=1).kernels_cover(False, "triton")
     assert not DNTMCell(3, addressing_steps=2).kernels_cover(False, "triton")
     assert not DNTMCell(3, writes="sequential").kernels_cover(False, "triton")

@@ -514,8 +514,8 @@ class DNTMCell(MemoryCell):
     def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
         """The numba kernels implement the GRU and the feed-forward (tanh) controller (any heads,
         J, LRU, NOP, write keys, writes and addressing mode, with or without the trace), without
-        location-based addressing; the Triton kernels the same in the deterministic modes
-        (soft weightings, argmax) with J = 1 and learned writes (records.triton_covers)."""
+        location-based addressing; the Triton kernels the same with J = 1 and learned writes
+        (records.triton_covers)."""
         controller = self.controller
         if self.location_shifts:
             return False

@@ -2,7 +2,7 @@
 D-NTM sequence over the typed records of records.py, the only way in to the D-NTM's kernels.
 The backend "numba" runs numba_sequence.py's autograd Function over kernels.py (CPU),
 "triton" triton_sequence.py's over triton_kernels.py (GPU; on CPU tensors in Triton's
-interpreter; the options triton_sequence.triton_covers, else a ValueError), "reference"
+interpreter; the options records.triton_covers, else a ValueError), "reference"
 reference.py's tensor loop. The records are checked here, once, for every
 backend; a caller fills them by name and never sees the kernels' argument order or the
 offsets of their outputs.

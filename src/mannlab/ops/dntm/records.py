@@ -26,8 +26,6 @@ WRITES = ("learned", "sequential")
 #: which implementation runs the op: the numba kernels (CPU), the Triton kernels (GPU; on CPU
 #: tensors in Triton's interpreter) or the plain tensor loop of reference.py
 BACKENDS = ("numba", "triton", "reference")
-#: the addressing modes the Triton kernels implement (the sampled ones take the other backends)
-TRITON_MODES = ("soft", "argmax")
 #: ε of the similarity S(x, y) = x . y / (|x| |y| + ε) (eqs. 10-11)
 SIMILARITY_EPS = 1e-6
 #: the LRU moving average, v_t = LRU_DECAY v_{t-1} + (1 - LRU_DECAY) z_t (section 3.3)
@@ -146,7 +144,7 @@ class DNTMResult(NamedTuple):
 
 
 def triton_covers(options: DNTMOptions) -> bool:
-    """Whether the Triton kernels implement these options: modes :data:`TRITON_MODES`, one
-    addressing step and learned writes (the GRU or feed-forward controller, any heads, LRU,
-    NOP cell and write keys)."""
-    return options.mode in TRITON_MODES and options.addressing_steps == 1 and options.writes == "learned"
+    """Whether the Triton kernels implement these options: one addressing step and learned
+    writes (any mode, the GRU or feed-forward controller, any heads, LRU, NOP cell and write
+    keys)."""
+    return options.addressing_steps == 1 and options.writes == "learned"

@@ -1,9 +1,10 @@
 """Triton kernels of the D-NTM's whole sequence: ops/dntm/reference.py's loop, forward and
 backward, each one kernel launch with the time loop inside (as ops/ntm/triton_kernels.py).
 
-They cover the deterministic modes ("soft" and "argmax") with one addressing step (J = 1) and
-learned writes, the GRU and the feed-forward (tanh) controller, LRU on or off, the NOP cell,
-write keys over [A; C] or C, any heads; the op (triton_sequence.py) refuses the rest.
+They cover every addressing mode (the samples from the op's Exp(1) draws, as the other
+backends take them) with one addressing step (J = 1) and learned writes, the GRU and the
+feed-forward (tanh) controller, LRU on or off, the NOP cell, write keys over [A; C] or C, any
+heads; the op (triton_sequence.py) refuses the rest.
 
 One program per tile of BLOCK_B batch rows. Each step has two phases:
 
@@ -41,6 +42,12 @@ DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 #: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
 #: and there each row costs its own Python-level pass, so the tests' tiles are smaller
 BLOCK_B = 2 if INTERPRETED else 16
+
+
+# the addressing modes (records.MODES)
+_SOFT = tl.constexpr(0)
+_ARGMAX = tl.constexpr(2)
+_GUMBEL = tl.constexpr(3)
 
 
 def padded(size: int, least: int = 1) -> int:
@@ -93,12 +100,25 @@ def _first_max_one_hot(w, nidx, nmask, NP: tl.constexpr):
 
 
 @triton.jit
-def _used(w, nidx, nmask, NP: tl.constexpr, ARGMAX: tl.constexpr):
-    """The weighting a head uses: w, or the one-hot of its argmax (section 4)."""
-    if ARGMAX:
+def _draws(draws, offset, nidx, nv, like, NOISY: tl.constexpr):
+    """A head's Exp(1) draws E (N',) at ``offset`` (ones where the mode takes none)."""
+    if NOISY:
+        out = tl.load(draws + offset + nidx, mask=nv, other=1.0)
+    else:
+        out = tl.full(like.shape, 1.0, like.dtype)
+    return out
+
+
+@triton.jit
+def _used(w, draw, nidx, nmask, NP: tl.constexpr, MODE: tl.constexpr):
+    """The weighting a head uses (section 4): w ("soft"), the one-hot of argmax_i w_i / E_i
+    (a sample: "sample", and "gumbel"'s forward) or of argmax_i w_i ("argmax")."""
+    if MODE == _SOFT:
+        out = w
+    elif MODE == _ARGMAX:
         out = _first_max_one_hot(w, nidx, nmask, NP)
     else:
-        out = w
+        out = _first_max_one_hot(w / draw, nidx, nmask, NP)
     return out
 
 
@@ -141,12 +161,41 @@ def _weighting(ka, kc, A, C, beta_raw, gamma_raw, v_prev, nmask, eps, decay, LRU
 
 @triton.jit
 def _weighting_backward(
-    grad_w, grad_v_new, w, ka, kc, A, C, beta_raw, gamma_raw, v_prev, nmask, eps, decay, LRU: tl.constexpr
+    grad_w,
+    grad_used,
+    draw,
+    inverse_temperature,
+    grad_v_new,
+    w,
+    ka,
+    kc,
+    A,
+    C,
+    beta_raw,
+    gamma_raw,
+    v_prev,
+    nmask,
+    eps,
+    decay,
+    LRU: tl.constexpr,
+    MODE: tl.constexpr,
 ):
-    """Backward of ``_weighting`` from the gradients of w and of v_t (v_t takes none from
-    z_t): the gradients of k_a, k_c, A, C, the raw β and γ, and of v_{t-1}."""
+    """Backward of ``_weighting`` and ``_used`` from the gradients of w, of the used weighting
+    and of v_t (v_t takes none from z_t): the gradients of k_a, k_c, A, C, the raw β and γ,
+    and of v_{t-1}. A one-hot passes no gradient, but straight-through's ("gumbel") passes
+    that of softmax((l - log E) / τ), l the logits of w."""
     similarity, dots, key_norm, cell_norms = _similarity(ka, kc, A, C, eps)
+    beta = _softplus(beta_raw) + 1.0
+    if MODE == _SOFT:
+        grad_w += grad_used
     grad_logits = tl.where(nmask, w * (grad_w - tl.sum(w * grad_w, axis=0)), 0.0)
+    if MODE == _GUMBEL:
+        logits = beta * similarity
+        if LRU:
+            logits = logits - _sigmoid(gamma_raw) * v_prev
+        relaxed = _softmax((logits - tl.log(draw)) * inverse_temperature, nmask)
+        grad_relaxed = relaxed * (grad_used - tl.sum(relaxed * grad_used, axis=0))
+        grad_logits += tl.where(nmask, inverse_temperature * grad_relaxed, 0.0)
     if LRU:
         gamma = _sigmoid(gamma_raw)
         grad_gamma_raw = -tl.sum(grad_logits * v_prev, axis=0) * gamma * (1.0 - gamma)
@@ -154,7 +203,6 @@ def _weighting_backward(
     else:
         grad_gamma_raw = tl.sum(grad_logits * 0.0, axis=0)
         grad_v_prev = grad_v_new
-    beta = _softplus(beta_raw) + 1.0
     grad_beta_raw = tl.sum(grad_logits * similarity, axis=0) * _sigmoid(beta_raw)
     grad_sim = beta * grad_logits
     den = key_norm * cell_norms + eps
@@ -280,6 +328,7 @@ def dntm_forward_kernel(
     params_rec,  # (T, B, P) raw head parameters
     probs_rec,  # (T, B, R + H, N') w
     out,  # (B, T, D + R W) features
+    draws,  # (T, B (R + H) N') Exp(1) draws (modes "sample" and "gumbel"; else any pointer)
     B,
     T,
     eps,
@@ -304,7 +353,8 @@ def dntm_forward_kernel(
     LRU: tl.constexpr,
     NOP_CELL: tl.constexpr,
     MEMKEYS: tl.constexpr,
-    ARGMAX: tl.constexpr,
+    MODE: tl.constexpr,
+    NOISY: tl.constexpr,
     BLOCK_B: tl.constexpr,
 ):
     W: tl.constexpr = DA + DC
@@ -405,7 +455,8 @@ def dntm_forward_kernel(
                 )
                 tl.store(vrs + vbase + B * R * N + nidx, v_new, mask=nv)
                 tl.store(probs_rec + ((t * B + row) * K + k) * N + nidx, w, mask=nv)
-                used = _used(w, nidx, nmask, NP, ARGMAX) * access
+                draw = _draws(draws, t * B * K * N + (row * R + k) * N, nidx, nv, w, NOISY)
+                used = _used(w, draw, nidx, nmask, NP, MODE) * access
                 phi_a = tl.sum(used[:, None] * A, axis=0)
                 phi_c = tl.sum(used[:, None] * C, axis=0)
                 pb = phis + ((t + 1) * B + row) * RW + k * W
@@ -436,7 +487,8 @@ def dntm_forward_kernel(
                 )
                 tl.store(vws + vbase + B * H * N + nidx, v_new, mask=nv)
                 tl.store(probs_rec + ((t * B + row) * K + R + hd) * N + nidx, w, mask=nv)
-                used = _used(w, nidx, nmask, NP, ARGMAX) * access
+                draw = _draws(draws, t * B * K * N + B * R * N + (row * H + hd) * N, nidx, nv, w, NOISY)
+                used = _used(w, draw, nidx, nmask, NP, MODE) * access
                 erase, _, pre, _ = _write_values(
                     pbase, xbase, hd, valid, dcidx, dcv, OFF_E, OFF_A, OFF_M, PC, H, DC
                 )
@@ -475,10 +527,12 @@ def dntm_backward_kernel(
     d_xp,  # (T, B, X) out
     d_rec,  # (T, B, 3 D) out: of W_h h_{t-1} + b_h (GRU only)
     d_params,  # (T, B, P) in: of the trace's raw head parameters (or zeros); out: of p_t
+    draws,  # (T, B (R + H) N') as the forward's
     B,
     T,
     eps,
     decay,
+    inverse_temperature,
     D: tl.constexpr,
     PC: tl.constexpr,
     X: tl.constexpr,
@@ -499,7 +553,8 @@ def dntm_backward_kernel(
     LRU: tl.constexpr,
     NOP_CELL: tl.constexpr,
     MEMKEYS: tl.constexpr,
-    ARGMAX: tl.constexpr,
+    MODE: tl.constexpr,
+    NOISY: tl.constexpr,
     TRACE_GRADS: tl.constexpr,
     BLOCK_B: tl.constexpr,
 ):
@@ -558,7 +613,8 @@ def dntm_backward_kernel(
             keep = tl.full((NP, DCP), 1.0, C.dtype)
             for hd in range(H):
                 w = tl.load(probs_rec + ((t * B + row) * K + R + hd) * N + nidx, mask=nv, other=0.0)
-                used = _used(w, nidx, nmask, NP, ARGMAX) * access
+                draw = _draws(draws, t * B * K * N + B * R * N + (row * H + hd) * N, nidx, nv, w, NOISY)
+                used = _used(w, draw, nidx, nmask, NP, MODE) * access
                 erase, _, _, _ = _write_values(
                     pbase, xbase, hd, valid, dcidx, dcv, OFF_E, OFF_A, OFF_M, PC, H, DC
                 )
@@ -568,14 +624,16 @@ def dntm_backward_kernel(
             for hd in range(H):
                 pbase_w = probs_rec + ((t * B + row) * K + R + hd) * N
                 w = tl.load(pbase_w + nidx, mask=nv, other=0.0)
-                used = _used(w, nidx, nmask, NP, ARGMAX) * access
+                draw = _draws(draws, t * B * K * N + B * R * N + (row * H + hd) * N, nidx, nv, w, NOISY)
+                used = _used(w, draw, nidx, nmask, NP, MODE) * access
                 erase, alpha, pre, x_in = _write_values(
                     pbase, xbase, hd, valid, dcidx, dcv, OFF_E, OFF_A, OFF_M, PC, H, DC
                 )
                 others = tl.full((NP, DCP), 1.0, C.dtype)  # prod over the other heads, no division
                 for o in range(H):
                     w_o = tl.load(probs_rec + ((t * B + row) * K + R + o) * N + nidx, mask=nv, other=0.0)
-                    u_o = _used(w_o, nidx, nmask, NP, ARGMAX) * access
+                    d_o = _draws(draws, t * B * K * N + B * R * N + (row * H + o) * N, nidx, nv, w_o, NOISY)
+                    u_o = _used(w_o, d_o, nidx, nmask, NP, MODE) * access
                     e_o, _, _, _ = _write_values(
                         pbase, xbase, o, valid, dcidx, dcv, OFF_E, OFF_A, OFF_M, PC, H, DC
                     )
@@ -594,7 +652,7 @@ def dntm_backward_kernel(
                 tl.store(dxbase + PC + hd * DC + dcidx, grad_pre * alpha, mask=dcv)
                 tl.store(dxbase + PC + H * DC + hd, grad_alpha_pre, mask=valid)
                 # the write weighting on M_{t-1} (or C_{t-1})
-                grad_w = grad_used * (1 - ARGMAX)  # a one-hot argmax passes no gradient
+                grad_w = w * 0.0  # of the trace's w
                 if TRACE_GRADS:
                     grad_w += tl.load(d_probs + ((t * B + row) * K + R + hd) * N + nidx, mask=nv, other=0.0)
                 kbase = OFF_KW + hd * KW
@@ -604,6 +662,9 @@ def dntm_backward_kernel(
                 vbase = ((t * B + row) * H + hd) * N
                 g_ka, g_kc, g_A, g_C, g_beta, g_gamma, g_v = _weighting_backward(
                     grad_w,
+                    grad_used,
+                    draw,
+                    inverse_temperature,
                     tl.load(g_vw + (row * H + hd) * N + nidx, mask=nv, other=0.0),
                     w,
                     ka,
@@ -617,6 +678,7 @@ def dntm_backward_kernel(
                     eps,
                     decay,
                     LRU,
+                    MODE,
                 )
                 grad_A += g_A * MEMKEYS
                 grad_C += g_C
@@ -636,13 +698,14 @@ def dntm_backward_kernel(
                     op + DA + dcidx, mask=dcv, other=0.0
                 )
                 w = tl.load(probs_rec + ((t * B + row) * K + k) * N + nidx, mask=nv, other=0.0)
-                used = _used(w, nidx, nmask, NP, ARGMAX) * access
+                draw = _draws(draws, t * B * K * N + (row * R + k) * N, nidx, nv, w, NOISY)
+                used = _used(w, draw, nidx, nmask, NP, MODE) * access
                 grad_A += used[:, None] * grad_phi_a[None, :]
                 grad_C += used[:, None] * grad_phi_c[None, :]
-                grad_w = (
+                grad_used = (
                     tl.sum(A * grad_phi_a[None, :], axis=1) + tl.sum(C * grad_phi_c[None, :], axis=1)
                 ) * access
-                grad_w = grad_w * (1 - ARGMAX)
+                grad_w = w * 0.0  # of the trace's w
                 if TRACE_GRADS:
                     grad_w += tl.load(d_probs + ((t * B + row) * K + k) * N + nidx, mask=nv, other=0.0)
                 ka = tl.load(pbase + k * W + daidx, mask=dav, other=0.0)
@@ -650,6 +713,9 @@ def dntm_backward_kernel(
                 vbase = ((t * B + row) * R + k) * N
                 g_ka, g_kc, g_A, g_C, g_beta, g_gamma, g_v = _weighting_backward(
                     grad_w,
+                    grad_used,
+                    draw,
+                    inverse_temperature,
                     tl.load(g_vr + (row * R + k) * N + nidx, mask=nv, other=0.0),
                     w,
                     ka,
@@ -663,6 +729,7 @@ def dntm_backward_kernel(
                     eps,
                     decay,
                     LRU,
+                    MODE,
                 )
                 grad_A += g_A
                 grad_C += g_C

@@ -4,7 +4,7 @@ the GPU's counterpart of numba_sequence.py, reached through
 Triton's interpreter (TRITON_INTERPRET=1), which is how tests/ops/test_dntm_ops.py checks them
 without a GPU.
 
-The kernels cover what :func:`triton_covers` says; the op refuses the rest. The forward
+The kernels cover what records.triton_covers says; the op refuses the rest. The forward
 launches one kernel over tiles of batch rows with the time loop inside; the backward one kernel
 with the time loop reversed, which returns the gradients of every step's pre-activations; the
 weight gradients are then one matrix product each over all B T steps. The trace's head
@@ -20,7 +20,8 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops.dntm import triton_kernels as kernels
 from mannlab.ops.dntm.records import (
-    TRITON_MODES,
+    MODES,
+    NOISY_MODES,
     DNTMCarry,
     DNTMInputs,
     DNTMOptions,
@@ -69,18 +70,22 @@ def _sizes(
         LRU=int(options.lru),
         NOP_CELL=slots - 1 if options.nop else -1,
         MEMKEYS=int(memory_keys),
-        ARGMAX=int(options.mode == "argmax"),
+        MODE=MODES.index(options.mode),
+        NOISY=int(options.mode in NOISY_MODES),
         BLOCK_B=kernels.BLOCK_B,
     )
 
 
 class DNTMTritonSequence(torch.autograd.Function):
-    """forward(options, projected, h_0, C_0, φ_0 (B, R W), v^r_0, v^w_0, W_r, W_h, b_h, W_p,
-    b_p, A) -> features (B, T, d_h + R W), the final h, φ, C, v^r, v^w, and the records
-    w (T, B, R + H, N'), p_t (T, B, P) and C_t (T, B, N', d_c), all differentiable."""
+    """forward(options, draws (T, B (R + H) N', or a placeholder), projected, h_0, C_0,
+    φ_0 (B, R W), v^r_0, v^w_0, W_r, W_h, b_h, W_p, b_p, A) -> features (B, T, d_h + R W), the
+    final h, φ, C, v^r, v^w, and the records w (T, B, R + H, N'), p_t (T, B, P) and C_t
+    (T, B, N', d_c), all differentiable."""
 
     @staticmethod
-    def forward(ctx, options, xp, h0, c0, phi0, vr0, vw0, w_read, w_rec, b_rec, w_head, b_head, address):
+    def forward(
+        ctx, options, draws, xp, h0, c0, phi0, vr0, vw0, w_read, w_rec, b_rec, w_head, b_head, address
+    ):
         B, T, X = xp.shape
         gru = w_rec is not None
         D, P = w_head.shape[1], w_head.shape[0]
@@ -102,13 +107,13 @@ class DNTMTritonSequence(torch.autograd.Function):
         b_rec_arg = b_rec.contiguous() if gru else b_head
         kernels.dntm_forward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
             xp, w_read, w_rec_arg, b_rec_arg, w_head, b_head, address,
-            *states, gates, params, probs, out, B, T,
+            *states, gates, params, probs, out, draws, B, T,
             float(options.similarity_eps), float(options.lru_decay), **sizes,
         )  # fmt: skip
         ctx.options, ctx.gru = options, gru
         ctx.set_materialize_grads(False)
         if options.keep:  # everything through save_for_backward (no reference cycle)
-            ctx.save_for_backward(xp, w_read, w_rec, w_head, address, *states, gates, params, probs)
+            ctx.save_for_backward(xp, draws, w_read, w_rec, w_head, address, *states, gates, params, probs)
         finals = (hs[T], phis[T], contents[T], vrs[T], vws[T])
         return (out, *finals, probs, params, contents[1:])
 
@@ -116,7 +121,7 @@ class DNTMTritonSequence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_out, d_h, d_phi, d_c, d_vr, d_vw, d_probs, d_params_in, d_contents):
         options, gru = ctx.options, ctx.gru
-        xp, w_read, w_rec, w_head, address, hs, phis, contents, vrs, vws, gates, params, probs = (
+        xp, draws, w_read, w_rec, w_head, address, hs, phis, contents, vrs, vws, gates, params, probs = (
             ctx.saved_tensors
         )
         B, T, X = xp.shape
@@ -142,8 +147,8 @@ class DNTMTritonSequence(torch.autograd.Function):
             xp, w_read, w_rec if gru else w_read, w_head, address,
             hs, contents, vrs, vws, gates, params, probs,
             given(d_out, xp.new_empty(B, T, D + phis.shape[2])), d_probs, d_contents,
-            g_h, g_phi, g_c, g_vr, g_vw, d_address, d_xp, d_rec, d_params,
-            B, T, float(options.similarity_eps), float(options.lru_decay),
+            g_h, g_phi, g_c, g_vr, g_vw, d_address, d_xp, d_rec, d_params, draws,
+            B, T, float(options.similarity_eps), float(options.lru_decay), float(options.inverse_temperature),
             TRACE_GRADS=int(trace_grads), **sizes,
         )  # fmt: skip
         need = ctx.needs_input_grad
@@ -154,18 +159,19 @@ class DNTMTritonSequence(torch.autograd.Function):
         PC = w_read.shape[0]
         return (
             None,
+            None,
             d_xp.transpose(0, 1),
             g_h if gru else None,
             g_c,
             g_phi,
             g_vr,
             g_vw,
-            outer(d_xp[..., :PC], phis[:-1]) if need[7] else None,  # W_r: φ_{t-1}
-            outer(d_rec, hs[:-1]) if gru and need[8] else None,  # W_h: h_{t-1}
-            d_rec.sum((0, 1)) if gru and need[9] else None,
-            outer(d_params, hs[1:]) if need[10] else None,  # W_p: h_t
-            d_params.sum((0, 1)) if need[11] else None,
-            d_address.sum(0) if need[12] else None,
+            outer(d_xp[..., :PC], phis[:-1]) if need[8] else None,  # W_r: φ_{t-1}
+            outer(d_rec, hs[:-1]) if gru and need[9] else None,  # W_h: h_{t-1}
+            d_rec.sum((0, 1)) if gru and need[10] else None,
+            outer(d_params, hs[1:]) if need[11] else None,  # W_p: h_t
+            d_params.sum((0, 1)) if need[12] else None,
+            d_address.sum(0) if need[13] else None,
         )
 
 
@@ -176,9 +182,9 @@ def triton_sequence(
     Triton's interpreter), for the options :func:`triton_covers`."""
     if not triton_covers(options):
         raise ValueError(
-            f"the D-NTM's Triton kernels implement modes {TRITON_MODES} with addressing_steps=1 and "
-            f"writes='learned', got mode={options.mode!r}, addressing_steps={options.addressing_steps}, "
-            f"writes={options.writes!r}: take backend 'numba' or 'reference'"
+            "the D-NTM's Triton kernels implement addressing_steps=1 with writes='learned', got "
+            f"addressing_steps={options.addressing_steps}, writes={options.writes!r}: take backend "
+            "'numba' or 'reference'"
         )
     xp = inputs.projected
     B, T = xp.shape[:2]
@@ -186,8 +192,10 @@ def triton_sequence(
     N, dc = state.content.shape[1:]
     W = state.read_vectors.shape[-1]
     gru = weights.recurrent_weight is not None
+    draws = inputs.draws.contiguous() if inputs.draws is not None else xp.new_ones(1)
     out, h, phi, content, read_v, write_v, probs, params, contents = DNTMTritonSequence.apply(
         options,
+        draws,
         xp,
         state.hidden,
         state.content,
@@ -203,8 +211,13 @@ def triton_sequence(
         return DNTMResult(steps, final)
     probs = probs.transpose(0, 1)  # (B, T, R + H, N')
     read_p, write_p = probs[:, :, :R], probs[:, :, R:]
-    if options.mode == "argmax":  # the one-hots, without a gradient
-        one_hot = torch.zeros_like(probs).scatter_(-1, probs.detach().argmax(-1, keepdim=True), 1.0)
+    if options.mode != "soft":  # the one-hots (of the samples from the draws E), without a gradient
+        scores = probs.detach()
+        if options.mode in NOISY_MODES:
+            read_e, write_e = inputs.draws.split([B * R * N, B * H * N], 1)
+            draws = torch.cat([read_e.view(T, B, R, N), write_e.view(T, B, H, N)], 2)
+            scores = scores / draws.transpose(0, 1)
+        one_hot = torch.zeros_like(probs).scatter_(-1, scores.argmax(-1, keepdim=True), 1.0)
         read_w, write_w = one_hot[:, :, :R], one_hot[:, :, R:]
     else:
         read_w, write_w = read_p, write_p

@@ -16,7 +16,8 @@ One program per tile of BLOCK_B batch rows. Each step has two phases:
 
 and the phases meet through global memory (p_t, φ_t) behind a barrier. The forward keeps, for
 the backward, the states over time (h, φ, C, v^r, v^w), the GRU's gates, the raw head
-parameters and the weightings w; the backward runs the time loop in reverse, recomputes the
+parameters and the weightings w (without a backward or a trace to come: two state rows in
+turn and one step's records); the backward runs the time loop in reverse, recomputes the
 addressing from them and writes the gradients of every step's pre-activations (the input
 projection, W_h h_{t-1} + b_h, the head layer's output) and of A per row; the weight gradients
 are then one matrix product each over all B T steps (triton_sequence.py).
@@ -105,7 +106,7 @@ def _draws(draws, offset, nidx, nv, like, NOISY: tl.constexpr):
     if NOISY:
         out = tl.load(draws + offset + nidx, mask=nv, other=1.0)
     else:
-        out = tl.full(like.shape, 1.0, like.dtype)
+        out = like * 0.0 + 1.0
     return out
 
 
@@ -319,14 +320,14 @@ def dntm_forward_kernel(
     w_head,  # (P, D)
     b_head,  # (P,)
     address,  # (N', d_a)
-    hs,  # (T + 1, B, D), row 0 the initial state
-    phis,  # (T + 1, B, R W)
-    contents,  # (T + 1, B, N', d_c)
-    vrs,  # (T + 1, B, R, N')
-    vws,  # (T + 1, B, H, N')
-    gates_rec,  # (T, B, 4 D) the GRU's r, u, n and (W_h h + b_h)'s n block
-    params_rec,  # (T, B, P) raw head parameters
-    probs_rec,  # (T, B, R + H, N') w
+    hs,  # (T + 1 or 2, B, D), row 0 the initial state
+    phis,  # (T + 1 or 2, B, R W)
+    contents,  # (T + 1 or 2, B, N', d_c)
+    vrs,  # (T + 1 or 2, B, R, N')
+    vws,  # (T + 1 or 2, B, H, N')
+    gates_rec,  # (T or 1, B, 4 D) the GRU's r, u, n and (W_h h + b_h)'s n block
+    params_rec,  # (T or 1, B, P) raw head parameters
+    probs_rec,  # (T or 1, B, R + H, N') w
     out,  # (B, T, D + R W) features
     draws,  # (T, B (R + H) N') Exp(1) draws (modes "sample" and "gumbel"; else any pointer)
     B,
@@ -355,6 +356,7 @@ def dntm_forward_kernel(
     MEMKEYS: tl.constexpr,
     MODE: tl.constexpr,
     NOISY: tl.constexpr,
+    KEEP: tl.constexpr,
     BLOCK_B: tl.constexpr,
 ):
     W: tl.constexpr = DA + DC
@@ -384,9 +386,17 @@ def dntm_forward_kernel(
     dcmask = dcidx < DC
     h = _tile_load(hs, rows, rmask, D, 0, dcol, dmask)
     for t in range(T):
+        if KEEP:  # every step's state and records, for the backward or the trace
+            now = t
+            nxt = t + 1
+            rec = t
+        else:  # two state rows in turn, one step's records
+            now = t % 2
+            nxt = (t + 1) % 2
+            rec = 0
         # ---- the controller (eqs. 1-2) and the head layer, for the tile
-        phi = _tile_load(phis + t * B * RW, rows, rmask, RW, 0, rcol, rwmask)
-        gbase = gates_rec + t * B * 4 * D
+        phi = _tile_load(phis + now * B * RW, rows, rmask, RW, 0, rcol, rwmask)
+        gbase = gates_rec + rec * B * 4 * D
         if GRU:
             reset = _sigmoid(
                 _input_pre(xp, w_read, phi, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, X, RW)
@@ -410,13 +420,13 @@ def dntm_forward_kernel(
             h = _tanh(
                 _input_pre(xp, w_read, phi, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, X, RW)
             )  # eq. 2
-        _tile_store(hs + (t + 1) * B * D, rows, rmask, D, 0, dcol, dmask, h)
+        _tile_store(hs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, h)
         _tile_store(out + t * F, rows, rmask, T * F, 0, dcol, dmask, h)
         w_p = tl.load(
             w_head + pcol[None, :] * D + dcol[:, None], mask=dmask[:, None] & pmask[None, :], other=0.0
         )
         bias = tl.load(b_head + pcol, mask=pmask, other=0.0)
-        _tile_store(params_rec + t * B * P, rows, rmask, P, 0, pcol, pmask, _dot(h, w_p) + bias[None, :])
+        _tile_store(params_rec + rec * B * P, rows, rmask, P, 0, pcol, pmask, _dot(h, w_p) + bias[None, :])
         tl.debug_barrier()  # the rows' phase reads p_t
         # ---- the memory, row by row
         for bi in range(BLOCK_B):
@@ -426,20 +436,20 @@ def dntm_forward_kernel(
             nv = nmask & ((nidx * 0 + row) < B)
             dav = damask & ((daidx * 0 + row) < B)
             dcv = dcmask & ((dcidx * 0 + row) < B)
-            pbase = params_rec + (t * B + row) * P
+            pbase = params_rec + (rec * B + row) * P
             xbase = xp + (row * T + t) * X
             cell_c = nidx[:, None] * DC + dcidx[None, :]
             mask_c = nv[:, None] & dcmask[None, :]
             A = tl.load(
                 address + nidx[:, None] * DA + daidx[None, :], mask=nv[:, None] & damask[None, :], other=0.0
             )
-            C = tl.load(contents + (t * B + row) * N * DC + cell_c, mask=mask_c, other=0.0)
+            C = tl.load(contents + (now * B + row) * N * DC + cell_c, mask=mask_c, other=0.0)
             A_w = A * MEMKEYS  # the write keys' memory: [A; C], or C alone
             access = tl.where(nmask & (nidx != NOP_CELL), 1.0, 0.0).to(C.dtype)
             for k in range(R):  # the read heads: eqs. 10-13 on M_{t-1}, eq. 5
                 ka = tl.load(pbase + k * W + daidx, mask=dav, other=0.0)
                 kc = tl.load(pbase + k * W + DA + dcidx, mask=dcv, other=0.0)
-                vbase = ((t * B + row) * R + k) * N
+                vbase = ((now * B + row) * R + k) * N
                 w, v_new = _weighting(
                     ka,
                     kc,
@@ -453,13 +463,13 @@ def dntm_forward_kernel(
                     decay,
                     LRU,
                 )
-                tl.store(vrs + vbase + B * R * N + nidx, v_new, mask=nv)
-                tl.store(probs_rec + ((t * B + row) * K + k) * N + nidx, w, mask=nv)
+                tl.store(vrs + ((nxt * B + row) * R + k) * N + nidx, v_new, mask=nv)
+                tl.store(probs_rec + ((rec * B + row) * K + k) * N + nidx, w, mask=nv)
                 draw = _draws(draws, t * B * K * N + (row * R + k) * N, nidx, nv, w, NOISY)
                 used = _used(w, draw, nidx, nmask, NP, MODE) * access
                 phi_a = tl.sum(used[:, None] * A, axis=0)
                 phi_c = tl.sum(used[:, None] * C, axis=0)
-                pb = phis + ((t + 1) * B + row) * RW + k * W
+                pb = phis + (nxt * B + row) * RW + k * W
                 tl.store(pb + daidx, phi_a, mask=dav)
                 tl.store(pb + DA + dcidx, phi_c, mask=dcv)
                 ob = out + (row * T + t) * F + D + k * W
@@ -471,7 +481,7 @@ def dntm_forward_kernel(
                 kbase = pbase + OFF_KW + hd * KW
                 ka = tl.load(kbase + daidx, mask=dav & (daidx < DA * MEMKEYS), other=0.0)
                 kc = tl.load(kbase + (KW - DC) + dcidx, mask=dcv, other=0.0)
-                vbase = ((t * B + row) * H + hd) * N
+                vbase = ((now * B + row) * H + hd) * N
                 w, v_new = _weighting(
                     ka,
                     kc,
@@ -485,8 +495,8 @@ def dntm_forward_kernel(
                     decay,
                     LRU,
                 )
-                tl.store(vws + vbase + B * H * N + nidx, v_new, mask=nv)
-                tl.store(probs_rec + ((t * B + row) * K + R + hd) * N + nidx, w, mask=nv)
+                tl.store(vws + ((nxt * B + row) * H + hd) * N + nidx, v_new, mask=nv)
+                tl.store(probs_rec + ((rec * B + row) * K + R + hd) * N + nidx, w, mask=nv)
                 draw = _draws(draws, t * B * K * N + B * R * N + (row * H + hd) * N, nidx, nv, w, NOISY)
                 used = _used(w, draw, nidx, nmask, NP, MODE) * access
                 erase, _, pre, _ = _write_values(
@@ -494,7 +504,7 @@ def dntm_forward_kernel(
                 )
                 keep = keep * (1.0 - used[:, None] * erase[None, :])
                 added += used[:, None] * tl.maximum(pre, 0.0)[None, :]  # c̄ = ReLU(.)
-            tl.store(contents + ((t + 1) * B + row) * N * DC + cell_c, C * keep + added, mask=mask_c)
+            tl.store(contents + (nxt * B + row) * N * DC + cell_c, C * keep + added, mask=mask_c)
         tl.debug_barrier()  # the next step's tile phase reads φ_t
 
 

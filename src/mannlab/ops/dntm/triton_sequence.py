@@ -93,14 +93,16 @@ class DNTMTritonSequence(torch.autograd.Function):
         N, DA = address.shape
         DC = c0.shape[2]
         sizes = _sizes(D, w_read.shape[0], X, R, H, N, DA, DC, P, options, gru)
+        keep = options.keep or options.trace
+        rows, kept_steps = (T + 1, T) if keep else (2, 1)  # else two state rows in turn
         initial = (h0 if gru else xp.new_zeros(B, D), phi0, c0, vr0, vw0)
-        states = tuple(xp.new_empty((T + 1, *s.shape)) for s in initial)
+        states = tuple(xp.new_empty((rows, *s.shape)) for s in initial)
         for state, value in zip(states, initial):
             state[0] = value
         hs, phis, contents, vrs, vws = states
-        gates = xp.new_empty(T, B, 4 * D) if gru else xp.new_empty(1)
-        params = xp.new_empty(T, B, P)
-        probs = xp.new_empty(T, B, R + H, N)
+        gates = xp.new_empty(kept_steps, B, 4 * D) if gru else xp.new_empty(1)
+        params = xp.new_empty(kept_steps, B, P)
+        probs = xp.new_empty(kept_steps, B, R + H, N)
         out = xp.new_empty(B, T, D + phi0.shape[1])
         xp, w_read, w_head, b_head, address = (t.contiguous() for t in (xp, w_read, w_head, b_head, address))
         w_rec_arg = w_rec.contiguous() if gru else w_read  # never read then
@@ -108,14 +110,15 @@ class DNTMTritonSequence(torch.autograd.Function):
         kernels.dntm_forward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
             xp, w_read, w_rec_arg, b_rec_arg, w_head, b_head, address,
             *states, gates, params, probs, out, draws, B, T,
-            float(options.similarity_eps), float(options.lru_decay), **sizes,
+            float(options.similarity_eps), float(options.lru_decay), KEEP=int(keep), **sizes,
         )  # fmt: skip
         ctx.options, ctx.gru = options, gru
         ctx.set_materialize_grads(False)
         if options.keep:  # everything through save_for_backward (no reference cycle)
             ctx.save_for_backward(xp, draws, w_read, w_rec, w_head, address, *states, gates, params, probs)
-        finals = (hs[T], phis[T], contents[T], vrs[T], vws[T])
-        return (out, *finals, probs, params, contents[1:])
+        last = T if keep else T % 2
+        finals = (hs[last], phis[last], contents[last], vrs[last], vws[last])
+        return (out, *finals, probs, params, contents[1:])  # the records are read with the trace only
 
     @staticmethod
     @once_differentiable

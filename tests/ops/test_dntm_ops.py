@@ -37,9 +37,9 @@ def kernels_enabled():
         yield
 
 
-def problem(options, controller="gru", reads=2, writes=1, seed=0, t=T, dtype=torch.float64):
+def problem(options, controller="gru", reads=2, writes=1, seed=0, t=T, dtype=torch.float64, batch=B):
     """Random records of one op call; every float tensor but the draws and counts a leaf that
-    requires grad."""
+    requires grad. ``batch`` rows (sequential writes take the default's three)."""
     gen = torch.Generator().manual_seed(seed)
 
     def rand(*shape, scale=0.7):
@@ -52,19 +52,22 @@ def problem(options, controller="gru", reads=2, writes=1, seed=0, t=T, dtype=tor
     sampled = reads + (0 if sequential else writes)
     draws = None
     if options.mode in NOISY_MODES:
-        draws = torch.empty(t * options.addressing_steps, B * sampled * N, dtype=dtype).exponential_(
+        draws = torch.empty(t * options.addressing_steps, batch * sampled * N, dtype=dtype).exponential_(
             generator=gen
         )
-    inputs = DNTMInputs(rand(B, t, pc + writes * (DC + 1), scale=1.0), draws)
+    inputs = DNTMInputs(rand(batch, t, pc + writes * (DC + 1), scale=1.0), draws)
     counts = (None, None)
     if sequential:
-        counts = (torch.tensor(WRITTEN0, dtype=dtype), torch.randint(0, 3, (B, N), generator=gen).to(dtype))
+        counts = (
+            torch.tensor(WRITTEN0, dtype=dtype),
+            torch.randint(0, 3, (batch, N), generator=gen).to(dtype),
+        )
     state = DNTMCarry(
-        rand(B, D) if gru else None,
-        rand(B, N, DC),
-        rand(B, reads, W),
-        rand(B, reads, N),
-        rand(B, writes, N),
+        rand(batch, D) if gru else None,
+        rand(batch, N, DC),
+        rand(batch, reads, W),
+        rand(batch, reads, N),
+        rand(batch, writes, N),
         *counts,
     )
     weights = DNTMWeights(
@@ -339,7 +342,7 @@ def test_triton_matches_reference(case):
     device, dtype, tol = triton_setup()
     option_kw, problem_kw = TRITON_CASES[case]
     options = DNTMOptions(**option_kw)
-    records = problem(options, t=2, **problem_kw)
+    records = problem(options, t=2, batch=2, **problem_kw)
     assert_same(run_triton(records, options, device, dtype), run(records, options, "reference"), atol=tol)
 
 
@@ -347,7 +350,7 @@ def test_triton_chunked_run_equals_one_run():
     """Two segments, the second from the first's state and with its own rows of the draws."""
     device, dtype, tol = triton_setup()
     options = DNTMOptions(mode="gumbel", nop=True)
-    records = on_device(problem(options, reads=1, t=2), device, dtype)
+    records = on_device(problem(options, reads=1, t=2, batch=2), device, dtype)
     inputs = records[0]
     whole = run(records, options, "triton")
 

@@ -3,7 +3,9 @@ plain tensor loop of reference.py (per-step values, final state and every gradie
 every addressing mode, learned and sequential writes, LRU, the NOP cell, J = 1 and 2, the GRU and
 the feed-forward controller, several heads, write keys over C, with and without the trace), in
 float32, without records (inference), a gradient check, a chunked run with carried state
-against one run, and the op's checks. The model on the kernels against its own step loop is
+against one run, and the op's checks; the Triton kernels against the reference (every mode,
+J = 1, learned writes; on the GPU where there is one, else in Triton's interpreter at tiny
+sizes), and the model on them against its step loop. The model on the kernels against its own step loop is
 tests/test_dntm.py."""
 
 import gc

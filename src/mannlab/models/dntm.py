@@ -88,17 +88,18 @@ prediction) backpropagate through it. The REINFORCE samples are drawn as torch.m
 draws them (one Exp(1) per probability, argmax p / E), all at once in the step loop's
 order, so both paths give the same samples for a seed. ``mannlab.ops.use_kernels(False)``
 or MANNLAB_KERNELS=0 select the per-step tensor path (the reference:
-same values and gradients to rounding); other controllers and dtypes use it anyway. On CUDA
-float32 tensors the same op runs on Triton kernels (the time loop inside one kernel each way)
-with one addressing step and learned writes, every addressing mode (the same draws); other
-configurations take the tensor path on the GPU. The compiled path measured at least as fast as the tensor path at every size tried
+same values and gradients to rounding); other controllers and dtypes use it anyway. The
+compiled path measured at least as fast as the tensor path at every size tried
 (CPU time, one thread: training 1.3-50x, inference 1.0-44x, batch 1-250, controllers of
 100-512 units; benchmarks/README.md), so it is taken wherever it applies: a batch-1 training
 step of the toy-task size costs 0.25-0.6x a GRUCell step (6.6-23x before), at batch 32
 1.8-7x (7-25x before). It keeps the memory for the backward only every ceil(sqrt(T J))
 steps (the backward recomputes the rest from the recorded weightings) and is not twice
 differentiable (its backward is not recorded). The first use compiles the kernels (about
-30 s of CPU per dtype, then cached on disk).
+30 s of CPU per dtype, then cached on disk). On CUDA float32 tensors the same op runs on
+Triton kernels (the time loop inside one kernel each way, every addressing mode from the same
+draws) with one addressing step and learned writes; other configurations take the tensor path
+on the GPU.
 """
 
 from __future__ import annotations

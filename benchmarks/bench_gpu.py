@@ -5,7 +5,8 @@ loss, backward, Adam update) on the copy task's shapes (T = 41: 20 inputs, a del
 outputs; 9 input and 8 output bits), on:
 
   kernels   the model as a user gets it on this device: the Triton kernels where the
-            configuration has them (mannlab.ops.<model>.triton_kernels), else the tensor path
+            configuration has them (mannlab.ops.<model>.triton_kernels: ARMIN, the NTM, the
+            D-NTM), else the tensor path
   tensor    the same model with the kernels switched off (use_kernels(False)): the
             step-by-step tensor path, launch-bound on a GPU
   cuDNN     torch.nn.LSTM(9, width) + Linear(width, 8), width = the model's controller
@@ -15,7 +16,7 @@ and sequences per second (batch / step time). Models: the papers' copy configura
 (defaults of mannlab.NTM, DNC, DNTM, TARDIS, ARMIN), D-NTM soft and REINFORCE.
 
     python benchmarks/bench_gpu.py                               # batch 32, 512, 4096
-    python benchmarks/bench_gpu.py --batch-sizes 32 --models armin,ntm --json gpu.json
+    python benchmarks/bench_gpu.py --batch-sizes 32 --models armin,ntm,dntm-soft --json gpu.json
     python benchmarks/bench_gpu.py --device cpu --batch-sizes 4 --repeats 2   # a smoke run
 
 Where a path would take too long (the tensor path at the largest batches), ``--budget``

@@ -3,7 +3,9 @@ plain tensor loop of reference.py (per-step values, final state and every gradie
 every addressing mode, learned and sequential writes, LRU, the NOP cell, J = 1 and 2, the GRU and
 the feed-forward controller, several heads, write keys over C, with and without the trace), in
 float32, without records (inference), a gradient check, a chunked run with carried state
-against one run, and the op's checks. The model on the kernels against its own step loop is
+against one run, and the op's checks; the Triton kernels against the reference (every mode,
+J = 1, learned writes; on the GPU where there is one, else in Triton's interpreter at tiny
+sizes), and the model on them against its step loop. The model on the kernels against its own step loop is
 tests/test_dntm.py."""
 
 import gc
@@ -12,7 +14,8 @@ import weakref
 import pytest
 import torch
 
-from mannlab.ops import use_kernels
+from conftest import leaves, small_model
+from mannlab.ops import dispatch, use_kernels
 from mannlab.ops.dntm import (
     MODES,
     NOISY_MODES,
@@ -36,9 +39,9 @@ def kernels_enabled():
         yield
 
 
-def problem(options, controller="gru", reads=2, writes=1, seed=0, t=T, dtype=torch.float64):
+def problem(options, controller="gru", reads=2, writes=1, seed=0, t=T, dtype=torch.float64, batch=B):
     """Random records of one op call; every float tensor but the draws and counts a leaf that
-    requires grad."""
+    requires grad. ``batch`` rows (sequential writes take the default's three)."""
     gen = torch.Generator().manual_seed(seed)
 
     def rand(*shape, scale=0.7):
@@ -51,19 +54,22 @@ def problem(options, controller="gru", reads=2, writes=1, seed=0, t=T, dtype=tor
     sampled = reads + (0 if sequential else writes)
     draws = None
     if options.mode in NOISY_MODES:
-        draws = torch.empty(t * options.addressing_steps, B * sampled * N, dtype=dtype).exponential_(
+        draws = torch.empty(t * options.addressing_steps, batch * sampled * N, dtype=dtype).exponential_(
             generator=gen
         )
-    inputs = DNTMInputs(rand(B, t, pc + writes * (DC + 1), scale=1.0), draws)
+    inputs = DNTMInputs(rand(batch, t, pc + writes * (DC + 1), scale=1.0), draws)
     counts = (None, None)
     if sequential:
-        counts = (torch.tensor(WRITTEN0, dtype=dtype), torch.randint(0, 3, (B, N), generator=gen).to(dtype))
+        counts = (
+            torch.tensor(WRITTEN0, dtype=dtype),
+            torch.randint(0, 3, (batch, N), generator=gen).to(dtype),
+        )
     state = DNTMCarry(
-        rand(B, D) if gru else None,
-        rand(B, N, DC),
-        rand(B, reads, W),
-        rand(B, reads, N),
-        rand(B, writes, N),
+        rand(batch, D) if gru else None,
+        rand(batch, N, DC),
+        rand(batch, reads, W),
+        rand(batch, reads, N),
+        rand(batch, writes, N),
         *counts,
     )
     weights = DNTMWeights(
@@ -276,3 +282,149 @@ def test_bad_records_get_clear_errors():
         dntm_sequence(inputs, state._replace(hidden=None), weights, options)
     with pytest.raises(ValueError, match="written and .reads"):
         dntm_sequence(inputs, state, weights, options._replace(writes="sequential"))
+
+
+# ---------------------------------------------------------------- Triton vs reference
+# On the GPU where there is one, else in Triton's interpreter on CPU tensors (tests/conftest.py),
+# at tiny sizes: the interpreter takes seconds per call.
+
+TRITON_CASES = {
+    "soft-gru-lru": (dict(), dict()),
+    "argmax-fnn-nop-content-keys": (
+        dict(mode="argmax", nop=True, write_keys="content"),
+        dict(controller="fnn"),
+    ),
+    "soft-fnn-no-lru-2w-no-trace": (
+        dict(lru=False, nop=True, trace=False),
+        dict(controller="fnn", reads=1, writes=2),
+    ),
+    "sample-gru": (dict(mode="sample"), dict(reads=1)),
+    "gumbel-gru-2w": (dict(mode="gumbel", inverse_temperature=2.5, nop=True), dict(reads=1, writes=2)),
+}
+
+
+def triton_setup():
+    """(device, dtype, tolerance) of a Triton run here: float64 in the interpreter, float32 on a
+    GPU."""
+    from conftest import triton_device
+
+    device = triton_device()
+    return (device, torch.float32, 2e-4) if device == "cuda" else (device, torch.float64, 1e-10)
+
+
+def on_device(records, device, dtype):
+    """The records as fresh leaves on ``device`` in ``dtype`` (the draws and counts as values)."""
+
+    def move(value):
+        if value is None:
+            return None
+        moved = value.detach().to(device, dtype)
+        return moved.requires_grad_() if value.requires_grad else moved
+
+    return tuple(type(r)(*map(move, r)) for r in records)
+
+
+def run_triton(records, options, device, dtype):
+    """``run`` on the Triton backend, its values and gradients back on the CPU in float64 (the
+    gradients by the names of ``records``)."""
+    steps, final, grads = run(on_device(records, device, dtype), options, "triton")
+
+    def back(value):
+        return None if value is None else value.double().cpu()
+
+    return (
+        type(steps)(*map(back, steps)),
+        type(final)(*map(back, final)),
+        {name: back(g) for name, g in grads.items()},
+    )
+
+
+@pytest.mark.parametrize("case", list(TRITON_CASES))
+def test_triton_matches_reference(case):
+    device, dtype, tol = triton_setup()
+    option_kw, problem_kw = TRITON_CASES[case]
+    options = DNTMOptions(**option_kw)
+    records = problem(options, t=2, batch=2, **problem_kw)
+    assert_same(run_triton(records, options, device, dtype), run(records, options, "reference"), atol=tol)
+
+
+def test_triton_chunked_run_equals_one_run():
+    """Two segments, the second from the first's state and with its own rows of the draws."""
+    device, dtype, tol = triton_setup()
+    options = DNTMOptions(mode="gumbel", nop=True)
+    records = on_device(problem(options, reads=1, t=2, batch=2), device, dtype)
+    inputs = records[0]
+    whole = run(records, options, "triton")
+
+    def part(cut):
+        return DNTMInputs(inputs.projected[:, cut], inputs.draws[cut])
+
+    first, carry = dntm_sequence(part(slice(0, 1)), *records[1:], options, backend="triton")
+    rest, final = dntm_sequence(part(slice(1, 2)), carry, records[2], options, backend="triton")
+    steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
+    grads = grads_by_name(loss_of(steps, final), differentiable(*records))
+    assert_same((steps, final, grads), whole, atol=tol)
+    # and without a backward or trace to come (the forward keeps two state rows in turn)
+    with torch.no_grad():
+        quick, final = dntm_sequence(*records, options._replace(keep=False, trace=False), backend="triton")
+    torch.testing.assert_close(quick.features, whole[0].features, atol=tol, rtol=0)
+    for name, value in final._asdict().items():
+        if value is not None:
+            want = getattr(whole[1], name)
+            torch.testing.assert_close(value, want, atol=tol, rtol=0, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize(
+    "controller, addressing, training",
+    [("gru", "soft", True), ("fnn", "reinforce", False), ("gru", "gumbel", True)],
+)
+def test_model_on_triton_equals_step_loop(controller, addressing, training):
+    """The model on the Triton kernels against its own step loop (reinforce in evaluation:
+    argmax; gumbel in training: straight-through samples from the same draws), values, trace,
+    final state and every parameter's gradient."""
+    device, dtype, tol = triton_setup()
+    model = small_model("dntm", 3, 2, controller=controller, addressing=addressing, nop=True)
+    model = model.to(device, dtype).train(training)
+    x = torch.randn(2, 2, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(
+        device, dtype
+    )
+
+    def outputs_and_grads(kernels):
+        model.zero_grad()
+        torch.manual_seed(5)  # the draws of the sampled modes
+        with use_kernels(kernels):
+            assert dispatch.route(model.cell, x, None, True).backend == ("triton" if kernels else "")
+            y, state, trace = model(x, return_trace=True)
+        values = [y, *leaves(state), *(t for t in trace if isinstance(t, torch.Tensor))]
+        loss = sum((v * v.sin()).sum() for v in values if v.is_floating_point())
+        loss.backward()
+        return values, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    values, grads = outputs_and_grads("triton")
+    ref_values, ref_grads = outputs_and_grads(False)
+    for a, b in zip(values, ref_values, strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("kw", [dict(addressing_steps=2), dict(writes="sequential")])
+def test_triton_refuses_what_it_does_not_cover(kw):
+    pytest.importorskip("triton")
+    options = DNTMOptions(**kw)
+    with pytest.raises(ValueError, match="Triton kernels implement"):
+        dntm_sequence(*problem(options), options, backend="triton")
+
+
+def test_cell_lists_triton_with_one_addressing_step_and_learned_writes():
+    from mannlab.models.dntm import DNTMCell
+
+    cell = DNTMCell(3, controller_size=4, memory_slots=4, addressing="reinforce")
+    assert cell.kernel_backends == ("numba", "triton")
+    assert cell.kernels_cover(True, "triton")  # samples in training
+    cell.eval()
+    assert cell.kernels_cover(True, "triton")  # argmax in evaluation
+    assert not DNTMCell(3, location_shifts=1).kernels_cover(False, "triton")
+    assert not DNTMCell(3, addressing_steps=2).kernels_cover(False, "triton")
+    assert not DNTMCell(3, writes="sequential").kernels_cover(False, "triton")

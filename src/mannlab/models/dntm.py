@@ -88,15 +88,18 @@ prediction) backpropagate through it. The REINFORCE samples are drawn as torch.m
 draws them (one Exp(1) per probability, argmax p / E), all at once in the step loop's
 order, so both paths give the same samples for a seed. ``mannlab.ops.use_kernels(False)``
 or MANNLAB_KERNELS=0 select the per-step tensor path (the reference:
-same values and gradients to rounding); other controllers, devices and dtypes use it
-anyway. The compiled path measured at least as fast as the tensor path at every size tried
+same values and gradients to rounding); other controllers and dtypes use it anyway. The
+compiled path measured at least as fast as the tensor path at every size tried
 (CPU time, one thread: training 1.3-50x, inference 1.0-44x, batch 1-250, controllers of
 100-512 units; benchmarks/README.md), so it is taken wherever it applies: a batch-1 training
 step of the toy-task size costs 0.25-0.6x a GRUCell step (6.6-23x before), at batch 32
 1.8-7x (7-25x before). It keeps the memory for the backward only every ceil(sqrt(T J))
 steps (the backward recomputes the rest from the recorded weightings) and is not twice
 differentiable (its backward is not recorded). The first use compiles the kernels (about
-30 s of CPU per dtype, then cached on disk).
+30 s of CPU per dtype, then cached on disk). On CUDA float32 tensors the same op runs on
+Triton kernels (the time loop inside one kernel each way, every addressing mode from the same
+draws) with one addressing step and learned writes; other configurations take the tensor path
+on the GPU.
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ from mannlab.ops.dntm import (
     head_sizes,
     reference,
 )
-from mannlab.ops.dntm.records import LRU_DECAY, SIMILARITY_EPS, WRITE_KEYS, WRITES
+from mannlab.ops.dntm.records import LRU_DECAY, SIMILARITY_EPS, WRITE_KEYS, WRITES, triton_covers
 
 ADDRESSING_MODES = ("soft", "reinforce", "argmax", "gumbel")
 NEXT_INPUT_DISTRIBUTIONS = ("bernoulli", "gaussian")
@@ -509,29 +512,42 @@ class DNTMCell(MemoryCell):
     # The compiled path always pays where it applies: it measured at least as fast as the
     # tensor path at every size tried (module docstring).
     kernel_ops = "dntm"
+    kernel_backends = ("numba", "triton")
 
-    def kernels_cover(self, with_trace: bool) -> bool:
-        """The kernels implement the GRU and the feed-forward (tanh) controller (any heads, J,
-        LRU, NOP, write keys, writes and addressing mode, with or without the trace), without
-        location-based addressing."""
+    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
+        """The numba kernels implement the GRU and the feed-forward (tanh) controller (any heads,
+        J, LRU, NOP, write keys, writes and addressing mode, with or without the trace), without
+        location-based addressing; the Triton kernels the same with J = 1 and learned writes
+        (records.triton_covers)."""
         controller = self.controller
         if self.location_shifts:
             return False
-        return type(controller) is GRUController or (
+        covered = type(controller) is GRUController or (
             type(controller) is FNNController and controller.activation is torch.tanh
         )
+        if backend == "triton":
+            mode, steps = self._kernel_mode(), self.addressing_steps
+            return covered and triton_covers(DNTMOptions(mode, steps, writes=self.writes))
+        return covered
 
-    def run_kernels(self, x: torch.Tensor, state: DNTMState, with_trace: bool, backward: bool):
-        """All steps of x (B, T, I) in the kernels (mannlab.ops.dntm.dntm_sequence): (features
-        (B, T, F), final state, the fields of :class:`DNTMStepTrace` stacked over time or None);
-        ``backward``: a graph is recorded (dispatch.route)."""
+    def _kernel_mode(self) -> str:
+        """The op's addressing mode for this pass: section 4's samples in training (REINFORCE's
+        or straight-through's), else argmax, for the discrete modes."""
+        if not self.discrete():
+            return "soft"
+        mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
+        return "sample" if mode == "reinforce" else mode
+
+    def run_kernels(
+        self, x: torch.Tensor, state: DNTMState, with_trace: bool, backward: bool, backend: str = "numba"
+    ):
+        """All steps of x (B, T, I) in the kernels of ``backend`` (mannlab.ops.dntm.dntm_sequence):
+        (features (B, T, F), final state, the fields of :class:`DNTMStepTrace` stacked over time
+        or None); ``backward``: a graph is recorded (dispatch.route)."""
         B, T = x.shape[:2]
         ctrl, content, reads, read_v, write_v, _, counts = state  # location is () here (kernels_cover)
         gru = type(self.controller) is GRUController
-        mode = "soft"
-        if self.discrete():  # section 4: samples in training (REINFORCE's or straight-through's), else argmax
-            mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
-            mode = "sample" if mode == "reinforce" else mode
+        mode = self._kernel_mode()
         draws = self.draws(T * self.addressing_steps, B, x) if mode in NOISY_MODES else None
         controller = self.controller
         steps, final = dntm_sequence(
@@ -558,6 +574,7 @@ class DNTMCell(MemoryCell):
                 similarity_eps=SIMILARITY_EPS,
                 lru_decay=LRU_DECAY,
             ),
+            backend=backend,
         )
         state = DNTMState(
             (final.hidden,) if gru else (),

@@ -7,7 +7,7 @@
     threads.py      the whole-sequence kernels on torch.get_num_threads() threads (row blocks)
     <model>/        op.py (the public op), records.py, reference.py (the plain tensor loop),
                     numba_sequence.py over kernels.py (numba), triton_sequence.py over
-                    triton_kernels.py (Triton), memory_step.py (the step loop's memory op);
+                    triton_kernels.py (Triton: armin, ntm, dntm), memory_step.py (the step loop's memory op);
                     <model> one of ntm, dnc, tardis, armin, dntm
 
 Models import ops, never the reverse. numba is imported only when a kernel first runs.

@@ -5,6 +5,8 @@ records.py          DNTMInputs, DNTMCarry, DNTMWeights, DNTMOptions, DNTMResult,
 reference.py        the plain tensor loop, the specification the kernels are tested against,
                     and the per-step equations DNTMCell.step shares with it
 numba_sequence.py   the whole-sequence autograd Function over kernels.py (numba, CPU)
+triton_sequence.py  the same over triton_kernels.py (Triton, GPU), every mode with J = 1 and
+                    learned writes (records.triton_covers)
 """
 
 from mannlab.ops.dntm.op import dntm_sequence

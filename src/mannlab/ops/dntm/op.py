@@ -1,7 +1,9 @@
 """``dntm_sequence(inputs, state, weights, options, backend="numba") -> (steps, state)``: a whole
 D-NTM sequence over the typed records of records.py, the only way in to the D-NTM's kernels.
 The backend "numba" runs numba_sequence.py's autograd Function over kernels.py (CPU),
-"reference" runs reference.py's tensor loop. The records are checked here, once, for every
+"triton" triton_sequence.py's over triton_kernels.py (GPU; on CPU tensors in Triton's
+interpreter; the options records.triton_covers, else a ValueError), "reference"
+reference.py's tensor loop. The records are checked here, once, for every
 backend; a caller fills them by name and never sees the kernels' argument order or the
 offsets of their outputs.
 """
@@ -86,6 +88,10 @@ def dntm_sequence(
         from mannlab.ops.dntm.reference import dntm_reference
 
         return dntm_reference(inputs, state, weights, options)
+    if backend == "triton":  # imports Triton: only when asked for
+        from mannlab.ops.dntm.triton_sequence import triton_sequence
+
+        return triton_sequence(inputs, state, weights, options)
     from mannlab.ops.dntm.numba_sequence import numba_sequence
 
     return numba_sequence(inputs, state, weights, options)

@@ -23,9 +23,9 @@ WRITE_KEYS = ("content", "memory")
 #: how a write head picks its cells: by its learned weighting (eqs. 8-13), or sequentially (one
 #: write head: cell n for the n-th write while cells remain, then the cell read least so far)
 WRITES = ("learned", "sequential")
-#: which implementation runs the op: the numba kernels (CPU) or the plain tensor loop of
-#: reference.py
-BACKENDS = ("numba", "reference")
+#: which implementation runs the op: the numba kernels (CPU), the Triton kernels (GPU; on CPU
+#: tensors in Triton's interpreter) or the plain tensor loop of reference.py
+BACKENDS = ("numba", "triton", "reference")
 #: ε of the similarity S(x, y) = x . y / (|x| |y| + ε) (eqs. 10-11)
 SIMILARITY_EPS = 1e-6
 #: the LRU moving average, v_t = LRU_DECAY v_{t-1} + (1 - LRU_DECAY) z_t (section 3.3)
@@ -141,3 +141,10 @@ class DNTMResult(NamedTuple):
 
     steps: DNTMSteps
     state: DNTMCarry
+
+
+def triton_covers(options: DNTMOptions) -> bool:
+    """Whether the Triton kernels implement these options: one addressing step and learned
+    writes (any mode, the GRU or feed-forward controller, any heads, LRU, NOP cell and write
+    keys)."""
+    return options.addressing_steps == 1 and options.writes == "learned"

@@ -4,9 +4,9 @@ For each model, at each batch size, the median time of one training step (forwar
 loss, backward, Adam update) on the copy task's shapes (T = 41: 20 inputs, a delimiter, 20
 outputs; 9 input and 8 output bits), on:
 
-  kernels   the model as a user gets it on this device: the Triton kernels where the
-            configuration has them (mannlab.ops.<model>.triton_kernels: ARMIN, the NTM, the
-            D-NTM), else the tensor path
+  kernels   the Triton kernels where the configuration has them (mannlab.ops.<model>.
+            triton_kernels: ARMIN, the NTM, the D-NTM; forced, so kernels not yet marked
+            GPU_CHECKED are measured too), else the tensor path
   tensor    the same model with the kernels switched off (use_kernels(False)): the
             step-by-step tensor path, launch-bound on a GPU
   cuDNN     torch.nn.LSTM(9, width) + Linear(width, 8), width = the model's controller
@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 import mannlab
-from mannlab.ops import use_kernels
+from mannlab.ops import dispatch, use_kernels
 
 T, INPUT, OUTPUT = 41, 9, 8
 
@@ -57,6 +57,17 @@ def build(name: str) -> nn.Module:
     kwargs, _ = MODELS[name]
     family = name.split("-")[0]
     return mannlab.models.build_model(family, INPUT, OUTPUT, **kwargs)
+
+
+def kernels_setting(model: nn.Module, device: torch.device) -> bool | str:
+    """The kernels switch of the "kernels" path: the Triton kernels forced on a GPU where the
+    model's configuration has them, whether or not they are marked checked there (running
+    them here is the check), else the switch on."""
+    cell = model._modules.get("cell")
+    if device.type != "cuda" or cell is None or cell.kernel_ops is None:
+        return True
+    has = "triton" in cell.kernel_backends and dispatch.load_triton(cell.kernel_ops) is not None
+    return "triton" if has and cell.kernels_cover(False, "triton") else True
 
 
 class CuDNNLSTM(nn.Module):
@@ -128,7 +139,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
             for path, (make, kernels) in paths.items():
                 torch.manual_seed(0)
                 model = make().to(device).train()
-                with use_kernels(kernels):
+                with use_kernels(kernels and kernels_setting(model, device)):
                     step = training_step(model, x, y)
                     try:
                         seconds, rounds = median_seconds(step, device, args.warmup, args.repeats, args.budget)

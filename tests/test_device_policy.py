@@ -116,3 +116,15 @@ def test_without_triton_the_gpu_takes_the_tensor_path_and_says_so_once(monkeypat
         assert not build_model("armin", 3, 2).kernel_backends().count("triton")
     finally:
         dispatch.load_triton.cache_clear()
+
+
+def test_kernels_not_checked_on_a_gpu_run_only_when_forced():
+    pytest.importorskip("triton")
+    from mannlab.ops.dntm import triton_kernels
+
+    assert dispatch.triton_checked("ntm") and not triton_kernels.GPU_CHECKED
+    assert not dispatch.triton_checked("dntm")
+    model = build_model("dntm", 3, 2)
+    assert "triton" not in model.kernel_backends()  # so auto never sends it to the GPU for them
+    with dispatch.use_kernels("triton"):
+        assert dispatch.triton_applies("dntm", torch.zeros(1, 3))

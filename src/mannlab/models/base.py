@@ -248,12 +248,13 @@ class SequenceModel(nn.Module):
 
     def kernel_backends(self) -> tuple[str, ...]:
         """The kernels a training pass of this configuration can run on: "numba" (CPU),
-        "triton" (GPU, where Triton is installed); () for models without memory kernels."""
+        "triton" (GPU, where Triton is installed and the kernels have run on a GPU); () for models
+        without memory kernels."""
         cell = self._modules.get("cell")
         if cell is None or cell.kernel_ops is None:
             return ()
         found = ["numba"] if cell.kernels_cover(False) else []
-        triton = "triton" in cell.kernel_backends and dispatch.load_triton(cell.kernel_ops) is not None
+        triton = "triton" in cell.kernel_backends and dispatch.triton_checked(cell.kernel_ops)
         if triton and cell.kernels_cover(False, "triton"):
             found.append("triton")
         return tuple(found)

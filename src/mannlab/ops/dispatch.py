@@ -113,7 +113,8 @@ def load_triton(name: str) -> ModuleType | None:
 
 def triton_applies(name: str, tensor: torch.Tensor) -> bool:
     """Whether the Triton kernels of ops/<name> run on this tensor: on CUDA tensors with the
-    switch on, or on any device when it is forced ("triton"); autocast off, float32 (or
+    switch on (kernels checked on a GPU only: ``triton_checked``), or on any device when it
+    is forced ("triton"); autocast off, float32 (or
     float64 where the kernels list it: the interpreter's gradient checks) and Triton present."""
     if torch.compiler.is_compiling():
         return False
@@ -123,7 +124,17 @@ def triton_applies(name: str, tensor: torch.Tensor) -> bool:
     if mode == "on" and tensor.device.type != "cuda":
         return False
     module = load_triton(name)
-    return module is not None and tensor.dtype in module.DTYPES
+    if module is None or (mode == "on" and not module.GPU_CHECKED):
+        return False
+    return tensor.dtype in module.DTYPES
+
+
+def triton_checked(name: str) -> bool:
+    """Whether the Triton kernels of ops/<name> load and have run on a GPU (the module's
+    GPU_CHECKED): only those are used without being forced, and only those count for the
+    device policy. Kernels tested in the interpreter alone run when forced ("triton")."""
+    module = load_triton(name)
+    return module is not None and module.GPU_CHECKED
 
 
 def autocast_active(tensor: torch.Tensor) -> bool:

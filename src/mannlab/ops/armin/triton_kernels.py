@@ -34,6 +34,9 @@ from mannlab.ops.armin.records import MODES, ARMINWeights, PreactivationGrads
 
 #: the dtypes the kernels take (the GPU's float32; float64 is left to the other paths)
 DTYPES = (torch.float32,)
+#: Whether these kernels have run on a GPU ("auto" uses only checked kernels): their GPU
+#: tests and bench_gpu.py ran on an H200 (benchmarks/README.md).
+GPU_CHECKED = True
 #: batch rows per program: tl.dot needs at least 16 rows
 BLOCK_B = 16
 

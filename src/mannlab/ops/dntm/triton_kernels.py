@@ -39,6 +39,10 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 #: float64 only in the interpreter: the GPU path is float32
 DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
+#: Whether these kernels have run on a GPU ("auto" uses only checked kernels). These were
+#: tested in Triton's interpreter only: until benchmarks/gpu_check.sh has run them on a GPU,
+#: they run only when forced (MANNLAB_KERNELS=triton).
+GPU_CHECKED = False
 
 #: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
 #: and there each row costs its own Python-level pass, so the tests' tiles are smaller

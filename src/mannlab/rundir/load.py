@@ -7,6 +7,7 @@ model.config                                     # the run's RunConfig
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,7 +16,8 @@ import torch
 from mannlab.building import build_run
 from mannlab.config import RunConfig, config_toml, load_config, run_threads
 from mannlab.errors import CheckpointError, ConfigError, DataError
-from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, load_weights
+from mannlab.file_kinds import directory_problem, kind_of
+from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, check_files, load_weights
 from mannlab.rundir.files import read_json, write_atomic
 from mannlab.rundir.pretrained import Device, is_saved_model, load_saved
 from mannlab.rundir.sums import check_sums
@@ -47,9 +49,12 @@ def load_run(
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        if run_dir.exists():
-            raise ConfigError(f"{run_dir} is a file; expected a run directory")
+        if os.path.lexists(run_dir):
+            raise ConfigError(f"{run_dir} is {kind_of(run_dir)}; expected a run directory")
         raise FileNotFoundError(f"run directory not found: {run_dir}")
+    checkpoints = run_dir / "checkpoints"
+    if os.path.lexists(checkpoints) and (problem := directory_problem(checkpoints)):
+        raise CheckpointError(f"{problem}; expected the run's checkpoints (best/, last/)")
     config = load_config(run_dir / "config.toml", list(overrides))
     # where the run is now: a run moved or copied elsewhere keeps its old path in config.toml
     config = config.replace(run_dir=str(run_dir))
@@ -99,8 +104,12 @@ def say_if_diverged(run_dir: Path, name: str, meta: dict[str, Any]) -> None:
 
 
 def _checkpoint_exists(directory: Path) -> bool:
+    """Whether something is there (a checkpoint, or what load_weights_and_meta says is not
+    one) or the complete copy a crashed save left beside it."""
+    if os.path.lexists(directory):
+        return True
     try:
-        _existing(directory)  # or the complete copy a crashed save left beside it
+        _existing(directory)
     except CheckpointError:
         return False
     return True
@@ -134,9 +143,7 @@ def load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, 
     """Load a checkpoint's weights into ``model`` and return its meta; unlike
     load_checkpoint this needs neither the training state nor the optimizer's."""
     directory = _existing(directory)
-    for name in (WEIGHTS, META):
-        if not (directory / name).is_file():
-            raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
+    check_files(directory, (WEIGHTS, META))
     remedy = "Restore it from a copy, or load the other checkpoint."
     check_sums(directory, (WEIGHTS, META), remedy, required=True)
     load_weights(directory / WEIGHTS, model)

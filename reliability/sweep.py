@@ -138,9 +138,11 @@ def run_cases(module: str, cases: list[str], timeout: float = 60, echo: bool = F
     return results
 
 
-def summary(results: list[dict], script: str, seed: int | None = None) -> str:
+def summary(results: list[dict], script: str, seed: int | None = None, columns: tuple = ()) -> str:
     """A table of the cases by target (a case's name up to its first comma), then each
-    failure with the command line that runs it again."""
+    failure with the command line that runs it again. ``columns``: which of COLUMNS to show
+    (all)."""
+    shown = columns or COLUMNS
     groups: dict[str, dict[str, int]] = {}
     for result in results:
         group = groups.setdefault(result["case"].split(",")[0], dict.fromkeys(COLUMNS, 0))
@@ -154,9 +156,9 @@ def summary(results: list[dict], script: str, seed: int | None = None) -> str:
             group["accepted" if result["status"] == "ok" else "clear errors"] += 1
     total = {column: sum(g[column] for g in groups.values()) for column in COLUMNS}
     width = max(len(name) for name in [*groups, "total"])
-    lines = [f"{'':<{width}}  " + "  ".join(f"{c:>12}" for c in COLUMNS)]
+    lines = [f"{'':<{width}}  " + "  ".join(f"{c:>12}" for c in shown)]
     for name, counts in sorted(groups.items()) + [("total", total)]:
-        lines.append(f"{name:<{width}}  " + "  ".join(f"{counts[c]:>12}" for c in COLUMNS))
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{counts[c]:>12}" for c in shown))
     failures = [r for r in results if r["failure"]]
     if failures:
         lines.append(f"\n{len(failures)} failure(s); each runs again with the command below it:")
@@ -190,7 +192,8 @@ def main(module: str, script: str, doc: str, argv: list[str] | None = None) -> i
     cases = args.case or fuzz.cases(args.cases, args.seed)
     started = time.monotonic()
     results = run_cases(module, cases, args.timeout, echo=args.verbose or bool(args.case))
-    print(summary(results, script, None if args.case else args.seed))
+    columns = getattr(fuzz, "COLUMNS", ())
+    print(summary(results, script, None if args.case else args.seed, columns))
     print(f"{len(results)} cases in {time.monotonic() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -187,6 +187,10 @@ def train_config(args: argparse.Namespace) -> RunConfig:
         if args.resume and saved is not None and os.path.lexists(saved):  # read_toml names a non-file
             base = read_toml(saved)
         elif args.resume and saved is not None and saved.parent.is_dir() and not (args.model and args.task):
+            from mannlab.training.run_dir import RunDirLock, in_use
+
+            if (holder := RunDirLock.held(saved.parent)) is not None:  # it has not written config.toml yet
+                raise in_use(saved.parent, holder)
             raise ConfigError(
                 f"cannot resume {run_dir}: its config.toml is missing, so the run's model and task "
                 "are unknown; give the same --model and --task (or --config FILE) with --resume"

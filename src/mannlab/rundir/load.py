@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -141,7 +142,46 @@ def load(
 
 def load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, Any]:
     """Load a checkpoint's weights into ``model`` and return its meta; unlike
-    load_checkpoint this needs neither the training state nor the optimizer's."""
+    load_checkpoint this needs neither the training state nor the optimizer's.
+
+    A training may replace the checkpoint while it is read (eval during training): a read
+    that a save overlapped (the directory is another one after it, or a file vanished while
+    a save's temporary or old copy stands beside it) is done again, so the weights and meta
+    always come from one checkpoint."""
+    for attempt in range(READ_TRIES):
+        before = _identity(directory)
+        try:
+            meta = _load_weights_and_meta(directory, model)
+        except (CheckpointError, FileNotFoundError):
+            if attempt == READ_TRIES - 1 or not _being_saved(directory, before):
+                raise
+        else:
+            if attempt == READ_TRIES - 1 or _identity(directory) == before:
+                return meta
+        time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+# reads of a checkpoint that saves keep replacing: past this many, the error stands
+READ_TRIES = 5
+
+
+def _identity(directory: Path) -> tuple[int, int] | None:
+    """The device and inode of the checkpoint directory a read would use (None: none)."""
+    try:
+        info = os.stat(_existing(directory))
+    except (CheckpointError, OSError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _being_saved(directory: Path, before: tuple[int, int] | None) -> bool:
+    """Whether a save replaced (or is replacing) the checkpoint since ``before``."""
+    siblings = (directory.parent / f".{directory.name}.{kind}" for kind in ("tmp", "old"))
+    return _identity(directory) != before or any(os.path.lexists(s) for s in siblings)
+
+
+def _load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, Any]:
     directory = _existing(directory)
     check_files(directory, (WEIGHTS, META))
     remedy = "Restore it from a copy, or load the other checkpoint."

@@ -55,14 +55,32 @@ class RunDirLock:
         except OSError:  # BlockingIOError: another process holds it
             holder = os.read(fd, 64).decode("ascii", "replace").strip()
             os.close(fd)
-            raise ConfigError(
-                f"run directory {self.run_dir} is in use: another training"
-                f"{f' (process {holder})' if holder.isdigit() else ''} is writing it. Wait for it "
-                "to finish or stop it (then --resume continues the run), or choose another --run-dir"
-            ) from None
+            raise in_use(self.run_dir, holder) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
+
+    @staticmethod
+    def held(run_dir: Path) -> str | None:
+        """What another process holding ``run_dir``'s lock wrote in it (its process id), or
+        None if no process holds it. Creates nothing; for a command that must say the
+        directory is in use before it gets as far as taking the lock."""
+        try:
+            import fcntl
+
+            fd = os.open(Path(run_dir) / LOCK, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except (ImportError, OSError):
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return os.read(fd, 64).decode("ascii", "replace").strip()
+            return None  # closing the descriptor drops the lock this probe took
+        finally:
+            os.close(fd)
 
     def _open(self) -> int:
         """The lock file, created if missing; ConfigError if something else is in its place
@@ -95,6 +113,16 @@ class RunDirLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def in_use(run_dir: Path, holder: str) -> ConfigError:
+    """The error of a second training of a run directory that ``holder`` (a process id, or
+    other text when unknown) is writing."""
+    return ConfigError(
+        f"run directory {run_dir} is in use: another training"
+        f"{f' (process {holder})' if holder.isdigit() else ''} is writing it. Wait for it "
+        "to finish or stop it (then --resume continues the run), or choose another --run-dir"
+    )
 
 
 def check_run_dir(run_dir: Path) -> None:

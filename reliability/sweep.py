@@ -8,6 +8,7 @@ A fuzz module (fuzz_files.py, fuzz_concurrency.py) names its cases by strings an
                                      outcome, {"status": "ok"} or {"status": "error",
                                      "error": type name, "clear": bool, "message": str}
     judge(case, outcome) -> str      "" if the outcome is what the case must end in, else why not
+    COLUMNS (optional)               which columns of the summary table it shows
 
 ``Worker`` runs the cases one after the other in a child process (`python sweep.py --worker
 MODULE BASE`), so that a case that hangs (a read that never returns), fills memory (an

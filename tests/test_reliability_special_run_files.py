@@ -203,3 +203,19 @@ def test_a_data_file_that_is_a_broken_link_is_not_missing(tmp_path, offline):
     with pytest.raises(DataError, match="train-images-idx3-ubyte.gz is a symbolic link loop") as info:
         download.locate("mnist", download.RemoteFile("https://x/train-images-idx3-ubyte.gz"), tmp_path)
     assert not isinstance(info.value, download.MissingData)
+
+
+def test_a_file_without_read_permission_is_named(tmp_path, monkeypatch):
+    """As root every file is readable, so the refusal is simulated where the file is opened."""
+    path = tmp_path / "summary.json"
+    path.write_text("{}")
+    real_open = os.open
+
+    def refuse(name, *args, **kwargs):
+        if Path(name) == path:
+            raise PermissionError(13, "Permission denied", str(name))
+        return real_open(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)
+    with pytest.raises(DataError, match="summary.json cannot be read \\(permission denied\\)"):
+        read_json(path)

@@ -5,8 +5,9 @@ set's files, a run directory's entries and its checkpoints' files. Each case end
 target says (accepted, or a clear mannlab error naming the file and what it is) within its
 time limit, in a worker process that a hang or crash cannot take down with the suite.
 
-Every target runs here with every kind once (those that damage a run file's contents are
-left to tests/test_fuzz_run.py); a larger seeded sweep:
+Every file runs here with every kind once, the kinds spread over the commands that read it
+(fuzz_files.suite_cases; those that damage a run file's contents are left to
+tests/test_fuzz_run.py); a larger seeded sweep:
 
     python reliability/fuzz_files.py --cases 2000 --seed 1
 """

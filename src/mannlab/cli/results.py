@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from mannlab.cli.arguments import (
@@ -254,7 +255,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from mannlab import tasks
     from mannlab.config import load_config
+    from mannlab.errors import DataError
     from mannlab.evaluation import loss_key
+    from mannlab.file_kinds import file_problem
     from mannlab.reporting import figures, read_figures
     from mannlab.rundir import load_run, use_run_threads
     from mannlab.training.figures import draw_memory_access
@@ -283,8 +286,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
     else:
         print(f"memory access: skipped ({config.model} has no read/write weights to show)")
     metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
+    if not os.path.lexists(metrics):
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+    if problem := file_problem(metrics):  # a directory would be read as a run directory
+        raise DataError(problem)
     path = out / "learning_curve.png"
     figures.learning_curve(
         metrics,

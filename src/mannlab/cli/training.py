@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from mannlab.config import (
     read_toml,
 )
 from mannlab.errors import ConfigError
+from mannlab.file_kinds import directory_problem
 from mannlab.reporting.summaries import describe, seeds_table
 from mannlab.rundir import write_atomic
 
@@ -180,9 +182,15 @@ def train_config(args: argparse.Namespace) -> RunConfig:
         if run_dir is None and args.model and args.task:
             run_dir = str(Path("runs") / f"{args.model}-{args.task}-seed{args.seed or 0}")
         saved = Path(run_dir) / "config.toml" if run_dir else None
-        if args.resume and saved is not None and saved.is_file():
+        if args.resume and run_dir and os.path.lexists(run_dir) and (problem := directory_problem(run_dir)):
+            raise ConfigError(f"cannot resume {run_dir}: {problem}; expected a run directory")
+        if args.resume and saved is not None and os.path.lexists(saved):  # read_toml names a non-file
             base = read_toml(saved)
         elif args.resume and saved is not None and saved.parent.is_dir() and not (args.model and args.task):
+            from mannlab.training.run_dir import RunDirLock, in_use
+
+            if (holder := RunDirLock.held(saved.parent)) is not None:  # it has not written config.toml yet
+                raise in_use(saved.parent, holder)
             raise ConfigError(
                 f"cannot resume {run_dir}: its config.toml is missing, so the run's model and task "
                 "are unknown; give the same --model and --task (or --config FILE) with --resume"

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from mannlab.errors import DataError
+from mannlab.file_kinds import file_problem, is_broken_link, kind_of, kind_of_mode
 
 ENV_VAR = "MANNLAB_DATA"
 #: what the user passes to download a missing data set, for the errors that say so
@@ -142,6 +143,11 @@ def locate(
             candidate = base / name
             if candidate.exists():
                 return check_inside(candidate, root)
+            if is_broken_link(candidate):
+                raise DataError(
+                    f"{candidate} is {kind_of(candidate)}; replace it with the file (or remove it "
+                    f"to {'download it' if download else 'be told where to get it'})"
+                )
     if not download:
         raise missing(dataset, [remote], root, extracted)
     target = root / dataset / remote.name
@@ -190,10 +196,15 @@ def missing(
 
 def check_inside(path: Path, root: Path) -> Path:
     """``path`` unchanged if it resolves inside ``root``; DataError naming both otherwise."""
-    real, real_root = Path(path).resolve(), Path(root).resolve()
+    try:
+        real, real_root = Path(path).resolve(), Path(root).resolve()
+    except (RuntimeError, OSError):  # a loop of symbolic links (RuntimeError before Python 3.13)
+        raise DataError(f"{path} is a symbolic link loop (or lies under one)") from None
     if not real.is_relative_to(real_root):
+        kind = kind_of(real)
+        what = "" if kind in ("a file", "a directory", "missing") else f" ({kind})"
         raise DataError(
-            f"{path} resolves to {real}, outside the data directory {root}; data is "
+            f"{path} resolves to {real}{what}, outside the data directory {root}; data is "
             f"read only from inside it (copy it there, or use its own directory)"
         )
     return path
@@ -280,11 +291,13 @@ def verify(path: Path, remote: RemoteFile, shown_as: str | None = None) -> None:
 def open_data(path: Path):
     """``path`` opened for binary reading; DataError naming it when it cannot be read or is
     not a regular file (a FIFO would block the read forever, a device never ends)."""
+    remedy = "not a regular file; give a file holding the data"
+    if is_broken_link(path):  # os.stat would call it missing
+        raise DataError(f"{path} is {kind_of(path)}, {remedy}")
     try:
         mode = os.stat(path).st_mode  # never blocks, unlike opening a FIFO
         if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device"
-            raise DataError(f"{path} is {kind}, not a regular file; give a file holding the data")
+            raise DataError(f"{path} is {kind_of_mode(mode)}, {remedy}")
         return open(path, "rb")
     except OSError as exc:
         raise unreadable(path, exc) from None
@@ -349,6 +362,15 @@ def read_file(path: Path, limit: int, expected: str) -> bytes:
             raise unreadable(path, exc) from None
 
 
+def _holds_wanted(path: Path, source: Path, wanted: Callable[[str], bool]) -> bool:
+    """Whether ``path`` is a directory holding names that ``wanted`` accepts: a folder on the
+    way to wanted files (skipped, as before; a linked one is not read), not a directory
+    standing where a wanted file should be."""
+    if not path.is_dir():
+        return False
+    return any(wanted(p.relative_to(source).as_posix()) for p in path.rglob("*") if not p.is_dir())
+
+
 def is_archive(path: Path) -> bool:
     """True for a .tar.gz, .tgz, .tar or .zip file."""
     return path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES)
@@ -369,7 +391,8 @@ def read_members(
     DataError that names it and says ``expected``; a member that declares such a size is
     refused before it is read, and one that does not is read in blocks and stopped at the
     limit. In a directory, a wanted file that resolves outside it (a symlink) is refused
-    with a DataError; symlinked subdirectories are not descended into.
+    with a DataError, as is a wanted name that is not a regular file (a FIFO, a device, a
+    directory, a link to nowhere); symlinked subdirectories are not descended into.
     """
     limit = MAX_MEMBER_BYTES if limit is None else limit
     total_limit = MAX_TOTAL_BYTES if total_limit is None else total_limit
@@ -397,10 +420,13 @@ def read_members(
         if source.is_dir():
             for path in sorted(source.rglob("*")):
                 rel = path.relative_to(source).as_posix()
-                if path.is_file() and wanted(rel):
-                    with open_data(check_inside(path, source)) as fh:
-                        size = os.fstat(fh.fileno()).st_size
-                        out[rel] = take(fh, str(path), size, decompressed=False)
+                if not wanted(rel) or _holds_wanted(path, source, wanted):
+                    continue
+                if not path.is_file():  # a FIFO, a device, a directory, a link to nowhere by that name
+                    raise DataError(f"{file_problem(path)}; give a file holding the data")
+                with open_data(check_inside(path, source)) as fh:
+                    size = os.fstat(fh.fileno()).st_size
+                    out[rel] = take(fh, str(path), size, decompressed=False)
         elif source.name.endswith(".zip"):
             with open_data(source) as fh, zipfile.ZipFile(fh) as archive:
                 for info in archive.infolist():

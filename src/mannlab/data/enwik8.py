@@ -53,5 +53,6 @@ def read_corpus(source: Path, member: str, limit: int | None = None) -> bytes:
         return read_file(source, limit, expected)
     members = read_members(source, lambda name: Path(name).name == member, limit, expected)
     if not members:
-        raise DataError(f"{source} has no member named {member}")
+        where = f"the directory {source}" if source.is_dir() else source
+        raise DataError(f"{where} has no {'file' if source.is_dir() else 'member'} named {member}")
     return next(iter(members.values()))

@@ -158,7 +158,7 @@ def _load_npy(source: Path, stem: str) -> tuple[np.ndarray, str]:
         source, lambda name: Path(name).name == f"{stem}.npy", MAX_NPY_BYTES, _NPY_EXPECTED
     )
     if not members:
-        raise DataError(f"{source} holds no {stem}.npy")
+        raise DataError(f"{'the directory ' if source.is_dir() else ''}{source} holds no {stem}.npy")
     name, data = next(iter(members.items()))
     return parse_npy(data, f"{source}/{name}"), f"{source}/{name}"
 

@@ -309,7 +309,7 @@ def read_video_info(source: str | os.PathLike | Mapping[str, float]) -> dict[str
             out[str(name)] = _rate(value, f"video_info[{name!r}]")
         return out
     path = Path(source)
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else there is named by read_file
         raise DataError(f"video_info {path} not found; expected a CSV file of `video,fps` rows")
     text = decode_text(read_file(path, MAX_INFO_BYTES, "a CSV of `video,fps` rows"), str(path))
     rows = [(n, row) for n, row in enumerate(csv.reader(text.lstrip("\ufeff").splitlines()), 1) if row]

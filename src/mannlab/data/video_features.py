@@ -32,6 +32,7 @@ import numpy as np
 from mannlab.data.download import CORRUPT_ARCHIVE, corrupt, open_data, read_capped, read_members, too_large
 from mannlab.data.strokes import parse_npy
 from mannlab.errors import DataError
+from mannlab.file_kinds import kind_of
 
 #: one video's array (C3D fc7, 4,096 float32 values per snippet, of a 30-minute video at
 #: 30 fps is about 1.8 GB; SST's 500-D features of the longest THUMOS'14 video are a few MB)
@@ -64,14 +65,20 @@ def read_features(
         path = Path(source)
         where = str(path)
         if path.is_dir():
+            where = f"the directory {path}"
             found = _read_npy_directory(path, wanted)
         elif path.is_file() and path.name.endswith(".npz"):
             found = _read_npz(path, wanted)
         elif path.is_file() and path.name.endswith(HDF5_SUFFIXES):
             found = _read_hdf5(path, wanted)
-        elif path.exists():
+        elif path.is_file():
             raise DataError(
                 f"{path}: unknown feature layout; expected a directory of <video>.npy files, "
+                f"an .npz file or an HDF5 file (.h5) holding one (T, D) array per video"
+            )
+        elif os.path.lexists(path):  # a FIFO, a device, a link to nowhere
+            raise DataError(
+                f"features {path} is {kind_of(path)}; expected a directory of <video>.npy files, "
                 f"an .npz file or an HDF5 file (.h5) holding one (T, D) array per video"
             )
         else:

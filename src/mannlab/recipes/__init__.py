@@ -12,6 +12,7 @@ from anywhere; in a checkout, recipes/ at the repository root is a link to this 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from pathlib import Path
 
@@ -46,9 +47,11 @@ def path(name: str) -> Path:
 
 def resolve(name_or_path: str | Path) -> Path:
     """The recipe file a command line names: an existing file as it is, else the packaged
-    recipe of that name (so `recipes/ntm-copy-lstm.toml` works outside a checkout too)."""
+    recipe of that name (so `recipes/ntm-copy-lstm.toml` works outside a checkout too). A
+    .toml path where something other than a file is (a FIFO, a directory, a link to nowhere)
+    is returned too, for the config reader to say what it is."""
     given = Path(name_or_path)
-    if given.is_file():
+    if given.is_file() or (given.suffix == ".toml" and os.path.lexists(given)):
         return given
     try:
         return path(given.as_posix())

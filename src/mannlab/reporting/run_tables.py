@@ -273,7 +273,7 @@ def _read_run(path: Path) -> Run:
     )
     task = str(task_table["name"]).strip().lower().replace("-", "_")
     summary = None
-    if (path / "summary.json").is_file():
+    if os.path.lexists(path / "summary.json"):  # read_json names anything but a file
         summary = read_json(path / "summary.json")
         if not isinstance(summary, dict):
             raise DataError(f"{path / 'summary.json'}: expected a JSON object")

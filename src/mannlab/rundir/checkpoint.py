@@ -30,8 +30,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from mannlab.errors import CheckpointError, DataError
+from mannlab.file_kinds import directory_problem, file_problem
 from mannlab.rundir.files import fsync, read_json
-from mannlab.rundir.sums import SUMS, check_sums, sha256, write_sums
+from mannlab.rundir.sums import MAX_FILE_BYTES, SUMS, check_sums, sha256, write_sums
 
 WEIGHTS = "weights.safetensors"
 META = "meta.json"
@@ -104,18 +105,25 @@ def load_checkpoint(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return (meta, train_state); if ``model`` is given, load the weights into it."""
     directory = _existing(Path(directory))
-    for name in FILES:
-        if not (directory / name).is_file():
-            raise CheckpointError(
-                f"checkpoint {directory} is incomplete: {name} is missing. "
-                "Restore the file or start the run again without --resume."
-            )
+    check_files(directory, FILES, ". Restore the file or start the run again without --resume.")
     verify(directory, FILES)
     meta = _read_meta(directory / META)
     train_state = _read_train_state(directory / TRAIN_STATE)
     if model is not None:
         load_weights(directory / WEIGHTS, model)
     return meta, train_state
+
+
+def check_files(directory: Path, names: tuple[str, ...], remedy: str = "") -> None:
+    """CheckpointError naming the first of the files ``names`` of a checkpoint that is
+    missing, not a regular file (a FIFO, a device, a directory, a link to nowhere) or larger
+    than MAX_FILE_BYTES; ``remedy`` ends the message."""
+    for name in names:
+        if not os.path.lexists(directory / name):
+            raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing{remedy}")
+        problem = file_problem(directory / name, MAX_FILE_BYTES)
+        if problem:
+            raise CheckpointError(f"checkpoint {directory} is damaged: {problem}{remedy}")
 
 
 def verify(directory: Path, names: tuple[str, ...]) -> None:
@@ -207,6 +215,11 @@ def _existing(directory: Path) -> Path:
     old = _sibling(directory, "old")
     if old.is_dir() and all((old / name).is_file() for name in FILES):
         return old  # a save crashed between its two renames; the old copy is complete
+    if os.path.lexists(directory):  # something else is there: say what
+        raise CheckpointError(
+            f"{directory_problem(directory)}; expected a checkpoint. Restore it from a copy, "
+            "or train without --resume to start a new run."
+        )
     raise CheckpointError(
         f"no checkpoint at {directory}. Check the run directory, "
         "or train without --resume to start a new run."

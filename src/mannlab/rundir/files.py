@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from mannlab.errors import DataError
+from mannlab.file_kinds import read_regular
 
 # what a damaged or hostile text file raises when read: bytes that are not UTF-8, broken JSON,
 # nesting deeper than the parser's recursion
 UNREADABLE = (UnicodeDecodeError, ValueError, RecursionError)
+# a run's JSON files (summary, checkpoint meta, sums) hold kilobytes; past this, not one of them
+MAX_JSON_BYTES = 64 << 20
 
 
 @contextlib.contextmanager
@@ -48,10 +51,13 @@ def write_atomic(path: str | os.PathLike, content: str | bytes) -> None:
         handle.write(content)
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """The JSON value in ``path``; DataError naming the file if it is not UTF-8 JSON."""
+def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value in ``path``; DataError naming the file if it is not UTF-8 JSON, not a
+    regular file (a FIFO, a device, a directory) or larger than ``limit`` bytes.
+    FileNotFoundError if nothing is there."""
+    data = read_regular(path, DataError, limit)
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(data.decode("utf-8"))
     except UNREADABLE as exc:
         raise DataError(
             f"{path} is truncated or not JSON in UTF-8 ({type(exc).__name__}: {str(exc)[:200]})"

@@ -7,6 +7,8 @@ model.config                                     # the run's RunConfig
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,7 +17,8 @@ import torch
 from mannlab.building import build_run
 from mannlab.config import RunConfig, config_toml, load_config, run_threads
 from mannlab.errors import CheckpointError, ConfigError, DataError
-from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, load_weights
+from mannlab.file_kinds import directory_problem, kind_of
+from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, check_files, load_weights
 from mannlab.rundir.files import read_json, write_atomic
 from mannlab.rundir.pretrained import Device, is_saved_model, load_saved
 from mannlab.rundir.sums import check_sums
@@ -47,9 +50,12 @@ def load_run(
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        if run_dir.exists():
-            raise ConfigError(f"{run_dir} is a file; expected a run directory")
+        if os.path.lexists(run_dir):
+            raise ConfigError(f"{run_dir} is {kind_of(run_dir)}; expected a run directory")
         raise FileNotFoundError(f"run directory not found: {run_dir}")
+    checkpoints = run_dir / "checkpoints"
+    if os.path.lexists(checkpoints) and (problem := directory_problem(checkpoints)):
+        raise CheckpointError(f"{problem}; expected the run's checkpoints (best/, last/)")
     config = load_config(run_dir / "config.toml", list(overrides))
     # where the run is now: a run moved or copied elsewhere keeps its old path in config.toml
     config = config.replace(run_dir=str(run_dir))
@@ -99,8 +105,12 @@ def say_if_diverged(run_dir: Path, name: str, meta: dict[str, Any]) -> None:
 
 
 def _checkpoint_exists(directory: Path) -> bool:
+    """Whether something is there (a checkpoint, or what load_weights_and_meta says is not
+    one) or the complete copy a crashed save left beside it."""
+    if os.path.lexists(directory):
+        return True
     try:
-        _existing(directory)  # or the complete copy a crashed save left beside it
+        _existing(directory)
     except CheckpointError:
         return False
     return True
@@ -132,11 +142,48 @@ def load(
 
 def load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, Any]:
     """Load a checkpoint's weights into ``model`` and return its meta; unlike
-    load_checkpoint this needs neither the training state nor the optimizer's."""
+    load_checkpoint this needs neither the training state nor the optimizer's.
+
+    A training may replace the checkpoint while it is read (eval during training): a read
+    that a save overlapped (the directory is another one after it, or a file vanished while
+    a save's temporary or old copy stands beside it) is done again, so the weights and meta
+    always come from one checkpoint."""
+    for attempt in range(READ_TRIES):
+        before = _identity(directory)
+        try:
+            meta = _load_weights_and_meta(directory, model)
+        except (CheckpointError, FileNotFoundError):
+            if attempt == READ_TRIES - 1 or not _being_saved(directory, before):
+                raise
+        else:
+            if attempt == READ_TRIES - 1 or _identity(directory) == before:
+                return meta
+        time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+# reads of a checkpoint that saves keep replacing: past this many, the error stands
+READ_TRIES = 5
+
+
+def _identity(directory: Path) -> tuple[int, int] | None:
+    """The device and inode of the checkpoint directory a read would use (None: none)."""
+    try:
+        info = os.stat(_existing(directory))
+    except (CheckpointError, OSError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _being_saved(directory: Path, before: tuple[int, int] | None) -> bool:
+    """Whether a save replaced (or is replacing) the checkpoint since ``before``."""
+    siblings = (directory.parent / f".{directory.name}.{kind}" for kind in ("tmp", "old"))
+    return _identity(directory) != before or any(os.path.lexists(s) for s in siblings)
+
+
+def _load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, Any]:
     directory = _existing(directory)
-    for name in (WEIGHTS, META):
-        if not (directory / name).is_file():
-            raise CheckpointError(f"checkpoint {directory} is incomplete: {name} is missing")
+    check_files(directory, (WEIGHTS, META))
     remedy = "Restore it from a copy, or load the other checkpoint."
     check_sums(directory, (WEIGHTS, META), remedy, required=True)
     load_weights(directory / WEIGHTS, model)

@@ -9,11 +9,16 @@ A crash can cut the last line short, so the reader skips a broken final line.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from mannlab.errors import DataError
+from mannlab.file_kinds import read_regular
 from mannlab.rundir.files import UNREADABLE, replacing
+
+# a row is a few hundred bytes: a million logged steps fit many times over
+MAX_BYTES = 1 << 30
 
 
 class MetricsLog:
@@ -24,7 +29,8 @@ class MetricsLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._loggers = list(loggers)
-        self.rows = len(read_metrics(self.path)) if self.path.exists() else 0  # rows written
+        # rows written; a link to nowhere is refused by read_metrics, not written through
+        self.rows = len(read_metrics(self.path)) if os.path.lexists(self.path) else 0
         self._file = self.path.open("a", encoding="utf-8")
 
     def log(self, step: int, split: str, metrics: Mapping[str, Any], wall: float, **extra: Any) -> None:
@@ -54,10 +60,11 @@ class MetricsLog:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All rows of a metrics.jsonl file; a truncated last line is ignored."""
+    """All rows of a metrics.jsonl file; a truncated last line is ignored. DataError for a
+    file that is not UTF-8 JSON lines, not a regular file or larger than ``MAX_BYTES``."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_regular(path, DataError, MAX_BYTES).decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:
         raise DataError(f"{path} is not UTF-8 text ({exc})") from None
     rows = []
@@ -80,7 +87,7 @@ def truncate_metrics(path: str | Path, step: int, rows: int | None = None) -> No
     """Keep only rows up to ``step``, and only the first ``rows`` rows if given (used on
     resume with the checkpoint's step and row count, so nothing is logged twice)."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return
     kept = [row for row in read_metrics(path)[:rows] if row.get("step", 0) <= step]
     with replacing(path) as fh:

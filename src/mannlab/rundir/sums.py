@@ -6,16 +6,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from mannlab.errors import CheckpointError, DataError
+from mannlab.file_kinds import open_regular
 from mannlab.rundir.files import read_json, write_atomic
 
 SUMS = "sha256.json"
+# past this a file is not one of a checkpoint's (its weights or optimizer state), and is not
+# read to be hashed
+MAX_FILE_BYTES = 64 << 30
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def sha256(path: Path, remedy: str = "") -> str:
+    """The file's SHA-256, read in blocks; CheckpointError (ending in ``remedy``) if it is not
+    a regular file of at most MAX_FILE_BYTES."""
+    digest = hashlib.sha256()
+    with open_regular(path, CheckpointError, MAX_FILE_BYTES, remedy) as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_sums(directory: Path, names: tuple[str, ...]) -> None:
@@ -28,19 +39,19 @@ def check_sums(directory: Path, names: tuple[str, ...], remedy: str, required: b
     """Check the files ``names`` against ``directory``'s sha256.json; ``remedy`` ends the
     error (what the reader can do). Without the file: an error if ``required``, else no check
     (checkpoints written before the sums existed)."""
-    if not (directory / SUMS).is_file():
+    if not os.path.lexists(directory / SUMS):
         if required:
             raise CheckpointError(f"{directory / SUMS} is missing, so its files cannot be checked. {remedy}")
         return
     try:
         sums = read_json(directory / SUMS)
-    except DataError as exc:
+    except (DataError, FileNotFoundError) as exc:  # FileNotFoundError: removed as we read
         raise CheckpointError(f"{exc}. {remedy}") from None
     for name in names:
         expected = sums.get(name) if isinstance(sums, dict) else None
         if required and expected is None:
             raise CheckpointError(f"{directory / SUMS} has no sum for {name}. {remedy}")
-        if expected is not None and expected != sha256(directory / name):
+        if expected is not None and expected != sha256(directory / name, remedy):
             raise CheckpointError(
                 f"{directory / name} does not match its SHA-256 in {SUMS}: the file was damaged "
                 f"after it was written. {remedy}"

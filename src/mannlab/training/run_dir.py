@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 
 from mannlab.config import RunConfig
 from mannlab.errors import CheckpointError, ConfigError
+from mannlab.file_kinds import directory_problem, file_problem, kind_of_mode
 from mannlab.rundir import load_checkpoint
 from mannlab.training import distributed
 from mannlab.training.optimizer import hyperparameters
@@ -47,20 +49,59 @@ class RunDirLock:
         except ImportError:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # BlockingIOError: another process holds it
             holder = os.read(fd, 64).decode("ascii", "replace").strip()
             os.close(fd)
-            raise ConfigError(
-                f"run directory {self.run_dir} is in use: another training"
-                f"{f' (process {holder})' if holder.isdigit() else ''} is writing it. Wait for it "
-                "to finish or stop it (then --resume continues the run), or choose another --run-dir"
-            ) from None
+            raise in_use(self.run_dir, holder) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
+
+    @staticmethod
+    def held(run_dir: Path) -> str | None:
+        """What another process holding ``run_dir``'s lock wrote in it (its process id), or
+        None if no process holds it. Creates nothing; for a command that must say the
+        directory is in use before it gets as far as taking the lock."""
+        try:
+            import fcntl
+
+            fd = os.open(Path(run_dir) / LOCK, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except (ImportError, OSError):
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return os.read(fd, 64).decode("ascii", "replace").strip()
+            return None  # closing the descriptor drops the lock this probe took
+        finally:
+            os.close(fd)
+
+    def _open(self) -> int:
+        """The lock file, created if missing; ConfigError if something else is in its place
+        (a FIFO or a device would not hold the holder's process id, a directory cannot be
+        opened for writing)."""
+        path = self.run_dir / LOCK
+        remedy = "; remove it (mannlab makes a new one) or choose another --run-dir"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
+        except OSError as exc:
+            problem = file_problem(path) or f"{path} cannot be opened ({(exc.strerror or str(exc)).lower()})"
+            raise ConfigError(f"the lock file of run directory {self.run_dir}: {problem}{remedy}") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise ConfigError(
+                f"the lock file of run directory {self.run_dir}: {path} is {kind_of_mode(mode)}, "
+                f"not a regular file{remedy}"
+            )
+        os.set_blocking(fd, True)
+        return fd
 
     def release(self) -> None:
         if self.fd is not None:
@@ -74,18 +115,28 @@ class RunDirLock:
         self.release()
 
 
+def in_use(run_dir: Path, holder: str) -> ConfigError:
+    """The error of a second training of a run directory that ``holder`` (a process id, or
+    other text when unknown) is writing."""
+    return ConfigError(
+        f"run directory {run_dir} is in use: another training"
+        f"{f' (process {holder})' if holder.isdigit() else ''} is writing it. Wait for it "
+        "to finish or stop it (then --resume continues the run), or choose another --run-dir"
+    )
+
+
 def check_run_dir(run_dir: Path) -> None:
     """ConfigError if ``run_dir`` (or a parent) exists but is not a directory."""
     for path in (run_dir, *run_dir.parents):
-        if path.exists():
-            if not path.is_dir():
-                raise ConfigError(f"run directory {run_dir}: {path} is a file, not a directory")
+        if os.path.lexists(path):
+            if problem := directory_problem(path):
+                raise ConfigError(f"run directory {run_dir}: {problem}")
             return
 
 
 def prepare_run_dir(run_dir: Path, force: bool) -> None:
     """Refuse a directory that holds a run, unless ``force``: then delete only its artifacts."""
-    existing = [name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
+    existing = [name for name in RUN_ARTIFACTS if os.path.lexists(run_dir / name)]
     if not existing:
         return
     if not force and not has_checkpoint(run_dir):
@@ -105,15 +156,41 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    """Whether the run has a last checkpoint (or the complete copy a crashed save left)."""
+    """Whether the run has a last checkpoint (or the complete copy a crashed save left), or
+    something else in its place (a link to nowhere, a FIFO) that loading it will name."""
     last = run_dir / "checkpoints" / "last"
-    return last.exists() or (last.parent / f".{last.name}.old").is_dir()
+    return os.path.lexists(last) or (last.parent / f".{last.name}.old").is_dir()
+
+
+def checkpoints_problem(run_dir: Path) -> str | None:
+    """What is in place of the run's checkpoints directory, if something other than one is."""
+    path = run_dir / "checkpoints"
+    return directory_problem(path) if os.path.lexists(path) else None
 
 
 def stopped_before_checkpoint(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a run's files but no checkpoint: a run killed before its first
-    one, which a --resume starts again (there is nothing to continue)."""
-    return not has_checkpoint(run_dir) and any((run_dir / name).exists() for name in RUN_ARTIFACTS)
+    one, which a --resume starts again (there is nothing to continue). Not a run whose
+    checkpoints are damaged: that is for ``restore_last`` to report, not to start over."""
+    if checkpoints_problem(run_dir) or has_checkpoint(run_dir):
+        return False
+    return any(os.path.lexists(run_dir / name) for name in RUN_ARTIFACTS)
+
+
+# the files a resumed run replaces whole; a directory in the place of one would fail the
+# replace only at the end of the training
+REPLACED = ("config.toml", "metrics.jsonl", "summary.json")
+
+
+def check_replaceable(run_dir: Path) -> None:
+    """ConfigError if a directory stands where a resumed run will replace one of its files."""
+    for name in REPLACED:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():  # a link is replaced, not what it points to
+            raise ConfigError(
+                f"cannot resume {run_dir}: {path} is a directory, not a regular file; the run "
+                "replaces this file: move the directory away, or choose another --run-dir"
+            )
 
 
 def restore_last(
@@ -123,8 +200,14 @@ def restore_last(
     resume it (RESUME_INVARIANTS and ``train_invariants`` unchanged) and restore torch's
     RNG. Returns the saved training state (progress, and what a batch source keeps)."""
     last = run_dir / "checkpoints" / "last"
+    if problem := checkpoints_problem(run_dir):
+        raise CheckpointError(
+            f"cannot resume {run_dir}: {problem}; expected its checkpoints (last/, best/). "
+            "Restore them from a copy, or start the run again without --resume"
+        )
     if not has_checkpoint(run_dir):
         raise CheckpointError(f"cannot resume {run_dir}: it holds no run; start one without --resume")
+    check_replaceable(run_dir)
     meta, state = load_checkpoint(last)  # weights only after the config check, for a clearer error
     saved = meta.get("config", {})
     current = json.loads(json.dumps(config.to_dict()))  # compare as stored: tuples become lists

@@ -90,19 +90,21 @@ def _worker(rank, world, port, jobs, results):
     results.put((rank, pickle.dumps(out)))
 
 
-def _statistics(values, mask, inputs):
-    """The global-batch statistics of nn/sampling.py on (a slice of) a batch."""
+def _statistics(values, mask, inputs, reducer=None):
+    """The batch statistics of nn/sampling.py on a batch, or with the ranks' ``reducer`` on a
+    slice of it."""
     moments = sampling.RunningMoments(momentum=0.5)
-    first = moments.advantage(values[:, 0], torch.ones(len(values), dtype=torch.bool), update=True)
-    second = moments.advantage(values[:, 1], torch.ones(len(values), dtype=torch.bool), update=True)
+    every = torch.ones(len(values), dtype=torch.bool)
+    first = moments.advantage(values[:, 0], every, update=True, reducer=reducer)
+    second = moments.advantage(values[:, 1], every, update=True, reducer=reducer)
     return {
         "first": first,
         "second": second,
         "mean": moments.mean.clone(),
         "var": moments.var.clone(),
-        "loo": sampling.leave_one_out_mean(values, mask),
-        "same_input": sampling.same_input_leave_one_out_mean(values[:, 0], inputs),
-        "batch_mean": sampling.batch_mean(mask.sum(1)),
+        "loo": sampling.leave_one_out_mean(values, mask, reducer),
+        "same_input": sampling.same_input_leave_one_out_mean(values[:, 0], inputs, reducer),
+        "batch_mean": sampling.batch_mean(mask.sum(1), reducer),
     }
 
 
@@ -117,7 +119,7 @@ def _statistics_batch():
 
 def _statistics_on_slice(rank, world):
     rows = slice(rank * 4, rank * 4 + 4)
-    return _statistics(*(t[rows] for t in _statistics_batch()))
+    return _statistics(*(t[rows] for t in _statistics_batch()), reducer=distributed.batch_reducer())
 
 
 def _train_through_gloo(run_config, rank, world):

@@ -200,14 +200,15 @@ def test_after_solve_record_over_a_resume(tmp_path, monkeypatch, no_figures, old
 def test_aux_loss_gets_detached_step_nll(tmp_path, monkeypatch, no_figures):
     seen = []
 
-    def aux_loss(self, trace, step_nll, outputs_per_step=None):
-        seen.append((tuple(step_nll.shape), step_nll.requires_grad, type(trace).__name__))
+    def aux_loss(self, trace, step_nll, outputs_per_step=None, reducer=None):
+        seen.append((tuple(step_nll.shape), step_nll.requires_grad, type(trace).__name__, reducer))
         return step_nll.new_zeros(())
 
     monkeypatch.setattr(LSTM, "uses_aux_loss", True)
     monkeypatch.setattr(LSTM, "aux_loss", aux_loss)
     train(tiny_config(tmp_path, steps=2, val_every=10))
     assert len(seen) == 2 and seen[0][0][0] == 4 and seen[0][1] is False and seen[0][2] == "LSTMTrace"
+    assert seen[0][3] is None  # one process: the batch's own statistics
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is not None, reason="tensorboard installed")

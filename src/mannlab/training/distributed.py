@@ -171,6 +171,28 @@ def gather_along(tensor: torch.Tensor, axis: int) -> torch.Tensor:
     return torch.cat(parts, dim=axis)
 
 
+class _RankReducer:
+    """Sums and gathers over the ranks' slices of the global batch: the ``reducer`` of the
+    estimators' batch statistics (nn/sampling.py's ``Reducer``)."""
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        total = tensor.detach().clone()
+        dist.all_reduce(total)
+        return total
+
+    def gather(self, tensor: torch.Tensor) -> tuple[torch.Tensor, slice]:
+        parts = [torch.empty_like(tensor) for _ in range(world_size())]
+        dist.all_gather(parts, tensor.detach().contiguous())
+        start = rank() * tensor.shape[0]
+        return torch.cat(parts), slice(start, start + tensor.shape[0])
+
+
+def batch_reducer() -> _RankReducer | None:
+    """What a model's ``aux_loss`` takes its batch statistics over: the ranks' slices with a
+    process group open, None (this process's batch alone) without one."""
+    return _RankReducer() if active() else None
+
+
 def global_scale(count: torch.Tensor, total: torch.Tensor | None = None) -> torch.Tensor:
     """world_size * count / total, ``total`` being the sum of ``count`` over the ranks:
     multiplies a rank's loss that is a mean over its own ``count`` terms (scored bits or
@@ -323,8 +345,8 @@ class Runner:
     when a model happened to use every parameter.
     Buffers are copied from rank 0 once, here, and not at each forward: the only buffers
     that change in training, the running reward moments (nn/sampling.py), are computed from
-    the global batch on every rank and stay equal. DDP sums the gradients in ``ddp_group``:
-    through shared memory on one CPU machine."""
+    the global batch on every rank (``batch_reducer``) and stay equal. DDP sums the
+    gradients in ``ddp_group``: through shared memory on one CPU machine."""
 
     def __init__(self, model: nn.Module, device: torch.device):
         self.model = model

@@ -10,9 +10,10 @@ from mannlab.building import build_run
 from mannlab.config import RunConfig, TrainConfig
 from mannlab.errors import CheckpointError, ConfigError, DataError
 from mannlab.evaluation import evaluate_lengths, evaluate_run
+from mannlab.loading import load_run
 from mannlab.models.lstm import LSTM
 from mannlab.reporting.text_tables import format_table
-from mannlab.rundir import load_checkpoint, load_run, read_metrics, truncate_metrics
+from mannlab.rundir import load_checkpoint, read_metrics, truncate_metrics
 from mannlab.tasks.base import Task
 from mannlab.training import NonFiniteLossError, loop, train
 from mannlab.training.sampled import validation_sets
@@ -234,7 +235,7 @@ def test_evaluate_and_table(tmp_path, no_figures):
 
 def test_evaluation_uses_the_runs_thread_count(tmp_path, monkeypatch):
     """Evaluations run on train.threads, as training did (0: leave torch's setting alone)."""
-    from mannlab.rundir import use_run_threads
+    from mannlab.loading import use_run_threads
 
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)

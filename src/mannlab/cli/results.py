@@ -248,8 +248,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from mannlab import tasks
     from mannlab.config import load_config
     from mannlab.evaluation import loss_key
+    from mannlab.loading import load_run, use_run_threads
     from mannlab.reporting import figures
-    from mannlab.rundir import load_run, use_run_threads
     from mannlab.training.figures import draw_memory_access
 
     run_dir = Path(args.run_dir)

@@ -20,7 +20,8 @@ from typing import Any, Sequence
 from mannlab.evaluation.bpc import split_bpc
 from mannlab.evaluation.lengths import evaluate_lengths
 from mannlab.evaluation.proposals import evaluate_proposals
-from mannlab.rundir import load_run, use_run_threads, write_atomic
+from mannlab.loading import load_run, use_run_threads
+from mannlab.rundir import write_atomic
 from mannlab.tasks.dataset import evaluate_split
 
 

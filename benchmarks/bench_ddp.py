@@ -3,8 +3,7 @@ the same run, as sequences per second of whole training steps.
 
 For each model the trainer's own step (training/sampled.py's batch, training/distributed.py's
 DDP runner, training/update.py's guarded update, and the loop's per-step all-reduce of the
-losses; on one x86-64 machine DDP's sums go through shared memory, training/local_group.py,
-``MANNLAB_DDP_SHM=0`` for gloo's) runs at one global batch (default 32) on the copy task
+losses) runs at one global batch (default 32) on the copy task
 with the model's default configuration: in one process (the whole batch), then in two
 processes started here (half the batch each, gloo on 127.0.0.1), each with
 ``torch.set_num_threads(1)``, alternating for ``--rounds`` rounds (the medians are reported,

@@ -89,7 +89,7 @@ def test_the_task_kinds_say_what_their_loss_averages_over(tmp_path):
 def test_the_loops_pass_the_tasks_normaliser(monkeypatch):
     seen = []
 
-    def spy(self, trace, step_nll, score=None, outputs_per_step=None):
+    def spy(self, trace, step_nll, score=None, outputs_per_step=None, reducer=None):
         seen.append(outputs_per_step)
         return step_nll.new_zeros(())
 

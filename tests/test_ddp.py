@@ -2,10 +2,8 @@
 the same run on 1 and 2 processes, exact resume, a resume on another number of processes,
 TBPTT streams, and a model with estimator parameters unused on some steps."""
 
-import functools
 import os
 import pickle
-import platform
 import socket
 
 import pytest
@@ -17,7 +15,7 @@ from mannlab.config import RunConfig, TrainConfig
 from mannlab.errors import ConfigError
 from mannlab.nn import sampling
 from mannlab.rundir import load_checkpoint, read_metrics
-from mannlab.training import distributed, local_group, loop, train
+from mannlab.training import distributed, loop, train
 from test_charlm import write_ptb_words
 
 # float32 sums in another order (each rank's half of the batch, then the average over ranks):
@@ -90,19 +88,21 @@ def _worker(rank, world, port, jobs, results):
     results.put((rank, pickle.dumps(out)))
 
 
-def _statistics(values, mask, inputs):
-    """The global-batch statistics of nn/sampling.py on (a slice of) a batch."""
+def _statistics(values, mask, inputs, reducer=None):
+    """The batch statistics of nn/sampling.py on a batch, or with the ranks' ``reducer`` on a
+    slice of it."""
     moments = sampling.RunningMoments(momentum=0.5)
-    first = moments.advantage(values[:, 0], torch.ones(len(values), dtype=torch.bool), update=True)
-    second = moments.advantage(values[:, 1], torch.ones(len(values), dtype=torch.bool), update=True)
+    every = torch.ones(len(values), dtype=torch.bool)
+    first = moments.advantage(values[:, 0], every, update=True, reducer=reducer)
+    second = moments.advantage(values[:, 1], every, update=True, reducer=reducer)
     return {
         "first": first,
         "second": second,
         "mean": moments.mean.clone(),
         "var": moments.var.clone(),
-        "loo": sampling.leave_one_out_mean(values, mask),
-        "same_input": sampling.same_input_leave_one_out_mean(values[:, 0], inputs),
-        "batch_mean": sampling.batch_mean(mask.sum(1)),
+        "loo": sampling.leave_one_out_mean(values, mask, reducer),
+        "same_input": sampling.same_input_leave_one_out_mean(values[:, 0], inputs, reducer),
+        "batch_mean": sampling.batch_mean(mask.sum(1), reducer),
     }
 
 
@@ -117,55 +117,7 @@ def _statistics_batch():
 
 def _statistics_on_slice(rank, world):
     rows = slice(rank * 4, rank * 4 + 4)
-    return _statistics(*(t[rows] for t in _statistics_batch()))
-
-
-def _train_through_gloo(run_config, rank, world):
-    """Train ``run_config`` with DDP on gloo (the path of several machines), not shared memory."""
-    os.environ["MANNLAB_DDP_SHM"] = "0"
-    distributed._local_groups.clear()
-    try:
-        return train(run_config)["steps"]
-    finally:
-        del os.environ["MANNLAB_DDP_SHM"]
-        distributed._local_groups.clear()
-
-
-def _shared_memory_sums(rank, world):
-    """Sums through the shared-memory group: dtypes, chunks, the same bits on every rank,
-    other reductions through gloo, out-of-order collectives refused, nothing left on disk."""
-    distributed.setup(torch.device("cpu"))
-    group = distributed.ddp_group(torch.device("cpu"))
-    out = {"group": type(group).__name__}
-    gen = torch.Generator().manual_seed(rank)
-    tensors = {
-        "float32": torch.randn(1000, generator=gen),
-        "float64": torch.randn(7, generator=gen, dtype=torch.float64),
-        "int32": torch.arange(5, dtype=torch.int32) * (rank + 1),
-    }
-    out["inputs"] = {k: t.clone() for k, t in tensors.items()}
-    group.allreduce(list(tensors.values()))
-    out["sums"] = tensors
-    peak = torch.tensor([float(rank)])
-    dist = torch.distributed
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=group)  # not a sum: gloo's
-    out["max"] = peak.item()
-    # small slots: a tensor of 1000 floats goes in chunks of 16
-    local_group.SLOT_BYTES = 64
-    small = local_group.local_group(torch.device("cpu"), timeout=60.0)
-    chunked = out["inputs"]["float32"].clone()
-    small.allreduce([chunked])
-    out["chunked"] = chunked
-    try:
-        small.allreduce([torch.ones(4 if rank == 0 else 8)])  # the ranks out of step
-    except RuntimeError as exc:
-        out["out_of_step"] = str(exc)
-    # a rank that cannot use shared memory: every rank keeps gloo
-    os.environ["MANNLAB_DDP_SHM"] = "0" if rank == 1 else "1"
-    out["one_rank_off"] = local_group.local_group(torch.device("cpu"), timeout=60.0)
-    del os.environ["MANNLAB_DDP_SHM"]
-    out["left_behind"] = os.path.exists(group.path) or os.path.exists(small.path)
-    return out
+    return _statistics(*(t[rows] for t in _statistics_batch()), reducer=distributed.batch_reducer())
 
 
 def run_ranks(jobs, world=2):
@@ -210,7 +162,6 @@ def test_two_processes_train_like_one_and_resume_exactly(tmp_path, quiet, capsys
     dntm = dict(model="dntm", model_args=DNTM)
     jobs = [
         (config(tmp_path / "two"), False),
-        functools.partial(_train_through_gloo, config(tmp_path / "gloo")),
         (config(tmp_path / "split", steps=4), False),
         (config(tmp_path / "split"), True),
         (config(tmp_path / "dntm-whole", **dntm), False),
@@ -225,7 +176,7 @@ def test_two_processes_train_like_one_and_resume_exactly(tmp_path, quiet, capsys
         _statistics_on_slice,
     ]
     outcomes = run_ranks(jobs)
-    assert outcomes[0][:-2] == outcomes[1][:-2] == [6, 6, 4, 6, 6, 4, 6, 4, 3, "time", "solved"]
+    assert outcomes[0][:-2] == outcomes[1][:-2] == [6, 4, 6, 6, 4, 6, 4, 3, "time", "solved"]
     assert all("must divide evenly among the 2 processes" in outcomes[r][-2] for r in (0, 1))
 
     # baselines and normalisers of a slice are those of the global batch
@@ -242,7 +193,6 @@ def test_two_processes_train_like_one_and_resume_exactly(tmp_path, quiet, capsys
     # one process at batch 8 == two at 4 each: same examples, same updates
     train(one)
     assert close(weights(tmp_path / "one"), weights(tmp_path / "two"))
-    assert close(weights(tmp_path / "one"), weights(tmp_path / "gloo"))  # DDP's sums on gloo
     assert train_losses(tmp_path / "one") == pytest.approx(train_losses(tmp_path / "two"), abs=1e-5)
     val = [r for r in read_metrics(tmp_path / "two" / "metrics.jsonl") if r["split"] == "val"]
     assert [r["step"] for r in val] == [3, 6]  # rank 0 alone wrote the log, once
@@ -271,31 +221,3 @@ def test_two_processes_train_like_one_and_resume_exactly(tmp_path, quiet, capsys
     train(config(tmp_path / "moved"), resume=True)
     assert "saved by 2 process(es) on 1" in capsys.readouterr().err
     assert close(weights(tmp_path / "one"), weights(tmp_path / "moved"))
-
-
-def test_shared_memory_used_only_where_safe(monkeypatch):
-    assert not local_group.enabled(torch.device("cuda"))
-    monkeypatch.setenv("MANNLAB_DDP_SHM", "0")
-    assert not local_group.enabled(torch.device("cpu"))
-    monkeypatch.delenv("MANNLAB_DDP_SHM")
-    monkeypatch.setattr(platform, "machine", lambda: "aarch64")  # weaker memory order
-    assert not local_group.enabled(torch.device("cpu"))
-
-
-@pytest.mark.skipif(
-    not local_group.enabled(torch.device("cpu")), reason="shared memory for DDP not used on this machine"
-)
-def test_shared_memory_group_sums_like_gloo(tmp_path, quiet):
-    outcomes = run_ranks([_shared_memory_sums])
-    zero, one = outcomes[0][0], outcomes[1][0]
-    assert zero["group"] == one["group"] == "SharedMemoryGroup"
-    for key, total in zero["sums"].items():
-        expected = zero["inputs"][key] + one["inputs"][key]
-        assert torch.equal(total, one["sums"][key]), key  # the same bits on every rank
-        assert torch.allclose(total, expected), key
-    assert torch.equal(zero["chunked"], zero["sums"]["float32"])
-    assert torch.equal(one["chunked"], one["sums"]["float32"])
-    assert zero["max"] == one["max"] == 1.0
-    assert "another order" in zero["out_of_step"] and "another order" in one["out_of_step"]
-    assert zero["one_rank_off"] is None and one["one_rank_off"] is None
-    assert not zero["left_behind"] and not one["left_behind"]

@@ -848,9 +848,9 @@ def test_training_with_several_samples_per_input(tmp_path, monkeypatch):
     seen = []
     original = mannlab.DNTM.aux_terms
 
-    def spy(self, trace, nll, outputs_per_step=None):
+    def spy(self, trace, nll, outputs_per_step=None, reducer=None):
         seen.append(trace.inputs)
-        return original(self, trace, nll, outputs_per_step)
+        return original(self, trace, nll, outputs_per_step, reducer)
 
     monkeypatch.setattr(mannlab.DNTM, "aux_terms", spy)
     config = RunConfig(

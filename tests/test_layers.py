@@ -1,6 +1,7 @@
 """The package's layering (pyproject.toml, [tool.importlinter]): every module imports only
 the layers below it, and models never reach up into training, tasks or the CLI."""
 
+import ast
 import logging
 import os
 from pathlib import Path
@@ -23,3 +24,28 @@ def test_import_contracts_are_kept(monkeypatch):
         for lg, was in zip(loggers, disabled):
             lg.disabled = was
     assert not logging.getLogger("mannlab").disabled
+
+
+def _imports_torch_distributed(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import) and any(a.name.startswith("torch.distributed") for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            if node.module.startswith("torch.distributed"):
+                return True
+            if node.module == "torch" and any(a.name == "distributed" for a in node.names):
+                return True
+    return False
+
+
+def test_only_training_talks_to_other_processes():
+    """Collectives are the trainer's: the layers below it compute on the tensors they are given
+    (a model's batch statistics take the trainer's reducer). import-linter cannot forbid a
+    subpackage of torch, so this reads the imports."""
+    package = ROOT / "src" / "mannlab"
+    found = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if package / "training" not in path.parents and _imports_torch_distributed(path)
+    ]
+    assert found == []

@@ -5,6 +5,7 @@ THUMOS'14), and `mannlab train` + `eval` + `compare --proposals` on a tiny synth
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from mannlab import ConfigError, DataError, tasks
 from mannlab.cli import main
 from mannlab.config import RunConfig, TrainConfig
 from mannlab.evaluation.proposals import evaluate_proposals, score_videos
+from mannlab.reporting.proposal_figures import draw_evaluation_figures
 from mannlab.tasks.proposal_math import anchor_weights, proposal_labels, weighted_proposal_loss
 from mannlab.training.schedules import epoch_plan, step_decay
 from mannlab.wrappers import model_for_task
@@ -165,7 +167,8 @@ def test_chunked_scoring_equals_one_pass_and_batching_changes_nothing(name):
 def test_evaluation_writes_proposals_recall_and_figures(tmp_path):
     task = tiny()
     model = tiny_model(task)
-    result = evaluate_proposals(model, task, "test", out_dir=tmp_path, label="gru")
+    result = evaluate_proposals(model, task, "test", out_dir=tmp_path)
+    assert set(result["files"]) == {"proposals", "eval"}  # evaluation draws nothing
     summary = result["summary"]
     assert {"recall@1000_tiou0.6", "recall@1000_tiou0.8", "ar@100", "ar@1000"} <= set(summary)
     assert all(0.0 <= v <= 1.0 for v in summary.values())
@@ -180,7 +183,9 @@ def test_evaluation_writes_proposals_recall_and_figures(tmp_path):
     assert all(0 <= p["segment"][0] < p["segment"][1] <= 64 for p in first)
     saved = json.loads((tmp_path / "eval-test.json").read_text())
     assert saved["summary"] == summary and len(saved["curves"]["recall_vs_tiou"][0]) == 20
-    assert (tmp_path / "figures" / "proposals_test_ar_vs_proposals.png").stat().st_size > 1000
+    figures = draw_evaluation_figures(result, tmp_path, label="gru")
+    assert figures["recall_vs_proposals"] == str(tmp_path / "figures" / "proposals_test_ar_vs_proposals.png")
+    assert all(Path(path).stat().st_size > 1000 for path in figures.values())
     first_two = evaluate_proposals(model, task, "test", limit=2, batch_size=1)
     assert first_two["videos"] == 2 and "files" not in first_two
 
@@ -256,6 +261,7 @@ def test_train_eval_and_compare_through_the_cli(tmp_path, monkeypatch, capsys):
         assert main(["eval", f"runs/{name}"]) == 0
     out = capsys.readouterr().out
     assert "recall@1000 tIoU 0.6" in out and "ar@100" in out and "proposals-test.json" in out
+    assert "figures/proposals_test_ar_vs_proposals.png" in out  # drawn by `mannlab eval`
     state = torch.load(tmp_path / "runs/gru/checkpoints/last/train_state.pt", weights_only=True)
     assert math.isclose(state["optimizer"]["param_groups"][0]["lr"], 2e-4)  # 2e-3 / 10 after step 4
     config = RunConfig.from_dict(__import__("tomllib").loads((tmp_path / "runs/gru/config.toml").read_text()))

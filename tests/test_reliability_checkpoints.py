@@ -9,7 +9,7 @@ import mannlab
 from conftest import tiny_lstm_run
 from mannlab.config import RunConfig
 from mannlab.errors import CheckpointError
-from mannlab.rundir import load_run
+from mannlab.loading import load_run
 from mannlab.training import train
 
 

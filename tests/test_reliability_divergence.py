@@ -10,7 +10,7 @@ import pytest
 import mannlab
 from conftest import tiny_lstm_run
 from mannlab.config import RunConfig
-from mannlab.rundir import load_run
+from mannlab.loading import load_run
 from mannlab.training import DivergedError, train
 from mannlab.training.sampled import SampledBatches
 from mannlab.training.source import Validation

@@ -17,7 +17,8 @@ from mannlab.cli import main
 from mannlab.data import babi, download
 from mannlab.errors import CheckpointError, ConfigError, DataError
 from mannlab.file_kinds import file_problem, kind_of
-from mannlab.rundir import checkpoint, load_checkpoint, load_run, read_metrics, sums
+from mannlab.loading import load_run
+from mannlab.rundir import checkpoint, load_checkpoint, read_metrics, sums
 from mannlab.rundir.files import read_json
 from mannlab.training import train
 

@@ -10,7 +10,7 @@ import torch
 import mannlab.config
 from mannlab.config import MAX_THREADS, RunConfig, TrainConfig, check_threads, usable_cores
 from mannlab.errors import ConfigError
-from mannlab.rundir import use_run_threads
+from mannlab.loading import use_run_threads
 from mannlab.training import train
 
 

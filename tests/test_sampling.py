@@ -63,6 +63,35 @@ def test_running_moments_update_normalise_and_checkpoint():
         sampling.RunningMoments(momentum=1.0)
 
 
+class _TwinSlices:
+    """A Reducer for a batch split in two equal slices that hold the same rows (this one first)."""
+
+    def sum(self, tensor):
+        return 2 * tensor.detach()
+
+    def gather(self, tensor):
+        return torch.cat([tensor.detach(), tensor.detach()]), slice(0, tensor.shape[0])
+
+
+def test_batch_statistics_with_a_reducer_are_those_of_the_global_batch():
+    gen = torch.Generator().manual_seed(0)
+    values, mask = torch.randn(3, 4, generator=gen), (torch.rand(3, 4, generator=gen) > 0.3).float()
+    inputs = torch.tensor([0.0, 1.0, 2.0]).view(3, 1)  # each input once here, twice globally
+    twins, both = _TwinSlices(), slice(0, 3)
+    whole, whole_mask = torch.cat([values, values]), torch.cat([mask, mask])
+    assert torch.allclose(
+        sampling.leave_one_out_mean(values, mask, twins), sampling.leave_one_out_mean(whole, whole_mask)[both]
+    )
+    assert torch.equal(sampling.same_input_leave_one_out_mean(values[:, 0], inputs, twins), values[:, 0])
+    with pytest.raises(ValueError, match="every input at least twice"):
+        sampling.same_input_leave_one_out_mean(values[:, 0], inputs)  # without: this slice alone
+    assert torch.allclose(sampling.batch_mean(values, twins), whole.mean())
+    split, one = sampling.RunningMoments(), sampling.RunningMoments()
+    split.update(values, twins)
+    one.update(whole)
+    assert torch.allclose(split.mean, one.mean) and torch.allclose(split.var, one.var)
+
+
 def test_reinforce_estimate_matches_the_exact_gradient_and_finds_the_optimum():
     """E[R] = sum_j softmax(theta)_j r_j has a known optimum (the best j); the mean of the
     score-function estimate over many samples must equal the exact gradient."""

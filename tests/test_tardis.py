@@ -307,9 +307,9 @@ def test_training_loop_passes_the_score_and_drives_the_schedule(tmp_path, monkey
     seen = []
     original = mannlab.TARDIS.aux_terms
 
-    def spy(self, trace, nll, score=None, outputs_per_step=None):
+    def spy(self, trace, nll, score=None, outputs_per_step=None, reducer=None):
         seen.append((score is not None, self.inverse_temperature, outputs_per_step))
-        return original(self, trace, nll, score, outputs_per_step)
+        return original(self, trace, nll, score, outputs_per_step, reducer)
 
     monkeypatch.setattr(mannlab.TARDIS, "aux_terms", spy)
     config = RunConfig(

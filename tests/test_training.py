@@ -10,9 +10,10 @@ from mannlab.building import build_run
 from mannlab.config import RunConfig, TrainConfig
 from mannlab.errors import CheckpointError, ConfigError, DataError
 from mannlab.evaluation import evaluate_lengths, evaluate_run
+from mannlab.loading import load_run
 from mannlab.models.lstm import LSTM
 from mannlab.reporting.text_tables import format_table
-from mannlab.rundir import load_checkpoint, load_run, read_metrics, truncate_metrics
+from mannlab.rundir import load_checkpoint, read_metrics, truncate_metrics
 from mannlab.tasks.base import Task
 from mannlab.training import NonFiniteLossError, loop, train
 from mannlab.training.sampled import validation_sets
@@ -200,14 +201,15 @@ def test_after_solve_record_over_a_resume(tmp_path, monkeypatch, no_figures, old
 def test_aux_loss_gets_detached_step_nll(tmp_path, monkeypatch, no_figures):
     seen = []
 
-    def aux_loss(self, trace, step_nll, outputs_per_step=None):
-        seen.append((tuple(step_nll.shape), step_nll.requires_grad, type(trace).__name__))
+    def aux_loss(self, trace, step_nll, outputs_per_step=None, reducer=None):
+        seen.append((tuple(step_nll.shape), step_nll.requires_grad, type(trace).__name__, reducer))
         return step_nll.new_zeros(())
 
     monkeypatch.setattr(LSTM, "uses_aux_loss", True)
     monkeypatch.setattr(LSTM, "aux_loss", aux_loss)
     train(tiny_config(tmp_path, steps=2, val_every=10))
     assert len(seen) == 2 and seen[0][0][0] == 4 and seen[0][1] is False and seen[0][2] == "LSTMTrace"
+    assert seen[0][3] is None  # one process: the batch's own statistics
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is not None, reason="tensorboard installed")
@@ -233,7 +235,7 @@ def test_evaluate_and_table(tmp_path, no_figures):
 
 def test_evaluation_uses_the_runs_thread_count(tmp_path, monkeypatch):
     """Evaluations run on train.threads, as training did (0: leave torch's setting alone)."""
-    from mannlab.rundir import use_run_threads
+    from mannlab.loading import use_run_threads
 
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)

@@ -20,9 +20,8 @@ from mannlab.state import detach_state, map_state
 
 if TYPE_CHECKING:  # the names loaded on first use (below), as type checkers and editors see them
     from mannlab import analysis, training
+    from mannlab.loading import load, save
     from mannlab.reporting import figures as plot
-    from mannlab.rundir.load import load
-    from mannlab.rundir.pretrained import save
 
 __version__ = "0.1.0"  # the one version source: pyproject.toml reads it from here
 
@@ -54,10 +53,10 @@ __all__ = [
 
 
 # matplotlib is slow to import: mannlab.plot, the analyses and the trainer (which draws
-# figures) load on first use only, and so do load and save (the run directory's modules)
+# figures) load on first use only, and so do load and save (mannlab/loading/)
 _LAZY = {
-    "load": ("mannlab.rundir.load", "load"),
-    "save": ("mannlab.rundir.pretrained", "save"),
+    "load": ("mannlab.loading.runs", "load"),
+    "save": ("mannlab.loading.saved", "save"),
     "plot": ("mannlab.reporting.figures", None),
     "analysis": ("mannlab.analysis", None),
     "training": ("mannlab.training", None),

@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from mannlab import tasks
 from mannlab.config import RunConfig, TrainConfig
 from mannlab.evaluation.bpc import LN2
-from mannlab.rundir.pretrained import build_described, describe
+from mannlab.loading.saved import build_described, describe
 from mannlab.state import detach_state
 from mannlab.tasks.torch_data import TaskBatches, TextSegments
 from mannlab.training.optimizer import make_optimizer

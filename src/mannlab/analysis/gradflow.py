@@ -206,7 +206,7 @@ def load_model(spec: str, task: Any, seed: int = 0, checkpoint: str = "best") ->
 
     path = Path(spec)
     if path.is_dir():
-        from mannlab.rundir import load_run
+        from mannlab.loading import load_run
 
         config, run_task, model, meta = load_run(path, checkpoint)
         if (run_task.input_size, run_task.output_size) != (task.input_size, task.output_size):

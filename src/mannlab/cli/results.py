@@ -248,6 +248,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         limit=args.limit,
         reads=args.reads,
     )
+    if result["kind"] == "proposals":  # figure 2 of the curves, in the run's figures/
+        from mannlab.reporting.proposal_figures import draw_evaluation_figures
+
+        found = result["result"]
+        found["files"].update(draw_evaluation_figures(found, args.run_dir, label=result["model"]))
     print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
     return 0
 
@@ -258,9 +263,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from mannlab.errors import DataError
     from mannlab.evaluation import loss_key
     from mannlab.file_kinds import file_problem
+    from mannlab.loading import load_run, use_run_threads
     from mannlab.reporting import figures, read_figures
-    from mannlab.rundir import load_run, use_run_threads
-    from mannlab.training.figures import draw_memory_access
+    from mannlab.reporting.run_figures import draw_memory_access
 
     run_dir = Path(args.run_dir)
     out = Path(args.out) if args.out else run_dir / "figures"

@@ -14,7 +14,8 @@ and over the split the recall of the ground truth (evaluation/proposal_recall.py
 1,000 average proposals at tIoU 0.6 and 0.8, table 3; AR at N; the two curves of figure 2).
 ``evaluate_proposals(..., out_dir=RUN)`` writes ``proposals-<split>.json`` (every video's
 proposals and ground truth, in seconds when the videos have a frame rate, THUMOS'14, else in
-steps), ``eval-<split>.json`` (the numbers and curves) and the two figures in RUN/figures.
+steps) and ``eval-<split>.json`` (the numbers and curves); figure 2's plots of those curves
+are reporting's (mannlab.reporting.proposal_figures.draw_evaluation_figures).
 """
 
 from __future__ import annotations
@@ -33,10 +34,6 @@ from mannlab.tasks.proposal_math import ProposalVideo, decode_proposals
 #: file names in the run directory (``{split}`` filled in)
 PROPOSALS_FILE = "proposals-{split}.json"
 EVAL_FILE = "eval-{split}.json"
-FIGURES = {
-    "recall_vs_proposals": "figures/proposals_{split}_ar_vs_proposals.png",
-    "recall_vs_tiou": "figures/proposals_{split}_recall_vs_tiou.png",
-}
 
 
 def score_videos(
@@ -109,7 +106,6 @@ def evaluate_proposals(
     task: Any,
     split: str = "test",
     out_dir: str | Path | None = None,
-    label: str = "model",
     chunk: int = 512,
     about: dict[str, Any] | None = None,
     limit: int | None = None,
@@ -117,9 +113,9 @@ def evaluate_proposals(
 ) -> dict[str, Any]:
     """Proposals and recall of ``model`` on the whole videos of ``split`` (module docstring;
     ``limit``: the first that many only; ``batch_size`` videos scored together). With
-    ``out_dir`` (a run directory), writes the proposals JSON, the eval JSON and the two
-    figures there (``label`` names the curve) and lists their paths under ``files``.
-    ``about`` (run directory, model, task, checkpoint) is added to the result first."""
+    ``out_dir`` (a run directory), writes the proposals JSON and the eval JSON there and
+    lists their paths under ``files``. ``about`` (run directory, model, task, checkpoint) is
+    added to the result first."""
     videos = task.videos(split)[:limit]
     proposals = propose(model, task, videos, chunk, batch_size)
     truth = {v.name: v.segments for v in videos}
@@ -139,7 +135,7 @@ def evaluate_proposals(
         **report,
     }
     if out_dir is not None:
-        result["files"] = write_results(Path(out_dir), split, videos, proposals, result, label)
+        result["files"] = write_results(Path(out_dir), split, videos, proposals, result)
     return result
 
 
@@ -163,12 +159,9 @@ def write_results(
     videos: list[ProposalVideo],
     proposals: dict[str, np.ndarray],
     result: dict[str, Any],
-    label: str,
 ) -> dict[str, str]:
     """proposals-<split>.json (the ActivityNet proposal layout: video -> [{"segment": [start,
-    end], "score": s}], plus the ground truth), eval-<split>.json and the figures."""
-    from mannlab.reporting.proposal_figures import plot_recall_vs_proposals, plot_recall_vs_tiou
-
+    end], "score": s}], plus the ground truth) and eval-<split>.json."""
     unit = result["unit"]
     digits = 3 if unit == "seconds" else 2
     results, truth = {}, {}
@@ -185,12 +178,8 @@ def write_results(
     files = {
         "proposals": str(out_dir / PROPOSALS_FILE.format(split=split)),
         "eval": str(out_dir / EVAL_FILE.format(split=split)),
-        **{name: str(out_dir / path.format(split=split)) for name, path in FIGURES.items()},
     }
     document = {"unit": unit, "split": split, "results": results, "ground_truth": truth}
     write_atomic(Path(files["proposals"]), json.dumps(document) + "\n")
-    curves = result["curves"]
-    plot_recall_vs_proposals({label: curves["recall_vs_proposals"]}, files["recall_vs_proposals"])
-    plot_recall_vs_tiou({label: curves["recall_vs_tiou"]}, files["recall_vs_tiou"])
     write_atomic(Path(files["eval"]), json.dumps({**result, "files": files}, indent=2) + "\n")
     return files

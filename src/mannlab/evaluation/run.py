@@ -8,7 +8,8 @@ data-set tasks (bAbI, MNIST, strokes)  a whole split, with the error per group a
 char-LM tasks (ptb-char, ...)          valid and test bits per character, state carried
 proposal tasks (proposals-synthetic,   the whole videos of a split: proposals (NMS), recall at
 thumos14-proposals)                    1,000 proposals and AR; written to <RUN>/eval-<split>.json
-                                       with proposals-<split>.json and two figures
+                                       with proposals-<split>.json (the figures of its
+                                       curves: reporting.proposal_figures)
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any, Sequence
 from mannlab.evaluation.bpc import split_bpc
 from mannlab.evaluation.lengths import evaluate_lengths
 from mannlab.evaluation.proposals import evaluate_proposals
-from mannlab.rundir import load_run, use_run_threads, write_atomic
+from mannlab.loading import load_run, use_run_threads
+from mannlab.rundir import write_atomic
 from mannlab.tasks.dataset import evaluate_split
 
 
@@ -65,7 +67,6 @@ def evaluate_run(
             task,
             split,
             out_dir=run_dir,
-            label=config.model,
             about=about,
             limit=limit,
             batch_size=batch_size or 16,

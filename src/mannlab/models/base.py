@@ -274,13 +274,25 @@ class SequenceModel(nn.Module):
         return self.cell.initial_state(batch_size, device=device, dtype=dtype)
 
     def aux_loss(
-        self, trace: Any, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+        self,
+        trace: Any,
+        step_nll: torch.Tensor,
+        outputs_per_step: Optional[int] = None,
+        reducer: Optional[sampling.Reducer] = None,
     ) -> torch.Tensor:
-        """Extra training terms (estimators, regularisers); zero for fully differentiable models."""
+        """Extra training terms (estimators, regularisers); zero for fully differentiable models.
+        ``reducer``: the batch is a slice of a global batch split among processes, and the
+        estimators' batch statistics are taken over the global batch through it (the
+        trainer passes it under data-parallel training; see nn/sampling.py)."""
         return step_nll.new_zeros(())
 
     def _scored_outputs(
-        self, trace: Any, trace_type: type, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+        self,
+        trace: Any,
+        trace_type: type,
+        step_nll: torch.Tensor,
+        outputs_per_step: Optional[int] = None,
+        reducer: Optional[sampling.Reducer] = None,
     ) -> torch.Tensor:
         """Checks aux_loss's inputs; returns S, the mean number of terms the task loss averages
         over per sequence: scored steps (where step_nll > 0) times ``outputs_per_step``, at
@@ -307,8 +319,8 @@ class SequenceModel(nn.Module):
             or outputs_per_step < 1
         ):
             raise ValueError(f"outputs_per_step must be a positive integer, got {outputs_per_step!r}")
-        # over the global batch under data-parallel training: every rank scales alike
-        steps = sampling.batch_mean((step_nll > 0).sum(1).to(step_nll.dtype))
+        # over the global batch with a reducer: every slice scales alike
+        steps = sampling.batch_mean((step_nll > 0).sum(1).to(step_nll.dtype), reducer)
         return (steps * outputs_per_step).clamp_min(1.0)
 
     def forward(self, x: torch.Tensor, state: Any = None, return_trace: bool = False):

@@ -861,13 +861,22 @@ class DNTM(CellTemperature, SequenceModel):
         return features, state, (DNTMTrace(*steps, inputs=x) if with_trace else None)
 
     def aux_loss(
-        self, trace: DNTMTrace, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+        self,
+        trace: DNTMTrace,
+        step_nll: torch.Tensor,
+        outputs_per_step: Optional[int] = None,
+        reducer: Optional[sampling.Reducer] = None,
     ) -> torch.Tensor:
         """Training terms besides the task loss, a 0-dim tensor (see :meth:`aux_terms`)."""
-        return sum(self.aux_terms(trace, step_nll, outputs_per_step).values(), step_nll.new_zeros(()))
+        terms = self.aux_terms(trace, step_nll, outputs_per_step, reducer)
+        return sum(terms.values(), step_nll.new_zeros(()))
 
     def aux_terms(
-        self, trace: DNTMTrace, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+        self,
+        trace: DNTMTrace,
+        step_nll: torch.Tensor,
+        outputs_per_step: Optional[int] = None,
+        reducer: Optional[sampling.Reducer] = None,
     ) -> dict[str, torch.Tensor]:
         """Each training term by name, means over the batch.
 
@@ -889,13 +898,14 @@ class DNTM(CellTemperature, SequenceModel):
         (step_nll > 0) times ``outputs_per_step`` (the output bits of a BCE task, the
         default; 1 for a categorical task). The cost of section 4 sums the NLL and these
         terms over the sequence; the task loss is that NLL divided by S, so dividing the
-        terms by S keeps the paper's ratio.
+        terms by S keeps the paper's ratio. ``reducer``: the batch statistics (S, the baselines,
+        the running moments) over the global batch (see SequenceModel.aux_loss).
         """
-        scored = self._scored_outputs(trace, DNTMTrace, step_nll, outputs_per_step)  # S
+        scored = self._scored_outputs(trace, DNTMTrace, step_nll, outputs_per_step, reducer)  # S
         terms: dict[str, torch.Tensor] = {}
         sampled = trace.sampled.amax(1)  # (B,)
         if self.cell.addressing == "reinforce" and bool(sampled.any()):
-            terms.update(self._reinforce(trace, step_nll.detach(), sampled, scored))
+            terms.update(self._reinforce(trace, step_nll.detach(), sampled, scored, reducer))
         if self.entropy_weight or self.sharpen_weight:
             reads, writes = sampling.entropy(trace.read_probs), sampling.entropy(trace.write_probs)
             ent = reads.sum((1, 2)) + writes.sum((1, 2))
@@ -915,15 +925,15 @@ class DNTM(CellTemperature, SequenceModel):
             terms["next_input"] = self.prediction_weight * self._next_input(trace)
         return terms
 
-    def _reinforce(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
+    def _reinforce(self, trace: DNTMTrace, step_nll, sampled, scored, reducer) -> dict[str, torch.Tensor]:
         if self.reward == "to_go":
-            return self._reinforce_to_go(trace, step_nll, sampled, scored)
+            return self._reinforce_to_go(trace, step_nll, sampled, scored, reducer)
         if self.reward == "step_samples":
-            return self._reinforce_step_samples(trace, step_nll, sampled, scored)
+            return self._reinforce_step_samples(trace, step_nll, sampled, scored, reducer)
         reward = -step_nll.sum(1)  # R = log p(y|x)
         if self.reward == "samples":  # less the mean reward of the input's other samples
-            reward = reward - sampling.same_input_leave_one_out_mean(reward, trace.inputs)
-        advantage = self._normalised(reward, sampled)
+            reward = reward - sampling.same_input_leave_one_out_mean(reward, trace.inputs, reducer)
+        advantage = self._normalised(reward, sampled, reducer)
         terms = {}
         if self.baseline is not None:
             predicted = self.baseline(trace.inputs.detach())  # never trains an input encoder
@@ -935,12 +945,14 @@ class DNTM(CellTemperature, SequenceModel):
         )
         return terms
 
-    def _normalised(self, reward: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+    def _normalised(self, reward: torch.Tensor, sampled: torch.Tensor, reducer) -> torch.Tensor:
         """reward (B, ...) centred and scaled by the running moments of earlier minibatches,
         which then take in this one's sampled rows (in training mode only)."""
-        return self.reward_stats.advantage(reward, sampled > 0, update=self.training)
+        return self.reward_stats.advantage(reward, sampled > 0, update=self.training, reducer=reducer)
 
-    def _reinforce_to_go(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
+    def _reinforce_to_go(
+        self, trace: DNTMTrace, step_nll, sampled, scored, reducer
+    ) -> dict[str, torch.Tensor]:
         """REINFORCE with each step's samples scored by the log-likelihood still to come:
         G_t = sum_{j >= t} (r_j - b_j), r_j = log p(y_j | ...), b_j the mean of r_j over the
         other sequences of the minibatch (leave-one-out), normalised by running moments.
@@ -948,14 +960,16 @@ class DNTM(CellTemperature, SequenceModel):
         subtracting b_j, which does not depend on the sequence's own samples) leaves the
         gradient's expectation that of section 4's R = log p(y|x); its variance is lower."""
         rewards, scored_steps = -step_nll, (step_nll > 0)  # r_j (B, T)
-        baseline = sampling.leave_one_out_mean(rewards, scored_steps)  # b_j
+        baseline = sampling.leave_one_out_mean(rewards, scored_steps, reducer)  # b_j
         centred = (rewards - baseline) * scored_steps
         returns = sampling.discounted_returns(centred, 1.0)
-        advantage = self._normalised(returns, sampled)
+        advantage = self._normalised(returns, sampled, reducer)
         read_log_p, write_log_p = self._step_log_p(trace, split=True)
         if self.read_discount < 1.0:  # reads scored by the nearer rewards, with their own moments
             read_returns = sampling.discounted_returns(centred, self.read_discount)
-            read_advantage = self.read_reward_stats.advantage(read_returns, sampled > 0, update=self.training)
+            read_advantage = self.read_reward_stats.advantage(
+                read_returns, sampled > 0, update=self.training, reducer=reducer
+            )
         else:
             read_advantage = advantage
         surrogate = (
@@ -964,7 +978,9 @@ class DNTM(CellTemperature, SequenceModel):
         ).sum(1) * sampled
         return {"reinforce": self.reinforce_weight * surrogate.mean() / scored}
 
-    def _reinforce_step_samples(self, trace: DNTMTrace, step_nll, sampled, scored) -> dict[str, torch.Tensor]:
+    def _reinforce_step_samples(
+        self, trace: DNTMTrace, step_nll, sampled, scored, reducer
+    ) -> dict[str, torch.Tensor]:
         """REINFORCE with per-step read credit: the read samples of step t scored by that
         step's log-likelihood r_t alone, less the mean r_t of the other samples of the same
         input (train.samples_per_input >= 2), scaled by running moments of their own; learned
@@ -973,14 +989,16 @@ class DNTM(CellTemperature, SequenceModel):
         controller, and so later steps) and far less noisy than R."""
         rewards, scored_steps = -step_nll, (step_nll > 0)  # r_t (B, T)
         baseline = torch.stack(
-            [sampling.same_input_leave_one_out_mean(r, trace.inputs) for r in rewards.unbind(1)], 1
+            [sampling.same_input_leave_one_out_mean(r, trace.inputs, reducer) for r in rewards.unbind(1)], 1
         )
         rows = scored_steps & (sampled > 0).unsqueeze(1)
-        read_advantage = self.read_reward_stats.advantage(rewards - baseline, rows, update=self.training)
+        read_advantage = self.read_reward_stats.advantage(
+            rewards - baseline, rows, update=self.training, reducer=reducer
+        )
         read_advantage = read_advantage * scored_steps  # unscored steps carry no credit
         total = rewards.sum(1)  # R = log p(y|x)
         write_advantage = self._normalised(
-            total - sampling.same_input_leave_one_out_mean(total, trace.inputs), sampled
+            total - sampling.same_input_leave_one_out_mean(total, trace.inputs, reducer), sampled, reducer
         )
         read_log_p, write_log_p = self._step_log_p(trace, split=True)
         surrogate = (

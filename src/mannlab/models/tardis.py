@@ -665,9 +665,11 @@ class TARDIS(CellTemperature, SequenceModel):
         step_nll: torch.Tensor,
         score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
         outputs_per_step: Optional[int] = None,
+        reducer: Optional[sampling.Reducer] = None,
     ) -> torch.Tensor:
         """The estimator's terms (0 for "gumbel" and "argmax"); see :meth:`aux_terms`."""
-        return sum(self.aux_terms(trace, step_nll, score, outputs_per_step).values(), step_nll.new_zeros(()))
+        terms = self.aux_terms(trace, step_nll, score, outputs_per_step, reducer)
+        return sum(terms.values(), step_nll.new_zeros(()))
 
     def aux_terms(
         self,
@@ -675,6 +677,7 @@ class TARDIS(CellTemperature, SequenceModel):
         step_nll: torch.Tensor,
         score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
         outputs_per_step: Optional[int] = None,
+        reducer: Optional[sampling.Reducer] = None,
     ) -> dict[str, torch.Tensor]:
         """REINFORCE with the auxiliary cost (section 3.1), means over the batch.
 
@@ -693,9 +696,10 @@ class TARDIS(CellTemperature, SequenceModel):
 
         S is the mean number of terms the task loss averages over per sequence: scored
         steps times ``outputs_per_step`` (output bits for a BCE task, the default; 1 for a
-        categorical task), so the terms keep the paper's ratio to the NLL.
+        categorical task), so the terms keep the paper's ratio to the NLL. ``reducer``: the
+        batch statistics (S, b_j, m and σ²) over the global batch (see SequenceModel.aux_loss).
         """
-        scored = self._scored_outputs(trace, TARDISTrace, step_nll, outputs_per_step)  # S
+        scored = self._scored_outputs(trace, TARDISTrace, step_nll, outputs_per_step, reducer)  # S
         sampled = trace.sampled.amax(1)  # (B,)
         if not self.uses_aux_loss or not bool(sampled.any()):
             return {}
@@ -706,10 +710,10 @@ class TARDIS(CellTemperature, SequenceModel):
             )
         aux_nll = score(self.aux_logits(trace))  # (B, T)
         rewards, scored_steps = -aux_nll.detach(), (step_nll > 0)  # eq. 17
-        baseline = sampling.leave_one_out_mean(rewards, scored_steps)  # b_j
+        baseline = sampling.leave_one_out_mean(rewards, scored_steps, reducer)  # b_j
         returns = sampling.discounted_returns((rewards - baseline) * scored_steps, self.discount)  # eq. 16
         # moments of earlier minibatches (evaluation never moves them)
-        advantage = self.return_stats.advantage(returns, sampled > 0, update=self.training)
+        advantage = self.return_stats.advantage(returns, sampled > 0, update=self.training, reducer=reducer)
         log_p = sampling.log_prob(trace.read_weights.detach(), trace.read_probs).sum(-1)  # (B, T)
         surrogate = sampling.reinforce_surrogate(log_p, advantage).sum(1) * sampled
         return {

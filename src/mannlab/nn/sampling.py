@@ -22,65 +22,61 @@ the variance-reduction tools of Mnih & Gregor (2014), as used by the D-NTM
 Everything works on any leading shape (batch, time, heads, ...); the last axis
 of a distribution is the category axis (memory slots). Nothing here loops.
 
-Data-parallel training (torch.distributed, one slice of the batch per process): the batch
-statistics here, the running moments' batch mean and variance, the leave-one-out and
-same-input baselines and ``batch_mean``, are those of the GLOBAL batch whenever a process
-group is open, so a baseline or a normaliser does not depend on how many processes share
-the batch. Every process must then make the same calls in the same order (they are
-collective operations); without a process group nothing changes.
+Data-parallel training (one slice of the batch per process): the batch statistics here, the
+running moments' batch mean and variance, the leave-one-out and same-input baselines and
+``batch_mean``, take a ``reducer`` (a ``Reducer``: sums and gathers over the slices), which the
+training layer passes when the batch is split; they are then those of the GLOBAL batch, so a
+baseline or a normaliser does not depend on how many processes share the batch, and every
+process must make the same calls in the same order (the reducer's are collective). Without a
+reducer (the default) they are the statistics of the tensors given; nothing here talks to
+other processes by itself.
 """
 
 from __future__ import annotations
 
+from typing import Optional, Protocol
+
 import torch
-import torch.distributed as dist
 from torch import nn
 
 
-def _group_active() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+class Reducer(Protocol):
+    """How the slices of a batch split among processes combine (the training layer's
+    ``distributed.batch_reducer``); each call is collective."""
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The elementwise sum of ``tensor`` over the slices (a detached copy, the same on every
+        process)."""
+        ...
+
+    def gather(self, tensor: torch.Tensor) -> tuple[torch.Tensor, slice]:
+        """The global batch: ``tensor`` (B, ...) of every slice concatenated in order (detached),
+        and this slice's rows in it. Every slice holds the same B."""
+        ...
 
 
-def _sum_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
-    """The elementwise sum of ``tensor`` over the processes (the tensor itself without a group)."""
-    if not _group_active():
-        return tensor
-    total = tensor.detach().clone()
-    dist.all_reduce(total)
-    return total
-
-
-def _gather_batch(tensor: torch.Tensor) -> tuple[torch.Tensor, slice]:
-    """The global batch: ``tensor`` (B, ...) of every process concatenated in rank order,
-    and this process's rows in it. Every process holds the same B (equal slices)."""
-    if not _group_active():
-        return tensor, slice(0, tensor.shape[0])
-    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, tensor.detach().contiguous())
-    start = dist.get_rank() * tensor.shape[0]
-    return torch.cat(parts), slice(start, start + tensor.shape[0])
-
-
-def batch_mean(values: torch.Tensor) -> torch.Tensor:
+def batch_mean(values: torch.Tensor, reducer: Optional[Reducer] = None) -> torch.Tensor:
     """The mean of ``values`` over all its elements in the global batch (no gradient with a
-    process group: it is a statistic, as the scale S of the estimator terms)."""
-    if not _group_active():
+    reducer: it is a statistic, as the scale S of the estimator terms)."""
+    if reducer is None:
         return values.mean()
-    stats = _sum_over_ranks(torch.stack([values.detach().sum(), values.new_tensor(float(values.numel()))]))
+    stats = reducer.sum(torch.stack([values.detach().sum(), values.new_tensor(float(values.numel()))]))
     return stats[0] / stats[1]
 
 
-def _batch_moments(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _batch_moments(
+    values: torch.Tensor, reducer: Optional[Reducer]
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(mean, variance (biased), count) of ``values`` over the global batch."""
-    if not _group_active():
+    if reducer is None:
         var = values.var(unbiased=False) if values.numel() > 1 else torch.zeros_like(values.mean())
         return values.mean(), var, values.numel()
-    stats = _sum_over_ranks(torch.stack([values.sum(), values.new_tensor(float(values.numel()))]))
+    stats = reducer.sum(torch.stack([values.sum(), values.new_tensor(float(values.numel()))]))
     count = int(stats[1].item())
     if count == 0:
         return stats[0], stats[0], 0
     mean = stats[0] / stats[1]
-    var = _sum_over_ranks((values - mean).pow(2).sum()) / stats[1]
+    var = reducer.sum((values - mean).pow(2).sum()) / stats[1]
     return mean, var, count
 
 
@@ -184,10 +180,11 @@ class RunningMoments(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.long))
 
     @torch.no_grad()
-    def update(self, values: torch.Tensor) -> None:
-        """Fold the batch ``values`` (any shape, at least one element) into b and sigma^2."""
+    def update(self, values: torch.Tensor, reducer: Optional[Reducer] = None) -> None:
+        """Fold the batch ``values`` (any shape, at least one element) into b and sigma^2
+        (the global batch's, through ``reducer``, when the batch is split)."""
         values = values.detach().to(self.mean.dtype)
-        batch_mean, batch_var, count = _batch_moments(values)  # of the global batch
+        batch_mean, batch_var, count = _batch_moments(values, reducer)
         if count == 0:
             raise ValueError("RunningMoments.update needs at least one value")
         if int(self.count) == 0:
@@ -206,46 +203,58 @@ class RunningMoments(nn.Module):
         mean, var = self.mean.to(values.dtype), self.var.to(values.dtype)
         return (values - mean) / torch.sqrt(var + self.eps)
 
-    def advantage(self, values: torch.Tensor, rows: torch.Tensor, update: bool) -> torch.Tensor:
+    def advantage(
+        self, values: torch.Tensor, rows: torch.Tensor, update: bool, reducer: Optional[Reducer] = None
+    ) -> torch.Tensor:
         """``values`` centred and scaled by the moments of *earlier* batches, which then take in
         ``values[rows]`` when ``update`` (training). A batch's own values never enter its own
         baseline, which keeps REINFORCE unbiased; the very first batch, with no history, is
-        normalised by its own moments."""
+        normalised by its own moments. ``reducer``: as ``update``'s."""
         if int(self.count) == 0:
             first = RunningMoments(eps=self.eps).to(values.device, values.dtype)
-            first.update(values[rows])
+            first.update(values[rows], reducer)
             advantage = first.normalise(values)
         else:
             advantage = self.normalise(values)
         if update:
-            self.update(values[rows])
+            self.update(values[rows], reducer)
         return advantage
 
     def extra_repr(self) -> str:
         return f"momentum={self.momentum}, eps={self.eps}"
 
 
-def leave_one_out_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def leave_one_out_mean(
+    values: torch.Tensor, mask: torch.Tensor, reducer: Optional[Reducer] = None
+) -> torch.Tensor:
     """Per time step, the mean of ``values`` over the *other* sequences of the batch where
     ``mask`` is set: b_t^(i) = sum_{i' != i} m v / sum_{i' != i} m, 0 where no other sequence
     has step t. values, mask (B, T) -> (B, T), no gradient. A REINFORCE baseline per time step
     (TARDIS eq. 16's b_j) that leaves the estimator unbiased: b^(i) does not depend on
-    sequence i's own actions."""
+    sequence i's own actions. With a ``reducer``, the other sequences of the global batch."""
     values, mask = values.detach(), mask.to(values.dtype)
     masked = values * mask
-    sums = _sum_over_ranks(torch.stack([masked.sum(0, keepdim=True), mask.sum(0, keepdim=True)]))
-    total, count = sums[0] - masked, sums[1] - mask  # over the global batch
+    sums = torch.stack([masked.sum(0, keepdim=True), mask.sum(0, keepdim=True)])
+    if reducer is not None:
+        sums = reducer.sum(sums)
+    total, count = sums[0] - masked, sums[1] - mask
     return torch.where(count > 0, total / count.clamp_min(1), torch.zeros_like(values))
 
 
-def same_input_leave_one_out_mean(values: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+def same_input_leave_one_out_mean(
+    values: torch.Tensor, inputs: torch.Tensor, reducer: Optional[Reducer] = None
+) -> torch.Tensor:
     """For each sequence, the mean of ``values`` over the *other* sequences of the batch with
     exactly the same input: values (B,), inputs (B, ...) -> (B,), no gradient. A REINFORCE
     baseline (several samples of one input baseline each other) that leaves the estimator
     unbiased and removes every difference between inputs from the advantage. Raises
-    ValueError if some input appears only once."""
-    values, rows = _gather_batch(values.detach())  # the other samples may be on other ranks
-    inputs, _ = _gather_batch(inputs.detach())
+    ValueError if some input appears only once. With a ``reducer``, the other sequences of the
+    global batch (the other samples of an input may be in other slices)."""
+    values, inputs = values.detach(), inputs.detach()
+    rows = slice(0, values.shape[0])
+    if reducer is not None:
+        values, rows = reducer.gather(values)
+        inputs, _ = reducer.gather(inputs)
     _, group = torch.unique(inputs.flatten(1), dim=0, return_inverse=True)
     count = torch.bincount(group)
     if bool((count < 2).any()):

@@ -9,12 +9,14 @@ The curves come from :mod:`mannlab.evaluation.proposal_recall`; this module only
 curve is ``(x, y)``; a list of curves under one name (one per seed, on the same x) is drawn
 as their mean with a min-max band. Like :mod:`mannlab.reporting.figures`, each function
 returns the Figure, and saves it as PNG (atomically) and closes it when ``path`` is given.
+:func:`draw_evaluation_figures` draws both for one evaluation of a run (`mannlab eval`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -24,7 +26,13 @@ from matplotlib.figure import Figure
 
 from mannlab.reporting.figures import finish_figure
 
-__all__ = ["plot_recall_vs_proposals", "plot_recall_vs_tiou"]
+__all__ = ["plot_recall_vs_proposals", "plot_recall_vs_tiou", "draw_evaluation_figures"]
+
+#: the figures of a run's evaluation, in its directory (``{split}`` filled in)
+EVALUATION_FIGURES = {
+    "recall_vs_proposals": "figures/proposals_{split}_ar_vs_proposals.png",
+    "recall_vs_tiou": "figures/proposals_{split}_recall_vs_tiou.png",
+}
 
 Curve = tuple[Sequence[float], Sequence[float]]
 Curves = Mapping[str, Curve | Sequence[Curve]]
@@ -64,6 +72,19 @@ def plot_recall_vs_tiou(
     ax.set_xlabel("tIoU")
     ax.set_ylabel(f"recall@{n_proposals} proposals")
     return _finish(fig, ax, title, path)
+
+
+def draw_evaluation_figures(
+    evaluation: Mapping[str, Any], out_dir: str | os.PathLike, label: str = "model"
+) -> dict[str, str]:
+    """Figure 2's two plots of one evaluation (evaluate_proposals's result: its ``split`` and
+    ``curves``) in ``out_dir`` (a run directory), the curve named ``label``; their paths by
+    name (the keys of EVALUATION_FIGURES)."""
+    split, curves = evaluation["split"], evaluation["curves"]
+    paths = {name: str(Path(out_dir) / path.format(split=split)) for name, path in EVALUATION_FIGURES.items()}
+    plot_recall_vs_proposals({label: curves["recall_vs_proposals"]}, paths["recall_vs_proposals"])
+    plot_recall_vs_tiou({label: curves["recall_vs_tiou"]}, paths["recall_vs_tiou"])
+    return paths
 
 
 def _axes() -> tuple[Figure, Axes]:

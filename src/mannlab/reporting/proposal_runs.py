@@ -17,10 +17,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from mannlab.errors import DataError
+from mannlab.evaluation.proposals import EVAL_FILE
 from mannlab.reporting.proposal_figures import plot_recall_vs_proposals, plot_recall_vs_tiou
 from mannlab.rundir.files import read_json
 
-EVAL_FILE = "eval-{split}.json"
 #: the table's columns: ARMIN table 3 (recall at 1,000 proposals) and AR at three sizes (on
 #: short videos, as the synthetic ones, 1,000 proposals recall nearly everything: AR at 50
 #: and 100 then tells the models apart)

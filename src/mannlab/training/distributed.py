@@ -28,13 +28,10 @@ import torch.distributed as dist
 from torch import nn
 
 from mannlab.errors import ConfigError
-from mannlab.training import local_group
 
 T = TypeVar("T")
 # a rank waits this long for the others (e.g. while rank 0 alone validates or writes figures)
 TIMEOUT = datetime.timedelta(minutes=60)
-# device type -> the shared-memory group of DDP, or None where it is not used (ddp_group)
-_local_groups: dict[str, Any] = {}
 
 
 def env_world_size() -> int:
@@ -109,7 +106,6 @@ def start(
 
 def teardown() -> None:
     """Close the process group if one is open."""
-    _local_groups.clear()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
@@ -171,6 +167,28 @@ def gather_along(tensor: torch.Tensor, axis: int) -> torch.Tensor:
     return torch.cat(parts, dim=axis)
 
 
+class _RankReducer:
+    """Sums and gathers over the ranks' slices of the global batch: the ``reducer`` of the
+    estimators' batch statistics (nn/sampling.py's ``Reducer``)."""
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        total = tensor.detach().clone()
+        dist.all_reduce(total)
+        return total
+
+    def gather(self, tensor: torch.Tensor) -> tuple[torch.Tensor, slice]:
+        parts = [torch.empty_like(tensor) for _ in range(world_size())]
+        dist.all_gather(parts, tensor.detach().contiguous())
+        start = rank() * tensor.shape[0]
+        return torch.cat(parts), slice(start, start + tensor.shape[0])
+
+
+def batch_reducer() -> _RankReducer | None:
+    """What a model's ``aux_loss`` takes its batch statistics over: the ranks' slices with a
+    process group open, None (this process's batch alone) without one."""
+    return _RankReducer() if active() else None
+
+
 def global_scale(count: torch.Tensor, total: torch.Tensor | None = None) -> torch.Tensor:
     """world_size * count / total, ``total`` being the sum of ``count`` over the ranks:
     multiplies a rank's loss that is a mean over its own ``count`` terms (scored bits or
@@ -197,24 +215,17 @@ def mean_over_ranks(values: torch.Tensor) -> torch.Tensor:
 
 def mean_over_ranks_later(values: torch.Tensor) -> Callable[[], torch.Tensor]:
     """``mean_over_ranks(values)`` for after the backward: returns a function that gives it
-    (the same tensor on every call), to be called once on every rank. With gloo the
-    all-reduce starts now and runs during the backward; in the shared-memory group of DDP
-    (``ddp_group``) it runs in the call, when the ranks have just summed their gradients
-    there and so reach it together (a gloo all-reduce during the backward cost 1-3 ms of
-    ARMIN's step in bench_ddp.py)."""
+    (the same tensor on every call), to be called once on every rank. The all-reduce starts
+    now and runs during the backward."""
     if not active():
         return lambda: values
     total = values.detach().clone()
-    group = _local_groups.get(total.device.type)
-    work = None if group is not None else dist.all_reduce(total, async_op=True)
+    work = dist.all_reduce(total, async_op=True)
     done: list[torch.Tensor] = []
 
     def result() -> torch.Tensor:
         if not done:
-            if work is None:
-                group.allreduce([total])
-            else:
-                work.wait()
+            work.wait()
             done.append(total / world_size())
         return done[0]
 
@@ -301,17 +312,6 @@ _NO_FORWARD_BUFFER_SYNC = (
 )
 
 
-def ddp_group(device: torch.device) -> dist.ProcessGroup | None:
-    """The process group DDP reduces gradients in: the shared-memory group when all ranks
-    share this machine's memory and train on the CPU (training/local_group.py), else None
-    (the default group: gloo or NCCL). Made once per process; collective on first use."""
-    if device.type != "cpu":  # the same on every rank: no handshake (NCCL stays as it is)
-        return None
-    if device.type not in _local_groups:
-        _local_groups[device.type] = local_group.local_group(device, TIMEOUT.total_seconds())
-    return _local_groups[device.type]
-
-
 class Runner:
     """Calls a step's loss function on the model: ``runner(fn, *args) = fn(model, *args)``,
     through DistributedDataParallel when a process group is open.
@@ -323,8 +323,8 @@ class Runner:
     when a model happened to use every parameter.
     Buffers are copied from rank 0 once, here, and not at each forward: the only buffers
     that change in training, the running reward moments (nn/sampling.py), are computed from
-    the global batch on every rank and stay equal. DDP sums the gradients in ``ddp_group``:
-    through shared memory on one CPU machine."""
+    the global batch on every rank (``batch_reducer``) and stay equal. DDP sums the
+    gradients in the default group: gloo on the CPU, NCCL on CUDA."""
 
     def __init__(self, model: nn.Module, device: torch.device):
         self.model = model
@@ -336,7 +336,6 @@ class Runner:
                 _LossModule(model),
                 device_ids=[device.index] if device.type == "cuda" else None,
                 find_unused_parameters=True,
-                process_group=ddp_group(device),
                 **_NO_FORWARD_BUFFER_SYNC,
             )
 

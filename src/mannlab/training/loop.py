@@ -42,6 +42,7 @@ import torch
 import mannlab
 from mannlab.config import RunConfig, TrainConfig, default_run_dir
 from mannlab.errors import CheckpointError, DataError
+from mannlab.reporting.run_figures import draw_run_figures
 from mannlab.rundir import (
     MetricsLog,
     load_checkpoint,
@@ -63,7 +64,6 @@ from mannlab.training.device import (
     on_device,
     say_auto_choice,
 )
-from mannlab.training.figures import draw_run_figures
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.prepared import PreparedRun, prepare_run
 from mannlab.training.progress import Progress

@@ -26,12 +26,16 @@ def model_aux_loss(
     score: Callable[[torch.Tensor], torch.Tensor],
     outputs_per_step: int,
 ) -> torch.Tensor:
-    """``model.aux_loss(trace, step_nll, outputs_per_step)``, ``outputs_per_step`` being what
-    the task loss averages over per scored step (output bits for BCE, 1 for cross-entropy);
-    models with their own auxiliary predictions (``aux_loss_scores``: TARDIS eq. 17) also
-    get ``score``, logits -> per-step NLL on the targets."""
+    """``model.aux_loss(trace, step_nll, outputs_per_step, reducer)``, ``outputs_per_step``
+    being what the task loss averages over per scored step (output bits for BCE, 1 for
+    cross-entropy) and ``reducer`` the ranks' slices under data-parallel training (the
+    estimators' batch statistics are the global batch's: collectives, so every rank calls
+    this alike); models with their own auxiliary predictions (``aux_loss_scores``: TARDIS
+    eq. 17) also get ``score``, logits -> per-step NLL on the targets."""
     extra = {"score": score} if model.aux_loss_scores else {}
-    return model.aux_loss(trace, step_nll, outputs_per_step=outputs_per_step, **extra)
+    return model.aux_loss(
+        trace, step_nll, outputs_per_step=outputs_per_step, reducer=distributed.batch_reducer(), **extra
+    )
 
 
 def sequence_loss(

@@ -1,8 +1,8 @@
 """Compiled CPU kernels for the DNC (numba): the memory step, the equations of
 mannlab.models.dnc steps (ii)-(iii), in loops that numba compiles to machine code
-(``memory_step_forward``/``_backward``, ops/dnc/function.py); and, at the end of this
-file, whole sequences: controller, interface layer and memory step of every time step
-(``sequence_forward``/``_backward``, ops/dnc/sequence.py).
+(``memory_step_forward``/``_backward``, run by ops/dnc/memory_step.py); and, at the end of
+this file, whole sequences: controller, interface layer and memory step of every time step
+(``sequence_forward``/``_backward``, run by ops/dnc/numba_sequence.py).
 
 Why: on a CPU the DNC step is about 60 small tensor operations forward and 100
 backward, each a few microseconds of dispatch, plus several (B, N, N) link-matrix

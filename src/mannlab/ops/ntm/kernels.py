@@ -1,10 +1,11 @@
 """Compiled CPU kernels for the NTM memory step (numba): the same equations as
-ops/ntm/function.py, in loops that numba compiles to machine code.
+ops/ntm/memory_step.py, in loops that numba compiles to machine code; and, at the end of this
+file, whole sequences (run by ops/ntm/numba_sequence.py).
 
 Why: on a CPU a small tensor operation costs a few microseconds of dispatch, and
 the memory step is about 70 of them forward and 100 backward, so at batch 1 the
 step's cost is dispatch, not arithmetic. Here the whole step is one call each
-way. The results equal the tensor version (ops/ntm/function.py's torch path)
+way. The results equal the tensor version (ops/ntm/memory_step.py's tensor path)
 to rounding; the tests compare both with the composition of mannlab.nn.addressing
 primitives and run gradcheck in float64.
 
@@ -578,7 +579,7 @@ def memory_step_backward(
 # over all T B steps of the gradients these kernels return. Arrays over time are time-major
 # (T, B, ...), so that each step's rows are one contiguous block for BLAS.
 
-#: Controller kinds of the sequence kernels (ops/ntm/sequence.py names them).
+#: Controller kinds of the sequence kernels (ops/controller_codes.py names them).
 FNN, ELMAN, LSTM = 0, 1, 2
 
 

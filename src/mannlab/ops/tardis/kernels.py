@@ -2,8 +2,10 @@
 backward pass through time of mannlab.models.tardis (eqs. 1-10, 18-19 and the writes of
 algorithm 1), for every configuration of TARDISCell (gumbel straight-through, REINFORCE
 samples or argmax reads; learned or scheduled 1/τ; layer norm and recurrent dropout on or
-off). Used by models/tardis.py's compiled path; tests/test_tardis.py checks values and every
-gradient against the per-step tensor path.
+off). Run by ops/tardis/numba_sequence.py, the numba backend of the op ``tardis_sequence``
+(ops/tardis/op.py); tests/ops/test_tardis_ops.py checks values and every gradient against
+ops/tardis/reference.py, and tests/test_tardis.py the model on them against its per-step
+tensor path.
 
 Why: a TARDIS step is about 60 small tensor operations forward and 90 backward, each a few
 microseconds of dispatch and autograd bookkeeping at batch 1. Here the time loop runs in

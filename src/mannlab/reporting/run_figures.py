@@ -1,5 +1,7 @@
 """The figures of a run: its learning curve and, for models with memory, reads and writes
-over one sequence (drawn by mannlab.reporting.figures)."""
+over one sequence (drawn by mannlab.reporting.figures). The trainer draws them at the end of
+a run (``draw_run_figures``), `mannlab plot` on demand; the model is given, never built or
+trained here: the memory picture runs it on one sequence."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ arguments it was built with (every registered model keeps them as ``constructor_
 for the model of a run (``mannlab.load(run_dir)``, Lightning's ``MannModule``), the run config
 (model, task and their arguments), which is also how a model behind a task's adapter (the
 char-LM embedding, SST, a bAbI fact encoder) is rebuilt: that builds the task, so a data-set
-task needs its files. The weights are read through safetensors (no pickled code runs) after
-both files are checked against their SHA-256 sums.
+task needs its files. The files and their checks are rundir/saved_model.py's.
 """
 
 from __future__ import annotations
@@ -21,23 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
-from safetensors.torch import save as safetensors_bytes
 
 from mannlab.building import build_run
 from mannlab.config import RunConfig
-from mannlab.errors import CheckpointError, ConfigError, DataError
+from mannlab.errors import CheckpointError, ConfigError
 from mannlab.models import MODELS, build_model
-from mannlab.rundir.files import read_json, write_atomic
-from mannlab.rundir.sums import check_sums, write_sums
-
-FORMAT = "mannlab-model"
-VERSION = 1
-CONFIG = "config.json"
-WEIGHTS = "model.safetensors"
-FILES = (CONFIG, WEIGHTS)
-REMEDY = "Save the model again, or restore the directory from a copy."
+from mannlab.rundir.saved_model import (
+    CONFIG,
+    FORMAT,
+    VERSION,
+    check_target,
+    load_saved_weights,
+    read_saved,
+    write_saved,
+)
 
 Device = str | torch.device | None
 
@@ -48,16 +44,8 @@ def save(model: torch.nn.Module, directory: str | Path) -> Path:
     Returns the directory. Any device and dtype: the weights are written from the CPU, in the
     model's dtype."""
     directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise NotADirectoryError(f"{directory} is a file; mannlab.save writes a directory")
-    config = describe(model)
-    # clones: safetensors refuses tensors that share storage (tied weights, views)
-    weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-    directory.mkdir(parents=True, exist_ok=True)
-    write_atomic(directory / WEIGHTS, safetensors_bytes(weights, metadata={"format": "pt"}))
-    write_atomic(directory / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
-    write_sums(directory, FILES)
-    return directory
+    check_target(directory)
+    return write_saved(directory, describe(model), model)
 
 
 def describe(model: torch.nn.Module) -> dict[str, Any]:
@@ -80,41 +68,14 @@ def describe(model: torch.nn.Module) -> dict[str, Any]:
     return described
 
 
-def is_saved_model(directory: str | Path) -> bool:
-    """Whether ``directory`` holds a model written by :func:`save`."""
-    return (Path(directory) / CONFIG).is_file() and not (Path(directory) / "config.toml").exists()
-
-
 def load_saved(directory: str | Path, device: Device = None) -> torch.nn.Module:
     """The model :func:`save` wrote into ``directory``, in eval mode, on ``device`` (default
     the CPU, whatever device it was saved from); a run's model has its config as
     ``model.config``."""
     directory = Path(directory)
-    for name in FILES:
-        if not (directory / name).is_file():
-            raise CheckpointError(f"{directory} is not a saved mannlab model: {name} is missing")
-    check_sums(directory, FILES, REMEDY, required=True)
-    try:
-        config = read_json(directory / CONFIG)
-    except DataError as exc:
-        raise CheckpointError(f"{exc}. {REMEDY}") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise CheckpointError(f"{directory / CONFIG} is not the config of a saved mannlab model")
-    if config.get("version") != VERSION:
-        raise CheckpointError(
-            f"{directory} was saved in format version {config.get('version')!r}; this mannlab "
-            f"reads version {VERSION}"
-        )
-    try:
-        weights = load_file(str(directory / WEIGHTS))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"{directory / WEIGHTS} is not a safetensors file ({exc}). {REMEDY}") from None
+    config, weights = read_saved(directory)
     model, run = build_described(config, str(directory / CONFIG))
-    dtypes = {v.dtype for v in weights.values() if v.is_floating_point()}
-    if len(dtypes) == 1:
-        model.to(dtypes.pop())  # a float64 model comes back in float64
-    _check_keys(model, weights, directory / WEIGHTS)
-    model.load_state_dict(weights)
+    load_saved_weights(model, weights, directory)
     if run is not None:
         model.config = run
     return model.to(torch.device(device if device is not None else "cpu")).eval()
@@ -135,21 +96,6 @@ def build_described(
     except (ConfigError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{source} does not build a model: {exc}") from None
     raise CheckpointError(f"{source} names neither a model nor a run config")
-
-
-def _check_keys(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
-    expected = model.state_dict()
-    problems = [f"missing {k}" for k in expected if k not in weights]
-    problems += [f"unexpected {k}" for k in weights if k not in expected]
-    problems += [
-        f"{k}: saved {tuple(weights[k].shape)}, model {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in weights and weights[k].shape != v.shape
-    ]
-    if problems:
-        more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
-        listed = "; ".join(problems[:5]) + more
-        raise CheckpointError(f"{path} does not fit the model its config builds: {listed}")
 
 
 def _json_values(values: dict[str, Any], what: str) -> dict[str, Any]:

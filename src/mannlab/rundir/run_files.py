@@ -1,8 +1,5 @@
-"""Open a run directory: its config, task and model with the weights of a checkpoint.
-
-model = mannlab.load("runs/ntm-copy-seed0")      # the best checkpoint, in eval mode, on the CPU
-model.config                                     # the run's RunConfig
-"""
+"""A run directory read back: its config and the weights of a checkpoint, loaded into a model
+its caller built from that config (loading/runs.py builds it: ``mannlab.load``)."""
 
 from __future__ import annotations
 
@@ -14,13 +11,11 @@ from typing import Any, Sequence
 
 import torch
 
-from mannlab.building import build_run
-from mannlab.config import RunConfig, config_toml, load_config, run_threads
+from mannlab.config import RunConfig, config_toml, load_config
 from mannlab.errors import CheckpointError, ConfigError, DataError
 from mannlab.file_kinds import directory_problem, kind_of
 from mannlab.rundir.checkpoint import META, WEIGHTS, _existing, _read_meta, check_files, load_weights
 from mannlab.rundir.files import read_json, write_atomic
-from mannlab.rundir.pretrained import Device, is_saved_model, load_saved
 from mannlab.rundir.sums import check_sums
 
 log = logging.getLogger("mannlab")
@@ -31,23 +26,10 @@ def save_config(config: RunConfig, path: str | Path) -> None:
     write_atomic(path, config_toml(config))
 
 
-def use_run_threads(config: RunConfig) -> None:
-    """Use the run's torch thread count (train.threads) for its evaluation, as training did:
-    these small models run fastest on one thread, and several threads fighting over a busy
-    CPU (the compiled kernels' BLAS calls included) are many times slower."""
-    if config.train.threads:
-        torch.set_num_threads(run_threads(config.train.threads))
-
-
-def load_run(
-    run_dir: str | Path, checkpoint: str = "best", overrides: Sequence[str] = ()
-) -> tuple[RunConfig, Any, torch.nn.Module, dict]:
-    """(config, task, model with weights, checkpoint meta) of a run directory.
-
-    ``checkpoint`` is "best" or "last"; "best" falls back to "last" if the run has none.
-    ``overrides`` ("model.addressing=argmax", ...) change the run's config before the
-    weights load into the model it builds.
-    """
+def read_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
+    """The config of the run in ``run_dir`` with ``overrides`` ("model.addressing=argmax",
+    ...) applied, its ``run_dir`` where the run is now (a run moved or copied elsewhere keeps
+    its old path in config.toml)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         if os.path.lexists(run_dir):
@@ -57,9 +39,15 @@ def load_run(
     if os.path.lexists(checkpoints) and (problem := directory_problem(checkpoints)):
         raise CheckpointError(f"{problem}; expected the run's checkpoints (best/, last/)")
     config = load_config(run_dir / "config.toml", list(overrides))
-    # where the run is now: a run moved or copied elsewhere keeps its old path in config.toml
-    config = config.replace(run_dir=str(run_dir))
-    task, model = build_run(config)
+    return config.replace(run_dir=str(run_dir))
+
+
+def load_run_weights(run_dir: str | Path, model: torch.nn.Module, checkpoint: str = "best") -> dict[str, Any]:
+    """Load the weights of the run's ``checkpoint`` ("best" or "last"; "best" falls back to
+    "last" if the run has none, or if its best is damaged, saying so) into ``model``, built
+    from the run's config; returns the checkpoint's meta. CheckpointError when no checkpoint
+    loads or its weights are not finite; a warning when the run diverged."""
+    run_dir = Path(run_dir)
     names = [checkpoint] + (["last"] if checkpoint == "best" else [])
     found = [name for name in names if _checkpoint_exists(run_dir / "checkpoints" / name)]
     for name in found:
@@ -81,7 +69,7 @@ def load_run(
                 f"{' ...' if len(bad) > 3 else ''}): the run diverged; nothing to evaluate"
             )
         say_if_diverged(run_dir, name, meta)
-        return config, task, model, meta
+        return meta
     raise CheckpointError(
         f"no {' or '.join(names)} checkpoint in {run_dir / 'checkpoints'}; has this run saved one yet?"
     )
@@ -114,30 +102,6 @@ def _checkpoint_exists(directory: Path) -> bool:
     except CheckpointError:
         return False
     return True
-
-
-def load(
-    path: str | Path, checkpoint: str = "best", overrides: Sequence[str] = (), device: Device = None
-) -> torch.nn.Module:
-    """The trained model of a run directory, ready for inference: weights of the
-    ``checkpoint`` ("best", the default and the papers' protocol, or "last") read through
-    safetensors (no pickled code runs), in eval mode, its run config as ``model.config``.
-    A damaged best checkpoint falls back to the last one, saying so.
-
-    ``overrides`` change the config first, as ``mannlab eval --set`` does. The optimizer
-    state file is not needed. ``device`` is where the model goes: the CPU unless it names
-    another ("cuda", "cuda:1", a ``torch.device``), whatever device the run trained on, as
-    ``torch.load``'s ``map_location`` does. A directory written by ``mannlab.save`` loads
-    too (then ``checkpoint`` and ``overrides`` do not apply)."""
-    if is_saved_model(path):
-        if checkpoint != "best" or overrides:
-            raise ValueError(f"{path} holds a model written by mannlab.save: no checkpoints, no overrides")
-        return load_saved(path, device)
-    if checkpoint not in ("best", "last"):
-        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
-    config, _, model, _ = load_run(path, checkpoint, overrides)
-    model.config = config
-    return model.to(torch.device(device if device is not None else "cpu")).eval()
 
 
 def load_weights_and_meta(directory: Path, model: torch.nn.Module) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Test-wide settings and the small helpers several model test files share."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -11,10 +12,45 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from mannlab.models import build_model
+from mannlab.models.warm_up import warm_up
 
 # The models under test are made of many small operations: on a 2-core machine a
 # second intra-op thread only adds contention (a learning check ran 3x slower).
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def numba_kernels_warm_up(request):
+    """Under pytest-xdist each worker warms the numba kernels up (float32 and float64, the
+    dtypes the tests use) before its first test. mannlab.models.warm_up shares the families
+    between the workers under a file lock: each compiles some and loads the others from numba's
+    disk cache, where otherwise every worker compiled every kernel at the same time. Its time
+    is the setup of each worker's first test in --durations, and the summary has a line for
+    it. In one process each kernel compiles once anyway, at its first use: nothing to do."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) < 2:
+        return
+    start = time.perf_counter()
+    families = warm_up(dtypes=(torch.float32, torch.float64))
+    seconds = {"total": time.perf_counter() - start, **families}
+    request.config.workeroutput["kernels_warm_up"] = {k: round(v, 1) for k, v in seconds.items()}
+
+
+_WARM_UPS = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist, on the controller: keep each worker's warm-up seconds for the summary."""
+    seconds = getattr(node, "workeroutput", {}).get("kernels_warm_up")
+    if seconds:
+        node.config.stash.setdefault(_WARM_UPS, {})[node.gateway.id] = seconds
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    for worker, seconds in sorted(config.stash.get(_WARM_UPS, {}).items()):
+        families = ", ".join(f"{k} {v} s" for k, v in seconds.items() if k != "total")
+        terminalreporter.write_line(f"numba kernels warm-up, {worker}: {seconds['total']} s ({families})")
+
 
 # A small configuration of every registered model, for fast float64 checks.
 SMALL = {

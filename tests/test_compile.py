@@ -6,10 +6,13 @@ minutes on a small CPU. The kernels are left switched on: while torch.compile tr
 dispatch takes the tensor path (numba cannot be traced).
 """
 
+import pytest
 import torch
 from torch._dynamo.utils import counters
 
 import mannlab
+
+pytestmark = pytest.mark.compile  # torch.compile traces again in every process
 
 
 def test_ntm_compiles_without_graph_breaks():

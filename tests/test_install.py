@@ -69,6 +69,7 @@ def test_models_and_a_training_step_without_numba_say_one_line(tmp_path):
     assert "compiling" not in done.stderr
 
 
+@pytest.mark.compile  # numba into an empty cache, in fresh interpreters
 def test_first_compile_is_announced_once(tmp_path):
     # a one-function kernel module compiled through ops.numba_cache.njit into an empty
     # cache: the line comes before the first compile, not once it is in the cache
@@ -102,6 +103,7 @@ def test_first_compile_is_announced_once(tmp_path):
     assert again.returncode == 0 and again.stderr == "", again.stderr
 
 
+@pytest.mark.compile  # numba into an empty cache, in fresh interpreters
 def test_each_family_announces_its_compile_though_shared_helpers_are_cached(tmp_path):
     # a helper module every family imports (as ops/numba_math), already in the cache, must
     # not silence the second family's line

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 import mannlab
 
 OPS = pathlib.Path(mannlab.__file__).parent / "ops"
@@ -56,6 +58,7 @@ def run(root: pathlib.Path) -> tuple[list[float], str]:
     return [float(v) for v in values.split()], "\n".join(log)
 
 
+@pytest.mark.compile  # numba into an empty cache, in fresh interpreters
 def test_editing_a_shared_helper_recompiles_the_kernels_that_use_it(tmp_path):
     ops = copy_ops(tmp_path)
     assert run(tmp_path)[0] == [0.5, 0.5]

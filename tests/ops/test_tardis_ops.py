@@ -41,7 +41,8 @@ def problem(train=True, layer_norm=False, dropout=False, seed=0, t=T):
 
     gumbel = -torch.log(exp(t, B, K)) if train else None
     logistic = torch.log(exp(t, B, 2)) - torch.log(exp(t, B, 2)) if train else None
-    mask = (torch.rand(t, B, D, generator=gen, dtype=torch.float64) > 0.3) / 0.7 if dropout else None
+    keep = torch.rand(t, B, D, generator=gen, dtype=torch.float64) > 0.3
+    mask = keep.to(torch.float64) / 0.7 if dropout else None  # bool / float would be float32
     inputs = TARDISInputs(rand(B, t, G, scale=1.0), rand(B, t, M, scale=1.0), gumbel, logistic, mask)
     counts = torch.randint(0, 3, (B, K), generator=gen).double()
     last = torch.nn.functional.one_hot(torch.tensor([1, 0, 3]), K).double()

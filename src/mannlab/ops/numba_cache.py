@@ -7,6 +7,12 @@ entries with its own file *and* numba_math.py, the one module kernels may import
 helpers from (tests/test_numba_cache.py enforces that rule, edits a helper in a copy of
 the package and sees the new behaviour). The cache stays where numba puts it
 (NUMBA_CACHE_DIR, else __pycache__ beside the source, else the user cache).
+
+``compile_lock``: an OS lock on a file beside a kernel module's cache, for processes that
+would compile the same kernels at once. numba writes each cache file atomically, but adds an
+entry to a function's index by reading, extending and rewriting it, so two processes that
+compile the same functions at once each pay the whole compile and may drop each other's
+entries; under the lock the second one waits and then loads from the disk cache.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
 
 import numba
 from numba.core.caching import (
@@ -83,3 +92,36 @@ def njit(function=None, **options):
         return dispatcher
 
     return compile_cached if function is None else compile_cached(function)
+
+
+def cache_directory(kernels: ModuleType) -> str:
+    """The directory numba caches the compiled functions of a kernel module in."""
+    for value in vars(kernels).values():
+        cache = getattr(value, "_cache", None)
+        if isinstance(cache, _KernelCache) and value.py_func.__module__ == kernels.__name__:
+            return cache._cache_path
+    raise ValueError(f"{kernels.__name__} defines no function compiled through ops.numba_cache.njit")
+
+
+@contextmanager
+def compile_lock(kernels: ModuleType, blocking: bool = True) -> Iterator[bool]:
+    """Hold an exclusive OS lock (fcntl.flock) on a file beside the kernel module's cache while
+    the block compiles its kernels. Yields True once held; with ``blocking=False`` it yields
+    False at once where another process holds it. Where fcntl is missing (Windows) nothing is
+    locked and it yields True."""
+    try:
+        import fcntl
+    except ImportError:
+        yield True
+        return
+    path = os.path.join(cache_directory(kernels), f"{kernels.__name__}.lock")
+    with open(path, "a") as lock_file:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)

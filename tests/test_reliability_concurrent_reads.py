@@ -13,7 +13,7 @@ import torch
 from conftest import tiny_lstm_run
 from mannlab.cli import main
 from mannlab.loading import load_run
-from mannlab.rundir import load as load_module
+from mannlab.rundir import run_files as load_module
 from mannlab.rundir import save_checkpoint
 from mannlab.rundir.checkpoint import load_checkpoint
 from mannlab.training import train

@@ -15,12 +15,12 @@ from mannlab.reporting.figures import _by_step, _read_rows, finish_figure
 
 #: The logged keys, in the order and with the labels the figure uses.
 READ_SERIES = {
-    "reads_on_source": "read on the due item's cell",
-    "reads_ahead_1": "on the cell 1 item ahead",
-    "reads_ahead_2": "on the cell 2 items ahead",
-    "reads_behind_1": "on the cell 1 item behind",
-    "query_reads_on_source": "query reads on the queried item's cell",
-    "source_kept": "due item's cell not overwritten",
+    "reads_on_source": "on the cell written at the due step",
+    "reads_ahead_1": "on the cell written 1 step later",
+    "reads_ahead_2": "on the cell written 2 steps later",
+    "reads_behind_1": "on the cell written 1 step earlier",
+    "query_reads_on_source": "query's reads on the queried item's cells",
+    "source_kept": "due cell not written over",
 }
 
 

@@ -35,6 +35,12 @@ import torch
 import triton
 import triton.language as tl
 
+from mannlab.ops.triton_math import dot as _dot
+from mannlab.ops.triton_math import sigmoid as _sigmoid
+from mannlab.ops.triton_math import softmax as _softmax
+from mannlab.ops.triton_math import softplus as _softplus
+from mannlab.ops.triton_math import tanh as _tanh
+
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 #: float64 only in the interpreter: the GPU path is float32
@@ -53,47 +59,6 @@ BLOCK_B = 2 if INTERPRETED else 16
 _SOFT = tl.constexpr(0)
 _ARGMAX = tl.constexpr(2)
 _GUMBEL = tl.constexpr(3)
-
-
-def padded(size: int, least: int = 1) -> int:
-    """The power of two a size is padded to (at least ``least``)."""
-    return max(least, triton.next_power_of_2(size))
-
-
-# ---------------------------------------------------------------- elementwise helpers
-
-
-@triton.jit
-def _sigmoid(x):
-    return 1.0 / (1.0 + tl.exp(-x))
-
-
-@triton.jit
-def _tanh(x):
-    return 2.0 * _sigmoid(2.0 * x) - 1.0
-
-
-@triton.jit
-def _softplus(x):
-    return tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x)))
-
-
-@triton.jit
-def _dot(a, b):
-    """a @ b in the inputs' precision (IEEE float32, not TF32)."""
-    if a.dtype == tl.float64:
-        out = tl.dot(a, b, out_dtype=tl.float64)
-    else:
-        out = tl.dot(a, b, input_precision="ieee")
-    return out
-
-
-@triton.jit
-def _softmax(logits, mask):
-    """Softmax over the entries where ``mask`` holds (zeros elsewhere)."""
-    logits = tl.where(mask, logits, float("-inf"))
-    e = tl.where(mask, tl.exp(logits - tl.max(logits, axis=0)), 0.0)
-    return e / tl.sum(e, axis=0)
 
 
 @triton.jit
@@ -256,6 +221,51 @@ def _write_values(
 
 
 @triton.jit
+def _tile_indices(
+    pid,
+    B,
+    D,
+    RW,
+    P,
+    N,
+    DA,
+    DC,
+    DP: tl.constexpr,
+    RWP: tl.constexpr,
+    PP: tl.constexpr,
+    NP: tl.constexpr,
+    DAP: tl.constexpr,
+    DCP: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """This program's batch rows (int64) and the padded column indices of h, the reads, the
+    head parameters, the slots and the address and content parts, each with its mask."""
+    rows = (pid * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
+    dcol = tl.arange(0, DP)
+    rcol = tl.arange(0, RWP)
+    pcol = tl.arange(0, PP)
+    nidx = tl.arange(0, NP)
+    daidx = tl.arange(0, DAP)
+    dcidx = tl.arange(0, DCP)
+    return (
+        rows,
+        rows < B,
+        dcol,
+        dcol < D,
+        rcol,
+        rcol < RW,
+        pcol,
+        pcol < P,
+        nidx,
+        nidx < N,
+        daidx,
+        daidx < DA,
+        dcidx,
+        dcidx < DC,
+    )
+
+
+@triton.jit
 def _tile_store(ptr, rows, rmask, stride, offset, cols, cmask, value):
     tl.store(
         ptr + rows[:, None] * stride + offset + cols[None, :], value, mask=rmask[:, None] & cmask[None, :]
@@ -374,20 +384,9 @@ def dntm_forward_kernel(
     OFF_A: tl.constexpr = OFF_E + H * DC
     OFF_M: tl.constexpr = OFF_A + H
     pid = tl.program_id(0)
-    rows = (pid * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
-    rmask = rows < B
-    dcol = tl.arange(0, DP)
-    dmask = dcol < D
-    rcol = tl.arange(0, RWP)
-    rwmask = rcol < RW
-    pcol = tl.arange(0, PP)
-    pmask = pcol < P
-    nidx = tl.arange(0, NP)
-    nmask = nidx < N
-    daidx = tl.arange(0, DAP)
-    damask = daidx < DA
-    dcidx = tl.arange(0, DCP)
-    dcmask = dcidx < DC
+    rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, daidx, damask, dcidx, dcmask = (
+        _tile_indices(pid, B, D, RW, P, N, DA, DC, DP, RWP, PP, NP, DAP, DCP, BLOCK_B)
+    )
     h = _tile_load(hs, rows, rmask, D, 0, dcol, dmask)
     for t in range(T):
         if KEEP:  # every step's state and records, for the backward or the trace
@@ -583,20 +582,9 @@ def dntm_backward_kernel(
     OFF_A: tl.constexpr = OFF_E + H * DC
     OFF_M: tl.constexpr = OFF_A + H
     pid = tl.program_id(0)
-    rows = (pid * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
-    rmask = rows < B
-    dcol = tl.arange(0, DP)
-    dmask = dcol < D
-    rcol = tl.arange(0, RWP)
-    rwmask = rcol < RW
-    pcol = tl.arange(0, PP)
-    pmask = pcol < P
-    nidx = tl.arange(0, NP)
-    nmask = nidx < N
-    daidx = tl.arange(0, DAP)
-    damask = daidx < DA
-    dcidx = tl.arange(0, DCP)
-    dcmask = dcidx < DC
+    rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, daidx, damask, dcidx, dcmask = (
+        _tile_indices(pid, B, D, RW, P, N, DA, DC, DP, RWP, PP, NP, DAP, DCP, BLOCK_B)
+    )
     grad_h_next = _tile_load(g_h, rows, rmask, D, 0, dcol, dmask)
     for back in range(T):
         t = T - 1 - back

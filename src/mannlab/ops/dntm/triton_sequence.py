@@ -32,6 +32,7 @@ from mannlab.ops.dntm.records import (
     triton_covers,
 )
 from mannlab.ops.dntm.reference import activate_heads
+from mannlab.ops.triton_math import padded
 
 
 def _sizes(
@@ -60,12 +61,12 @@ def _sizes(
         DC=content_size,
         KW=width if memory_keys else content_size,
         P=params,
-        DP=kernels.padded(hidden, 16),
-        RWP=kernels.padded(read_heads * width, 16),
-        PP=kernels.padded(params, 16),
-        NP=kernels.padded(slots),
-        DAP=kernels.padded(address_size),
-        DCP=kernels.padded(content_size),
+        DP=padded(hidden, 16),
+        RWP=padded(read_heads * width, 16),
+        PP=padded(params, 16),
+        NP=padded(slots),
+        DAP=padded(address_size),
+        DCP=padded(content_size),
         GRU=int(gru),
         LRU=int(options.lru),
         NOP_CELL=slots - 1 if options.nop else -1,

@@ -33,6 +33,12 @@ import torch
 import triton
 import triton.language as tl
 
+from mannlab.ops.triton_math import dot as _dot
+from mannlab.ops.triton_math import sigmoid as _sigmoid
+from mannlab.ops.triton_math import softmax as _softmax
+from mannlab.ops.triton_math import softplus as _softplus
+from mannlab.ops.triton_math import tanh as _tanh
+
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 #: float64 only in the interpreter: the GPU path is float32
@@ -52,47 +58,6 @@ _LSTM = tl.constexpr(2)
 
 #: the cosine's and the sharpening's guard, as mannlab.nn.addressing.EPS
 _EPS = tl.constexpr(1e-8)
-
-
-def padded(size: int, least: int = 1) -> int:
-    """The power of two a size is padded to (at least ``least``)."""
-    return max(least, triton.next_power_of_2(size))
-
-
-# ---------------------------------------------------------------- elementwise helpers
-
-
-@triton.jit
-def _sigmoid(x):
-    return 1.0 / (1.0 + tl.exp(-x))
-
-
-@triton.jit
-def _tanh(x):
-    return 2.0 * _sigmoid(2.0 * x) - 1.0
-
-
-@triton.jit
-def _softplus(x):
-    return tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x)))
-
-
-@triton.jit
-def _dot(a, b):
-    """a @ b in the inputs' precision (IEEE float32, not TF32)."""
-    if a.dtype == tl.float64:
-        out = tl.dot(a, b, out_dtype=tl.float64)
-    else:
-        out = tl.dot(a, b, input_precision="ieee")
-    return out
-
-
-@triton.jit
-def _softmax(logits, mask):
-    """Softmax over the entries where ``mask`` holds (zeros elsewhere)."""
-    logits = tl.where(mask, logits, float("-inf"))
-    e = tl.where(mask, tl.exp(logits - tl.max(logits, axis=0)), 0.0)
-    return e / tl.sum(e, axis=0)
 
 
 # ---------------------------------------------------------------- what both kernels index

@@ -28,6 +28,7 @@ from mannlab.ops.ntm.records import (
     NTMWeights,
 )
 from mannlab.ops.ntm.reference import head_values
+from mannlab.ops.triton_math import padded
 
 
 def _sizes(batch_shape, hidden, read_heads, write_heads, slots, params, options: NTMOptions) -> dict:
@@ -42,12 +43,12 @@ def _sizes(batch_shape, hidden, read_heads, write_heads, slots, params, options:
         W=width,
         S=shifts,
         P=params,
-        DP=kernels.padded(hidden, 16),
-        RWP=kernels.padded(read_heads * width, 16),
-        PP=kernels.padded(params, 16),
-        NP=kernels.padded(slots),
-        WP=kernels.padded(width),
-        SP=kernels.padded(shifts),
+        DP=padded(hidden, 16),
+        RWP=padded(read_heads * width, 16),
+        PP=padded(params, 16),
+        NP=padded(slots),
+        WP=padded(width),
+        SP=padded(shifts),
         KIND=options.kind,
         PNR=options.pnr,
         BLOCK_B=kernels.BLOCK_B,

@@ -1,0 +1,47 @@
+"""The elementwise and tile helpers the NTM's and the D-NTM's Triton kernels share (as
+numba_math.py is for the numba kernels). Triton inlines @triton.jit calls, so a kernel that
+imports these compiles exactly as one that defines them. ARMIN's kernels keep their own
+tanh and softmax: other formulas, other rounding."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+def padded(size: int, least: int = 1) -> int:
+    """The power of two a size is padded to (at least ``least``)."""
+    return max(least, triton.next_power_of_2(size))
+
+
+@triton.jit
+def sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def tanh(x):
+    return 2.0 * sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def softplus(x):
+    return tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x)))
+
+
+@triton.jit
+def dot(a, b):
+    """a @ b in the inputs' precision (IEEE float32, not TF32)."""
+    if a.dtype == tl.float64:
+        out = tl.dot(a, b, out_dtype=tl.float64)
+    else:
+        out = tl.dot(a, b, input_precision="ieee")
+    return out
+
+
+@triton.jit
+def softmax(logits, mask):
+    """Softmax over the entries where ``mask`` holds (zeros elsewhere)."""
+    logits = tl.where(mask, logits, float("-inf"))
+    e = tl.where(mask, tl.exp(logits - tl.max(logits, axis=0)), 0.0)
+    return e / tl.sum(e, axis=0)

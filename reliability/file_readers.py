@@ -13,8 +13,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-# a 4-unit LSTM on copy of lengths 1-2: a step takes milliseconds
-CONFIG = """\
+
+def tiny_run_config(steps: int = 1) -> str:
+    """config.toml of a 4-unit LSTM on copy of lengths 1-2 (a step takes milliseconds) that
+    validates and checkpoints at every step."""
+    return f"""\
 seed = 0
 
 [model]
@@ -28,7 +31,7 @@ min_length = 1
 max_length = 2
 
 [train]
-steps = 1
+steps = {steps}
 batch_size = 2
 val_every = 1
 val_batch_size = 2
@@ -37,6 +40,9 @@ val_length_multiples = [1]
 checkpoint_every = 1
 progress = false
 """
+
+
+CONFIG = tiny_run_config()
 V1, V2 = "video_validation_0000001", "video_validation_0000002"
 
 

@@ -43,6 +43,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import file_readers
 import sweep
 
 ACTIONS = ("resume", "force", "train", "eval", "load")
@@ -53,29 +54,7 @@ POINTS = ("rename", "metrics", "replace", "race")
 ENDS = ("go", "kill")
 MOST_CALLS = 12  # k is drawn up to this; a holder that makes fewer calls finishes unstopped
 STEPS = 4
-CONFIG = f"""\
-seed = 0
-
-[model]
-name = "lstm"
-hidden_size = 4
-
-[task]
-name = "copy"
-width = 2
-min_length = 1
-max_length = 2
-
-[train]
-steps = {STEPS}
-batch_size = 2
-val_every = 1
-val_batch_size = 2
-val_batches = 1
-val_length_multiples = [1]
-checkpoint_every = 1
-progress = false
-"""
+CONFIG = file_readers.tiny_run_config(STEPS)
 WAIT = 60  # seconds the worker waits for the holder to stop or end
 COLUMNS = ("cases", "passed", "failed")  # of the summary table: a case passes or not
 

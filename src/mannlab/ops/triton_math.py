@@ -45,3 +45,33 @@ def softmax(logits, mask):
     logits = tl.where(mask, logits, float("-inf"))
     e = tl.where(mask, tl.exp(logits - tl.max(logits, axis=0)), 0.0)
     return e / tl.sum(e, axis=0)
+
+
+@triton.jit
+def row_softmax(logits):
+    """Softmax of each row of a 2-D block whose padding is -inf (the padding gets 0)."""
+    top = tl.max(logits, axis=1)
+    e = tl.exp(logits - top[:, None])
+    return e / tl.sum(e, axis=1)[:, None]
+
+
+@triton.jit
+def row_argmax(x, cols, NP: tl.constexpr):
+    """The column of each row's first maximum (torch.argmax's choice) of a 2-D block whose
+    padding is -inf; ``cols`` the column indices, NP their count."""
+    top = tl.max(x, axis=1)
+    return tl.min(tl.where(x == top[:, None], cols[None, :], NP), axis=1)
+
+
+@triton.jit
+def tile_store(ptr, rows, rmask, stride, offset, cols, cmask, value):
+    """value (rows, cols) to ptr[row * stride + offset + col], masked."""
+    tl.store(ptr + rows[:, None] * stride + offset + cols[None, :], value, mask=rmask[:, None] & cmask[None, :])
+
+
+@triton.jit
+def tile_load(ptr, rows, rmask, stride, offset, cols, cmask):
+    """ptr[row * stride + offset + col] (rows, cols), zeros where masked."""
+    return tl.load(
+        ptr + rows[:, None] * stride + offset + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0
+    )

@@ -3,8 +3,10 @@
     steps, state = tardis_sequence(inputs, state, weights, options, backend="numba")
 
 over the typed records of records.py. ``backend`` picks the implementation: "numba" the autograd
-Function over the CPU kernels (numba_sequence.py), "reference" the plain tensor loop (reference.py);
-callers build the records by name and never see a kernel's argument order.
+Function over the CPU kernels (numba_sequence.py), "triton" the one over the Triton kernels
+(triton_sequence.py; GPU, or CPU tensors in Triton's interpreter; sizes records.triton_covers,
+else a ValueError), "reference" the plain tensor loop (reference.py); callers build the records
+by name and never see a kernel's argument order.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ def tardis_sequence(
         from mannlab.ops.tardis.reference import tardis_reference
 
         return tardis_reference(inputs, state, weights, options)
+    if backend == "triton":  # imports Triton: only when asked for
+        from mannlab.ops.tardis.triton_sequence import triton_sequence
+
+        return triton_sequence(inputs, state, weights, options)
     from mannlab.ops.tardis.numba_sequence import numba_sequence
 
     return numba_sequence(inputs, state, weights, options)

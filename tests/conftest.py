@@ -127,6 +127,26 @@ def triton_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def triton_setup():
+    """(device, dtype, tolerance) of a Triton run here: float64 in the interpreter, float32 on a
+    GPU."""
+    device = triton_device()
+    return (device, torch.float32, 2e-4) if device == "cuda" else (device, torch.float64, 1e-10)
+
+
+def on_device(records, device, dtype):
+    """The records (NamedTuples of tensors or None) as fresh leaves on ``device`` in ``dtype``
+    (the draws and counts as values)."""
+
+    def move(value):
+        if value is None:
+            return None
+        moved = value.detach().to(device, dtype if value.is_floating_point() else value.dtype)
+        return moved.requires_grad_() if value.requires_grad else moved
+
+    return tuple(type(r)(*map(move, r)) for r in records)
+
+
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

@@ -62,8 +62,9 @@ DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 GPU_CHECKED = False
 
 #: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
-#: and there each row costs its own pass over the arrays, so the tests' tiles are smaller
-BLOCK_B = 2 if INTERPRETED else 16
+#: and runs the programs one after another at a cost per operation, not per row: the tests'
+#: batches fit one tile (a test sets 2 to run several programs)
+BLOCK_B = 4 if INTERPRETED else 16
 
 # the read modes (records.MODES)
 _GUMBEL = tl.constexpr(0)

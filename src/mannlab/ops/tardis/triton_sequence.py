@@ -62,6 +62,7 @@ class TARDISTritonSequence(torch.autograd.Function):
         xg, xr, gumbel, logistic, mask = TARDISInputs(*tensors[:n_in])
         h0, c0, C0, counts0, last0, steps0 = TARDISCarry(*tensors[n_in : n_in + n_state])
         weights = TARDISWeights(*tensors[n_in + n_state :])
+        xg, xr, steps0 = xg.contiguous(), xr.contiguous(), steps0.contiguous()  # the backward reads them too
         B, T, _ = xg.shape
         D, K, C = h0.shape[1], C0.shape[1], C0.shape[2]
         A, M = weights.address.shape[1], weights.read_memory.shape[0]
@@ -77,7 +78,7 @@ class TARDISTritonSequence(torch.autograd.Function):
         noise = tuple(v.contiguous() if v is not None else dummy for v in (gumbel, logistic, mask))
         state = [v.contiguous() for v in (h0, c0, C0, counts0, last0)]
         kernels.tardis_forward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
-            xg.contiguous(), xr.contiguous(), *noise, *state, steps0.contiguous(), *flat, *outputs, *records,
+            xg, xr, *noise, *state, steps0, *flat, *outputs, *records,
             B, T, float(options.inverse_temperature), float(options.eps), float(options.last_read_penalty),
             float(options.reset_temperature), float(options.usage_eps), **_sizes(D, K, A, C, M),
             MODE=MODES.index(options.mode), TRAIN=int(train), LEARNED=int(learned), LN=int(use_ln),

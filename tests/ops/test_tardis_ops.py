@@ -2,7 +2,9 @@
 the plain tensor loop of reference.py (per-step values, final state and every gradient by name,
 each read mode in training and at evaluation, learned and scheduled 1/τ, layer norm and
 recurrent dropout, rows starting mid-fill), a chunked run with carried state against one run,
-and the op's checks. The model on the kernels against its own step loop is tests/test_tardis.py."""
+and the op's checks; the Triton kernels the same way (on the GPU where there is one, else in
+Triton's interpreter at tiny sizes), the model on them against its step loop, and their size
+limit. The model on the numba kernels against its own step loop is tests/test_tardis.py."""
 
 import pytest
 import torch
@@ -202,10 +204,16 @@ def run_triton(records, options, device, dtype):
     def back(value):
         return value.cpu() if not value.is_floating_point() else value.double().cpu()
 
-    return type(steps)(*map(back, steps)), type(final)(*map(back, final)), {n: back(g) for n, g in grads.items()}
+    return (
+        type(steps)(*map(back, steps)),
+        type(final)(*map(back, final)),
+        {n: back(g) for n, g in grads.items()},
+    )
 
 
-@pytest.mark.parametrize("case, block", [(case, None) for case in TRITON_CASES] + [("gumbel-ln-dropout-scheduled", 2)])
+@pytest.mark.parametrize(
+    "case, block", [(case, None) for case in TRITON_CASES] + [("gumbel-ln-dropout-scheduled", 2)]
+)
 def test_triton_matches_reference(case, block, monkeypatch):
     """``block``: batch rows per program where not the default (2: several programs, each with
     its own sums of the score's and the layer norms' gradients)."""
@@ -262,7 +270,9 @@ def test_model_on_triton_equals_step_loop(addressing, training, extra):
 
     device, dtype, tol = triton_setup()
     model = small_model("tardis", 3, 2, addressing=addressing, **extra).to(device, dtype).train(training)
-    x = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(device, dtype)
+    x = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(
+        device, dtype
+    )
 
     def outputs_and_grads(kernels):
         model.zero_grad()

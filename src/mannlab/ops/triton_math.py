@@ -66,7 +66,9 @@ def row_argmax(x, cols, NP: tl.constexpr):
 @triton.jit
 def tile_store(ptr, rows, rmask, stride, offset, cols, cmask, value):
     """value (rows, cols) to ptr[row * stride + offset + col], masked."""
-    tl.store(ptr + rows[:, None] * stride + offset + cols[None, :], value, mask=rmask[:, None] & cmask[None, :])
+    tl.store(
+        ptr + rows[:, None] * stride + offset + cols[None, :], value, mask=rmask[:, None] & cmask[None, :]
+    )
 
 
 @triton.jit

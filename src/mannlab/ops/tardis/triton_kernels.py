@@ -40,8 +40,8 @@ from __future__ import annotations
 import os
 
 import torch
-import triton
-import triton.language as tl
+import triton  # type: ignore[import-untyped]
+import triton.language as tl  # type: ignore[import-untyped]
 
 from mannlab.ops.triton_math import dot as _dot
 from mannlab.ops.triton_math import row_argmax as _row_argmax
@@ -111,7 +111,9 @@ def _column(ptr, rows, rmask, stride, offset):
 def _content_at(ptr, rows, rmask, stride, kcol, kmask, qcol, cq, C: tl.constexpr, A: tl.constexpr):
     """Offsets and mask of the content part C (k, c) of each row at ptr + row * stride, laid
     out in the memory's columns q = a + c (the address columns masked)."""
-    offsets = rows[:, None, None] * stride + kcol[None, :, None] * C + tl.where(cq, qcol - A, 0)[None, None, :]
+    offsets = (
+        rows[:, None, None] * stride + kcol[None, :, None] * C + tl.where(cq, qcol - A, 0)[None, None, :]
+    )
     mask = rmask[:, None, None] & kmask[None, :, None] & cq[None, None, :]
     return ptr + offsets, mask
 
@@ -279,7 +281,9 @@ def _controller(
     G: tl.constexpr = 4 * D + 2
     x_row = xg + t * G
     # eq. 8: the RESET gates α, β (one value per row each)
-    z_a = _column(x_row, rows, rmask, T * G, 4 * D) + tl.sum(h * _vec(w_hg, 4 * D * D, dcol, dmask)[None, :], 1)
+    z_a = _column(x_row, rows, rmask, T * G, 4 * D) + tl.sum(
+        h * _vec(w_hg, 4 * D * D, dcol, dmask)[None, :], 1
+    )
     z_a += tl.sum(r * _vec(w_rg, 4 * D * Q, qcol, qmask)[None, :], 1)
     z_b = _column(x_row, rows, rmask, T * G, 4 * D + 1)
     z_b += tl.sum(h * _vec(w_hg, (4 * D + 1) * D, dcol, dmask)[None, :], 1)
@@ -291,15 +295,23 @@ def _controller(
     beta = _sigmoid(z_b / reset_temp)
     # eq. 7 and 9's pre-activations, block by block
     g_f = _tile_load(x_row, rows, rmask, T * G, 0, dcol, dmask)
-    g_f += _dot(h, _wt(w_hg, 0, D, dcol, dmask, dcol, dmask)) + _dot(r, _wt(w_rg, 0, Q, dcol, dmask, qcol, qmask))
+    g_f += _dot(h, _wt(w_hg, 0, D, dcol, dmask, dcol, dmask)) + _dot(
+        r, _wt(w_rg, 0, Q, dcol, dmask, qcol, qmask)
+    )
     g_i = _tile_load(x_row, rows, rmask, T * G, D, dcol, dmask)
-    g_i += _dot(h, _wt(w_hg, D, D, dcol, dmask, dcol, dmask)) + _dot(r, _wt(w_rg, D, Q, dcol, dmask, qcol, qmask))
+    g_i += _dot(h, _wt(w_hg, D, D, dcol, dmask, dcol, dmask)) + _dot(
+        r, _wt(w_rg, D, Q, dcol, dmask, qcol, qmask)
+    )
     g_o = _tile_load(x_row, rows, rmask, T * G, 2 * D, dcol, dmask)
     g_o += _dot(h, _wt(w_hg, 2 * D, D, dcol, dmask, dcol, dmask))
     g_o += _dot(r, _wt(w_rg, 2 * D, Q, dcol, dmask, qcol, qmask))
     hp_c = _dot(h, _wt(w_hg, 3 * D, D, dcol, dmask, dcol, dmask))
     rp_c = _dot(r, _wt(w_rg, 3 * D, Q, dcol, dmask, qcol, qmask))
-    cand = beta[:, None] * hp_c + _tile_load(x_row, rows, rmask, T * G, 3 * D, dcol, dmask) + alpha[:, None] * rp_c
+    cand = (
+        beta[:, None] * hp_c
+        + _tile_load(x_row, rows, rmask, T * G, 3 * D, dcol, dmask)
+        + alpha[:, None] * rp_c
+    )
     x_f, x_i, x_o, x_c = g_f, g_i, g_o, cand
     rstd_g = alpha * 0.0
     rstd_c = rstd_g
@@ -379,7 +391,9 @@ def _indices(
 @triton.jit
 def _address_tile(address, kcol, kmask, qcol, A: tl.constexpr):
     """A (k, a) in the memory's columns (k, q), zeros in the content columns."""
-    return tl.load(address + kcol[:, None] * A + qcol[None, :], mask=kmask[:, None] & (qcol < A)[None, :], other=0.0)
+    return tl.load(
+        address + kcol[:, None] * A + qcol[None, :], mask=kmask[:, None] & (qcol < A)[None, :], other=0.0
+    )
 
 
 # ---------------------------------------------------------------- forward
@@ -468,7 +482,9 @@ def tardis_forward_kernel(
     for t in range(T):
         if KEEP:  # the state the backward recomputes step t from
             _tile_store(cs + t * D, rows, rmask, T * D, 0, dcol, dmask, c)
-            kept, kept_mask = _content_at(mems + t * K * C, rows, rmask, T * K * C, kcol, kmask, qcol, cq, C, A)
+            kept, kept_mask = _content_at(
+                mems + t * K * C, rows, rmask, T * K * C, kcol, kmask, qcol, cq, C, A
+            )
             tl.store(kept, memory, mask=kept_mask)
         # eq. 6: the normalised usage
         centred = tl.where(kmask[None, :], counts - (tl.sum(counts, axis=1) / K)[:, None], 0.0)
@@ -488,7 +504,9 @@ def tardis_forward_kernel(
         step = steps + t
         written = tl.where(step < K, step, read.to(tl.int64))
         ww = tl.where(kcol[None, :] == written[:, None], 1.0, 0.0).to(h.dtype)
-        value = _dot(h, _wt(w_m, 0, D, tl.where(cq, qcol - A, 0), cq, dcol, dmask))  # W_m h_t, content columns
+        value = _dot(
+            h, _wt(w_m, 0, D, tl.where(cq, qcol - A, 0), cq, dcol, dmask)
+        )  # W_m h_t, content columns
         memory = tl.where((ww[:, :, None] > 0.0) & cq[None, None, :], value[:, None, :], memory)
         _tile_store(h_all + t * D, rows, rmask, T * D, 0, dcol, dmask, h)
         _tile_store(r_all + t * Q, rows, rmask, T * Q, 0, qcol, qmask, r)
@@ -618,8 +636,8 @@ def tardis_backward_kernel(
             D, K, Q, M, KP, QP, MP, MODE, TRAIN, LEARNED, BLOCK_B,
         )  # fmt: skip
         r = tl.sum(w[:, :, None] * memory, axis=1)
-        (h_new, _, alpha, beta, f, i, o, cand, keep, x_f, x_i, x_o, rstd_g, x_c, rstd_c, x_m, rstd_m, squashed,
-         hp_c, rp_c) = _controller(
+        (h_new, _, alpha, beta, f, i, o, cand, keep, x_f, x_i, x_o, rstd_g, x_c, rstd_c, x_m, rstd_m,
+         squashed, hp_c, rp_c) = _controller(
             xg, logistic, dropout, w_hg, w_rg, lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b, h, c, r,
             rows, rmask, t, T, B, eps, reset_temp, dcol, dmask, qcol, qmask, D, Q, TRAIN, LN, USE_MASK,
         )  # fmt: skip

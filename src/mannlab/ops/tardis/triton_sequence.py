@@ -13,7 +13,7 @@ except the score a and the layer norms' gains and biases, summed per program in 
 from __future__ import annotations
 
 import torch
-import triton
+import triton  # type: ignore[import-untyped]
 from torch.autograd.function import once_differentiable
 
 from mannlab.ops.tardis import triton_kernels as kernels
@@ -67,10 +67,21 @@ class TARDISTritonSequence(torch.autograd.Function):
         D, K, C = h0.shape[1], C0.shape[1], C0.shape[2]
         A, M = weights.address.shape[1], weights.read_memory.shape[0]
         Q = A + C
-        train, learned, use_ln = logistic is not None, options.learned_temperature, weights.ln_gates_weight is not None
+        train, learned, use_ln = (
+            logistic is not None,
+            options.learned_temperature,
+            weights.ln_gates_weight is not None,
+        )
         flat = _flat_weights(weights, xg)
         new = xg.new_empty
-        outputs = (new(B, T, D), new(B, T, Q), new(B, T, K), new(B, T, K), new(B, T, K), new(B, T, 2))
+        outputs: tuple[torch.Tensor, ...] = (
+            new(B, T, D),
+            new(B, T, Q),
+            new(B, T, K),
+            new(B, T, K),
+            new(B, T, K),
+            new(B, T, 2),
+        )
         outputs += (new(B, T), new(B, T, K), new(B, D), new(B, K, C), new(B, K), new(B, K))
         keep = options.keep
         records = (new(B, T, D), new(B, T, K, C)) if keep else (new(1), new(1))
@@ -113,8 +124,7 @@ class TARDISTritonSequence(torch.autograd.Function):
         h_all, r_all, probs, read_w, write_w, resets, usage, cs, mems = saved[8 + n_flat :]
         B, T, D = h_all.shape
         K, C = mems.shape[2], mems.shape[3]
-        address = flat[0]
-        A, M = address.shape[1], flat[4].shape[0]
+        address, M = flat[0], flat[4].shape[0]
         gumbel_st = options.mode == "gumbel" and train
         read_grad = gumbel_st or d_probs is not None  # does any gradient reach π?
         tau_grad = learned and (gumbel_st or d_tau is not None)
@@ -127,15 +137,15 @@ class TARDISTritonSequence(torch.autograd.Function):
         new = h_all.new_zeros
         d_c0 = d_c.contiguous().clone() if d_c is not None else new(B, D)
         d_C0 = d_content.contiguous().clone() if d_content is not None else new(B, K, C)
-        programs = triton.cdiv(B, kernels.BLOCK_B)
+        programs = triton.cdiv(B, ctx.sizes["BLOCK_B"])
         d_h0, d_xg, d_xr = new(B, D), new(B, T, 4 * D + 2), new(B, T, M)
         d_value, d_proj, d_tau_pre = new(B, T, C), new(B, T, K, M), new(B, T)
         d_score, d_ln = new(programs, M), new(programs, kernels.LN_BLOCKS, D)
         kernels.tardis_backward_kernel[(programs,)](
             xg, xr, gumbel, logistic, mask, hprev, cs, mems, lasts, usage, probs, read_w, write_w,
             steps0, *flat,
-            given(d_h_all, h_all), given(d_r_all, r_all), given(d_probs, probs) if d_probs is not None else probs,
-            given(d_read_w, probs), given(d_write_w, probs), given(d_resets, resets),
+            given(d_h_all, h_all), given(d_r_all, r_all), given(d_probs, probs), given(d_read_w, probs),
+            given(d_write_w, probs), given(d_resets, resets),
             given(d_tau, new(B, T)), d_c0, d_C0,
             d_h0, d_xg, d_xr, d_value, d_proj, d_tau_pre, d_score, d_ln,
             B, T, float(options.inverse_temperature), float(options.eps), float(options.last_read_penalty),
@@ -172,9 +182,7 @@ def _flat_weights(weights: TARDISWeights, like: torch.Tensor) -> tuple:
     """The weights in the kernels' order, contiguous (the layer norms' as placeholders without
     layer norm; the score a and w^τ as vectors)."""
     dummy = like.new_ones(1)
-    return tuple(
-        (w if w is not None else dummy).to(like.dtype).contiguous() for w in weights
-    )
+    return tuple((w if w is not None else dummy).to(like.dtype).contiguous() for w in weights)
 
 
 def triton_sequence(

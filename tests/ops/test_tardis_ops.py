@@ -265,33 +265,14 @@ def test_triton_chunked_run_equals_one_run():
 def test_model_on_triton_equals_step_loop(addressing, training, extra):
     """The model routed to the Triton kernels (forced) against its own step loop, from the same
     draws: outputs, trace, final state and every parameter's gradient."""
-    from conftest import leaves, small_model, triton_setup
-    from mannlab.ops import dispatch
+    from conftest import assert_triton_equals_step_loop, small_model, triton_setup
 
     device, dtype, tol = triton_setup()
     model = small_model("tardis", 3, 2, addressing=addressing, **extra).to(device, dtype).train(training)
     x = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(
         device, dtype
     )
-
-    def outputs_and_grads(kernels):
-        model.zero_grad()
-        torch.manual_seed(5)  # the draws of training
-        with use_kernels(kernels):
-            assert dispatch.route(model.cell, x, None, True).backend == ("triton" if kernels else "")
-            y, state, trace = model(x, return_trace=True)
-        values = [y, *leaves(state), *(t for t in trace if isinstance(t, torch.Tensor))]
-        loss = sum((v * v.sin()).sum() for v in values if v.is_floating_point())
-        loss.backward()
-        return values, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    values, grads = outputs_and_grads("triton")
-    ref_values, ref_grads = outputs_and_grads(False)
-    for a, b in zip(values, ref_values, strict=True):
-        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
-    assert grads.keys() == ref_grads.keys()
-    for name, grad in ref_grads.items():
-        torch.testing.assert_close(grads[name], grad, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
+    assert_triton_equals_step_loop(model, x, tol)
 
 
 def test_triton_refuses_what_it_does_not_cover():

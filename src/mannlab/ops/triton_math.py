@@ -1,12 +1,22 @@
-"""The elementwise and tile helpers the NTM's and the D-NTM's Triton kernels share (as
-numba_math.py is for the numba kernels). Triton inlines @triton.jit calls, so a kernel that
-imports these compiles exactly as one that defines them. ARMIN's kernels keep their own
-tanh and softmax: other formulas, other rounding."""
+"""The elementwise and tile helpers the Triton kernels share (the NTM's, the D-NTM's, TARDIS's;
+ARMIN's the row softmax and argmax), as numba_math.py is for the numba kernels. Triton inlines
+@triton.jit calls, so a kernel that imports these compiles exactly as one that defines them.
+ARMIN's kernels keep their own tanh: another formula, other rounding."""
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+import os
+
+import torch
+import triton  # type: ignore[import-untyped]
+import triton.language as tl  # type: ignore[import-untyped]
+
+#: whether Triton runs in its interpreter (TRITON_INTERPRET=1: on CPU tensors, how the tests
+#: check the kernels without a GPU)
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+#: the dtypes the NTM's, D-NTM's and TARDIS's kernels take: float32 on the GPU, float64 too in
+#: the interpreter, where the tests check gradients
+DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 
 
 def padded(size: int, least: int = 1) -> int:

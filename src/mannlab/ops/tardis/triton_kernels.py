@@ -37,12 +37,11 @@ TF32); float64 only in Triton's interpreter, where the tests check gradients.
 
 from __future__ import annotations
 
-import os
-
-import torch
 import triton  # type: ignore[import-untyped]
 import triton.language as tl  # type: ignore[import-untyped]
 
+from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
+from mannlab.ops.triton_math import INTERPRETED
 from mannlab.ops.triton_math import dot as _dot
 from mannlab.ops.triton_math import row_argmax as _row_argmax
 from mannlab.ops.triton_math import row_softmax as _row_softmax
@@ -52,10 +51,6 @@ from mannlab.ops.triton_math import tanh as _tanh
 from mannlab.ops.triton_math import tile_load as _tile_load
 from mannlab.ops.triton_math import tile_store as _tile_store
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-#: float64 only in the interpreter: the GPU path is float32
-DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 #: Whether these kernels have run on a GPU ("auto" uses only checked kernels). These were
 #: tested in Triton's interpreter only: until benchmarks/gpu_check.sh has run them on a GPU,
 #: they run only when forced (MANNLAB_KERNELS=triton).

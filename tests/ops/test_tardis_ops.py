@@ -291,3 +291,20 @@ def test_triton_refuses_what_it_does_not_cover():
     assert cell.kernels_cover(True, "triton") and cell.kernels_cover(False, "triton")
     assert not TARDISCell(3, hidden_size=TRITON_MAX_SIZE + 1).kernels_cover(False, "triton")
     assert cell.kernels_cover(True)  # numba: every size
+
+
+def test_triton_kernels_run_only_when_forced():
+    """Not yet run on a GPU (GPU_CHECKED False): the model never lists Triton for the device
+    policy and the switch "on" keeps CPU tensors on numba; forced, Triton applies."""
+    pytest.importorskip("triton")
+    from conftest import small_model
+    from mannlab.ops import dispatch
+    from mannlab.ops.tardis import triton_kernels
+
+    assert not triton_kernels.GPU_CHECKED and not dispatch.triton_checked("tardis")
+    model = small_model("tardis", 3, 2)
+    assert model.kernel_backends() == ("numba",)
+    x = torch.zeros(1, 2, 3, dtype=torch.float64)
+    assert dispatch.sequence_backend(model.cell, x) == "numba"
+    with use_kernels("triton"):
+        assert dispatch.sequence_backend(model.cell, x) == "triton"

@@ -59,7 +59,8 @@ def tardis_sequence(
     """A whole sequence of TARDIS steps (eqs. 1-10, 18-19, the writes of algorithm 1): the
     per-step h_t, r_t and trace values (:class:`TARDISSteps`) and the final state.
     Differentiable in the input projections, h_0, c_0, C_0 and every weight (not in the noise,
-    the masks, the counts or the addresses)."""
+    the masks, the counts or the addresses). ``backend``: one of :data:`BACKENDS`, "numba"
+    (CPU), "triton" (GPU, or Triton's interpreter) or "reference"."""
     _check(inputs, state, options, backend)
     if backend == "reference":
         from mannlab.ops.tardis.reference import tardis_reference

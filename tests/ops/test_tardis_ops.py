@@ -229,6 +229,20 @@ def test_triton_matches_reference(case, block, monkeypatch):
     assert_same(run_triton(records, options, device, dtype), run(records, options, "reference"), atol=tol)
 
 
+def test_triton_float32_matches_reference():
+    """The GPU's dtype, float32, against the float64 reference (in the interpreter where there
+    is no GPU)."""
+    from conftest import triton_device
+
+    options = TARDISOptions(mode="gumbel")
+    records = triton_problem(True, True, True, options)
+    assert_same(
+        run_triton(records, options, triton_device(), torch.float32),
+        run(records, options, "reference"),
+        atol=1e-4,
+    )
+
+
 def test_triton_chunked_run_equals_one_run():
     """Two segments, the second from the first's state (and from non-contiguous slices of the
     inputs); and without records (no backward to come) the same values."""

@@ -18,7 +18,8 @@ NOISY_MODES = ("gumbel", "reinforce")
 #: tensors in Triton's interpreter) or the plain tensor loop of reference.py
 BACKENDS = ("numba", "triton", "reference")
 #: the largest d_h, k, a + c and m the Triton kernels take: their weight tiles are loaded whole
-#: and each program holds its rows' memory (BLOCK_B, k, a + c) in registers
+#: and each program holds its rows' memory (BLOCK_B, k, a + c) in registers (ARMIN's bound,
+#: not yet measured for these kernels on a GPU)
 TRITON_MAX_SIZE = 128
 
 

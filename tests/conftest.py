@@ -127,6 +127,52 @@ def triton_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def triton_setup():
+    """(device, dtype, tolerance) of a Triton run here: float64 in the interpreter, float32 on a
+    GPU."""
+    device = triton_device()
+    return (device, torch.float32, 2e-4) if device == "cuda" else (device, torch.float64, 1e-10)
+
+
+def on_device(records, device, dtype):
+    """The records (NamedTuples of tensors or None) as fresh leaves on ``device`` in ``dtype``
+    (the draws and counts as values)."""
+
+    def move(value):
+        if value is None:
+            return None
+        moved = value.detach().to(device, dtype if value.is_floating_point() else value.dtype)
+        return moved.requires_grad_() if value.requires_grad else moved
+
+    return tuple(type(r)(*map(move, r)) for r in records)
+
+
+def assert_triton_equals_step_loop(model, x, tol):
+    """A model routed to its Triton kernels (forced) against its own step loop, from the same
+    draws (torch.manual_seed(5) before each): outputs, trace, final state and every parameter's
+    gradient (the same parameters reached)."""
+    from mannlab.ops import dispatch, use_kernels
+
+    def outputs_and_grads(kernels):
+        model.zero_grad()
+        torch.manual_seed(5)
+        with use_kernels(kernels):
+            assert dispatch.route(model.cell, x, None, True).backend == ("triton" if kernels else "")
+            y, state, trace = model(x, return_trace=True)
+        values = [y, *leaves(state), *(t for t in trace if isinstance(t, torch.Tensor))]
+        loss = sum((v * v.sin()).sum() for v in values if v.is_floating_point())
+        loss.backward()
+        return values, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    values, grads = outputs_and_grads("triton")
+    ref_values, ref_grads = outputs_and_grads(False)
+    for a, b in zip(values, ref_values, strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
+
+
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

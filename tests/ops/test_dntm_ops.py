@@ -14,8 +14,8 @@ import weakref
 import pytest
 import torch
 
-from conftest import leaves, small_model
-from mannlab.ops import dispatch, use_kernels
+from conftest import assert_triton_equals_step_loop, on_device, small_model, triton_setup
+from mannlab.ops import use_kernels
 from mannlab.ops.dntm import (
     MODES,
     NOISY_MODES,
@@ -303,27 +303,6 @@ TRITON_CASES = {
 }
 
 
-def triton_setup():
-    """(device, dtype, tolerance) of a Triton run here: float64 in the interpreter, float32 on a
-    GPU."""
-    from conftest import triton_device
-
-    device = triton_device()
-    return (device, torch.float32, 2e-4) if device == "cuda" else (device, torch.float64, 1e-10)
-
-
-def on_device(records, device, dtype):
-    """The records as fresh leaves on ``device`` in ``dtype`` (the draws and counts as values)."""
-
-    def move(value):
-        if value is None:
-            return None
-        moved = value.detach().to(device, dtype)
-        return moved.requires_grad_() if value.requires_grad else moved
-
-    return tuple(type(r)(*map(move, r)) for r in records)
-
-
 def run_triton(records, options, device, dtype):
     """``run`` on the Triton backend, its values and gradients back on the CPU in float64 (the
     gradients by the names of ``records``)."""
@@ -388,25 +367,7 @@ def test_model_on_triton_equals_step_loop(controller, addressing, training):
     x = torch.randn(2, 2, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(
         device, dtype
     )
-
-    def outputs_and_grads(kernels):
-        model.zero_grad()
-        torch.manual_seed(5)  # the draws of the sampled modes
-        with use_kernels(kernels):
-            assert dispatch.route(model.cell, x, None, True).backend == ("triton" if kernels else "")
-            y, state, trace = model(x, return_trace=True)
-        values = [y, *leaves(state), *(t for t in trace if isinstance(t, torch.Tensor))]
-        loss = sum((v * v.sin()).sum() for v in values if v.is_floating_point())
-        loss.backward()
-        return values, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    values, grads = outputs_and_grads("triton")
-    ref_values, ref_grads = outputs_and_grads(False)
-    for a, b in zip(values, ref_values, strict=True):
-        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
-    assert grads.keys() == ref_grads.keys()
-    for name, grad in ref_grads.items():
-        torch.testing.assert_close(grads[name], grad, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
+    assert_triton_equals_step_loop(model, x, tol)
 
 
 @pytest.mark.parametrize("kw", [dict(addressing_steps=2), dict(writes="sequential")])

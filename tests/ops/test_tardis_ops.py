@@ -2,7 +2,9 @@
 the plain tensor loop of reference.py (per-step values, final state and every gradient by name,
 each read mode in training and at evaluation, learned and scheduled 1/τ, layer norm and
 recurrent dropout, rows starting mid-fill), a chunked run with carried state against one run,
-and the op's checks. The model on the kernels against its own step loop is tests/test_tardis.py."""
+and the op's checks; the Triton kernels the same way (on the GPU where there is one, else in
+Triton's interpreter at tiny sizes), the model on them against its step loop, and their size
+limit. The model on the numba kernels against its own step loop is tests/test_tardis.py."""
 
 import pytest
 import torch
@@ -169,3 +171,154 @@ def test_bad_records_get_clear_errors():
         tardis_sequence(inputs, state, weights, TARDISOptions(mode="argmax"))
     with pytest.raises(ValueError, match="dropout must be"):
         tardis_sequence(inputs._replace(dropout=torch.ones(T, B, D + 1)), state, weights)
+
+
+# ---------------------------------------------------------------- Triton vs reference
+
+#: (problem's train, layer_norm, dropout; options) of the Triton kernels' checks: every read mode
+#: in training and at evaluation, learned and scheduled 1/τ, layer norm and recurrent dropout
+TRITON_CASES = {
+    "gumbel": ((True, False, False), dict(mode="gumbel")),
+    "gumbel-ln-dropout-scheduled": ((True, True, True), dict(mode="gumbel", learned_temperature=False)),
+    "reinforce-ln": ((True, True, False), dict(mode="reinforce")),
+    "argmax-train-dropout": ((True, False, True), dict(mode="argmax")),
+    "gumbel-eval-ln-scheduled": ((False, True, False), dict(mode="gumbel", learned_temperature=False)),
+    "argmax-eval": ((False, False, False), dict(mode="argmax")),
+}
+T_TRITON = 3  # with STEPS0: a row filling throughout, one that fills and then writes where it reads, one full
+
+
+def triton_problem(train, layer_norm, dropout, options):
+    records = problem(train, layer_norm, dropout, t=T_TRITON)
+    if options.mode == "argmax" and train:
+        records = (records[0]._replace(gumbel=None), *records[1:])
+    return records
+
+
+def run_triton(records, options, device, dtype):
+    """``run`` on the Triton backend, its values and gradients back on the CPU in float64."""
+    from conftest import on_device
+
+    steps, final, grads = run(on_device(records, device, dtype), options, "triton")
+
+    def back(value):
+        return value.cpu() if not value.is_floating_point() else value.double().cpu()
+
+    return (
+        type(steps)(*map(back, steps)),
+        type(final)(*map(back, final)),
+        {n: back(g) for n, g in grads.items()},
+    )
+
+
+@pytest.mark.parametrize(
+    "case, block", [(case, None) for case in TRITON_CASES] + [("gumbel-ln-dropout-scheduled", 2)]
+)
+def test_triton_matches_reference(case, block, monkeypatch):
+    """``block``: batch rows per program where not the default (2: several programs, each with
+    its own sums of the score's and the layer norms' gradients)."""
+    from conftest import triton_setup
+    from mannlab.ops.tardis import triton_kernels
+
+    if block is not None:
+        monkeypatch.setattr(triton_kernels, "BLOCK_B", block)
+    device, dtype, tol = triton_setup()
+    problem_args, option_kw = TRITON_CASES[case]
+    options = TARDISOptions(inverse_temperature=2.5, **option_kw)
+    records = triton_problem(*problem_args, options)
+    assert_same(run_triton(records, options, device, dtype), run(records, options, "reference"), atol=tol)
+
+
+def test_triton_float32_matches_reference():
+    """The GPU's dtype, float32, against the float64 reference (in the interpreter where there
+    is no GPU)."""
+    from conftest import triton_device
+
+    options = TARDISOptions(mode="gumbel")
+    records = triton_problem(True, True, True, options)
+    assert_same(
+        run_triton(records, options, triton_device(), torch.float32),
+        run(records, options, "reference"),
+        atol=1e-4,
+    )
+
+
+def test_triton_chunked_run_equals_one_run():
+    """Two segments, the second from the first's state (and from non-contiguous slices of the
+    inputs); and without records (no backward to come) the same values."""
+    from conftest import on_device, triton_setup
+
+    device, dtype, tol = triton_setup()
+    options = TARDISOptions(mode="gumbel")
+    records = on_device(triton_problem(True, True, True, options), device, dtype)
+    inputs = records[0]
+    whole = run(records, options, "triton")
+
+    def part(time):
+        return TARDISInputs(inputs.gates[:, time], inputs.read[:, time], *(v[time] for v in inputs[2:]))
+
+    first, carry = tardis_sequence(part(slice(None, 2)), *records[1:], options, backend="triton")
+    rest, final = tardis_sequence(part(slice(2, None)), carry, records[2], options, backend="triton")
+    steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
+    grads = grads_by_name(loss_of(steps, final), differentiable(*records))
+    assert_same((steps, final, grads), whole, atol=tol)
+    with torch.no_grad():
+        quick, quick_final = tardis_sequence(*records, options._replace(keep=False), backend="triton")
+    for value, want in zip((*quick, *quick_final), (*whole[0], *whole[1])):
+        torch.testing.assert_close(value, want, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "addressing, training, extra",
+    [
+        ("gumbel", True, dict()),
+        ("reinforce", True, dict(layer_norm=True, recurrent_dropout=0.3)),
+        ("gumbel", False, dict(temperature="scheduled")),
+    ],
+)
+def test_model_on_triton_equals_step_loop(addressing, training, extra):
+    """The model routed to the Triton kernels (forced) against its own step loop, from the same
+    draws: outputs, trace, final state and every parameter's gradient."""
+    from conftest import assert_triton_equals_step_loop, small_model, triton_setup
+
+    device, dtype, tol = triton_setup()
+    model = small_model("tardis", 3, 2, addressing=addressing, **extra).to(device, dtype).train(training)
+    x = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(
+        device, dtype
+    )
+    assert_triton_equals_step_loop(model, x, tol)
+
+
+def test_triton_refuses_what_it_does_not_cover():
+    """Sizes past records.TRITON_MAX_SIZE (here the read MLP's width): a clear error, and the
+    cell does not list Triton for them."""
+    pytest.importorskip("triton")
+    from mannlab.models.tardis import TARDISCell
+    from mannlab.ops.tardis.records import TRITON_MAX_SIZE
+
+    inputs, state, weights = problem()
+    wide = weights._replace(read_memory=torch.zeros(TRITON_MAX_SIZE + 1, A + C, dtype=torch.float64))
+    with pytest.raises(ValueError, match="Triton kernels implement sizes"):
+        tardis_sequence(inputs, state, wide, backend="triton")
+    cell = TARDISCell(3, hidden_size=8, memory_slots=4, address_size=3, content_size=5)
+    assert cell.kernel_backends == ("numba", "triton")
+    assert cell.kernels_cover(True, "triton") and cell.kernels_cover(False, "triton")
+    assert not TARDISCell(3, hidden_size=TRITON_MAX_SIZE + 1).kernels_cover(False, "triton")
+    assert cell.kernels_cover(True)  # numba: every size
+
+
+def test_triton_kernels_run_only_when_forced():
+    """Not yet run on a GPU (GPU_CHECKED False): the model never lists Triton for the device
+    policy and the switch "on" keeps CPU tensors on numba; forced, Triton applies."""
+    pytest.importorskip("triton")
+    from conftest import small_model
+    from mannlab.ops import dispatch
+    from mannlab.ops.tardis import triton_kernels
+
+    assert not triton_kernels.GPU_CHECKED and not dispatch.triton_checked("tardis")
+    model = small_model("tardis", 3, 2)
+    assert model.kernel_backends() == ("numba",)
+    x = torch.zeros(1, 2, 3, dtype=torch.float64)
+    assert dispatch.sequence_backend(model.cell, x) == "numba"
+    with use_kernels("triton"):
+        assert dispatch.sequence_backend(model.cell, x) == "triton"

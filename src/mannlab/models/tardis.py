@@ -67,7 +67,10 @@ is faster than the tensor path at every size measured (benchmarks/README.md,
 bench_tardis.py). The first use compiles the kernels once per dtype (ops/notice.py says how
 long); numba caches them on disk.
 ``mannlab.ops.use_kernels(False)`` or MANNLAB_KERNELS=0 select the per-step tensor path,
-which other devices and dtypes use anyway.
+which other devices and dtypes use anyway. Triton kernels of the same op
+(ops/tardis/triton_kernels.py, every configuration while d_h, k, a + c and m are at most 128)
+are tested in Triton's interpreter only: they run when forced (MANNLAB_KERNELS=triton,
+``use_kernels("triton")``) until they have run on a GPU.
 
 ``TARDIS.aux_loss`` (REINFORCE, section 3.1): reward R'_j = log p(y_j | r̄_j, x_j) of
 the auxiliary predictor softmax/sigmoid(W^o_r r̄_j + W^o_x x_j) (eq. 17; r̄ is r
@@ -102,6 +105,7 @@ from mannlab.models.base import (
 from mannlab.models.size_check import check_model_size
 from mannlab.nn import sampling
 from mannlab.ops.tardis import TARDISCarry, TARDISInputs, TARDISOptions, TARDISWeights, tardis_sequence
+from mannlab.ops.tardis.records import triton_covers
 from mannlab.ops.tardis.reference import normalise_usage
 
 ADDRESSING_MODES = ("gumbel", "reinforce", "argmax")
@@ -500,13 +504,24 @@ class TARDISCell(MemoryCell):
     # ------------------------------------------------------ the kernels
 
     # Every TARDIS configuration is covered, with or without a trace (kernels_cover), and the
-    # kernels pay at every batch and size measured (kernels_pay; benchmarks/README.md).
+    # numba kernels pay at every batch and size measured (kernels_pay; benchmarks/README.md).
     kernel_ops = "tardis"
+    kernel_backends = ("numba", "triton")
 
-    def run_kernels(self, x: torch.Tensor, state: TARDISState, with_trace: bool, backward: bool):
-        """All steps of x (B, T, I) in the kernels (mannlab.ops.tardis.tardis_sequence): (features
-        g (B, T, F), final state, the per-step trace fields as :class:`TARDISStepTrace` stacked
-        over time, or None). ``backward``: a graph is recorded (dispatch.route)."""
+    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
+        """The numba kernels implement every configuration; the Triton kernels too, while the
+        sizes fit (records.triton_covers)."""
+        if backend == "triton":
+            mlp = self.read_head.score.in_features
+            return triton_covers(TARDISOptions(), self.hidden_size, self.slots, self.width, mlp)
+        return True
+
+    def run_kernels(
+        self, x: torch.Tensor, state: TARDISState, with_trace: bool, backward: bool, backend: str = "numba"
+    ):
+        """All steps of x (B, T, I) in the kernels of ``backend`` (mannlab.ops.tardis.tardis_sequence):
+        (features g (B, T, F), final state, the per-step trace fields as :class:`TARDISStepTrace`
+        stacked over time, or None). ``backward``: a graph is recorded (dispatch.route)."""
         B, T = x.shape[:2]
         mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
         gumbel, logistic, mask = self.draws(T, B, x)
@@ -521,7 +536,7 @@ class TARDISCell(MemoryCell):
             reset_temperature=RESET_TEMPERATURE,
             usage_eps=USAGE_EPS,
         )
-        steps, final = tardis_sequence(inputs, TARDISCarry(*state), self._kernel_weights(), options)
+        steps, final = tardis_sequence(inputs, TARDISCarry(*state), self._kernel_weights(), options, backend)
         features = torch.tanh(self.fusion(torch.cat([steps.hidden, steps.reads], dim=-1)))  # eq. 11
         trace = None
         if with_trace:

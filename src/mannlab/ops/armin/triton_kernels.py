@@ -31,6 +31,8 @@ import triton
 import triton.language as tl
 
 from mannlab.ops.armin.records import MODES, ARMINWeights, PreactivationGrads
+from mannlab.ops.triton_math import row_argmax as _row_argmax
+from mannlab.ops.triton_math import row_softmax as _row_softmax
 
 #: the dtypes the kernels take (the GPU's float32; float64 is left to the other paths)
 DTYPES = (torch.float32,)
@@ -105,21 +107,6 @@ def _vec(ptr, start, n, BLOCK: tl.constexpr):
     """ptr[start : start + n] as a (1, BLOCK) row, zero past n."""
     k = tl.arange(0, BLOCK)
     return tl.load(ptr + start + k, mask=k < n, other=0.0)[None, :]
-
-
-@triton.jit
-def _argmax(x, cols, BN: tl.constexpr):
-    """The index of each row's first maximum (as torch.argmax), x (BB, BN) with -inf padding."""
-    top = tl.max(x, axis=1)
-    return tl.min(tl.where(x == top[:, None], cols[None, :], BN), axis=1)
-
-
-@triton.jit
-def _softmax(x):
-    """Row softmax of x (BB, BN) with -inf padding (padding gets 0)."""
-    top = tl.max(x, axis=1)
-    e = tl.exp(x - top[:, None])
-    return e / tl.sum(e, axis=1)[:, None]
 
 
 @triton.jit
@@ -326,19 +313,19 @@ def _forward_kernel(
         logits += tl.dot(h, _wt(wch_ptr, C, H, N, H, BN, BH), input_precision="ieee")
         read = tl.zeros((BLOCK_B,), dtype=tl.int32)  # the slot read, in the one-hot modes
         if MODE == 3:  # argmax
-            read = _argmax(tl.where(col_n, logits, float("-inf")), cn, BN)
+            read = _row_argmax(tl.where(col_n, logits, float("-inf")), cn, BN)
             s = tl.where(cn[None, :] == read[:, None], 1.0, 0.0)
             y = s * 0.0
         elif MODE == 0:  # soft
-            y = _softmax(tl.where(col_n, logits, float("-inf")))
+            y = _row_softmax(tl.where(col_n, logits, float("-inf")))
             s = y
         else:  # the gumbel-softmax sample of eq. 1
             noisy = (logits + _step_draws(noise_ptr, t, B, rows64, cn, N, mn)) * inv_tau
-            y = _softmax(tl.where(col_n, noisy, float("-inf")))
+            y = _row_softmax(tl.where(col_n, noisy, float("-inf")))
             if MODE == 1:
                 s = y
             else:  # straight-through: the one-hot forward
-                read = _argmax(tl.where(col_n, y, float("-inf")), cn, BN)
+                read = _row_argmax(tl.where(col_n, y, float("-inf")), cn, BN)
                 s = tl.where(cn[None, :] == read[:, None], 1.0, 0.0)
         # ---- eq. 10: r = s^T M_{t-1}
         if GATHER_READ:  # one-hot s: an index gather instead of the weighted sum (section 5)

@@ -29,22 +29,19 @@ float64 only in Triton's interpreter, where the tests check gradients.
 
 from __future__ import annotations
 
-import os
-
-import torch
 import triton
 import triton.language as tl
 
+from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
+from mannlab.ops.triton_math import INTERPRETED
 from mannlab.ops.triton_math import dot as _dot
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
 from mannlab.ops.triton_math import tanh as _tanh
+from mannlab.ops.triton_math import tile_load as _tile_load
+from mannlab.ops.triton_math import tile_store as _tile_store
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-#: float64 only in the interpreter: the GPU path is float32
-DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 #: Whether these kernels have run on a GPU ("auto" uses only checked kernels). These were
 #: tested in Triton's interpreter only: until benchmarks/gpu_check.sh has run them on a GPU,
 #: they run only when forced (MANNLAB_KERNELS=triton).
@@ -262,20 +259,6 @@ def _tile_indices(
         daidx < DA,
         dcidx,
         dcidx < DC,
-    )
-
-
-@triton.jit
-def _tile_store(ptr, rows, rmask, stride, offset, cols, cmask, value):
-    tl.store(
-        ptr + rows[:, None] * stride + offset + cols[None, :], value, mask=rmask[:, None] & cmask[None, :]
-    )
-
-
-@triton.jit
-def _tile_load(ptr, rows, rmask, stride, offset, cols, cmask):
-    return tl.load(
-        ptr + rows[:, None] * stride + offset + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0
     )
 
 

@@ -27,22 +27,19 @@ tests check gradients.
 
 from __future__ import annotations
 
-import os
-
-import torch
 import triton
 import triton.language as tl
 
+from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
+from mannlab.ops.triton_math import INTERPRETED
 from mannlab.ops.triton_math import dot as _dot
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
 from mannlab.ops.triton_math import tanh as _tanh
+from mannlab.ops.triton_math import tile_load as _tile_load
+from mannlab.ops.triton_math import tile_store as _tile_store
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-#: float64 only in the interpreter: the GPU path is float32
-DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 #: Whether these kernels have run on a GPU ("auto" uses only checked kernels): their GPU
 #: tests and bench_gpu.py ran on an H200 (benchmarks/README.md).
 GPU_CHECKED = True
@@ -324,20 +321,6 @@ def _gate_pre(
         )
         pre = pre_ff + _dot(h, w_h)
     return pre_ff, pre
-
-
-@triton.jit
-def _tile_store(ptr, rows, rmask, stride, offset, cols, cmask, value):
-    tl.store(
-        ptr + rows[:, None] * stride + offset + cols[None, :], value, mask=rmask[:, None] & cmask[None, :]
-    )
-
-
-@triton.jit
-def _tile_load(ptr, rows, rmask, stride, offset, cols, cmask):
-    return tl.load(
-        ptr + rows[:, None] * stride + offset + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0
-    )
 
 
 @triton.jit

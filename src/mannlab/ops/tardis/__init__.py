@@ -4,6 +4,8 @@ op.py               ``tardis_sequence(inputs, state, weights, options, backend)`
 records.py          TARDISInputs, TARDISCarry, TARDISWeights, TARDISOptions, TARDISResult
 reference.py        the plain tensor loop, the specification the kernels are tested against
 numba_sequence.py   the whole-sequence autograd Function over kernels.py (numba, CPU)
+triton_kernels.py   the same kernels in Triton (GPU; tested in Triton's interpreter)
+triton_sequence.py  the whole-sequence autograd Function over triton_kernels.py
 """
 
 from mannlab.ops.tardis.op import tardis_sequence

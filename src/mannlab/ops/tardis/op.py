@@ -3,8 +3,10 @@
     steps, state = tardis_sequence(inputs, state, weights, options, backend="numba")
 
 over the typed records of records.py. ``backend`` picks the implementation: "numba" the autograd
-Function over the CPU kernels (numba_sequence.py), "reference" the plain tensor loop (reference.py);
-callers build the records by name and never see a kernel's argument order.
+Function over the CPU kernels (numba_sequence.py), "triton" the one over the Triton kernels
+(triton_sequence.py; GPU, or CPU tensors in Triton's interpreter; sizes records.triton_covers,
+else a ValueError), "reference" the plain tensor loop (reference.py); callers build the records
+by name and never see a kernel's argument order.
 """
 
 from __future__ import annotations
@@ -57,12 +59,17 @@ def tardis_sequence(
     """A whole sequence of TARDIS steps (eqs. 1-10, 18-19, the writes of algorithm 1): the
     per-step h_t, r_t and trace values (:class:`TARDISSteps`) and the final state.
     Differentiable in the input projections, h_0, c_0, C_0 and every weight (not in the noise,
-    the masks, the counts or the addresses)."""
+    the masks, the counts or the addresses). ``backend``: one of :data:`BACKENDS`, "numba"
+    (CPU), "triton" (GPU, or Triton's interpreter) or "reference"."""
     _check(inputs, state, options, backend)
     if backend == "reference":
         from mannlab.ops.tardis.reference import tardis_reference
 
         return tardis_reference(inputs, state, weights, options)
+    if backend == "triton":  # imports Triton: only when asked for
+        from mannlab.ops.tardis.triton_sequence import triton_sequence
+
+        return triton_sequence(inputs, state, weights, options)
     from mannlab.ops.tardis.numba_sequence import numba_sequence
 
     return numba_sequence(inputs, state, weights, options)

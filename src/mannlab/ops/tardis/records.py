@@ -14,9 +14,13 @@ import torch
 MODES = ("gumbel", "reinforce", "argmax")
 #: the modes whose reads take Gumbel noise (in training)
 NOISY_MODES = ("gumbel", "reinforce")
-#: which implementation runs the op: the numba kernels (CPU) or the plain tensor loop of
-#: reference.py
-BACKENDS = ("numba", "reference")
+#: which implementation runs the op: the numba kernels (CPU), the Triton kernels (GPU; on CPU
+#: tensors in Triton's interpreter) or the plain tensor loop of reference.py
+BACKENDS = ("numba", "triton", "reference")
+#: the largest d_h, k, a + c and m the Triton kernels take: their weight tiles are loaded whole
+#: and each program holds its rows' memory (BLOCK_B, k, a + c) in registers (ARMIN's bound,
+#: not yet measured for these kernels on a GPU)
+TRITON_MAX_SIZE = 128
 
 
 class TARDISInputs(NamedTuple):
@@ -121,3 +125,10 @@ class TARDISResult(NamedTuple):
 
     steps: TARDISSteps
     state: TARDISCarry
+
+
+def triton_covers(options: TARDISOptions, hidden: int, slots: int, width: int, read_mlp: int) -> bool:
+    """Whether the Triton kernels implement this pass: every option (each read mode in training
+    and at evaluation, learned or scheduled 1/τ, layer norm, recurrent dropout) while d_h, k,
+    q = a + c and m are at most :data:`TRITON_MAX_SIZE`."""
+    return options.mode in MODES and max(hidden, slots, width, read_mlp) <= TRITON_MAX_SIZE

@@ -290,7 +290,24 @@ def dnc_forward_kernel(
         r_prev = _tile_load(reads + now * B * RW, rows, rmask, RW, 0, rcol, rwmask)
         gbase = gates_rec + rec * B * G
         z_ff, z_pre = _gate_pre(
-            xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND != _FNN
+            xp,
+            w_read,
+            w_rec,
+            r_prev,
+            h,
+            rows,
+            rmask,
+            t,
+            T,
+            0,
+            dcol,
+            dmask,
+            rcol,
+            rwmask,
+            D,
+            G,
+            RW,
+            KIND != _FNN,
         )
         if KIND == _LSTM:
             _, i_pre = _gate_pre(
@@ -324,7 +341,9 @@ def dnc_forward_kernel(
         _tile_store(hs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, h)
         _tile_store(cs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, c)
         _tile_store(out + t * F, rows, rmask, T * F, 0, dcol, dmask, h_out)
-        w_p = tl.load(w_xi + pcol[None, :] * D + dcol[:, None], mask=dmask[:, None] & pmask[None, :], other=0.0)
+        w_p = tl.load(
+            w_xi + pcol[None, :] * D + dcol[:, None], mask=dmask[:, None] & pmask[None, :], other=0.0
+        )
         bias = tl.load(b_xi + pcol, mask=pmask, other=0.0)
         _tile_store(params_rec + rec * B * P, rows, rmask, P, 0, pcol, pmask, _dot(h, w_p) + bias[None, :])
         tl.debug_barrier()  # the rows' phase reads the interface vectors
@@ -358,7 +377,9 @@ def dnc_forward_kernel(
             lnk = _link_update(
                 _link_tile(links + ((t % 2) * B + row) * N * N, nidx, lv, N), write_w, prec_prev, nidx, lv
             )
-            tl.store(links + (((t + 1) % 2) * B + row) * N * N + nidx[:, None] * N + nidx[None, :], lnk, mask=lv)
+            tl.store(
+                links + (((t + 1) % 2) * B + row) * N * N + nidx[:, None] * N + nidx[None, :], lnk, mask=lv
+            )
             if KEEP:
                 if ((t + 1) % every == 0) & (t + 1 < T):  # a checkpoint for the backward
                     ck = link_rec + (((t + 1) // every) * B + row) * N * N
@@ -506,9 +527,7 @@ def dnc_backward_kernel(
                 grad_modes = tl.where(
                     midx == 0,
                     tl.sum(grad_w * backward, axis=0),
-                    tl.where(
-                        midx == 1, tl.sum(grad_w * content, axis=0), tl.sum(grad_w * forward, axis=0)
-                    ),
+                    tl.where(midx == 1, tl.sum(grad_w * content, axis=0), tl.sum(grad_w * forward, axis=0)),
                 )
                 grad_modes = tl.where(midx < 3, grad_modes, 0.0)
                 tl.store(
@@ -519,8 +538,12 @@ def dnc_backward_kernel(
                 grad_backward = _pick(modes, midx, 0) * grad_w
                 grad_forward = _pick(modes, midx, 2) * grad_w
                 # f = L w^r_{t-1}, b = L^T w^r_{t-1}: into dL_t and d w^r_{t-1}
-                grad_links += grad_forward[:, None] * read_prev[None, :] + read_prev[:, None] * grad_backward[None, :]
-                grad_prev = tl.sum(lnk * grad_forward[:, None], axis=0) + tl.sum(lnk * grad_backward[None, :], axis=1)
+                grad_links += (
+                    grad_forward[:, None] * read_prev[None, :] + read_prev[:, None] * grad_backward[None, :]
+                )
+                grad_prev = tl.sum(lnk * grad_forward[:, None], axis=0) + tl.sum(
+                    lnk * grad_backward[None, :], axis=1
+                )
                 tl.store(gwr_dst + r * N + nidx, grad_prev, mask=nv)
                 grad_key, grad_beta, grad_mem = _content_backward(
                     _pick(modes, midx, 1) * grad_w, content, similarity, key, key_norm, beta, new, norms_new
@@ -595,7 +618,9 @@ def dnc_backward_kernel(
         tl.debug_barrier()  # the tile phase reads d p_t
         # ---- (i) the interface layer and the controller backwards, for the tile
         grad_params = _tile_load(d_params + t * B * P, rows, rmask, P, 0, pcol, pmask)
-        w_p = tl.load(w_xi + pcol[:, None] * D + dcol[None, :], mask=pmask[:, None] & dmask[None, :], other=0.0)
+        w_p = tl.load(
+            w_xi + pcol[:, None] * D + dcol[None, :], mask=pmask[:, None] & dmask[None, :], other=0.0
+        )
         grad_h = grad_h_next + _dot(grad_params, w_p)
         grad_out = _tile_load(d_out + t * F, rows, rmask, T * F, 0, dcol, dmask)
         if not PNR:

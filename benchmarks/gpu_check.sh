@@ -7,6 +7,7 @@
 #
 #   1. the machine: nvidia-smi, torch, CUDA, Triton versions          -> machine.txt
 #   2. the Triton kernels' tests on the GPU and the device tests       -> gpu-tests.log
+#      (tests/ops: ARMIN, NTM, D-NTM, DNC)
 #   3. benchmarks/bench_gpu.py (batch 32, 512, 4096)                   -> bench_gpu.log, .json
 #   4. the README's quick start with the default device, timed         -> quickstart.log
 #   5. the whole test suite (on a GPU machine every test must pass)    -> suite.log

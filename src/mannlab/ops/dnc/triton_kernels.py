@@ -45,8 +45,8 @@ from __future__ import annotations
 import os
 
 import torch
-import triton
-import triton.language as tl
+import triton  # type: ignore[import-untyped]  # Triton ships no type information
+import triton.language as tl  # type: ignore[import-untyped]
 
 from mannlab.ops.triton_math import cosine_content as _content
 from mannlab.ops.triton_math import cosine_content_backward as _content_backward

@@ -176,3 +176,164 @@ def cosine_content_backward(grad_content, content, similarity, key, key_norm, be
     grad_memory = (grad_sim / norms)[:, None] * (unit_key[None, :] - unit_mem * similarity[:, None])
     grad_key = (grad_unit_key - unit_key * tl.sum(unit_key * grad_unit_key, axis=0)) / key_norm
     return grad_key, grad_beta, grad_memory
+
+
+# ---------------------------------------------------------------- the controllers' tile phase
+# Step (i) of the NTM's and the DNC's kernels for a tile of batch rows: the controllers of
+# ops/controller_codes.py (KIND 0 feed-forward, 1 Elman, 2 LSTM; ACT 0 tanh, 1 sigmoid, 2 relu
+# for the feed-forward one), partially non-recurrent with PNR.
+
+
+@triton.jit
+def controller_forward(
+    xp,
+    w_read,
+    w_rec,
+    gates,
+    r_prev,
+    h,
+    c,
+    rows,
+    rmask,
+    t,
+    T,
+    dcol,
+    dmask,
+    rcol,
+    rwmask,
+    D: tl.constexpr,
+    G: tl.constexpr,
+    RW: tl.constexpr,
+    KIND: tl.constexpr,
+    ACT: tl.constexpr,
+    PNR: tl.constexpr,
+    CELL_PASSES: tl.constexpr,
+):
+    """(h_t, c_t, h_out) of the tile from x_proj (B, T, G), W_r, W_h, r_{t-1}, h_{t-1}, c_{t-1}:
+    fnn h = phi(h'bar), Elman h = tanh(h'bar + W_h h_{t-1}) (eq. 1), LSTM eqs. 2-7 with the gates
+    (z, i, f, o); h_out = tanh(h'bar's first block) with PNR (eq. 10), else h. The activated
+    gates (h for the one-block controllers) go to the tile's G-wide rows at ``gates``. Without a
+    cell, c is zeros, or c_{t-1} with CELL_PASSES."""
+    z_ff, z_pre = gate_pre(
+        xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND != 0
+    )
+    if KIND == 2:
+        _, i_pre = gate_pre(
+            xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 1, dcol, dmask, rcol, rwmask, D, G, RW, True
+        )
+        _, f_pre = gate_pre(
+            xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 2, dcol, dmask, rcol, rwmask, D, G, RW, True
+        )
+        _, o_pre = gate_pre(
+            xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 3, dcol, dmask, rcol, rwmask, D, G, RW, True
+        )
+        z = tanh(z_pre)
+        i = sigmoid(i_pre)
+        f = sigmoid(f_pre)
+        o = sigmoid(o_pre)
+        c = f * c + i * z  # eq. 6
+        h = o * tanh(c)  # eq. 7
+        store_lstm(gates, rows, rmask, G, dcol, dmask, D, z, i, f, o)
+    else:
+        if KIND == 0 and ACT == 1:
+            h = sigmoid(z_pre)
+        elif KIND == 0 and ACT == 2:
+            h = tl.maximum(z_pre, 0.0)
+        else:
+            h = tanh(z_pre)  # fnn-tanh, or Elman's eq. 1
+        if not CELL_PASSES:
+            c = tl.zeros_like(h)
+        tile_store(gates, rows, rmask, G, 0, dcol, dmask, h)
+    if PNR:
+        h_out = tanh(z_ff)  # eq. 10
+    else:
+        h_out = h
+    return h, c, h_out
+
+
+@triton.jit
+def controller_backward(
+    grad_h,
+    grad_c,
+    d_params,
+    w_head,
+    d_out,
+    out,
+    out_stride,
+    gates,
+    c_prev,
+    c_now,
+    d_xp,
+    d_rec,
+    w_read,
+    w_rec,
+    rows,
+    rmask,
+    dcol,
+    dmask,
+    rcol,
+    rwmask,
+    pcol,
+    pmask,
+    D: tl.constexpr,
+    G: tl.constexpr,
+    RW: tl.constexpr,
+    P: tl.constexpr,
+    KIND: tl.constexpr,
+    ACT: tl.constexpr,
+    PNR: tl.constexpr,
+):
+    """Backward of ``controller_forward`` and of the head (interface) layer p_t = W_p h_t + b at
+    one step, for the tile: from the carried gradients of h_t and c_t, those of p_t (the tile's
+    P-wide rows at ``d_params``) and of the features (``d_out``, ``out``: the step's column
+    block, rows ``out_stride`` apart), it writes the gradients of h'bar (``d_xp``) and, with PNR,
+    of h'bar + W_h h_{t-1} (``d_rec``), and returns those of h_{t-1}, c_{t-1} (carried as it is
+    without a cell) and r_{t-1}."""
+    grad_params = tile_load(d_params, rows, rmask, P, 0, pcol, pmask)
+    w_p = tl.load(w_head + pcol[:, None] * D + dcol[None, :], mask=pmask[:, None] & dmask[None, :], other=0.0)
+    grad_h = grad_h + dot(grad_params, w_p)
+    grad_out = tile_load(d_out, rows, rmask, out_stride, 0, dcol, dmask)
+    if not PNR:
+        grad_h += grad_out
+    wr_tile = rcol[None, :] + dcol[:, None] * RW  # [k, j] = W_r[gate D + k, j]
+    wr_mask = dmask[:, None] & rwmask[None, :]
+    wh_tile = dcol[None, :] + dcol[:, None] * D  # [k, d] = W_h[gate D + k, d]
+    wh_mask = dmask[:, None] & dmask[None, :]
+    if KIND == 2:
+        z, i, f, o = load_lstm(gates, rows, rmask, G, dcol, dmask, D)
+        cell_prev = tile_load(c_prev, rows, rmask, D, 0, dcol, dmask)
+        tanh_c = tanh(tile_load(c_now, rows, rmask, D, 0, dcol, dmask))
+        grad_cell = grad_c + grad_h * o * (1.0 - tanh_c * tanh_c)
+        grad_z = grad_cell * i * (1.0 - z * z)
+        grad_i = grad_cell * z * i * (1.0 - i)
+        grad_f = grad_cell * cell_prev * f * (1.0 - f)
+        grad_o = grad_h * tanh_c * o * (1.0 - o)
+        grad_c = grad_cell * f
+        grad_z_ff = grad_z
+        if PNR:  # h_out = tanh(h'bar_t's z block) reads x_proj and W_r r_{t-1} besides
+            h_out = tile_load(out, rows, rmask, out_stride, 0, dcol, dmask)
+            grad_z_ff = grad_z + grad_out * (1.0 - h_out * h_out)
+            store_lstm(d_rec, rows, rmask, G, dcol, dmask, D, grad_z, grad_i, grad_f, grad_o)
+        store_lstm(d_xp, rows, rmask, G, dcol, dmask, D, grad_z_ff, grad_i, grad_f, grad_o)
+        grad_h = lstm_times(grad_z, grad_i, grad_f, grad_o, w_rec, wh_tile, wh_mask, D * D)
+        grad_r = lstm_times(grad_z_ff, grad_i, grad_f, grad_o, w_read, wr_tile, wr_mask, D * RW)
+    else:
+        a = tile_load(gates, rows, rmask, G, 0, dcol, dmask)
+        if KIND == 0 and ACT == 1:
+            grad_a = grad_h * a * (1.0 - a)
+        elif KIND == 0 and ACT == 2:
+            grad_a = tl.where(a > 0.0, grad_h, 0.0)
+        else:
+            grad_a = grad_h * (1.0 - a * a)
+        grad_a_ff = grad_a
+        if PNR:
+            h_out = tile_load(out, rows, rmask, out_stride, 0, dcol, dmask)
+            grad_a_ff = grad_a + grad_out * (1.0 - h_out * h_out)
+            tile_store(d_rec, rows, rmask, G, 0, dcol, dmask, grad_a)
+        tile_store(d_xp, rows, rmask, G, 0, dcol, dmask, grad_a_ff)
+        if KIND == 0:
+            grad_h = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
+        else:
+            grad_h = dot(grad_a, tl.load(w_rec + wh_tile, mask=wh_mask, other=0.0))
+        grad_r = dot(grad_a_ff, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
+    return grad_h, grad_c, grad_r

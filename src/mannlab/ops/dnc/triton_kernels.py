@@ -48,18 +48,15 @@ import torch
 import triton  # type: ignore[import-untyped]  # Triton ships no type information
 import triton.language as tl  # type: ignore[import-untyped]
 
+from mannlab.ops.triton_math import controller_backward as _controller_backward
+from mannlab.ops.triton_math import controller_forward as _controller_forward
 from mannlab.ops.triton_math import cosine_content as _content
 from mannlab.ops.triton_math import cosine_content_backward as _content_backward
 from mannlab.ops.triton_math import dot as _dot
-from mannlab.ops.triton_math import gate_pre as _gate_pre
-from mannlab.ops.triton_math import load_lstm as _load_lstm
-from mannlab.ops.triton_math import lstm_times as _lstm_times
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import slot_norms as _slot_norms
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
-from mannlab.ops.triton_math import store_lstm as _store_lstm
-from mannlab.ops.triton_math import tanh as _tanh
 from mannlab.ops.triton_math import tile_load as _tile_load
 from mannlab.ops.triton_math import tile_store as _tile_store
 
@@ -75,13 +72,6 @@ GPU_CHECKED = False
 #: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
 #: and there each row costs its own Python-level pass, so the tests' tiles are smaller
 BLOCK_B = 2 if INTERPRETED else 16
-
-# controller kinds and feed-forward activations (ops/controller_codes.py)
-_FNN = tl.constexpr(0)
-_LSTM = tl.constexpr(2)
-_SIGMOID = tl.constexpr(1)
-_RELU = tl.constexpr(2)
-
 
 # ---------------------------------------------------------------- what both kernels index
 
@@ -289,55 +279,10 @@ def dnc_forward_kernel(
         # ---- (i) the controller and the interface layer, for the tile
         r_prev = _tile_load(reads + now * B * RW, rows, rmask, RW, 0, rcol, rwmask)
         gbase = gates_rec + rec * B * G
-        z_ff, z_pre = _gate_pre(
-            xp,
-            w_read,
-            w_rec,
-            r_prev,
-            h,
-            rows,
-            rmask,
-            t,
-            T,
-            0,
-            dcol,
-            dmask,
-            rcol,
-            rwmask,
-            D,
-            G,
-            RW,
-            KIND != _FNN,
-        )
-        if KIND == _LSTM:
-            _, i_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 1, dcol, dmask, rcol, rwmask, D, G, RW, True
-            )
-            _, f_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 2, dcol, dmask, rcol, rwmask, D, G, RW, True
-            )
-            _, o_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 3, dcol, dmask, rcol, rwmask, D, G, RW, True
-            )
-            z = _tanh(z_pre)
-            i = _sigmoid(i_pre)
-            f = _sigmoid(f_pre)
-            o = _sigmoid(o_pre)
-            c = f * c + i * z  # eq. 6
-            h = o * _tanh(c)  # eq. 7
-            _store_lstm(gbase, rows, rmask, G, dcol, dmask, D, z, i, f, o)
-        else:  # a controller without a cell passes c through
-            if KIND == _FNN and ACT == _SIGMOID:
-                h = _sigmoid(z_pre)
-            elif KIND == _FNN and ACT == _RELU:
-                h = tl.maximum(z_pre, 0.0)
-            else:
-                h = _tanh(z_pre)  # fnn-tanh, or Elman's eq. 1
-            _tile_store(gbase, rows, rmask, G, 0, dcol, dmask, h)
-        if PNR:
-            h_out = _tanh(z_ff)  # eq. 10
-        else:
-            h_out = h
+        h, c, h_out = _controller_forward(
+            xp, w_read, w_rec, gbase, r_prev, h, c, rows, rmask, t, T, dcol, dmask, rcol, rwmask,
+            D, G, RW, KIND, ACT, PNR, True,
+        )  # fmt: skip
         _tile_store(hs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, h)
         _tile_store(cs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, c)
         _tile_store(out + t * F, rows, rmask, T * F, 0, dcol, dmask, h_out)
@@ -617,59 +562,12 @@ def dnc_backward_kernel(
                 tl.store(gwr_dst + r * N + nidx, grad_prev, mask=nv)
         tl.debug_barrier()  # the tile phase reads d p_t
         # ---- (i) the interface layer and the controller backwards, for the tile
-        grad_params = _tile_load(d_params + t * B * P, rows, rmask, P, 0, pcol, pmask)
-        w_p = tl.load(
-            w_xi + pcol[:, None] * D + dcol[None, :], mask=pmask[:, None] & dmask[None, :], other=0.0
-        )
-        grad_h = grad_h_next + _dot(grad_params, w_p)
-        grad_out = _tile_load(d_out + t * F, rows, rmask, T * F, 0, dcol, dmask)
-        if not PNR:
-            grad_h += grad_out
-        gbase = gates_rec + t * B * G
-        rec_base = d_rec + t * B * G
-        xp_base = d_xp + t * B * G
-        wr_tile = rcol[None, :] + dcol[:, None] * RW  # [k, j] = W_r[gate D + k, j]
-        wr_mask = dmask[:, None] & rwmask[None, :]
-        wh_tile = dcol[None, :] + dcol[:, None] * D  # [k, d] = W_h[gate D + k, d]
-        wh_mask = dmask[:, None] & dmask[None, :]
-        if KIND == _LSTM:
-            z, i, f, o = _load_lstm(gbase, rows, rmask, G, dcol, dmask, D)
-            c_prev = _tile_load(cs + t * B * D, rows, rmask, D, 0, dcol, dmask)
-            c_now = _tile_load(cs + (t + 1) * B * D, rows, rmask, D, 0, dcol, dmask)
-            tanh_c = _tanh(c_now)
-            grad_cell = grad_c_next + grad_h * o * (1.0 - tanh_c * tanh_c)
-            grad_z = grad_cell * i * (1.0 - z * z)
-            grad_i = grad_cell * z * i * (1.0 - i)
-            grad_f = grad_cell * c_prev * f * (1.0 - f)
-            grad_o = grad_h * tanh_c * o * (1.0 - o)
-            grad_c_next = grad_cell * f
-            grad_z_ff = grad_z
-            if PNR:  # h_out = tanh(h'bar_t's z block) reads x_proj and W_r r_{t-1} besides
-                h_out = _tile_load(out + t * F, rows, rmask, T * F, 0, dcol, dmask)
-                grad_z_ff = grad_z + grad_out * (1.0 - h_out * h_out)
-                _store_lstm(rec_base, rows, rmask, G, dcol, dmask, D, grad_z, grad_i, grad_f, grad_o)
-            _store_lstm(xp_base, rows, rmask, G, dcol, dmask, D, grad_z_ff, grad_i, grad_f, grad_o)
-            grad_h_next = _lstm_times(grad_z, grad_i, grad_f, grad_o, w_rec, wh_tile, wh_mask, D * D)
-            grad_r = _lstm_times(grad_z_ff, grad_i, grad_f, grad_o, w_read, wr_tile, wr_mask, D * RW)
-        else:  # c passes through: its gradient too
-            a = _tile_load(gbase, rows, rmask, G, 0, dcol, dmask)
-            if KIND == _FNN and ACT == _SIGMOID:
-                grad_a = grad_h * a * (1.0 - a)
-            elif KIND == _FNN and ACT == _RELU:
-                grad_a = tl.where(a > 0.0, grad_h, 0.0)
-            else:
-                grad_a = grad_h * (1.0 - a * a)
-            grad_a_ff = grad_a
-            if PNR:
-                h_out = _tile_load(out + t * F, rows, rmask, T * F, 0, dcol, dmask)
-                grad_a_ff = grad_a + grad_out * (1.0 - h_out * h_out)
-                _tile_store(rec_base, rows, rmask, G, 0, dcol, dmask, grad_a)
-            _tile_store(xp_base, rows, rmask, G, 0, dcol, dmask, grad_a_ff)
-            if KIND == _FNN:
-                grad_h_next = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
-            else:
-                grad_h_next = _dot(grad_a, tl.load(w_rec + wh_tile, mask=wh_mask, other=0.0))
-            grad_r = _dot(grad_a_ff, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
+        grad_h_next, grad_c_next, grad_r = _controller_backward(
+            grad_h_next, grad_c_next, d_params + t * B * P, w_xi, d_out + t * F, out + t * F, T * F,
+            gates_rec + t * B * G, cs + t * B * D, cs + (t + 1) * B * D, d_xp + t * B * G,
+            d_rec + t * B * G, w_read, w_rec, rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask,
+            D, G, RW, P, KIND, ACT, PNR,
+        )  # fmt: skip
         _tile_store(g_r, rows, rmask, RW, 0, rcol, rwmask, grad_r)
         tl.debug_barrier()  # the rows' phase of the step before reads d r_{t-1}
     _tile_store(d_h, rows, rmask, D, 0, dcol, dmask, grad_h_next)

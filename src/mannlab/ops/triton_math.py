@@ -1,7 +1,8 @@
-"""The elementwise and tile helpers the NTM's and the D-NTM's Triton kernels share (as
-numba_math.py is for the numba kernels). Triton inlines @triton.jit calls, so a kernel that
-imports these compiles exactly as one that defines them. ARMIN's kernels keep their own
-tanh and softmax: other formulas, other rounding."""
+"""The elementwise and tile helpers the NTM's, the D-NTM's and the DNC's Triton kernels share
+(as numba_math.py is for the numba kernels): activations, products, softmax, the tile loads and
+stores, the controllers' tile phase (the NTM's and the DNC's) and the cosine content weighting.
+Triton inlines @triton.jit calls, so a kernel that imports these compiles exactly as one that
+defines them. ARMIN's kernels keep their own tanh and softmax: other formulas, other rounding."""
 
 from __future__ import annotations
 

@@ -40,6 +40,8 @@ from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
 from mannlab.ops.triton_math import tanh as _tanh
+from mannlab.ops.triton_math import tile_load as _tile_load
+from mannlab.ops.triton_math import tile_store as _tile_store
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -262,20 +264,6 @@ def _tile_indices(
         daidx < DA,
         dcidx,
         dcidx < DC,
-    )
-
-
-@triton.jit
-def _tile_store(ptr, rows, rmask, stride, offset, cols, cmask, value):
-    tl.store(
-        ptr + rows[:, None] * stride + offset + cols[None, :], value, mask=rmask[:, None] & cmask[None, :]
-    )
-
-
-@triton.jit
-def _tile_load(ptr, rows, rmask, stride, offset, cols, cmask):
-    return tl.load(
-        ptr + rows[:, None] * stride + offset + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0
     )
 
 

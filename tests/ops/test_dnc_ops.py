@@ -10,7 +10,7 @@ tests/test_fused_dnc_step.py."""
 import pytest
 import torch
 
-from conftest import leaves, small_model, triton_device
+from conftest import leaves, small_model, triton_setup
 from mannlab.models.dnc import DNCCell
 from mannlab.ops import dispatch, use_kernels
 from mannlab.ops.dnc import (
@@ -152,13 +152,6 @@ def test_unknown_backend_is_a_clear_error():
 # In Triton's interpreter on CPU tensors in float64 where there is no GPU (then float32 on CUDA),
 # at sizes that keep the interpreter quick: B = 3 rows in tiles of 2 (one tile half empty),
 # T = 3 steps (the links checkpointed every 2: two segments).
-
-
-def triton_setup():
-    """(device, dtype, tolerance) of a Triton run here: float64 in the interpreter, float32 on a
-    GPU."""
-    device = triton_device()
-    return (device, torch.float32, 2e-4) if device == "cuda" else (device, torch.float64, 1e-10)
 
 
 def on_device(records, device, dtype):

@@ -14,7 +14,7 @@ import weakref
 import pytest
 import torch
 
-from conftest import leaves, small_model
+from conftest import leaves, small_model, triton_setup
 from mannlab.ops import dispatch, use_kernels
 from mannlab.ops.dntm import (
     MODES,
@@ -301,15 +301,6 @@ TRITON_CASES = {
     "sample-gru": (dict(mode="sample"), dict(reads=1)),
     "gumbel-gru-2w": (dict(mode="gumbel", inverse_temperature=2.5, nop=True), dict(reads=1, writes=2)),
 }
-
-
-def triton_setup():
-    """(device, dtype, tolerance) of a Triton run here: float64 in the interpreter, float32 on a
-    GPU."""
-    from conftest import triton_device
-
-    device = triton_device()
-    return (device, torch.float32, 2e-4) if device == "cuda" else (device, torch.float64, 1e-10)
 
 
 def on_device(records, device, dtype):

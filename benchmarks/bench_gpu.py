@@ -5,8 +5,8 @@ loss, backward, Adam update) on the copy task's shapes (T = 41: 20 inputs, a del
 outputs; 9 input and 8 output bits), on:
 
   kernels   the Triton kernels where the configuration has them (mannlab.ops.<model>.
-            triton_kernels: ARMIN, the NTM, the D-NTM, TARDIS; forced, so kernels not yet marked
-            GPU_CHECKED are measured too), else the tensor path
+            triton_kernels: ARMIN, the NTM, the D-NTM, TARDIS, the DNC; forced, so kernels
+            not yet marked GPU_CHECKED are measured too), else the tensor path
   tensor    the same model with the kernels switched off (use_kernels(False)): the
             step-by-step tensor path, launch-bound on a GPU
   cuDNN     torch.nn.LSTM(9, width) + Linear(width, 8), width = the model's controller

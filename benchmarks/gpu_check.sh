@@ -6,10 +6,10 @@
 #   benchmarks/gpu_check.sh [OUT_DIR]        (default: gpu-check/)
 #
 #   1. the machine: nvidia-smi, torch, CUDA, Triton versions          -> machine.txt
-#   2. the Triton kernels' tests on the GPU (ARMIN, NTM, D-NTM, TARDIS: tests/ops) and the
-#      device tests                                                    -> gpu-tests.log
-#   3. benchmarks/bench_gpu.py (batch 32, 512, 4096; every model, the D-NTM's and TARDIS's
-#      Triton kernels forced: their first GPU run)                     -> bench_gpu.log, .json
+#   2. the Triton kernels' tests on the GPU (ARMIN, NTM, D-NTM, TARDIS, DNC: tests/ops) and
+#      the device tests                                                -> gpu-tests.log
+#   3. benchmarks/bench_gpu.py (batch 32, 512, 4096; every model, the D-NTM's, TARDIS's and
+#      the DNC's Triton kernels forced: their first GPU run)           -> bench_gpu.log, .json
 #   4. the README's quick start with the default device, timed         -> quickstart.log
 #   5. the whole test suite (on a GPU machine every test must pass)    -> suite.log
 #

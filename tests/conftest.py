@@ -127,9 +127,9 @@ def triton_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def triton_setup():
-    """(device, dtype, tolerance) of a Triton run here: float64 in the interpreter, float32 on a
-    GPU."""
+def triton_setup() -> tuple[str, torch.dtype, float]:
+    """(device, dtype, tolerance) of a Triton kernel's run against a float64 reference here:
+    float64 in the interpreter, float32 on a GPU."""
     device = triton_device()
     return (device, torch.float32, 2e-4) if device == "cuda" else (device, torch.float64, 1e-10)
 

@@ -1,14 +1,18 @@
 """The DNC's whole-sequence op (mannlab.ops.dnc.dnc_sequence): the numba kernels against the
 plain tensor loop of ops/dnc/reference.py (features, final state and every gradient by name,
 each controller the kernels implement, from a state that is not the reset one), inference
-without records, a chunked run with carried state against one run, and the backend check. The
-model on the kernels against its own step loop is tests/test_dnc_sequence.py; the per-step
-memory op against reference.memory_step tests/test_fused_dnc_step.py."""
+without records, a chunked run with carried state against one run, and the backend check; the
+same for the Triton kernels (in Triton's interpreter without a GPU), with the model forced onto
+them against its step loop. The model on the numba kernels against its own step loop is
+tests/test_dnc_sequence.py; the per-step memory op against reference.memory_step
+tests/test_fused_dnc_step.py."""
 
 import pytest
 import torch
 
-from mannlab.ops import use_kernels
+from conftest import leaves, small_model, triton_setup
+from mannlab.models.dnc import DNCCell
+from mannlab.ops import dispatch, use_kernels
 from mannlab.ops.dnc import (
     ELMAN,
     FNN,
@@ -142,3 +146,118 @@ def test_chunked_run_with_carried_state_equals_one_run():
 def test_unknown_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="backend must be one of"):
         dnc_sequence(*problem(LSTM), DNCOptions(LSTM, TANH, False, True), backend="cuda")
+
+
+# ---------------------------------------------------------------- the Triton kernels
+# In Triton's interpreter on CPU tensors in float64 where there is no GPU (then float32 on CUDA),
+# at sizes that keep the interpreter quick: B = 3 rows in tiles of 2 (one tile half empty),
+# T = 3 steps (the links checkpointed every 2: two segments).
+
+
+def on_device(records, device, dtype):
+    """The records as fresh leaves on ``device`` in ``dtype``."""
+
+    def move(value):
+        return None if value is None else value.detach().to(device, dtype).requires_grad_()
+
+    return (move(records[0]), *(type(r)(*map(move, r)) for r in records[1:]))
+
+
+def run_triton(records, options):
+    """``run`` on the Triton backend, its values and gradients back on the CPU in float64."""
+    device, dtype, _ = triton_setup()
+    features, final, grads = run(on_device(records, device, dtype), options, "triton")
+    return (
+        features.double().cpu(),
+        type(final)(*(v.double().cpu() for v in final)),
+        {name: g.double().cpu() for name, g in grads.items()},
+    )
+
+
+@pytest.mark.parametrize("controller", list(CONTROLLERS))
+def test_triton_matches_reference(controller):
+    """Features, final state and every gradient by name, for every controller the numba kernels
+    implement, from a state that is not the reset one."""
+    *_, tol = triton_setup()
+    kind, activation, pnr = CONTROLLERS[controller]
+    records = problem(kind, t=3)
+    options = DNCOptions(kind, activation, pnr, backward=True)
+    assert_same(run_triton(records, options), run(records, options, "reference"), atol=tol)
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_triton_link_checkpoints_at_any_interval(every, monkeypatch):
+    """The backward's links recomputed from checkpoints every step, or once for the sequence."""
+    from mannlab.ops.dnc import triton_sequence
+
+    monkeypatch.setattr(triton_sequence, "checkpoint_interval", lambda steps: every)
+    *_, tol = triton_setup()
+    records = problem(LSTM, seed=2, t=3)
+    options = DNCOptions(LSTM, TANH, True, backward=True)
+    assert_same(run_triton(records, options), run(records, options, "reference"), atol=tol)
+
+
+def test_triton_chunked_run_equals_one_run():
+    """Two segments, the second from the first's state; and without a backward to come (two
+    state rows in turn), the same values."""
+    device, dtype, tol = triton_setup()
+    options = DNCOptions(ELMAN, TANH, False, backward=True)
+    records = on_device(problem(ELMAN, seed=3, t=4), device, dtype)
+    x_proj, state, weights = records
+    whole = run(records, options, "triton")
+    first, carry = dnc_sequence(x_proj[:, :1], state, weights, options, backend="triton")
+    rest, final = dnc_sequence(x_proj[:, 1:], carry, weights, options, backend="triton")
+    features = torch.cat([first, rest], 1)
+    grads = grads_by_name(loss_of(features, final), named_leaves(*records))
+    assert_same((features, final, grads), whole, atol=tol)
+    with torch.no_grad():
+        quick, final = dnc_sequence(*records, options._replace(backward=False), backend="triton")
+    for value, want in zip((quick, *final), (whole[0], *whole[1]), strict=True):
+        torch.testing.assert_close(value, want, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "controller, read_heads, training", [("lstm", 2, True), ("pnr-elman", 1, False), ("fnn", 1, True)]
+)
+def test_model_on_triton_equals_step_loop(controller, read_heads, training):
+    """The model forced onto the Triton kernels against its own step loop, from the reset state
+    (every usage equal: the allocation's ties) with N = 7 slots (padded to 8): outputs, final
+    state and every parameter's gradient."""
+    device, dtype, tol = triton_setup()
+    model = small_model("dnc", 3, 2, controller=controller, read_heads=read_heads)
+    model = model.to(device, dtype).train(training)
+    x = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    x = x.to(device, dtype)
+
+    def outputs_and_grads(kernels):
+        model.zero_grad()
+        with use_kernels(kernels):
+            assert dispatch.route(model.cell, x, None, False).backend == ("triton" if kernels else "")
+            y, state = model(x)
+        values = [y, *leaves(state)]
+        loss = sum((v * v.sin()).sum() for v in values)
+        loss.backward()
+        return values, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    values, grads = outputs_and_grads("triton")
+    ref_values, ref_grads = outputs_and_grads(False)
+    for a, b in zip(values, ref_values, strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
+
+
+def test_triton_refuses_what_it_does_not_cover():
+    pytest.importorskip("triton")
+    options = DNCOptions(3, TANH, False, backward=True)  # no such controller kind
+    with pytest.raises(ValueError, match="Triton kernels implement"):
+        dnc_sequence(*problem(LSTM), options, backend="triton")
+
+
+def test_cell_lists_triton_for_the_controllers_it_covers():
+    cell = DNCCell(3, controller="pnr-lstm", controller_size=4, memory_slots=4)
+    assert cell.kernel_backends == ("numba", "triton")
+    assert cell.kernels_cover(False, "triton")
+    assert not cell.kernels_cover(True, "triton")  # the trace takes the step loop
+    assert not DNCCell(3, controller="gru", controller_size=4, memory_slots=4).kernels_cover(False, "triton")

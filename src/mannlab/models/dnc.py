@@ -48,7 +48,10 @@ product each after the backward; the links are kept for the backward only every
 ceil(sqrt(B T)) steps and recomputed in between). The GRU controller, the trace, other
 devices and dtypes, autocast, torch.compile and ``mannlab.ops.use_kernels(False)`` take the
 step loop above (the reference: same values and gradients to rounding,
-tests/test_dnc_sequence.py). Each batch element is an independent loop over time.
+tests/test_dnc_sequence.py). Each batch element is an independent loop over time. The same
+controllers have Triton kernels (ops/dnc/triton_kernels.py, the time loop inside one kernel
+each way), tested in Triton's interpreter only: they run only when forced
+(MANNLAB_KERNELS=triton) until a GPU has checked them (benchmarks/gpu_check.sh).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from mannlab.models.base import MemoryCell, SequenceModel, check_positive, run_s
 from mannlab.models.size_check import check_model_size
 from mannlab.nn.controllers import make_controller
 from mannlab.ops.controller_codes import controller_code
-from mannlab.ops.dnc import FNN, LSTM, DNCOptions, DNCSequenceState, DNCWeights, dnc_sequence
+from mannlab.ops.dnc import FNN, LSTM, DNCOptions, DNCSequenceState, DNCWeights, dnc_sequence, triton_covers
 from mannlab.ops.dnc.memory_step import dnc_memory_step, interface_sizes
 
 
@@ -192,15 +195,22 @@ class DNCCell(MemoryCell):
     # ------------------------------------------------------ the kernels
 
     kernel_ops = "dnc"
+    kernel_backends = ("numba", "triton")
 
-    def kernels_cover(self, with_trace: bool) -> bool:
-        """The kernels implement the fnn (tanh, sigmoid, relu), elman, lstm, pnr-elman and
-        pnr-lstm controllers, without the trace; the GRU and the trace take the step loop."""
-        return not with_trace and controller_code(self.controller) is not None
+    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
+        """Both backends, numba and Triton, implement the fnn (tanh, sigmoid, relu), elman, lstm,
+        pnr-elman and pnr-lstm controllers, without the trace; the GRU and the trace take the
+        step loop."""
+        code = controller_code(self.controller)
+        if with_trace or code is None:
+            return False
+        return backend != "triton" or triton_covers(DNCOptions(*code, backward=False))
 
-    def run_kernels(self, x: torch.Tensor, state: DNCState, with_trace: bool, backward: bool):
-        """All steps of x (B, T, I) in the kernels (mannlab.ops.dnc.dnc_sequence): (features
-        (B, T, F), final state, None); ``backward``: a graph is recorded."""
+    def run_kernels(
+        self, x: torch.Tensor, state: DNCState, with_trace: bool, backward: bool, backend: str = "numba"
+    ):
+        """All steps of x (B, T, I) in the kernels of ``backend`` (mannlab.ops.dnc.dnc_sequence):
+        (features (B, T, F), final state, None); ``backward``: a graph is recorded."""
         ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
         controller = self.controller
         kind, activation, pnr = controller_code(controller)
@@ -223,7 +233,7 @@ class DNCCell(MemoryCell):
             interface_bias=self.interface.bias,
         )
         options = DNCOptions(kind=kind, activation=activation, pnr=pnr, backward=backward)
-        features, final = dnc_sequence(self.precompute(x), start, weights, options)
+        features, final = dnc_sequence(self.precompute(x), start, weights, options, backend=backend)
         ctrl = () if kind == FNN else (final.hidden, final.cell) if kind == LSTM else (final.hidden,)
         state = DNCState(
             ctrl,

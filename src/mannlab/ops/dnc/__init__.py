@@ -1,8 +1,10 @@
 """The DNC's fast path, in the shape of a functional op (records in, records out):
 
 op.py               ``dnc_sequence``, the whole sequence, steps (i)-(iv): numba kernels on
-                    the CPU (numba_sequence.py over kernels.py)
-records.py          DNCSequenceState, DNCWeights, DNCOptions, DNCResult
+                    the CPU (numba_sequence.py over kernels.py), Triton kernels on the GPU
+                    (triton_sequence.py over triton_kernels.py)
+records.py          DNCSequenceState, DNCWeights, DNCOptions, DNCResult, BACKENDS,
+                    triton_covers
 reference.py        the plain tensor code every kernel is tested against: the whole sequence
                     and the memory step, steps (ii)-(iii), as the composition of
                     mannlab.nn.addressing
@@ -22,6 +24,7 @@ from mannlab.ops.dnc.records import (
     DNCResult,
     DNCSequenceState,
     DNCWeights,
+    triton_covers,
 )
 
 __all__ = [
@@ -37,4 +40,5 @@ __all__ = [
     "DNCSequenceState",
     "DNCWeights",
     "dnc_sequence",
+    "triton_covers",
 ]

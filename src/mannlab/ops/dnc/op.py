@@ -6,14 +6,14 @@ x_proj (B, T, G) is the controller's input projection W_x x_t + b of every step 
 product before the time loop), ``state`` a :class:`DNCSequenceState`, ``weights`` the
 :class:`DNCWeights` the time loop multiplies by and ``options`` the :class:`DNCOptions`
 (records.py). The backends compute ops/dnc/reference.py's loop: "numba" as one autograd node
-over the CPU kernels (numba_sequence.py over kernels.py), "reference" the loop itself.
+over the CPU kernels (numba_sequence.py over kernels.py), "triton" as one over the GPU kernels
+(triton_sequence.py over triton_kernels.py; on CPU tensors in Triton's interpreter; the options
+records.triton_covers, else a ValueError), "reference" the loop itself.
 """
 
 from __future__ import annotations
 
-from mannlab.ops.dnc.records import DNCOptions, DNCResult, DNCSequenceState, DNCWeights
-
-BACKENDS = ("numba", "reference")
+from mannlab.ops.dnc.records import BACKENDS, DNCOptions, DNCResult, DNCSequenceState, DNCWeights
 
 
 def dnc_sequence(
@@ -26,6 +26,10 @@ def dnc_sequence(
         from mannlab.ops.dnc.numba_sequence import numba_sequence
 
         return numba_sequence(x_proj, state, weights, options)
+    if backend == "triton":  # imports Triton: only when asked for
+        from mannlab.ops.dnc.triton_sequence import triton_sequence
+
+        return triton_sequence(x_proj, state, weights, options)
     if backend == "reference":
         from mannlab.ops.dnc.reference import dnc_sequence_reference
 

@@ -26,7 +26,13 @@ __all__ = [
     "DNCResult",
     "DNCSequenceState",
     "DNCWeights",
+    "BACKENDS",
+    "triton_covers",
 ]
+
+#: which implementation runs the op: the numba kernels (CPU), the Triton kernels (GPU; on CPU
+#: tensors in Triton's interpreter) or the plain tensor loop of reference.py
+BACKENDS = ("numba", "triton", "reference")
 
 
 class DNCSequenceState(NamedTuple):
@@ -73,3 +79,10 @@ class DNCResult(NamedTuple):
 
     features: torch.Tensor
     state: DNCSequenceState
+
+
+def triton_covers(options: DNCOptions) -> bool:
+    """Whether the Triton kernels implement these options: every controller the numba kernels
+    implement (fnn with tanh, sigmoid or relu, Elman, LSTM, each partially non-recurrent or
+    not), any read heads; an unknown controller or activation code is refused."""
+    return options.kind in (FNN, ELMAN, LSTM) and options.activation in (TANH, SIGMOID, RELU)

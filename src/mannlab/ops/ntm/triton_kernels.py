@@ -32,11 +32,15 @@ import triton.language as tl
 
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
 from mannlab.ops.triton_math import INTERPRETED
+from mannlab.ops.triton_math import controller_backward as _controller_backward
+from mannlab.ops.triton_math import controller_forward as _controller_forward
+from mannlab.ops.triton_math import cosine_content as _content
+from mannlab.ops.triton_math import cosine_content_backward as _content_backward
 from mannlab.ops.triton_math import dot as _dot
 from mannlab.ops.triton_math import sigmoid as _sigmoid
+from mannlab.ops.triton_math import slot_norms as _slot_norms
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
-from mannlab.ops.triton_math import tanh as _tanh
 from mannlab.ops.triton_math import tile_load as _tile_load
 from mannlab.ops.triton_math import tile_store as _tile_store
 
@@ -48,12 +52,7 @@ GPU_CHECKED = True
 #: and there each row costs its own Python-level pass, so the tests' tiles are smaller
 BLOCK_B = 2 if INTERPRETED else 16
 
-# controller kinds (ops/controller_codes.py)
-_FNN = tl.constexpr(0)
-_ELMAN = tl.constexpr(1)
-_LSTM = tl.constexpr(2)
-
-#: the cosine's and the sharpening's guard, as mannlab.nn.addressing.EPS
+#: the sharpening's guard, as mannlab.nn.addressing.EPS (the cosine's is triton_math.COSINE_EPS)
 _EPS = tl.constexpr(1e-8)
 
 
@@ -103,12 +102,6 @@ def _row_masks(pid, bi, B, nidx, nmask, widx, wmask, sidx, tile_mem, S, BLOCK_B:
     return row, valid, nv, wv, sv, tile_mem & nv[:, None]
 
 
-@triton.jit
-def _slot_norms(memory):
-    """Each slot's norm (N,), at least the cosine's guard."""
-    return tl.maximum(tl.sqrt(tl.sum(memory * memory, axis=1)), _EPS)
-
-
 # ---------------------------------------------------------------- one head's addressing
 
 
@@ -122,14 +115,6 @@ def _head_values(pbase, base, valid, widx, wv, sidx, sv, W: tl.constexpr, S: tl.
     shift = _softmax(tl.load(pbase + base + W + 2 + sidx, mask=sv, other=0.0), smask)
     gamma_raw = tl.load(pbase + base + W + 2 + S, mask=valid, other=0.0)
     return key, beta_raw, gate, shift, gamma_raw
-
-
-@triton.jit
-def _content(key, beta, memory, norms, nmask):
-    """Cosine similarity K (N,) of the key with every slot, and w^c = softmax(beta K)."""
-    key_norm = tl.maximum(tl.sqrt(tl.sum(key * key, axis=0)), _EPS)
-    similarity = tl.sum(memory * key[None, :], axis=1) / (key_norm * norms)
-    return similarity, _softmax(beta * similarity, nmask), key_norm
 
 
 @triton.jit
@@ -235,14 +220,9 @@ def _address_backward(
     grad_content = gate * grad_gated
     grad_prev = grad_gated - grad_content
     # content weights and the cosine similarity
-    grad_logits = content * (grad_content - tl.sum(content * grad_content, axis=0))
-    grad_beta = tl.sum(grad_logits * similarity, axis=0)
-    grad_sim = beta * grad_logits
-    unit_key = key / key_norm
-    unit_mem = memory / norms[:, None]
-    grad_unit_key = tl.sum(grad_sim[:, None] * unit_mem, axis=0)
-    grad_memory = (grad_sim / norms)[:, None] * (unit_key[None, :] - unit_mem * similarity[:, None])
-    grad_key = (grad_unit_key - unit_key * tl.sum(unit_key * grad_unit_key, axis=0)) / key_norm
+    grad_key, grad_beta, grad_memory = _content_backward(
+        grad_content, content, similarity, key, key_norm, beta, memory, norms
+    )
     # back to the raw parameters: softplus' = sigmoid, sigmoid' = g (1 - g), softmax
     grad_shift_raw = shift * (grad_shift - tl.sum(shift * grad_shift, axis=0))
     tl.store(dpbase + base + widx, grad_key, mask=wv)
@@ -273,84 +253,6 @@ def _add(pbase, ebase, head, widx, wv, W: tl.constexpr):
 def _kept(w, erase):
     """What one head's erase keeps of every cell: 1 - w e^T (N, W)."""
     return 1.0 - w[:, None] * erase[None, :]
-
-
-# ---------------------------------------------------------------- the controller's tile phase
-
-
-@triton.jit
-def _gate_pre(
-    xp,
-    w_read,
-    w_rec,
-    r_prev,
-    h,
-    rows,
-    rmask,
-    t,
-    T,
-    gate: tl.constexpr,
-    dcol,
-    dmask,
-    rcol,
-    rwmask,
-    D: tl.constexpr,
-    G: tl.constexpr,
-    RW: tl.constexpr,
-    KIND: tl.constexpr,
-):
-    """Block ``gate`` of the pre-activation for the tile: h'bar = x_proj_t + W_r r_{t-1} and
-    h'bar + W_h h_{t-1} (the same for the feed-forward controller)."""
-    x = tl.load(
-        xp + (rows[:, None] * T + t) * G + gate * D + dcol[None, :],
-        mask=rmask[:, None] & dmask[None, :],
-        other=0.0,
-    )
-    w_r = tl.load(
-        w_read + (gate * D + dcol[None, :]) * RW + rcol[:, None],
-        mask=rwmask[:, None] & dmask[None, :],
-        other=0.0,
-    )
-    pre_ff = x + _dot(r_prev, w_r)
-    pre = pre_ff
-    if KIND != _FNN:
-        w_h = tl.load(
-            w_rec + (gate * D + dcol[None, :]) * D + dcol[:, None],
-            mask=dmask[:, None] & dmask[None, :],
-            other=0.0,
-        )
-        pre = pre_ff + _dot(h, w_h)
-    return pre_ff, pre
-
-
-@triton.jit
-def _store_lstm(ptr, rows, rmask, G, dcol, dmask, D, z, i, f, o):
-    """The LSTM's four blocks [z, i, f, o] of the tile's G-wide rows at ``ptr``."""
-    _tile_store(ptr, rows, rmask, G, 0, dcol, dmask, z)
-    _tile_store(ptr, rows, rmask, G, D, dcol, dmask, i)
-    _tile_store(ptr, rows, rmask, G, 2 * D, dcol, dmask, f)
-    _tile_store(ptr, rows, rmask, G, 3 * D, dcol, dmask, o)
-
-
-@triton.jit
-def _load_lstm(ptr, rows, rmask, G, dcol, dmask, D):
-    """The LSTM's four blocks [z, i, f, o] of the tile's G-wide rows at ``ptr``."""
-    z = _tile_load(ptr, rows, rmask, G, 0, dcol, dmask)
-    i = _tile_load(ptr, rows, rmask, G, D, dcol, dmask)
-    f = _tile_load(ptr, rows, rmask, G, 2 * D, dcol, dmask)
-    o = _tile_load(ptr, rows, rmask, G, 3 * D, dcol, dmask)
-    return z, i, f, o
-
-
-@triton.jit
-def _lstm_times(grad_z, grad_i, grad_f, grad_o, w_ptr, tile, mask, block):
-    """The sum over the LSTM's gates of d gate @ W_gate, W_gate the tile of W at ``tile`` in the
-    gate's block of rows (``block`` apart)."""
-    out = _dot(grad_z, tl.load(w_ptr + tile, mask=mask, other=0.0))
-    out += _dot(grad_i, tl.load(w_ptr + block + tile, mask=mask, other=0.0))
-    out += _dot(grad_f, tl.load(w_ptr + 2 * block + tile, mask=mask, other=0.0))
-    out += _dot(grad_o, tl.load(w_ptr + 3 * block + tile, mask=mask, other=0.0))
-    return out
 
 
 # ---------------------------------------------------------------- forward
@@ -416,37 +318,10 @@ def ntm_forward_kernel(
         # ---- (i) the controller and the head layer, for the tile
         r_prev = _tile_load(reads + now * B * RW, rows, rmask, RW, 0, rcol, rwmask)
         gbase = gates_rec + rec * B * G
-        if KIND == _LSTM:
-            z_ff, z_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
-            _, i_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 1, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
-            _, f_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 2, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
-            _, o_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 3, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
-            z = _tanh(z_pre)
-            i = _sigmoid(i_pre)
-            f = _sigmoid(f_pre)
-            o = _sigmoid(o_pre)
-            c = f * c + i * z  # eq. 6
-            h = o * _tanh(c)  # eq. 7
-            _store_lstm(gbase, rows, rmask, G, dcol, dmask, D, z, i, f, o)
-        else:
-            z_ff, z_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
-            h = _tanh(z_pre)  # FNN, or Elman's eq. 1
-            c = tl.zeros_like(h)
-            _tile_store(gbase, rows, rmask, G, 0, dcol, dmask, h)
-        if PNR:
-            h_out = _tanh(z_ff)  # eq. 10
-        else:
-            h_out = h
+        h, c, h_out = _controller_forward(
+            xp, w_read, w_rec, gbase, r_prev, h, c, rows, rmask, t, T, dcol, dmask, rcol, rwmask,
+            D, G, RW, KIND, 0, PNR, False,
+        )  # fmt: skip
         _tile_store(hs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, h)
         _tile_store(cs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, c)
         _tile_store(out + t * F, rows, rmask, T * F, 0, dcol, dmask, h_out)
@@ -687,54 +562,12 @@ def ntm_backward_kernel(
             tl.store(g_m + (dst * B + row) * N * W + slot, grad_old, mask=tv)
         tl.debug_barrier()  # the tile phase reads d p_t
         # ---- (i) the head layer and the controller backwards, for the tile
-        grad_params = _tile_load(d_params + t * B * P, rows, rmask, P, 0, pcol, pmask)
-        w_p = tl.load(
-            w_head + pcol[:, None] * D + dcol[None, :], mask=pmask[:, None] & dmask[None, :], other=0.0
-        )
-        grad_h = g_h + _dot(grad_params, w_p)
-        grad_out = _tile_load(d_out + t * F, rows, rmask, T * F, 0, dcol, dmask)
-        if not PNR:
-            grad_h += grad_out
-        gbase = gates_rec + t * B * G
-        rec_base = d_rec + t * B * G
-        xp_base = d_xp + t * B * G
-        wr_tile = rcol[None, :] + dcol[:, None] * RW  # [k, j] = W_r[gate D + k, j]
-        wr_mask = dmask[:, None] & rwmask[None, :]
-        wh_tile = dcol[None, :] + dcol[:, None] * D  # [k, d] = W_h[gate D + k, d]
-        wh_mask = dmask[:, None] & dmask[None, :]
-        if KIND == _LSTM:
-            z, i, f, o = _load_lstm(gbase, rows, rmask, G, dcol, dmask, D)
-            c_prev = _tile_load(cs + t * B * D, rows, rmask, D, 0, dcol, dmask)
-            c_now = _tile_load(cs + (t + 1) * B * D, rows, rmask, D, 0, dcol, dmask)
-            tanh_c = _tanh(c_now)
-            grad_cell = g_c + grad_h * o * (1.0 - tanh_c * tanh_c)
-            grad_z = grad_cell * i * (1.0 - z * z)
-            grad_i = grad_cell * z * i * (1.0 - i)
-            grad_f = grad_cell * c_prev * f * (1.0 - f)
-            grad_o = grad_h * tanh_c * o * (1.0 - o)
-            g_c = grad_cell * f
-            grad_z_ff = grad_z
-            if PNR:  # h_out = tanh(h'bar_t's z block) reads x_proj and W_r r_{t-1} besides
-                h_out = _tile_load(out + t * F, rows, rmask, T * F, 0, dcol, dmask)
-                grad_z_ff = grad_z + grad_out * (1.0 - h_out * h_out)
-                _store_lstm(rec_base, rows, rmask, G, dcol, dmask, D, grad_z, grad_i, grad_f, grad_o)
-            _store_lstm(xp_base, rows, rmask, G, dcol, dmask, D, grad_z_ff, grad_i, grad_f, grad_o)
-            g_h = _lstm_times(grad_z, grad_i, grad_f, grad_o, w_rec, wh_tile, wh_mask, D * D)
-            grad_r = _lstm_times(grad_z_ff, grad_i, grad_f, grad_o, w_read, wr_tile, wr_mask, D * RW)
-        else:
-            a = _tile_load(gbase, rows, rmask, G, 0, dcol, dmask)
-            grad_a = grad_h * (1.0 - a * a)
-            grad_a_ff = grad_a
-            if PNR:
-                h_out = _tile_load(out + t * F, rows, rmask, T * F, 0, dcol, dmask)
-                grad_a_ff = grad_a + grad_out * (1.0 - h_out * h_out)
-                _tile_store(rec_base, rows, rmask, G, 0, dcol, dmask, grad_a)
-            _tile_store(xp_base, rows, rmask, G, 0, dcol, dmask, grad_a_ff)
-            if KIND == _ELMAN:
-                g_h = _dot(grad_a, tl.load(w_rec + wh_tile, mask=wh_mask, other=0.0))
-            else:
-                g_h = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
-            grad_r = _dot(grad_a_ff, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
+        g_h, g_c, grad_r = _controller_backward(
+            g_h, g_c, d_params + t * B * P, w_head, d_out + t * F, out + t * F, T * F,
+            gates_rec + t * B * G, cs + t * B * D, cs + (t + 1) * B * D, d_xp + t * B * G,
+            d_rec + t * B * G, w_read, w_rec, rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask,
+            D, G, RW, P, KIND, 0, PNR,
+        )  # fmt: skip
         _tile_store(g_r, rows, rmask, RW, 0, rcol, rwmask, grad_r)
         tl.debug_barrier()  # the rows' phase of the step before reads d r_{t-1}
     _tile_store(d_h, rows, rmask, D, 0, dcol, dmask, g_h)

@@ -5,8 +5,11 @@ flash-linear-attention's fused_recurrent kernels and of mamba's selective scan).
 One program per tile of BLOCK_B batch rows. Each step has two phases:
 
     tile phase   (i) the controller for the tile's rows at once: its pre-activations as
-                 tl.dot with W_r and W_h (re-read from global memory each step; they stay
-                 in L2), the state h, c in registers; then the head layer p_t = W_p h_t + b_p
+                 products with W_r and W_h (re-read from global memory each step; they stay
+                 in L2), c in registers; then the head layer p_t = W_p h_t + b_p. Each
+                 product reads its input (r_{t-1}, h_{t-1}, h_t; in the backward the
+                 gradients just written) back from memory BLOCK_K columns at a time
+                 (triton_math.chunked_dot): whole-tile products spilled
     row phase    (ii)-(iii) row by row: the addressing of every head, the erase/add write and
                  the reads on that row's memory (N, W), which lives in global memory
 
@@ -33,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mannlab.ops.triton_math import dot as _dot
+from mannlab.ops.triton_math import chunked_dot
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
@@ -43,13 +46,15 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 #: float64 only in the interpreter: the GPU path is float32
 DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
-#: Whether these kernels have run on a GPU ("auto" uses only checked kernels): their GPU
-#: tests and bench_gpu.py ran on an H200 (benchmarks/README.md).
-GPU_CHECKED = True
+#: Whether these kernels have run on a GPU ("auto" uses only checked kernels). An earlier
+#: version's GPU tests and bench_gpu.py ran on an H200 (benchmarks/README.md); False since:
+GPU_CHECKED = False  # products split into K chunks (spills cut) after that check: not run on a GPU yet
 
 #: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
 #: and there each row costs its own Python-level pass, so the tests' tiles are smaller
 BLOCK_B = 2 if INTERPRETED else 16
+#: the columns of a product's input per tl.dot (triton_math.chunked_dot; tl.dot's least)
+BLOCK_K = 16
 
 # controller kinds (ops/controller_codes.py)
 _FNN = tl.constexpr(0)
@@ -283,46 +288,20 @@ def _kept(w, erase):
 
 @triton.jit
 def _gate_pre(
-    xp,
-    w_read,
-    w_rec,
-    r_prev,
-    h,
-    rows,
-    rmask,
-    t,
-    T,
-    gate: tl.constexpr,
-    dcol,
-    dmask,
-    rcol,
-    rwmask,
-    D: tl.constexpr,
-    G: tl.constexpr,
-    RW: tl.constexpr,
-    KIND: tl.constexpr,
-):
+    x_rows, r_rows, h_rows, rmask, w_read, w_rec, gate: tl.constexpr, D: tl.constexpr, RW: tl.constexpr,
+    DP: tl.constexpr, RWP: tl.constexpr, KIND: tl.constexpr, KC: tl.constexpr,
+):  # fmt: skip
     """Block ``gate`` of the pre-activation for the tile: h'bar = x_proj_t + W_r r_{t-1} and
-    h'bar + W_h h_{t-1} (the same for the feed-forward controller)."""
+    h'bar + W_h h_{t-1} (the same for the feed-forward controller). Row m of x_proj_t, r_{t-1}
+    and h_{t-1} starts at x_rows[m], r_rows[m], h_rows[m] (the states the previous step wrote)."""
+    dcol = tl.arange(0, DP)
     x = tl.load(
-        xp + (rows[:, None] * T + t) * G + gate * D + dcol[None, :],
-        mask=rmask[:, None] & dmask[None, :],
-        other=0.0,
+        x_rows[:, None] + gate * D + dcol[None, :], mask=rmask[:, None] & (dcol[None, :] < D), other=0.0
     )
-    w_r = tl.load(
-        w_read + (gate * D + dcol[None, :]) * RW + rcol[:, None],
-        mask=rwmask[:, None] & dmask[None, :],
-        other=0.0,
-    )
-    pre_ff = x + _dot(r_prev, w_r)
+    pre_ff = x + chunked_dot(r_rows, rmask, RW, w_read + gate * D * RW, 1, RW, D, DP, RWP, KC)
     pre = pre_ff
     if KIND != _FNN:
-        w_h = tl.load(
-            w_rec + (gate * D + dcol[None, :]) * D + dcol[:, None],
-            mask=dmask[:, None] & dmask[None, :],
-            other=0.0,
-        )
-        pre = pre_ff + _dot(h, w_h)
+        pre = pre_ff + chunked_dot(h_rows, rmask, D, w_rec + gate * D * D, 1, D, D, DP, DP, KC)
     return pre_ff, pre
 
 
@@ -357,17 +336,6 @@ def _load_lstm(ptr, rows, rmask, G, dcol, dmask, D):
     f = _tile_load(ptr, rows, rmask, G, 2 * D, dcol, dmask)
     o = _tile_load(ptr, rows, rmask, G, 3 * D, dcol, dmask)
     return z, i, f, o
-
-
-@triton.jit
-def _lstm_times(grad_z, grad_i, grad_f, grad_o, w_ptr, tile, mask, block):
-    """The sum over the LSTM's gates of d gate @ W_gate, W_gate the tile of W at ``tile`` in the
-    gate's block of rows (``block`` apart)."""
-    out = _dot(grad_z, tl.load(w_ptr + tile, mask=mask, other=0.0))
-    out += _dot(grad_i, tl.load(w_ptr + block + tile, mask=mask, other=0.0))
-    out += _dot(grad_f, tl.load(w_ptr + 2 * block + tile, mask=mask, other=0.0))
-    out += _dot(grad_o, tl.load(w_ptr + 3 * block + tile, mask=mask, other=0.0))
-    return out
 
 
 # ---------------------------------------------------------------- forward
@@ -410,6 +378,7 @@ def ntm_forward_kernel(
     PNR: tl.constexpr,
     KEEP: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    KC: tl.constexpr,
 ):
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
@@ -430,22 +399,17 @@ def ntm_forward_kernel(
             now = t % 2
             nxt = (t + 1) % 2
             rec = 0
-        # ---- (i) the controller and the head layer, for the tile
-        r_prev = _tile_load(reads + now * B * RW, rows, rmask, RW, 0, rcol, rwmask)
+        # ---- (i) the controller and the head layer, for the tile; the products read r_{t-1}
+        # and h_{t-1} from their state rows (the previous step wrote them, behind a barrier)
+        x_rows = xp + (rows * T + t) * G
+        r_rows = reads + (now * B + rows) * RW
+        h_rows = hs + (now * B + rows) * D
         gbase = gates_rec + rec * B * G
         if KIND == _LSTM:
-            z_ff, z_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
-            _, i_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 1, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
-            _, f_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 2, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
-            _, o_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 3, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
+            z_ff, z_pre = _gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 0, D, RW, DP, RWP, KIND, KC)
+            _, i_pre = _gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 1, D, RW, DP, RWP, KIND, KC)
+            _, f_pre = _gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 2, D, RW, DP, RWP, KIND, KC)
+            _, o_pre = _gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 3, D, RW, DP, RWP, KIND, KC)
             z = _tanh(z_pre)
             i = _sigmoid(i_pre)
             f = _sigmoid(f_pre)
@@ -454,9 +418,7 @@ def ntm_forward_kernel(
             h = o * _tanh(c)  # eq. 7
             _store_lstm(gbase, rows, rmask, G, dcol, dmask, D, z, i, f, o)
         else:
-            z_ff, z_pre = _gate_pre(
-                xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND
-            )
+            z_ff, z_pre = _gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 0, D, RW, DP, RWP, KIND, KC)
             h = _tanh(z_pre)  # FNN, or Elman's eq. 1
             c = tl.zeros_like(h)
             _tile_store(gbase, rows, rmask, G, 0, dcol, dmask, h)
@@ -467,11 +429,9 @@ def ntm_forward_kernel(
         _tile_store(hs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, h)
         _tile_store(cs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, c)
         _tile_store(out + t * F, rows, rmask, T * F, 0, dcol, dmask, h_out)
-        w_p = tl.load(
-            w_head + pcol[None, :] * D + dcol[:, None], mask=dmask[:, None] & pmask[None, :], other=0.0
-        )
+        tl.debug_barrier()  # the head layer's product reads h_t back
         bias = tl.load(b_head + pcol, mask=pmask, other=0.0)
-        params = _dot(h, w_p) + bias[None, :]
+        params = chunked_dot(hs + (nxt * B + rows) * D, rmask, D, w_head, 1, D, P, PP, DP, KC) + bias[None, :]
         _tile_store(params_rec + rec * B * P, rows, rmask, P, 0, pcol, pmask, params)
         tl.debug_barrier()  # the rows' phase reads p_t
         # ---- (ii)-(iii) the memory, row by row
@@ -589,10 +549,12 @@ def ntm_backward_kernel(
     KIND: tl.constexpr,
     PNR: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    KC: tl.constexpr,
 ):
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
     K: tl.constexpr = H + R
+    GK: tl.constexpr = (G + KC - 1) // KC * KC  # G in whole chunks of the products over it
     pid = tl.program_id(0)
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask = _tile_columns(
         pid, B, D, RW, P, DP, RWP, PP, BLOCK_B
@@ -703,22 +665,15 @@ def ntm_backward_kernel(
                 tl.store(g_ww + ((dst * B + row) * H + hd) * N + nidx, grad_prev, mask=nv)
             tl.store(g_m + (dst * B + row) * N * W + slot, grad_old, mask=tv)
         tl.debug_barrier()  # the tile phase reads d p_t
-        # ---- (i) the head layer and the controller backwards, for the tile
-        grad_params = _tile_load(d_params + t * B * P, rows, rmask, P, 0, pcol, pmask)
-        w_p = tl.load(
-            w_head + pcol[:, None] * D + dcol[None, :], mask=pmask[:, None] & dmask[None, :], other=0.0
-        )
-        grad_h = g_h + _dot(grad_params, w_p)
+        # ---- (i) the head layer and the controller backwards, for the tile; the products read
+        # their input back from the gradients this program wrote (behind a barrier)
+        grad_h = g_h + chunked_dot(d_params + (t * B + rows) * P, rmask, P, w_head, D, 1, D, DP, PP, KC)
         grad_out = _tile_load(d_out + t * F, rows, rmask, T * F, 0, dcol, dmask)
         if not PNR:
             grad_h += grad_out
         gbase = gates_rec + t * B * G
         rec_base = d_rec + t * B * G
         xp_base = d_xp + t * B * G
-        wr_tile = rcol[None, :] + dcol[:, None] * RW  # [k, j] = W_r[gate D + k, j]
-        wr_mask = dmask[:, None] & rwmask[None, :]
-        wh_tile = dcol[None, :] + dcol[:, None] * D  # [k, d] = W_h[gate D + k, d]
-        wh_mask = dmask[:, None] & dmask[None, :]
         if KIND == _LSTM:
             z, i, f, o = _load_lstm(gbase, rows, rmask, G, dcol, dmask, D)
             c_prev = _tile_load(cs + t * B * D, rows, rmask, D, 0, dcol, dmask)
@@ -736,8 +691,6 @@ def ntm_backward_kernel(
                 grad_z_ff = grad_z + grad_out * (1.0 - h_out * h_out)
                 _store_lstm(rec_base, rows, rmask, G, dcol, dmask, D, grad_z, grad_i, grad_f, grad_o)
             _store_lstm(xp_base, rows, rmask, G, dcol, dmask, D, grad_z_ff, grad_i, grad_f, grad_o)
-            g_h = _lstm_times(grad_z, grad_i, grad_f, grad_o, w_rec, wh_tile, wh_mask, D * D)
-            grad_r = _lstm_times(grad_z_ff, grad_i, grad_f, grad_o, w_read, wr_tile, wr_mask, D * RW)
         else:
             a = _tile_load(gbase, rows, rmask, G, 0, dcol, dmask)
             grad_a = grad_h * (1.0 - a * a)
@@ -747,11 +700,14 @@ def ntm_backward_kernel(
                 grad_a_ff = grad_a + grad_out * (1.0 - h_out * h_out)
                 _tile_store(rec_base, rows, rmask, G, 0, dcol, dmask, grad_a)
             _tile_store(xp_base, rows, rmask, G, 0, dcol, dmask, grad_a_ff)
-            if KIND == _ELMAN:
-                g_h = _dot(grad_a, tl.load(w_rec + wh_tile, mask=wh_mask, other=0.0))
-            else:
-                g_h = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
-            grad_r = _dot(grad_a_ff, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
+        # d h_{t-1} = d gates W_h (d_rec is d_xp without pnr), d r_{t-1} = d gates' W_r: the gates'
+        # gradients are G-wide rows, the blocks of W's rows in the same order
+        tl.debug_barrier()
+        if KIND == _FNN:
+            g_h = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
+        else:
+            g_h = chunked_dot(rec_base + rows * G, rmask, G, w_rec, D, 1, D, DP, GK, KC)
+        grad_r = chunked_dot(xp_base + rows * G, rmask, G, w_read, RW, 1, RW, RWP, GK, KC)
         _tile_store(g_r, rows, rmask, RW, 0, rcol, rwmask, grad_r)
         tl.debug_barrier()  # the rows' phase of the step before reads d r_{t-1}
     _tile_store(d_h, rows, rmask, D, 0, dcol, dmask, g_h)

@@ -55,6 +55,9 @@ GPU_CHECKED = False  # products split into K chunks (spills cut) after that chec
 BLOCK_B = 2 if INTERPRETED else 16
 #: the columns of a product's input per tl.dot (triton_math.chunked_dot; tl.dot's least)
 BLOCK_K = 16
+#: warps per program: 8 halve the per-thread share of the row phase's (N, W) memory tiles
+#: (sm_90, benchmarks/triton_resources.py: forward spills 2.8 KB instead of 5.3 KB at 4)
+NUM_WARPS = 8
 
 # controller kinds (ops/controller_codes.py)
 _FNN = tl.constexpr(0)

@@ -1,9 +1,10 @@
 """The elementwise and tile helpers the Triton kernels share (the NTM's, the D-NTM's, TARDIS's
-and the DNC's; ARMIN's the row softmax and argmax), as numba_math.py is for the numba kernels:
-activations, products, softmaxes, the tile loads and stores, the controllers' tile phase (the
+and the DNC's; ARMIN's some), as numba_math.py is for the numba kernels: activations, products
+(whole-tile and chunked), softmaxes, the tile loads and stores, the controllers' tile phase (the
 NTM's and the DNC's) and the cosine content weighting. Triton inlines @triton.jit calls, so a
 kernel that imports these compiles exactly as one that defines them. ARMIN's kernels keep their
-own tanh: another formula, other rounding."""
+own tanh (another formula, other rounding) and share the chunked product and the row softmax
+and argmax."""
 
 from __future__ import annotations
 
@@ -57,6 +58,48 @@ def softmax(logits, mask):
     logits = tl.where(mask, logits, float("-inf"))
     e = tl.where(mask, tl.exp(logits - tl.max(logits, axis=0)), 0.0)
     return e / tl.sum(e, axis=0)
+
+
+#: the columns of a product's input per tl.dot in ``chunked_dot`` (tl.dot's least)
+BLOCK_K = 16
+
+
+@triton.jit
+def chunked_dot(
+    x_rows,
+    row_ok,
+    n_in,
+    v_ptr,
+    k_stride,
+    o_stride,
+    n_out,
+    BO: tl.constexpr,
+    BI: tl.constexpr,
+    KC: tl.constexpr,
+):
+    """x @ V for a tile x (rows, n_in) that the program stored in memory, row m at x_rows[m]
+    (row_ok[m]: a row in the batch), and V[k, o] at v_ptr + k k_stride + o o_stride
+    (n_in, n_out): (rows, BO), zero past n_out. The sum over k runs KC columns at a time: a
+    tl.dot over whole (BI, BO) tiles, a float32 product on a GPU (FMA), holds both tiles in
+    registers and spills; (KC, BO) slices do not. Put a barrier between storing x and this."""
+    kk = tl.arange(0, KC)
+    o = tl.arange(0, BO)
+    out_ok = o[None, :] < n_out
+    x = tl.load(x_rows[:, None] + kk[None, :], mask=row_ok[:, None] & (kk[None, :] < n_in), other=0.0)
+    v = tl.load(
+        v_ptr + kk[:, None] * k_stride + o[None, :] * o_stride, mask=(kk[:, None] < n_in) & out_ok, other=0.0
+    )
+    acc = dot(x, v)
+    for k0 in range(KC, BI, KC):
+        k = k0 + kk
+        x = tl.load(x_rows[:, None] + k[None, :], mask=row_ok[:, None] & (k[None, :] < n_in), other=0.0)
+        v = tl.load(
+            v_ptr + k[:, None] * k_stride + o[None, :] * o_stride,
+            mask=(k[:, None] < n_in) & out_ok,
+            other=0.0,
+        )
+        acc += dot(x, v)
+    return acc
 
 
 @triton.jit
@@ -116,58 +159,22 @@ def load_lstm(ptr, rows, rmask, G, dcol, dmask, D):
 
 
 @triton.jit
-def lstm_times(grad_z, grad_i, grad_f, grad_o, w_ptr, tile, mask, block):
-    """The sum over the LSTM's gates of d gate @ W_gate, W_gate the tile of W at ``tile`` in the
-    gate's block of rows (``block`` apart)."""
-    out = dot(grad_z, tl.load(w_ptr + tile, mask=mask, other=0.0))
-    out += dot(grad_i, tl.load(w_ptr + block + tile, mask=mask, other=0.0))
-    out += dot(grad_f, tl.load(w_ptr + 2 * block + tile, mask=mask, other=0.0))
-    out += dot(grad_o, tl.load(w_ptr + 3 * block + tile, mask=mask, other=0.0))
-    return out
-
-
-@triton.jit
 def gate_pre(
-    xp,
-    w_read,
-    w_rec,
-    r_prev,
-    h,
-    rows,
-    rmask,
-    t,
-    T,
-    gate: tl.constexpr,
-    dcol,
-    dmask,
-    rcol,
-    rwmask,
-    D: tl.constexpr,
-    G: tl.constexpr,
-    RW: tl.constexpr,
-    RECURRENT: tl.constexpr,
-):
+    x_rows, r_rows, h_rows, rmask, w_read, w_rec, gate: tl.constexpr, D: tl.constexpr, RW: tl.constexpr,
+    DP: tl.constexpr, RWP: tl.constexpr, RECURRENT: tl.constexpr, KC: tl.constexpr,
+):  # fmt: skip
     """Block ``gate`` of a controller's pre-activation for the tile: h'bar = x_proj_t + W_r r_{t-1}
-    and, for a ``RECURRENT`` controller, h'bar + W_h h_{t-1} (else h'bar again)."""
+    and, for a ``RECURRENT`` controller, h'bar + W_h h_{t-1} (else h'bar again). Row m of x_proj_t,
+    r_{t-1} and h_{t-1} starts at x_rows[m], r_rows[m], h_rows[m]: the products read r_{t-1} and
+    h_{t-1} back from the states the kernel wrote (behind a barrier), KC columns at a time."""
+    dcol = tl.arange(0, DP)
     x = tl.load(
-        xp + (rows[:, None] * T + t) * G + gate * D + dcol[None, :],
-        mask=rmask[:, None] & dmask[None, :],
-        other=0.0,
+        x_rows[:, None] + gate * D + dcol[None, :], mask=rmask[:, None] & (dcol[None, :] < D), other=0.0
     )
-    w_r = tl.load(
-        w_read + (gate * D + dcol[None, :]) * RW + rcol[:, None],
-        mask=rwmask[:, None] & dmask[None, :],
-        other=0.0,
-    )
-    pre_ff = x + dot(r_prev, w_r)
+    pre_ff = x + chunked_dot(r_rows, rmask, RW, w_read + gate * D * RW, 1, RW, D, DP, RWP, KC)
     pre = pre_ff
     if RECURRENT:
-        w_h = tl.load(
-            w_rec + (gate * D + dcol[None, :]) * D + dcol[:, None],
-            mask=dmask[:, None] & dmask[None, :],
-            other=0.0,
-        )
-        pre = pre_ff + dot(h, w_h)
+        pre = pre_ff + chunked_dot(h_rows, rmask, D, w_rec + gate * D * D, 1, D, D, DP, DP, KC)
     return pre_ff, pre
 
 
@@ -211,52 +218,65 @@ def cosine_content_backward(grad_content, content, similarity, key, key_norm, be
 # ---------------------------------------------------------------- the controllers' tile phase
 # Step (i) of the NTM's and the DNC's kernels for a tile of batch rows: the controllers of
 # ops/controller_codes.py (KIND 0 feed-forward, 1 Elman, 2 LSTM; ACT 0 tanh, 1 sigmoid, 2 relu
-# for the feed-forward one), partially non-recurrent with PNR.
+# for the feed-forward one), partially non-recurrent with PNR, and the head (interface) layer
+# p_t = W_p h_t + b. Every product reads its input back from memory (chunked_dot): the states
+# (T + 1 or 2, B, width) the kernel keeps, or the gradients it has just written; products over
+# whole (128 x 128) tiles held both operands in registers and spilled.
 
 
 @triton.jit
 def controller_forward(
-    xp,
+    xp_t,
+    x_stride,
+    r_prev,
+    h_prev,
     w_read,
     w_rec,
+    w_head,
+    b_head,
     gates,
-    r_prev,
-    h,
+    h_next,
+    c_next,
+    out_t,
+    out_stride,
+    params,
     c,
     rows,
     rmask,
-    t,
-    T,
     dcol,
     dmask,
-    rcol,
-    rwmask,
+    pcol,
+    pmask,
     D: tl.constexpr,
     G: tl.constexpr,
     RW: tl.constexpr,
+    P: tl.constexpr,
+    DP: tl.constexpr,
+    RWP: tl.constexpr,
+    PP: tl.constexpr,
     KIND: tl.constexpr,
     ACT: tl.constexpr,
     PNR: tl.constexpr,
     CELL_PASSES: tl.constexpr,
+    KC: tl.constexpr,
 ):
-    """(h_t, c_t, h_out) of the tile from x_proj (B, T, G), W_r, W_h, r_{t-1}, h_{t-1}, c_{t-1}:
-    fnn h = phi(h'bar), Elman h = tanh(h'bar + W_h h_{t-1}) (eq. 1), LSTM eqs. 2-7 with the gates
-    (z, i, f, o); h_out = tanh(h'bar's first block) with PNR (eq. 10), else h. The activated
-    gates (h for the one-block controllers) go to the tile's G-wide rows at ``gates``. Without a
-    cell, c is zeros, or c_{t-1} with CELL_PASSES."""
-    z_ff, z_pre = gate_pre(
-        xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, G, RW, KIND != 0
-    )
+    """One step of the controller and the head layer for the tile: from x_proj_t (the tile's
+    G-wide rows at ``xp_t``, ``x_stride`` apart), r_{t-1} (RW-wide rows at ``r_prev``), h_{t-1}
+    (D-wide rows at ``h_prev``) and c_{t-1} (``c``, in registers): fnn h = phi(h'bar), Elman
+    h = tanh(h'bar + W_h h_{t-1}) (eq. 1), LSTM eqs. 2-7 with the gates (z, i, f, o); h_out =
+    tanh(h'bar's first block) with PNR (eq. 10), else h. It stores the activated gates (h for
+    the one-block controllers) at ``gates``, h_t at ``h_next``, c_t at ``c_next``, h_out to the
+    features' column block at ``out_t`` (rows ``out_stride`` apart) and p_t at ``params``, and
+    returns c_t: without a cell zeros, or c_{t-1} with CELL_PASSES. The caller puts a barrier
+    between the stores of r_{t-1}, h_{t-1} and this, and after it before reading p_t."""
+    x_rows = xp_t + rows * x_stride
+    r_rows = r_prev + rows * RW
+    h_rows = h_prev + rows * D
+    z_ff, z_pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 0, D, RW, DP, RWP, KIND != 0, KC)
     if KIND == 2:
-        _, i_pre = gate_pre(
-            xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 1, dcol, dmask, rcol, rwmask, D, G, RW, True
-        )
-        _, f_pre = gate_pre(
-            xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 2, dcol, dmask, rcol, rwmask, D, G, RW, True
-        )
-        _, o_pre = gate_pre(
-            xp, w_read, w_rec, r_prev, h, rows, rmask, t, T, 3, dcol, dmask, rcol, rwmask, D, G, RW, True
-        )
+        _, i_pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 1, D, RW, DP, RWP, True, KC)
+        _, f_pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 2, D, RW, DP, RWP, True, KC)
+        _, o_pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 3, D, RW, DP, RWP, True, KC)
         z = tanh(z_pre)
         i = sigmoid(i_pre)
         f = sigmoid(f_pre)
@@ -278,7 +298,14 @@ def controller_forward(
         h_out = tanh(z_ff)  # eq. 10
     else:
         h_out = h
-    return h, c, h_out
+    tile_store(h_next, rows, rmask, D, 0, dcol, dmask, h)
+    tile_store(c_next, rows, rmask, D, 0, dcol, dmask, c)
+    tile_store(out_t, rows, rmask, out_stride, 0, dcol, dmask, h_out)
+    tl.debug_barrier()  # the head layer's product reads h_t back
+    bias = tl.load(b_head + pcol, mask=pmask, other=0.0)
+    p = chunked_dot(h_next + rows * D, rmask, D, w_head, 1, D, P, PP, DP, KC) + bias[None, :]
+    tile_store(params, rows, rmask, P, 0, pcol, pmask, p)
+    return c
 
 
 @triton.jit
@@ -301,34 +328,30 @@ def controller_backward(
     rmask,
     dcol,
     dmask,
-    rcol,
-    rwmask,
-    pcol,
-    pmask,
     D: tl.constexpr,
     G: tl.constexpr,
     RW: tl.constexpr,
     P: tl.constexpr,
+    DP: tl.constexpr,
+    RWP: tl.constexpr,
+    PP: tl.constexpr,
     KIND: tl.constexpr,
     ACT: tl.constexpr,
     PNR: tl.constexpr,
+    KC: tl.constexpr,
 ):
-    """Backward of ``controller_forward`` and of the head (interface) layer p_t = W_p h_t + b at
-    one step, for the tile: from the carried gradients of h_t and c_t, those of p_t (the tile's
-    P-wide rows at ``d_params``) and of the features (``d_out``, ``out``: the step's column
-    block, rows ``out_stride`` apart), it writes the gradients of h'bar (``d_xp``) and, with PNR,
-    of h'bar + W_h h_{t-1} (``d_rec``), and returns those of h_{t-1}, c_{t-1} (carried as it is
-    without a cell) and r_{t-1}."""
-    grad_params = tile_load(d_params, rows, rmask, P, 0, pcol, pmask)
-    w_p = tl.load(w_head + pcol[:, None] * D + dcol[None, :], mask=pmask[:, None] & dmask[None, :], other=0.0)
-    grad_h = grad_h + dot(grad_params, w_p)
+    """Backward of ``controller_forward`` at one step, for the tile: from the carried gradients
+    of h_t and c_t, those of p_t (the tile's P-wide rows at ``d_params``, stored behind a
+    barrier) and of the features (``d_out``, ``out``: the step's column block, rows
+    ``out_stride`` apart), it writes the gradients of h'bar (``d_xp``) and, with PNR, of h'bar +
+    W_h h_{t-1} (``d_rec``; without PNR the caller passes d_xp again), and returns those of
+    h_{t-1}, c_{t-1} (carried as it is without a cell) and r_{t-1}; the products with W_h and W_r
+    read the gradients back from d_rec and d_xp, G-wide rows whose blocks are W's rows in order."""
+    GK: tl.constexpr = (G + KC - 1) // KC * KC  # G in whole chunks of the products over it
+    grad_h = grad_h + chunked_dot(d_params + rows * P, rmask, P, w_head, D, 1, D, DP, PP, KC)
     grad_out = tile_load(d_out, rows, rmask, out_stride, 0, dcol, dmask)
     if not PNR:
         grad_h += grad_out
-    wr_tile = rcol[None, :] + dcol[:, None] * RW  # [k, j] = W_r[gate D + k, j]
-    wr_mask = dmask[:, None] & rwmask[None, :]
-    wh_tile = dcol[None, :] + dcol[:, None] * D  # [k, d] = W_h[gate D + k, d]
-    wh_mask = dmask[:, None] & dmask[None, :]
     if KIND == 2:
         z, i, f, o = load_lstm(gates, rows, rmask, G, dcol, dmask, D)
         cell_prev = tile_load(c_prev, rows, rmask, D, 0, dcol, dmask)
@@ -345,8 +368,6 @@ def controller_backward(
             grad_z_ff = grad_z + grad_out * (1.0 - h_out * h_out)
             store_lstm(d_rec, rows, rmask, G, dcol, dmask, D, grad_z, grad_i, grad_f, grad_o)
         store_lstm(d_xp, rows, rmask, G, dcol, dmask, D, grad_z_ff, grad_i, grad_f, grad_o)
-        grad_h = lstm_times(grad_z, grad_i, grad_f, grad_o, w_rec, wh_tile, wh_mask, D * D)
-        grad_r = lstm_times(grad_z_ff, grad_i, grad_f, grad_o, w_read, wr_tile, wr_mask, D * RW)
     else:
         a = tile_load(gates, rows, rmask, G, 0, dcol, dmask)
         if KIND == 0 and ACT == 1:
@@ -361,9 +382,10 @@ def controller_backward(
             grad_a_ff = grad_a + grad_out * (1.0 - h_out * h_out)
             tile_store(d_rec, rows, rmask, G, 0, dcol, dmask, grad_a)
         tile_store(d_xp, rows, rmask, G, 0, dcol, dmask, grad_a_ff)
-        if KIND == 0:
-            grad_h = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
-        else:
-            grad_h = dot(grad_a, tl.load(w_rec + wh_tile, mask=wh_mask, other=0.0))
-        grad_r = dot(grad_a_ff, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
+    tl.debug_barrier()  # the products below read the gradients just stored, across threads
+    if KIND == 0:
+        grad_h = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
+    else:
+        grad_h = chunked_dot(d_rec + rows * G, rmask, G, w_rec, D, 1, D, DP, GK, KC)
+    grad_r = chunked_dot(d_xp + rows * G, rmask, G, w_read, RW, 1, RW, RWP, GK, KC)
     return grad_h, grad_c, grad_r

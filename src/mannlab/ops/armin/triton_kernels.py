@@ -3,12 +3,16 @@ time of ops/armin/reference.py (eqs. 3-10, the write of section 3.3; auto-addres
 write, control gates, layer norm, optional zoneout), all four addressing modes.
 
 How (the technique of flash-linear-attention's fused recurrent kernels and mamba's selective
-scan): one program per tile of BLOCK_B batch rows runs the whole time loop; h_{t-1} stays in
-registers, the weights are re-read from global memory at every step (they stay in L2), and the
-input's share of every pre-activation comes precomputed for all steps (one matrix product
-before the call: ARMINCell.precompute). The memory M (B, n_mem, d_r) of each row lives in global
-memory, read and written one slot at a time (one-hot reads: the slot read is gathered, and
-without records the slot written is the one row stored, section 5's fast path). Sizes need not
+scan): one program per tile of BLOCK_B batch rows runs the whole time loop; the weights are
+re-read from global memory at every step (they stay in L2), and the input's share of every
+pre-activation comes precomputed for all steps (one matrix product before the call:
+ARMINCell.precompute). Each product x W^T reads x back from memory BLOCK_K columns at a time
+(triton_math.chunked_dot): the forward's inputs through a small per-program scratch, the
+backward's from the gradient records it has just written; whole-tile products (128 x 128
+weight tiles) held both operands in registers and spilled (benchmarks/triton_resources.py).
+The memory M (B, n_mem, d_r) of each row lives in global memory, read and written one slot at a
+time (one-hot reads: the slot read is gathered, and without records the slot written is the
+one row stored, section 5's fast path). Sizes need not
 be powers of two: each block (d_h, d_r, n_mem) is padded to the next power of two, at least 16
 so that tl.dot compiles, with masks on every load and store. Every gate is its own block (eq. 3:
 g^h, g^r; eq. 6: i, f, g, o^h, o^r), its layer norm a sum over the blocks, so no tile is wider
@@ -31,14 +35,16 @@ import triton
 import triton.language as tl
 
 from mannlab.ops.armin.records import MODES, ARMINWeights, PreactivationGrads
+from mannlab.ops.triton_math import BLOCK_K as BLOCK_K  # the columns of each product's chunks
+from mannlab.ops.triton_math import chunked_dot
 from mannlab.ops.triton_math import row_argmax as _row_argmax
 from mannlab.ops.triton_math import row_softmax as _row_softmax
 
 #: the dtypes the kernels take (the GPU's float32; float64 is left to the other paths)
 DTYPES = (torch.float32,)
-#: Whether these kernels have run on a GPU ("auto" uses only checked kernels): their GPU
-#: tests and bench_gpu.py ran on an H200 (benchmarks/README.md).
-GPU_CHECKED = True
+#: Whether these kernels have run on a GPU ("auto" uses only checked kernels). An earlier
+#: version's GPU tests and bench_gpu.py ran on an H200 (benchmarks/README.md); False since:
+GPU_CHECKED = False  # products split into K chunks (spills cut) after that check: not run on a GPU yet
 #: batch rows per program: tl.dot needs at least 16 rows
 BLOCK_B = 16
 
@@ -81,25 +87,6 @@ def _tanh(x):
     e = tl.exp(-2.0 * tl.abs(x))  # in (0, 1]: no overflow
     t = (1.0 - e) / (1.0 + e)
     return tl.where(x < 0.0, -t, t)
-
-
-@triton.jit
-def _wt(ptr, row0, ld, n_out, n_in, BO: tl.constexpr, BI: tl.constexpr):
-    """A (BI, BO) tile of W^T for x @ W^T: [k, o] = W[row0 + o, k] of a row-major W (ld columns),
-    zero past n_out outputs and n_in inputs."""
-    k = tl.arange(0, BI)
-    o = tl.arange(0, BO)
-    mask = (k[:, None] < n_in) & (o[None, :] < n_out)
-    return tl.load(ptr + (row0 + o[None, :]) * ld + k[:, None], mask=mask, other=0.0)
-
-
-@triton.jit
-def _w(ptr, row0, ld, n_rows, n_cols, BRW: tl.constexpr, BC: tl.constexpr):
-    """A (BRW, BC) tile of W for d @ W: [i, k] = W[row0 + i, k], zero past n_rows and n_cols."""
-    i = tl.arange(0, BRW)
-    k = tl.arange(0, BC)
-    mask = (i[:, None] < n_rows) & (k[None, :] < n_cols)
-    return tl.load(ptr + (row0 + i[:, None]) * ld + k[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
@@ -204,31 +191,25 @@ def _store_gates(ptr, ch, cr, mh, mr, H, i, f, g, o, r):
 
 
 @triton.jit
-def _preactivation(
-    x_ptr, cols, mask, h, w_h, r, w_r, row0, n_out, H, R, BO: tl.constexpr, BH: tl.constexpr, BR: tl.constexpr
-):
-    """One block of a pre-activation, x + W_h h + W_r r: the input's share at x_ptr, then the
-    products with the rows row0 to row0 + n_out of W_h (ld d_h) and W_r (ld d_r)."""
-    pre = tl.load(x_ptr + cols[None, :], mask=mask, other=0.0)
-    pre += tl.dot(h, _wt(w_h, row0, H, n_out, H, BO, BH), input_precision="ieee") + tl.dot(
-        r, _wt(w_r, row0, R, n_out, R, BO, BR), input_precision="ieee"
-    )
-    return pre
+def _times_w(x_rows, row_ok, w_ptr, n_in, n_out, BO: tl.constexpr, BI: tl.constexpr, KC: tl.constexpr):
+    """d W for the tile's d (n_in columns of a record this program wrote, row m at x_rows[m])
+    and a row-major W (n_in, n_out)."""
+    return chunked_dot(x_rows, row_ok, n_in, w_ptr, n_out, 1, n_out, BO, BI, KC)
 
 
 @triton.jit
-def _gates_times(
-    da_i, da_f, da_g, da_o, da_r, w_ptr, K, H, R, BH: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr
-):
-    """d a W for a (G, K) weight W and the gradients d a of its five gate blocks: (BB, BK)."""
-    out = tl.dot(da_i, _w(w_ptr, 0, K, H, K, BH, BK), input_precision="ieee") + tl.dot(
-        da_f, _w(w_ptr, H, K, H, K, BH, BK), input_precision="ieee"
-    )
-    out += tl.dot(da_g, _w(w_ptr, 2 * H, K, H, K, BH, BK), input_precision="ieee") + tl.dot(
-        da_o, _w(w_ptr, 3 * H, K, H, K, BH, BK), input_precision="ieee"
-    )
-    out += tl.dot(da_r, _w(w_ptr, 4 * H, K, R, K, BR, BK), input_precision="ieee")
-    return out
+def _preactivation(
+    x_ptr, sc_rows, row_ok, w_h, w_r, row0, n_out, H, R, BO: tl.constexpr, BH: tl.constexpr, BR: tl.constexpr,
+    KC: tl.constexpr,
+):  # fmt: skip
+    """One block of a pre-activation, x + W_h h + W_r r, (BB, BO): the input's share at x_ptr,
+    then the products with the rows row0 to row0 + n_out of W_h (ld d_h) and W_r (ld d_r), h and
+    r read from the program's scratch (row m's h block at sc_rows[m], its r block after it)."""
+    cols = tl.arange(0, BO)
+    pre = tl.load(x_ptr + cols[None, :], mask=row_ok[:, None] & (cols[None, :] < n_out), other=0.0)
+    pre += chunked_dot(sc_rows, row_ok, H, w_h + row0 * H, 1, H, n_out, BO, BH, KC)
+    pre += chunked_dot(sc_rows + BH, row_ok, R, w_r + row0 * R, 1, R, n_out, BO, BR, KC)
+    return pre
 
 
 # ----------------------------------------------------------------------- forward
@@ -270,6 +251,7 @@ def _forward_kernel(
     hs_ptr,
     v_ptr,
     w_ptr,
+    scratch_ptr,  # (programs * BLOCK_B, BH + BR): the inputs of this step's products
     B,
     T,
     P,
@@ -290,27 +272,31 @@ def _forward_kernel(
     KEEP: tl.constexpr,
     GATHER_READ: tl.constexpr,  # one-hot reads (gumbel, argmax)
     SCATTER_WRITE: tl.constexpr,  # one-hot reads and the memory in place (no KEEP)
+    KC: tl.constexpr,
 ):
     C: tl.constexpr = H + R
     G: tl.constexpr = 4 * H + R
     rows64, row_ok, ch, cr, cn, mh, mr, mn, col_h, col_r, col_n = _tile(B, H, R, N, BH, BR, BN, BLOCK_B)
+    # the products read their input (h or h^g, r or r^g) back from here, KC columns at a time
+    sc_rows = scratch_ptr + rows64 * (BH + BR)
+    sc = sc_rows[:, None]
     h = tl.load(h0_ptr + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
     steps0 = tl.load(steps_ptr + rows64, mask=row_ok, other=0)
     mem_rows = mem_ptr + rows64[:, None] * mem_row_stride + cr[None, :]
-    # the layer norms' gains and biases, a (1, block) row each
-    lnc_w_h, lnc_w_r = _control_rows(lncw_ptr, H, R, BH, BR)
-    lnc_b_h, lnc_b_r = _control_rows(lncb_ptr, H, R, BH, BR)
-    lng_w_i, lng_w_f, lng_w_g, lng_w_o, lng_w_r = _gate_rows(lngw_ptr, H, R, BH, BR)
-    lng_b_i, lng_b_f, lng_b_g, lng_b_o, lng_b_r = _gate_rows(lngb_ptr, H, R, BH, BR)
-    lnh_w = _vec(lnhw_ptr, 0, H, BH)
-    lnh_b = _vec(lnhb_ptr, 0, H, BH)
     for t in range(T):
         x_row = xp_ptr + rows64[:, None] * (T * P) + t * P  # this step's projected input
-        rec_h, rec_r, rec_n, rec_c, rec_g = _step_offsets(rows64, t, T, ch, cr, cn, H, R, N)
         mem_now = mem_rows + t * mem_step_stride  # M_{t-1}
+        # each record is stored as soon as it is made (KEEP): held to the step's end, they would
+        # take the registers the products need
+        rec_h, rec_r, rec_n, rec_c, rec_g = _step_offsets(rows64, t, T, ch, cr, cn, H, R, N)
+        rstd_row = rstd_ptr + rows64 * (T * 3) + t * 3
         # ---- eq. 9: the read weights
+        tl.store(sc + ch[None, :], h)  # h_{t-1}, zero past d_h
+        if KEEP:
+            tl.store(hprev_ptr + rec_h, h, mask=mh)
+        tl.debug_barrier()
         logits = tl.load(x_row + C + G + cn[None, :], mask=mn, other=0.0)
-        logits += tl.dot(h, _wt(wch_ptr, C, H, N, H, BN, BH), input_precision="ieee")
+        logits += chunked_dot(sc_rows, row_ok, H, wch_ptr + C * H, 1, H, N, BN, BH, KC)
         read = tl.zeros((BLOCK_B,), dtype=tl.int32)  # the slot read, in the one-hot modes
         if MODE == 3:  # argmax
             read = _row_argmax(tl.where(col_n, logits, float("-inf")), cn, BN)
@@ -327,6 +313,9 @@ def _forward_kernel(
             else:  # straight-through: the one-hot forward
                 read = _row_argmax(tl.where(col_n, y, float("-inf")), cn, BN)
                 s = tl.where(cn[None, :] == read[:, None], 1.0, 0.0)
+        if KEEP:
+            tl.store(s_ptr + rec_n, s, mask=mn)
+            tl.store(y_ptr + rec_n, y, mask=mn)
         # ---- eq. 10: r = s^T M_{t-1}
         if GATHER_READ:  # one-hot s: an index gather instead of the weighted sum (section 5)
             r = tl.load(mem_now + read[:, None] * R, mask=mr, other=0.0)
@@ -336,24 +325,48 @@ def _forward_kernel(
                 m_j = tl.load(mem_now + j * R, mask=mr, other=0.0)
                 r += _column(s, cn, j) * m_j
         # ---- eq. 3: control gates [g^h; g^r] = σ(LN_c(x_c + W_ig,h h + W_ig,r r))
-        a_h = _preactivation(x_row, ch, mh, h, wch_ptr, r, wcr_ptr, 0, H, H, R, BH, BH, BR)
-        a_r = _preactivation(x_row + H, cr, mr, h, wch_ptr, r, wcr_ptr, H, R, H, R, BR, BH, BR)
+        tl.store(sc + BH + cr[None, :], r)
+        if KEEP:
+            tl.store(r_ptr + rec_r, r, mask=mr)
+        tl.debug_barrier()
+        a_h = _preactivation(x_row, sc_rows, row_ok, wch_ptr, wcr_ptr, 0, H, H, R, BH, BH, BR, KC)
+        a_r = _preactivation(x_row + H, sc_rows, row_ok, wch_ptr, wcr_ptr, H, R, H, R, BR, BH, BR, KC)
         mean = (tl.sum(tl.where(col_h, a_h, 0.0), axis=1) + tl.sum(tl.where(col_r, a_r, 0.0), axis=1)) / C
         d_h = tl.where(col_h, a_h - mean[:, None], 0.0)
         d_r = tl.where(col_r, a_r - mean[:, None], 0.0)
         rstd_c = 1.0 / tl.sqrt((tl.sum(d_h * d_h, axis=1) + tl.sum(d_r * d_r, axis=1)) / C + eps)
         xc_h = d_h * rstd_c[:, None]
         xc_r = d_r * rstd_c[:, None]
+        # the layer norms' gains and biases, a (1, block) row each, loaded where used (L1 hits)
+        lnc_w_h, lnc_w_r = _control_rows(lncw_ptr, H, R, BH, BR)
+        lnc_b_h, lnc_b_r = _control_rows(lncb_ptr, H, R, BH, BR)
         c_h = _sigmoid(xc_h * lnc_w_h + lnc_b_h)
         c_r = _sigmoid(xc_r * lnc_w_r + lnc_b_r)
         hg = c_h * h  # eq. 4
         rg = c_r * r  # eq. 5
+        if KEEP:
+            _store_control(xc_ptr + rec_c, ch, cr, mh, mr, H, xc_h, xc_r)
+            tl.store(rstd_row, rstd_c, mask=row_ok)
+            _store_control(c_ptr + rec_c, ch, cr, mh, mr, H, c_h, c_r)
+            tl.store(hg_ptr + rec_h, hg, mask=mh)
+            tl.store(rg_ptr + rec_r, rg, mask=mr)
         # ---- eq. 6: [i, f, g, o^h, o^r] from LN_g(x_g + W_go,h h^g + W_go,r r^g), one block each
-        z_i = _preactivation(x_row + C, ch, mh, hg, wgh_ptr, rg, wgr_ptr, 0, H, H, R, BH, BH, BR)
-        z_f = _preactivation(x_row + C + H, ch, mh, hg, wgh_ptr, rg, wgr_ptr, H, H, H, R, BH, BH, BR)
-        z_g = _preactivation(x_row + C + 2 * H, ch, mh, hg, wgh_ptr, rg, wgr_ptr, 2 * H, H, H, R, BH, BH, BR)
-        z_o = _preactivation(x_row + C + 3 * H, ch, mh, hg, wgh_ptr, rg, wgr_ptr, 3 * H, H, H, R, BH, BH, BR)
-        z_r = _preactivation(x_row + C + 4 * H, cr, mr, hg, wgh_ptr, rg, wgr_ptr, 4 * H, R, H, R, BR, BH, BR)
+        tl.debug_barrier()  # every read of h and r above, before h^g and r^g replace them
+        tl.store(sc + ch[None, :], hg)
+        tl.store(sc + BH + cr[None, :], rg)
+        tl.debug_barrier()
+        xg_row = x_row + C
+        z_i = _preactivation(xg_row, sc_rows, row_ok, wgh_ptr, wgr_ptr, 0, H, H, R, BH, BH, BR, KC)
+        z_f = _preactivation(xg_row + H, sc_rows, row_ok, wgh_ptr, wgr_ptr, H, H, H, R, BH, BH, BR, KC)
+        z_g = _preactivation(
+            xg_row + 2 * H, sc_rows, row_ok, wgh_ptr, wgr_ptr, 2 * H, H, H, R, BH, BH, BR, KC
+        )
+        z_o = _preactivation(
+            xg_row + 3 * H, sc_rows, row_ok, wgh_ptr, wgr_ptr, 3 * H, H, H, R, BH, BH, BR, KC
+        )
+        z_r = _preactivation(
+            xg_row + 4 * H, sc_rows, row_ok, wgh_ptr, wgr_ptr, 4 * H, R, H, R, BR, BH, BR, KC
+        )
         total = tl.sum(tl.where(col_h, z_i + z_f + z_g + z_o, 0.0), axis=1)
         mean = (total + tl.sum(tl.where(col_r, z_r, 0.0), axis=1)) / G
         z_i = tl.where(col_h, z_i - mean[:, None], 0.0)
@@ -368,18 +381,28 @@ def _forward_kernel(
         z_g *= rstd_g[:, None]
         z_o *= rstd_g[:, None]
         z_r *= rstd_g[:, None]
+        if KEEP:
+            _store_gates(xg_ptr + rec_g, ch, cr, mh, mr, H, z_i, z_f, z_g, z_o, z_r)
+            tl.store(rstd_row + 1, rstd_g, mask=row_ok)
+        lng_w_i, lng_w_f, lng_w_g, lng_w_o, lng_w_r = _gate_rows(lngw_ptr, H, R, BH, BR)
+        lng_b_i, lng_b_f, lng_b_g, lng_b_o, lng_b_r = _gate_rows(lngb_ptr, H, R, BH, BR)
         a_i = _sigmoid(z_i * lng_w_i + lng_b_i)
         a_f = _sigmoid(z_f * lng_w_f + lng_b_f)
         a_g = _tanh(z_g * lng_w_g + lng_b_g)
         a_o = _sigmoid(z_o * lng_w_o + lng_b_o)
         a_r = _sigmoid(z_r * lng_w_r + lng_b_r)
+        if KEEP:
+            _store_gates(act_ptr + rec_g, ch, cr, mh, mr, H, a_i, a_f, a_g, a_o, a_r)
         # ---- eq. 7: ĥ = LN_h(f h_{t-1} + i g); eq. 8: o_t = [o^h tanh ĥ, o^r tanh r]
         u = tl.where(col_h, a_f * h + a_i * a_g, 0.0)
         mean = tl.sum(u, axis=1) / H
         u = tl.where(col_h, u - mean[:, None], 0.0)
         rstd_h = 1.0 / tl.sqrt(tl.sum(u * u, axis=1) / H + eps)
         xh = u * rstd_h[:, None]
-        h_hat = xh * lnh_w + lnh_b
+        if KEEP:
+            tl.store(xh_ptr + rec_h, xh, mask=mh)
+            tl.store(rstd_row + 2, rstd_h, mask=row_ok)
+        h_hat = xh * _vec(lnhw_ptr, 0, H, BH) + _vec(lnhb_ptr, 0, H, BH)
         out_row = out_ptr + rows64[:, None] * (T * C) + t * C
         tl.store(out_row + ch[None, :], a_o * _tanh(h_hat), mask=mh)
         tl.store(out_row + H + cr[None, :], a_r * _tanh(r), mask=mr)
@@ -389,13 +412,21 @@ def _forward_kernel(
         else:
             h_new = h_hat
         h_new = tl.where(mh, h_new, 0.0)
+        if KEEP:
+            tl.store(hs_ptr + rec_h, h_new, mask=mh)
         # ---- section 3.3: write v (W_w h_t, or h_t) to the next empty slot, then to the slot read
         if USE_MAP:
-            v = tl.dot(h_new, _wt(wmap_ptr, 0, H, R, H, BR, BH), input_precision="ieee")
+            tl.debug_barrier()  # every read of h^g above, before h_t replaces it
+            tl.store(sc + ch[None, :], h_new)
+            tl.debug_barrier()
+            v = chunked_dot(sc_rows, row_ok, H, wmap_ptr, 1, H, R, BR, BH, KC)
         else:
             v = h_new
         step = steps0 + t
         w = tl.where((step < N)[:, None], tl.where(cn[None, :] == step[:, None], 1.0, 0.0), s)
+        if KEEP:
+            tl.store(v_ptr + rec_r, v, mask=mr)
+            tl.store(w_ptr + rec_n, w, mask=mn)
         if SCATTER_WRITE:  # one-hot w, memory in place: only the slot written changes
             slot = tl.where(step < N, step, read)
             tl.store(mem_now + slot[:, None] * R, v, mask=mr)
@@ -406,25 +437,6 @@ def _forward_kernel(
                 # torch.lerp's two formulas, for the same rounding
                 new = tl.where(w_j < 0.5, m_j + w_j * (v - m_j), v - (v - m_j) * (1.0 - w_j))
                 tl.store(mem_now + mem_step_stride + j * R, new, mask=mr)
-        if KEEP:
-            tl.store(hprev_ptr + rec_h, h, mask=mh)
-            tl.store(s_ptr + rec_n, s, mask=mn)
-            tl.store(y_ptr + rec_n, y, mask=mn)
-            tl.store(r_ptr + rec_r, r, mask=mr)
-            _store_control(c_ptr + rec_c, ch, cr, mh, mr, H, c_h, c_r)
-            tl.store(hg_ptr + rec_h, hg, mask=mh)
-            tl.store(rg_ptr + rec_r, rg, mask=mr)
-            _store_control(xc_ptr + rec_c, ch, cr, mh, mr, H, xc_h, xc_r)
-            _store_gates(xg_ptr + rec_g, ch, cr, mh, mr, H, z_i, z_f, z_g, z_o, z_r)
-            tl.store(xh_ptr + rec_h, xh, mask=mh)
-            rstd_row = rstd_ptr + rows64 * (T * 3) + t * 3
-            tl.store(rstd_row, rstd_c, mask=row_ok)
-            tl.store(rstd_row + 1, rstd_g, mask=row_ok)
-            tl.store(rstd_row + 2, rstd_h, mask=row_ok)
-            _store_gates(act_ptr + rec_g, ch, cr, mh, mr, H, a_i, a_f, a_g, a_o, a_r)
-            tl.store(hs_ptr + rec_h, h_new, mask=mh)
-            tl.store(v_ptr + rec_r, v, mask=mr)
-            tl.store(w_ptr + rec_n, w, mask=mn)
         h = h_new
         tl.debug_barrier()  # the next step reads the memory rows this one wrote
     tl.store(ht_ptr + rows64[:, None] * H + ch[None, :], h, mask=mh)
@@ -483,19 +495,18 @@ def _backward_kernel(
     MODE: tl.constexpr,
     USE_ZONE: tl.constexpr,
     USE_MAP: tl.constexpr,
+    KC: tl.constexpr,
 ):
     C: tl.constexpr = H + R
     G: tl.constexpr = 4 * H + R
+    # the padded sizes of the products over the C and G rows (whole KC chunks)
+    CK: tl.constexpr = (C + KC - 1) // KC * KC
+    GK: tl.constexpr = (G + KC - 1) // KC * KC
     rows64, row_ok, ch, cr, cn, mh, mr, mn, col_h, col_r, _ = _tile(B, H, R, N, BH, BR, BN, BLOCK_B)
     dh = tl.load(d_ht_ptr + rows64[:, None] * H + ch[None, :], mask=mh, other=0.0)
     steps0 = tl.load(steps_ptr + rows64, mask=row_ok, other=0)
     dm_rows = dm_ptr + rows64[:, None] * (N * R) + cr[None, :]
     mem_rows = mem_ptr + rows64[:, None] * ((T + 1) * N * R) + cr[None, :]
-    # the layer norms' gains and biases, a (1, block) row each
-    lnh_w = _vec(lnhw_ptr, 0, H, BH)
-    lnh_b = _vec(lnhb_ptr, 0, H, BH)
-    lng_w_i, lng_w_f, lng_w_g, lng_w_o, lng_w_r = _gate_rows(lngw_ptr, H, R, BH, BR)
-    lnc_w_h, lnc_w_r = _control_rows(lncw_ptr, H, R, BH, BR)
     for step_back in range(T):
         t = T - 1 - step_back
         rec_h, rec_r, rec_n, rec_c, rec_g = _step_offsets(rows64, t, T, ch, cr, cn, H, R, N)
@@ -513,14 +524,18 @@ def _backward_kernel(
             dv += w_j * g_j
             tl.store(dm_rows + j * R, g_j * (1.0 - w_j), mask=mr)
         tl.store(d_v_ptr + rec_r, dv, mask=mr)
+        # the products below read their input back from the records this program writes
         if USE_MAP:
-            dh_v = tl.dot(dv, _w(wmap_ptr, 0, H, R, H, BR, BH), input_precision="ieee")
+            tl.debug_barrier()
+            dh_v = _times_w(d_v_ptr + rows64 * (T * R) + t * R, row_ok, wmap_ptr, R, H, BH, BR, KC)
         else:
             dh_v = dv
         # ---- eq. 8, zoneout, eq. 7
         hprev = tl.load(hprev_ptr + rec_h, mask=mh, other=0.0)
         xh = tl.load(xh_ptr + rec_h, mask=mh, other=0.0)
-        th = _tanh(xh * lnh_w + lnh_b)
+        # the layer norms' gains and biases, loaded where used (as in the forward)
+        lnh_w = _vec(lnhw_ptr, 0, H, BH)
+        th = _tanh(xh * lnh_w + _vec(lnhb_ptr, 0, H, BH))
         r = tl.load(r_ptr + rec_r, mask=mr, other=0.0)
         tr = _tanh(r)
         a_i, a_f, a_g, a_o, a_r = _load_gates(act_ptr + rec_g, ch, cr, mh, mr, H)
@@ -551,6 +566,7 @@ def _backward_kernel(
         # ---- eq. 6's layer norm, over the five blocks
         rstd_g = tl.load(rstd_row + 1, mask=row_ok, other=0.0)[:, None]
         x_i, x_f, x_g, x_o, x_r = _load_gates(xg_ptr + rec_g, ch, cr, mh, mr, H)
+        lng_w_i, lng_w_f, lng_w_g, lng_w_o, lng_w_r = _gate_rows(lngw_ptr, H, R, BH, BR)
         g_i = tl.where(col_h, dy_i * lng_w_i, 0.0)
         g_f = tl.where(col_h, dy_f * lng_w_f, 0.0)
         g_g = tl.where(col_h, dy_g * lng_w_g, 0.0)
@@ -566,9 +582,10 @@ def _backward_kernel(
         da_o = tl.where(col_h, rstd_g * (g_o - m1 - x_o * m2), 0.0)
         da_r = tl.where(col_r, rstd_g * (g_r - m1 - x_r * m2), 0.0)
         _store_gates(d_xg_ptr + rec_g, ch, cr, mh, mr, H, da_i, da_f, da_g, da_o, da_r)
-        # ---- d h^g = d a W_go,h and d r^g = d a W_go,r, block by block
-        dhg = _gates_times(da_i, da_f, da_g, da_o, da_r, wgh_ptr, H, H, R, BH, BR, BH)
-        drg = _gates_times(da_i, da_f, da_g, da_o, da_r, wgr_ptr, R, H, R, BH, BR, BR)
+        # ---- d h^g = d a W_go,h and d r^g = d a W_go,r, over the five blocks at once
+        tl.debug_barrier()
+        dhg = _times_w(d_xg_ptr + rows64 * (T * G) + t * G, row_ok, wgh_ptr, G, H, BH, GK, KC)
+        drg = _times_w(d_xg_ptr + rows64 * (T * G) + t * G, row_ok, wgr_ptr, G, R, BR, GK, KC)
         # ---- eqs. 5, 4, 3
         c_h, c_r = _load_control(c_ptr + rec_c, ch, cr, mh, mr, H)
         dhp += dhg * c_h
@@ -578,6 +595,7 @@ def _backward_kernel(
         _store_control(d_yc_ptr + rec_c, ch, cr, mh, mr, H, dz_h, dz_r)
         rstd_c = tl.load(rstd_row, mask=row_ok, other=0.0)[:, None]
         xc_h, xc_r = _load_control(xc_ptr + rec_c, ch, cr, mh, mr, H)
+        lnc_w_h, lnc_w_r = _control_rows(lncw_ptr, H, R, BH, BR)
         g_h = tl.where(col_h, dz_h * lnc_w_h, 0.0)
         g_r = tl.where(col_r, dz_r * lnc_w_r, 0.0)
         m1 = ((tl.sum(g_h, axis=1) + tl.sum(g_r, axis=1)) / C)[:, None]
@@ -585,9 +603,8 @@ def _backward_kernel(
         dc_h = tl.where(col_h, rstd_c * (g_h - m1 - xc_h * m2), 0.0)
         dc_r = tl.where(col_r, rstd_c * (g_r - m1 - xc_r * m2), 0.0)
         _store_control(d_xc_ptr + rec_c, ch, cr, mh, mr, H, dc_h, dc_r)
-        dr += tl.dot(dc_h, _w(wcr_ptr, 0, R, H, R, BH, BR), input_precision="ieee") + tl.dot(
-            dc_r, _w(wcr_ptr, H, R, R, R, BR, BR), input_precision="ieee"
-        )
+        tl.debug_barrier()
+        dr += _times_w(d_xc_ptr + rows64 * (T * C) + t * C, row_ok, wcr_ptr, C, R, BR, CK, KC)
         # ---- eqs. 10, 9: the read's gradient to M_{t-1} and to the logits
         s = tl.load(s_ptr + rec_n, mask=mn, other=0.0)
         filling = ((steps0 + t) < N)[:, None]
@@ -610,12 +627,9 @@ def _backward_kernel(
         d_xs = tl.where(mn, d_xs, 0.0)
         tl.store(d_xs_ptr + rec_n, d_xs, mask=mn)
         # ---- dh_{t-1} = the direct part + [d x_c, d x_s] [W_ig,h; W_s,h]
-        dh = (
-            dhp
-            + tl.dot(dc_h, _w(wch_ptr, 0, H, H, H, BH, BH), input_precision="ieee")
-            + tl.dot(dc_r, _w(wch_ptr, H, H, R, H, BR, BH), input_precision="ieee")
-        )
-        dh += tl.dot(d_xs, _w(wch_ptr, C, H, N, H, BN, BH), input_precision="ieee")
+        tl.debug_barrier()
+        dh = dhp + _times_w(d_xc_ptr + rows64 * (T * C) + t * C, row_ok, wch_ptr, C, H, BH, CK, KC)
+        dh += _times_w(d_xs_ptr + rows64 * (T * N) + t * N, row_ok, wch_ptr + C * H, N, H, BH, BN, KC)
         dh = tl.where(mh, dh, 0.0)
         tl.debug_barrier()  # this step's dm, before the next step's write loop reads it
     tl.store(d_h0_ptr + rows64[:, None] * H + ch[None, :], dh, mask=mh)
@@ -639,6 +653,7 @@ def _launch(hidden: int, width: int, slots: int, mode: str, zone, write_map) -> 
         MODE=MODES.index(mode),
         USE_ZONE=zone is not None,
         USE_MAP=write_map is not None,
+        KC=BLOCK_K,
         num_warps=8 if max(blocks.values()) >= 128 else 4,
         num_stages=1,
     )
@@ -690,6 +705,8 @@ def sequence_forward(
     placeholder = out  # never read: its flag is off
     fields = records[:-1] if keep else (placeholder,) * (len(TritonRecords._fields) - 1)
     write_map = weights.write_map
+    launch = _launch(H, R, N, mode, zone, write_map)
+    scratch = new(triton.cdiv(B, BLOCK_B) * BLOCK_B, launch["BH"] + launch["BR"])
     _forward_kernel[(triton.cdiv(B, BLOCK_B),)](
         xp,
         placeholder if noise is None else noise.contiguous(),
@@ -711,6 +728,7 @@ def sequence_forward(
         h_t,
         memory,
         *fields,
+        scratch,
         B,
         T,
         P,
@@ -721,7 +739,7 @@ def sequence_forward(
         KEEP=keep,
         GATHER_READ=mode in ("gumbel", "argmax"),
         SCATTER_WRITE=mode in ("gumbel", "argmax") and not keep,
-        **_launch(H, R, N, mode, zone, write_map),
+        **launch,
     )
     return out, h_t, memory[:, -1].clone(), records  # a copy: the record stays as the backward reads it
 

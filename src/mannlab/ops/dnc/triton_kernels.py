@@ -13,8 +13,11 @@ sort order phi is a constant for the gradient, the usage is not.
 
 One program per tile of BLOCK_B batch rows. Each step has two phases:
 
-    tile phase   (i) the controller for the tile's rows at once (tl.dot with W_r, W_h; h, c
-                 in registers), then the interface vectors W_xi h_t + b_xi
+    tile phase   (i) the controller for the tile's rows at once (products with W_r, W_h; c in
+                 registers), then the interface vectors W_xi h_t + b_xi: triton_math's
+                 controller helpers, shared with the NTM, whose products read their input
+                 (r_{t-1}, h_{t-1}, h_t; the gradients just written) back from memory in
+                 16-column chunks
     row phase    (ii)-(iii) row by row, on that row's memory (N, W) and links (N, N), both in
                  global memory between steps
 
@@ -36,8 +39,9 @@ controllers, the interface vector); the weight gradients are then one matrix pro
 all B T steps (triton_sequence.py).
 
 Sizes that are not powers of two are padded (masks on every load and store); every tl.dot has
-all three sizes >= 16 on a GPU. float32 on the GPU (tl.dot in IEEE precision, not TF32);
-float64 only in Triton's interpreter, where the tests check gradients.
+all three sizes >= 16 on a GPU (a chunked product's inner one is BLOCK_K = 16). float32 on the
+GPU (tl.dot in IEEE precision, not TF32); float64 only in Triton's interpreter, where the tests
+check gradients.
 """
 
 from __future__ import annotations
@@ -48,11 +52,11 @@ import torch
 import triton  # type: ignore[import-untyped]  # Triton ships no type information
 import triton.language as tl  # type: ignore[import-untyped]
 
+from mannlab.ops.triton_math import BLOCK_K as BLOCK_K  # the columns of each product's chunks
 from mannlab.ops.triton_math import controller_backward as _controller_backward
 from mannlab.ops.triton_math import controller_forward as _controller_forward
 from mannlab.ops.triton_math import cosine_content as _content
 from mannlab.ops.triton_math import cosine_content_backward as _content_backward
-from mannlab.ops.triton_math import dot as _dot
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import slot_norms as _slot_norms
 from mannlab.ops.triton_math import softmax as _softmax
@@ -250,6 +254,7 @@ def dnc_forward_kernel(
     PNR: tl.constexpr,
     KEEP: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    KC: tl.constexpr,
 ):
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
@@ -265,7 +270,6 @@ def dnc_forward_kernel(
     )
     midx = tl.arange(0, 4)
     slot = nidx[:, None] * W + widx[None, :]
-    h = _tile_load(hs, rows, rmask, D, 0, dcol, dmask)
     c = _tile_load(cs, rows, rmask, D, 0, dcol, dmask)
     for t in range(T):
         if KEEP:  # every step's state and records, for the backward
@@ -276,21 +280,14 @@ def dnc_forward_kernel(
             now = t % 2
             nxt = (t + 1) % 2
             rec = 0
-        # ---- (i) the controller and the interface layer, for the tile
-        r_prev = _tile_load(reads + now * B * RW, rows, rmask, RW, 0, rcol, rwmask)
-        gbase = gates_rec + rec * B * G
-        h, c, h_out = _controller_forward(
-            xp, w_read, w_rec, gbase, r_prev, h, c, rows, rmask, t, T, dcol, dmask, rcol, rwmask,
-            D, G, RW, KIND, ACT, PNR, True,
+        # ---- (i) the controller and the interface layer, for the tile; the products read
+        # r_{t-1} and h_{t-1} from their state rows (the previous step wrote them, behind a barrier)
+        c = _controller_forward(
+            xp + t * G, T * G, reads + now * B * RW, hs + now * B * D, w_read, w_rec, w_xi, b_xi,
+            gates_rec + rec * B * G, hs + nxt * B * D, cs + nxt * B * D, out + t * F, T * F,
+            params_rec + rec * B * P, c, rows, rmask, dcol, dmask, pcol, pmask,
+            D, G, RW, P, DP, RWP, PP, KIND, ACT, PNR, True, KC,
         )  # fmt: skip
-        _tile_store(hs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, h)
-        _tile_store(cs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, c)
-        _tile_store(out + t * F, rows, rmask, T * F, 0, dcol, dmask, h_out)
-        w_p = tl.load(
-            w_xi + pcol[None, :] * D + dcol[:, None], mask=dmask[:, None] & pmask[None, :], other=0.0
-        )
-        bias = tl.load(b_xi + pcol, mask=pmask, other=0.0)
-        _tile_store(params_rec + rec * B * P, rows, rmask, P, 0, pcol, pmask, _dot(h, w_p) + bias[None, :])
         tl.debug_barrier()  # the rows' phase reads the interface vectors
         # ---- (ii)-(iii) the memory, row by row
         for bi in range(BLOCK_B):
@@ -404,6 +401,7 @@ def dnc_backward_kernel(
     ACT: tl.constexpr,
     PNR: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    KC: tl.constexpr,
 ):
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
@@ -561,12 +559,13 @@ def dnc_backward_kernel(
                 grad_prev = tl.load(gwr_dst + r * N + nidx, mask=nv, other=0.0) - grad_psi * free * others
                 tl.store(gwr_dst + r * N + nidx, grad_prev, mask=nv)
         tl.debug_barrier()  # the tile phase reads d p_t
-        # ---- (i) the interface layer and the controller backwards, for the tile
+        # ---- (i) the interface layer and the controller backwards, for the tile; the products
+        # read their input back from the gradients this program wrote (behind a barrier)
         grad_h_next, grad_c_next, grad_r = _controller_backward(
             grad_h_next, grad_c_next, d_params + t * B * P, w_xi, d_out + t * F, out + t * F, T * F,
             gates_rec + t * B * G, cs + t * B * D, cs + (t + 1) * B * D, d_xp + t * B * G,
-            d_rec + t * B * G, w_read, w_rec, rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask,
-            D, G, RW, P, KIND, ACT, PNR,
+            d_rec + t * B * G, w_read, w_rec, rows, rmask, dcol, dmask,
+            D, G, RW, P, DP, RWP, PP, KIND, ACT, PNR, KC,
         )  # fmt: skip
         _tile_store(g_r, rows, rmask, RW, 0, rcol, rwmask, grad_r)
         tl.debug_barrier()  # the rows' phase of the step before reads d r_{t-1}

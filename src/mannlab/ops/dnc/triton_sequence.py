@@ -48,6 +48,7 @@ def _sizes(xp, hidden, read_heads, slots, width, params, options: DNCOptions) ->
         ACT=options.activation,
         PNR=int(options.pnr),
         BLOCK_B=kernels.BLOCK_B,
+        KC=kernels.BLOCK_K,
     )
 
 

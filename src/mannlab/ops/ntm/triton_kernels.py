@@ -5,8 +5,12 @@ flash-linear-attention's fused_recurrent kernels and of mamba's selective scan).
 One program per tile of BLOCK_B batch rows. Each step has two phases:
 
     tile phase   (i) the controller for the tile's rows at once: its pre-activations as
-                 tl.dot with W_r and W_h (re-read from global memory each step; they stay
-                 in L2), the state h, c in registers; then the head layer p_t = W_p h_t + b_p
+                 products with W_r and W_h (re-read from global memory each step; they stay
+                 in L2), c in registers; then the head layer p_t = W_p h_t + b_p. Each
+                 product reads its input (r_{t-1}, h_{t-1}, h_t; in the backward the
+                 gradients just written) back from memory BLOCK_K columns at a time
+                 (triton_math.chunked_dot, in the controllers' helpers the DNC shares):
+                 whole-tile products spilled
     row phase    (ii)-(iii) row by row: the addressing of every head, the erase/add write and
                  the reads on that row's memory (N, W), which lives in global memory
 
@@ -30,13 +34,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mannlab.ops.triton_math import BLOCK_K as BLOCK_K  # the columns of each product's chunks
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
 from mannlab.ops.triton_math import INTERPRETED
 from mannlab.ops.triton_math import controller_backward as _controller_backward
 from mannlab.ops.triton_math import controller_forward as _controller_forward
 from mannlab.ops.triton_math import cosine_content as _content
 from mannlab.ops.triton_math import cosine_content_backward as _content_backward
-from mannlab.ops.triton_math import dot as _dot
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import slot_norms as _slot_norms
 from mannlab.ops.triton_math import softmax as _softmax
@@ -44,13 +48,16 @@ from mannlab.ops.triton_math import softplus as _softplus
 from mannlab.ops.triton_math import tile_load as _tile_load
 from mannlab.ops.triton_math import tile_store as _tile_store
 
-#: Whether these kernels have run on a GPU ("auto" uses only checked kernels): their GPU
-#: tests and bench_gpu.py ran on an H200 (benchmarks/README.md).
-GPU_CHECKED = True
+#: Whether these kernels have run on a GPU ("auto" uses only checked kernels). An earlier
+#: version's GPU tests and bench_gpu.py ran on an H200 (benchmarks/README.md); False since:
+GPU_CHECKED = False  # products split into K chunks (spills cut) after that check: not run on a GPU yet
 
 #: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
 #: and there each row costs its own Python-level pass, so the tests' tiles are smaller
 BLOCK_B = 2 if INTERPRETED else 16
+#: warps per program: 8 halve the per-thread share of the row phase's (N, W) memory tiles
+#: (sm_90, benchmarks/triton_resources.py: forward spills 2.8 KB instead of 5.3 KB at 4)
+NUM_WARPS = 8
 
 #: the sharpening's guard, as mannlab.nn.addressing.EPS (the cosine's is triton_math.COSINE_EPS)
 _EPS = tl.constexpr(1e-8)
@@ -295,6 +302,7 @@ def ntm_forward_kernel(
     PNR: tl.constexpr,
     KEEP: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    KC: tl.constexpr,
 ):
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
@@ -304,7 +312,6 @@ def ntm_forward_kernel(
         pid, B, D, RW, P, DP, RWP, PP, BLOCK_B
     )
     nidx, nmask, widx, wmask, sidx, tile_mem, slot = _memory_columns(N, W, NP, WP, SP)
-    h = _tile_load(hs, rows, rmask, D, 0, dcol, dmask)
     c = _tile_load(cs, rows, rmask, D, 0, dcol, dmask)
     for t in range(T):
         if KEEP:
@@ -315,22 +322,14 @@ def ntm_forward_kernel(
             now = t % 2
             nxt = (t + 1) % 2
             rec = 0
-        # ---- (i) the controller and the head layer, for the tile
-        r_prev = _tile_load(reads + now * B * RW, rows, rmask, RW, 0, rcol, rwmask)
-        gbase = gates_rec + rec * B * G
-        h, c, h_out = _controller_forward(
-            xp, w_read, w_rec, gbase, r_prev, h, c, rows, rmask, t, T, dcol, dmask, rcol, rwmask,
-            D, G, RW, KIND, 0, PNR, False,
+        # ---- (i) the controller and the head layer, for the tile; the products read r_{t-1}
+        # and h_{t-1} from their state rows (the previous step wrote them, behind a barrier)
+        c = _controller_forward(
+            xp + t * G, T * G, reads + now * B * RW, hs + now * B * D, w_read, w_rec, w_head, b_head,
+            gates_rec + rec * B * G, hs + nxt * B * D, cs + nxt * B * D, out + t * F, T * F,
+            params_rec + rec * B * P, c, rows, rmask, dcol, dmask, pcol, pmask,
+            D, G, RW, P, DP, RWP, PP, KIND, 0, PNR, False, KC,
         )  # fmt: skip
-        _tile_store(hs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, h)
-        _tile_store(cs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, c)
-        _tile_store(out + t * F, rows, rmask, T * F, 0, dcol, dmask, h_out)
-        w_p = tl.load(
-            w_head + pcol[None, :] * D + dcol[:, None], mask=dmask[:, None] & pmask[None, :], other=0.0
-        )
-        bias = tl.load(b_head + pcol, mask=pmask, other=0.0)
-        params = _dot(h, w_p) + bias[None, :]
-        _tile_store(params_rec + rec * B * P, rows, rmask, P, 0, pcol, pmask, params)
         tl.debug_barrier()  # the rows' phase reads p_t
         # ---- (ii)-(iii) the memory, row by row
         for bi in range(BLOCK_B):
@@ -447,6 +446,7 @@ def ntm_backward_kernel(
     KIND: tl.constexpr,
     PNR: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    KC: tl.constexpr,
 ):
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
@@ -561,12 +561,13 @@ def ntm_backward_kernel(
                 tl.store(g_ww + ((dst * B + row) * H + hd) * N + nidx, grad_prev, mask=nv)
             tl.store(g_m + (dst * B + row) * N * W + slot, grad_old, mask=tv)
         tl.debug_barrier()  # the tile phase reads d p_t
-        # ---- (i) the head layer and the controller backwards, for the tile
+        # ---- (i) the head layer and the controller backwards, for the tile; the products read
+        # their input back from the gradients this program wrote (behind a barrier)
         g_h, g_c, grad_r = _controller_backward(
             g_h, g_c, d_params + t * B * P, w_head, d_out + t * F, out + t * F, T * F,
             gates_rec + t * B * G, cs + t * B * D, cs + (t + 1) * B * D, d_xp + t * B * G,
-            d_rec + t * B * G, w_read, w_rec, rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask,
-            D, G, RW, P, KIND, 0, PNR,
+            d_rec + t * B * G, w_read, w_rec, rows, rmask, dcol, dmask,
+            D, G, RW, P, DP, RWP, PP, KIND, 0, PNR, KC,
         )  # fmt: skip
         _tile_store(g_r, rows, rmask, RW, 0, rcol, rwmask, grad_r)
         tl.debug_barrier()  # the rows' phase of the step before reads d r_{t-1}

@@ -52,6 +52,8 @@ def _sizes(batch_shape, hidden, read_heads, write_heads, slots, params, options:
         KIND=options.kind,
         PNR=options.pnr,
         BLOCK_B=kernels.BLOCK_B,
+        KC=kernels.BLOCK_K,
+        num_warps=kernels.NUM_WARPS,
     )
 
 

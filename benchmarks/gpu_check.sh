@@ -45,7 +45,7 @@ except ImportError as e:
     print(\"triton missing:\", e)
 "'
 step "GPU tests" gpu-tests.log python3 -m pytest -q -n 0 -p no:cacheprovider \
-    tests/ops tests/test_device_policy.py tests/test_model_devices.py tests/test_training_devices.py
+    tests/ops tests/training/test_device_policy.py tests/models/test_model_devices.py tests/training/test_training_devices.py
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
 step "bench_gpu" bench_gpu.log python3 benchmarks/bench_gpu.py --json "$out/bench_gpu.json" ${BENCH_ARGS:-}
 step "quick start (default device)" quickstart.log \

@@ -3,10 +3,10 @@
     python reliability/run_suite.py                       # 1,000 cases per fuzz target
     python reliability/run_suite.py --examples 5000 --bounds-check --seed 3
 
-- the data-file fuzz corpus (tests/test_fuzz_data.py), the run-level corpus of configs,
-  command lines, damaged run directories and model inputs (tests/test_fuzz_run.py), the
-  constructor-argument corpus (tests/test_fuzz_constructors.py) and the damaged-state
-  corpus (tests/test_state_validation.py) with MANNLAB_FUZZ_EXAMPLES cases per target;
+- the data-file fuzz corpus (tests/reliability/test_fuzz_data.py), the run-level corpus of configs,
+  command lines, damaged run directories and model inputs (tests/reliability/test_fuzz_run.py), the
+  constructor-argument corpus (tests/reliability/test_fuzz_constructors.py) and the damaged-state
+  corpus (tests/models/test_state_validation.py) with MANNLAB_FUZZ_EXAMPLES cases per target;
 - the special-file sweep (fuzz_files.py) with --examples cases and the sweep of two
   commands on one run directory (fuzz_concurrency.py) with a tenth of them (each case trains
   a run), both drawn from --seed;
@@ -30,23 +30,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ = [
-    "tests/test_fuzz_data.py",
-    "tests/test_fuzz_run.py",
-    "tests/test_fuzz_constructors.py",
-    "tests/test_state_validation.py",
+    "tests/reliability/test_fuzz_data.py",
+    "tests/reliability/test_fuzz_run.py",
+    "tests/reliability/test_fuzz_constructors.py",
+    "tests/models/test_state_validation.py",
 ]
 KERNELS = [
-    "tests/test_model_contract.py",
-    "tests/test_ntm.py",
-    "tests/test_dnc.py",
-    "tests/test_dntm.py",
-    "tests/test_tardis.py",
-    "tests/test_armin.py",
-    "tests/test_ntm_sequence_kernel.py",
-    "tests/test_dnc_sequence.py",
-    "tests/test_fused_ntm_step.py",
-    "tests/test_fused_dnc_step.py",
-    "tests/test_kernel_threads.py",
+    "tests/models/test_model_contract.py",
+    "tests/models/test_ntm.py",
+    "tests/models/test_dnc.py",
+    "tests/models/test_dntm.py",
+    "tests/models/test_tardis.py",
+    "tests/models/test_armin.py",
+    "tests/ops/test_ntm_sequence_kernel.py",
+    "tests/ops/test_dnc_sequence.py",
+    "tests/ops/test_fused_ntm_step.py",
+    "tests/ops/test_fused_dnc_step.py",
+    "tests/ops/test_kernel_threads.py",
 ]
 
 

@@ -7,7 +7,7 @@ time limit, in a worker process that a hang or crash cannot take down with the s
 
 Every file runs here with every kind once, the kinds spread over the commands that read it
 (fuzz_files.suite_cases; those that damage a run file's contents are left to
-tests/test_fuzz_run.py); a larger seeded sweep:
+tests/reliability/test_fuzz_run.py); a larger seeded sweep:
 
     python reliability/fuzz_files.py --cases 2000 --seed 1
 """

@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
+from data_files import write_ptb_words
 from mannlab import tasks
 from mannlab.ops import use_kernels
 from mannlab.state import map_state
-from test_charlm import write_ptb_words
 
 needs_lightning = pytest.mark.skipif(
     importlib.util.find_spec("lightning") is None,

@@ -4,8 +4,8 @@ each controller the kernels implement, from a state that is not the reset one), 
 without records, a chunked run with carried state against one run, and the backend check; the
 same for the Triton kernels (in Triton's interpreter without a GPU), with the model forced onto
 them against its step loop. The model on the numba kernels against its own step loop is
-tests/test_dnc_sequence.py; the per-step memory op against reference.memory_step
-tests/test_fused_dnc_step.py."""
+tests/ops/test_dnc_sequence.py; the per-step memory op against reference.memory_step
+tests/ops/test_fused_dnc_step.py."""
 
 import pytest
 import torch

@@ -6,7 +6,7 @@ float32, without records (inference), a gradient check, a chunked run with carri
 against one run, and the op's checks; the Triton kernels against the reference (every mode,
 J = 1, learned writes; on the GPU where there is one, else in Triton's interpreter at tiny
 sizes), and the model on them against its step loop. The model on the kernels against its own step loop is
-tests/test_dntm.py."""
+tests/models/test_dntm.py."""
 
 import gc
 import weakref

@@ -4,7 +4,7 @@ each read mode in training and at evaluation, learned and scheduled 1/τ, layer 
 recurrent dropout, rows starting mid-fill), a chunked run with carried state against one run,
 and the op's checks; the Triton kernels the same way (on the GPU where there is one, else in
 Triton's interpreter at tiny sizes), the model on them against its step loop, and their size
-limit. The model on the numba kernels against its own step loop is tests/test_tardis.py."""
+limit. The model on the numba kernels against its own step loop is tests/models/test_tardis.py."""
 
 import pytest
 import torch

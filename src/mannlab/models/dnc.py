@@ -48,7 +48,7 @@ product each after the backward; the links are kept for the backward only every
 ceil(sqrt(B T)) steps and recomputed in between). The GRU controller, the trace, other
 devices and dtypes, autocast, torch.compile and ``mannlab.ops.use_kernels(False)`` take the
 step loop above (the reference: same values and gradients to rounding,
-tests/test_dnc_sequence.py). Each batch element is an independent loop over time. The same
+tests/ops/test_dnc_sequence.py). Each batch element is an independent loop over time. The same
 controllers have Triton kernels (ops/dnc/triton_kernels.py, the time loop inside one kernel
 each way), tested in Triton's interpreter only: they run only when forced
 (MANNLAB_KERNELS=triton) until a GPU has checked them (benchmarks/gpu_check.sh).

@@ -441,7 +441,7 @@ class DNTMCell(MemoryCell):
         T J steps at once, the step loop's straight-through Gumbel one step at a time: torch's
         exponential_ fills both from the same stream. REINFORCE's step loop samples with
         torch.multinomial, which draws one Exp(1) per probability in this order, so the two
-        paths take the same samples for a seed (tests/test_dntm.py)."""
+        paths take the same samples for a seed (tests/models/test_dntm.py)."""
         return like.new_empty(steps, batch * self.sampled_heads() * self.slots).exponential_()
 
     def _straight_through(self, logits, probs, exp):

@@ -62,7 +62,7 @@ norm and recurrent dropout on or off) and with or without the trace that REINFOR
 for all steps first, the fusion g and the output layer for all steps after. The compiled path
 draws all steps' random numbers in one call, which torch's generator fills exactly as the
 step loop's per-step calls, so both paths see the same samples for a seed; values and every
-gradient equal the per-step tensor path to rounding (tests/test_tardis.py). The compiled path
+gradient equal the per-step tensor path to rounding (tests/models/test_tardis.py). The compiled path
 is faster than the tensor path at every size measured (benchmarks/README.md,
 bench_tardis.py). The first use compiles the kernels once per dtype (ops/notice.py says how
 long); numba caches them on disk.

@@ -4,7 +4,7 @@ numba stamps a cached function with its own source file only, so a kernel compil
 against a helper of numba_math.py would be loaded unchanged from the cache after that
 helper is edited. Every function compiled through this ``njit`` stamps its cache
 entries with its own file *and* numba_math.py, the one module kernels may import
-helpers from (tests/test_numba_cache.py enforces that rule, edits a helper in a copy of
+helpers from (tests/ops/test_numba_cache.py enforces that rule, edits a helper in a copy of
 the package and sees the new behaviour). The cache stays where numba puts it
 (NUMBA_CACHE_DIR, else __pycache__ beside the source, else the user cache).
 

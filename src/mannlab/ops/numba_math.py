@@ -1,7 +1,7 @@
 """The numba helpers every kernel shares, each written once: scalar activations and their
 gradients, dot products, softmax, argmax, layer norm, vectorisable tanh and sigmoid over
 arrays, and a cache prefetch hint. Kernels import helpers from here only, never from each
-other (the cache stamp of ops/numba_cache.py covers this file; tests/test_numba_cache.py
+other (the cache stamp of ops/numba_cache.py covers this file; tests/ops/test_numba_cache.py
 checks the rule).
 
 Where two helpers compute the same function they differ in rounding, and each kernel

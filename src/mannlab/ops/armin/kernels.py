@@ -3,7 +3,7 @@ backward pass through time of mannlab.models.armin, eqs. 3-10 and the write of s
 for the paper's configuration (auto-addressing, tied write, control gates, layer norm,
 optional zoneout). Run by ops/armin/numba_sequence.py, the numba backend of the op
 ``armin_sequence`` (ops/armin/op.py); tests/ops/test_armin_kernels.py checks values and
-gradients against ops/armin/reference.py, and tests/test_armin.py the model on them against its
+gradients against ops/armin/reference.py, and tests/models/test_armin.py the model on them against its
 per-step tensor path.
 
 Why: at batch 1 an ARMIN step is about 40 small tensor operations forward and 60 backward,

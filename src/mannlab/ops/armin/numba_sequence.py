@@ -1,6 +1,6 @@
 """ARMIN's numba path: a whole sequence of steps (eqs. 3-10, the write of section 3.3) as one
 autograd node over the kernels of ops/armin/kernels.py, and where that pays. Reached through
-mannlab.ops.armin.armin_sequence (backend "numba"); tests/test_armin.py checks values, samples
+mannlab.ops.armin.armin_sequence (backend "numba"); tests/models/test_armin.py checks values, samples
 and every gradient against the cell's per-step tensor path, tests/ops/ against reference.py.
 """
 

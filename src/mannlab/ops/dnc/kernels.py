@@ -9,7 +9,7 @@ backward, each a few microseconds of dispatch, plus several (B, N, N) link-matri
 temporaries. Here the whole step is one call each way and the link matrix is
 touched in one pass forward and one backward (plus the recomputation of the links
 between checkpoints, in the sequence backward). The results equal the composition
-of mannlab.nn.addressing primitives to rounding (tests/test_fused_dnc_step.py).
+of mannlab.nn.addressing primitives to rounding (tests/ops/test_fused_dnc_step.py).
 
 What keeps the loops on the vector units (each measured; numba cannot tell LLVM that two
 arrays do not alias, so a loop that reads one array and writes another that may overlap

@@ -14,7 +14,7 @@ forward and backward are single calls of the compiled kernels of ops/dnc/kernels
 Elsewhere (other devices or dtypes, kernels switched off (ops/dispatch.py), numba
 missing) the step is that composition under ordinary autograd: the reference,
 ops/dnc/reference.py's ``memory_step`` (the layout of the raw interface vector is there).
-Both paths give the same values and gradients (tests/test_fused_dnc_step.py).
+Both paths give the same values and gradients (tests/ops/test_fused_dnc_step.py).
 """
 
 from __future__ import annotations

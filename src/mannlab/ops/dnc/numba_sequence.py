@@ -2,7 +2,7 @@
 time step (models/dnc.py steps (i)-(iv)) as one autograd node over the kernels
 ``sequence_forward`` and ``sequence_backward`` of ops/dnc/kernels.py. ``numba_sequence`` is
 its entry point for ``mannlab.ops.dnc.dnc_sequence`` (records.py's records in and out);
-tests/ops/test_dnc_ops.py checks it against ops/dnc/reference.py, tests/test_dnc_sequence.py
+tests/ops/test_dnc_ops.py checks it against ops/dnc/reference.py, tests/ops/test_dnc_sequence.py
 the model on it against the cell's per-step tensor path.
 
 Why: on a CPU the per-step path costs a few microseconds of dispatch per tensor operation

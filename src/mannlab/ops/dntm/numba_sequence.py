@@ -1,7 +1,7 @@
 """The D-NTM's numba path: a whole sequence (eqs. 1-13, section 4's discrete weightings) as one
 autograd node over the kernels of ops/dntm/kernels.py. Reached through
 mannlab.ops.dntm.dntm_sequence (backend "numba"); tests/ops/test_dntm_ops.py checks it against
-reference.py, tests/test_dntm.py the model on it against the cell's step loop.
+reference.py, tests/models/test_dntm.py the model on it against the cell's step loop.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (i)-(iv) of mannlab.models.ntm) for every step of a sequence as one autograd node over the
 kernels of ops/ntm/kernels.py (``sequence_forward`` / ``sequence_backward``).
 ``numba_sequence`` is its entry point for ``mannlab.ops.ntm.ntm_sequence`` (records.py's
-records in and out); tests/test_ntm_sequence_kernel.py checks it against the cell's step loop
+records in and out); tests/ops/test_ntm_sequence_kernel.py checks it against the cell's step loop
 and tests/ops/test_ntm_kernels.py against ops/ntm/reference.py.
 
 Why: at batch 1 the per-step path is about 20 tensor operations of the controller and head

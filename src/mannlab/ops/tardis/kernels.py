@@ -4,7 +4,7 @@ algorithm 1), for every configuration of TARDISCell (gumbel straight-through, RE
 samples or argmax reads; learned or scheduled 1/τ; layer norm and recurrent dropout on or
 off). Run by ops/tardis/numba_sequence.py, the numba backend of the op ``tardis_sequence``
 (ops/tardis/op.py); tests/ops/test_tardis_ops.py checks values and every gradient against
-ops/tardis/reference.py, and tests/test_tardis.py the model on them against its per-step
+ops/tardis/reference.py, and tests/models/test_tardis.py the model on them against its per-step
 tensor path.
 
 Why: a TARDIS step is about 60 small tensor operations forward and 90 backward, each a few

@@ -1,7 +1,7 @@
 """TARDIS's numba path: a whole sequence of steps (eqs. 1-10, 18-19, the writes of algorithm 1)
 as one autograd node over the kernels of ops/tardis/kernels.py. Reached through
 mannlab.ops.tardis.tardis_sequence (backend "numba"); tests/ops/test_tardis_ops.py checks it
-against reference.py, tests/test_tardis.py the model on it against the cell's step loop.
+against reference.py, tests/models/test_tardis.py the model on it against the cell's step loop.
 """
 
 from __future__ import annotations

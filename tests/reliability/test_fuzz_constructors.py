@@ -6,7 +6,7 @@ Every case must build a model whose arguments kept their declared types (a bool-
 argument a bool, an int-annotated one an int), or fail with a ConfigError with a message;
 no other exception, no hang.
 
-    MANNLAB_FUZZ_EXAMPLES=1000 pytest tests/test_fuzz_constructors.py -n 0
+    MANNLAB_FUZZ_EXAMPLES=1000 pytest tests/reliability/test_fuzz_constructors.py -n 0
 """
 
 import inspect

@@ -23,7 +23,7 @@ from mannlab.reporting.run_tables import (
     runs_table,
 )
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "table2"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "table2"
 PAPER_CONTROLLERS = ("fnn", "elman", "pnr-elman", "lstm", "pnr-lstm")
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from mannlab.ops import use_kernels
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def snippet(heading):

@@ -5,10 +5,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from data_files import write_ptb_words
 from mannlab import tasks
 from mannlab.tasks.charlm import segments
 from mannlab.tasks.torch_data import TaskBatches, TaskSplit, TextSegments
-from test_charlm import write_ptb_words
 
 
 def equal(a, b):

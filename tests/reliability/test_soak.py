@@ -12,7 +12,7 @@ import torch
 
 from mannlab.config import RunConfig
 
-spec = importlib.util.spec_from_file_location("soak", Path(__file__).parents[1] / "reliability" / "soak.py")
+spec = importlib.util.spec_from_file_location("soak", Path(__file__).parents[2] / "reliability" / "soak.py")
 soak = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(soak)
 

@@ -10,7 +10,7 @@ from mannlab import tasks
 from mannlab.building import build_run
 from mannlab.config import load_config
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 TABLE1 = RECIPES / "table1"
 TABLE1_TASKS = ("copy", "repeat_copy", "associative_recall", "priority_sort")
 # ARMIN paper, table 5: parameter counts of the four models the table1 recipes add
@@ -76,7 +76,7 @@ def test_synthetic_proposal_recipes_compare_at_equal_parameters_and_steps():
 
 @pytest.mark.parametrize("recipe", sorted(THUMOS))
 def test_thumos_recipes_have_appendix_c3_setup(recipe, tmp_path):
-    from test_proposal_task import write_thumos
+    from data_files import write_thumos
 
     data = f"task.data_dir={str(write_thumos(tmp_path, videos=24))!r}"  # 20 held out, as the recipe
     config = load_config(RECIPES / f"{recipe}.toml", [data])

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from data_files import idx_bytes, write_mnist
 from mannlab import tasks
 from mannlab.data import download, mnist
 from mannlab.errors import DataError
@@ -19,28 +20,6 @@ def offline(monkeypatch):
         raise ConnectionError(f"tests are offline ({url})")
 
     monkeypatch.setattr(download, "urlretrieve", refuse)
-
-
-def idx_bytes(array):
-    codes = {np.uint8: 0x08, np.int32: 0x0C}
-    header = bytes([0, 0, codes[array.dtype.type], array.ndim]) + b"".join(
-        struct.pack(">I", n) for n in array.shape
-    )
-    return header + array.astype(array.dtype.newbyteorder(">")).tobytes()
-
-
-def write_mnist(root, n_train=30, n_test=10):
-    rng = np.random.default_rng(0)
-    folder = root / "mnist"
-    folder.mkdir(parents=True)
-    data = {}
-    for split, n, prefix in (("train", n_train, "train"), ("test", n_test, "t10k")):
-        images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-        labels = (np.arange(n) % 10).astype(np.uint8)
-        (folder / f"{prefix}-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx_bytes(images)))
-        (folder / f"{prefix}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_bytes(labels)))
-        data[split] = images, labels
-    return data
 
 
 def test_parse_idx_round_trip_and_errors():

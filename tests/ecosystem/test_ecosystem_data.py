@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from data_files import write_archive
 from mannlab import tasks
 from mannlab.cli import main as cli_main
 from mannlab.data import babi, download
 from mannlab.errors import ConfigError
-from test_data_babi import write_archive
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
+from data_files import write_ptb_words
 from mannlab.config import RunConfig, TrainConfig
 from mannlab.errors import ConfigError
 from mannlab.nn import sampling
 from mannlab.rundir import load_checkpoint, read_metrics
 from mannlab.training import distributed, loop, train
-from test_charlm import write_ptb_words
 
 # float32 sums in another order (each rank's half of the batch, then the average over ranks):
 # the losses agree to 1e-7, and Adam, which divides each gradient by its own running scale,

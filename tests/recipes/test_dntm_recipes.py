@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from data_files import write_archive, write_mnist
 from mannlab import tasks
 from mannlab.building import build_run
 from mannlab.config import load_config
 from mannlab.models.dntm import DNTM
-from test_data_babi import write_archive
-from test_data_mnist import write_mnist
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 DNTM_RECIPES = sorted(p for p in RECIPES.rglob("*.toml") if load_config(p).model == "dntm")
 
 

@@ -9,26 +9,13 @@ import tarfile
 import pytest
 import torch
 
+from data_files import QA1, QA19, write_archive
 from mannlab import tasks
 from mannlab.data import babi, download
 from mannlab.errors import ConfigError, DataError
 from mannlab.models import build_model
 from mannlab.reporting.text_tables import format_results
 from mannlab.tasks.dataset import evaluate_split
-
-QA1 = """1 Mary moved to the bathroom.
-2 John went to the hallway.
-3 Where is Mary? \tbathroom\t1
-4 Daniel went back to the hallway.
-5 Sandra moved to the garden.
-6 Where is Daniel? \thallway\t4
-1 Sandra travelled to the office.
-2 Where is Sandra? \toffice\t1
-"""
-QA19 = """1 The office is east of the hallway.
-2 The kitchen is north of the office.
-3 How do you go from the hallway to the kitchen?\te,n\t1 2
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -39,18 +26,6 @@ def offline(monkeypatch):
         raise ConnectionError(f"tests are offline ({url})")
 
     monkeypatch.setattr(download, "urlretrieve", refuse)
-
-
-def write_archive(path, language="en-10k", tasks_text=None, copies=10):
-    tasks_text = tasks_text or {1: ("single-supporting-fact", QA1), 19: ("path-finding", QA19)}
-    with tarfile.open(path, "w:gz") as tf:
-        for task, (slug, text) in tasks_text.items():
-            for split, reps in (("train", copies), ("test", 1)):
-                data = (text * reps).encode()
-                info = tarfile.TarInfo(f"tasks_1-20_v1-2/{language}/qa{task}_{slug}_{split}.txt")
-                info.size = len(data)
-                tf.addfile(info, io.BytesIO(data))
-    return path
 
 
 def test_parse_multi_story_with_supporting_facts():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from data_files import write_thumos
 from mannlab import ConfigError, DataError, tasks
 from mannlab.cli import main
 from mannlab.config import RunConfig, TrainConfig
@@ -191,26 +192,6 @@ def test_evaluation_writes_proposals_recall_and_figures(tmp_path):
 
 
 # ------------------------------------------------------------------ THUMOS'14 from a tiny fixture
-
-
-def write_thumos(root, videos=6, test_videos=2, steps=60, dim=5):
-    """A miniature of THUMOS'14's layout: annotation directories and one features.npz."""
-    base = root / "thumos14"
-    rng = np.random.default_rng(0)
-    arrays = {}
-    for split, folder, suffix, count in (
-        ("validation", "TH14_Temporal_annotations_validation/annotation", "val", videos),
-        ("test", "TH14_Temporal_annotations_test/annotations", "test", test_videos),
-    ):
-        lines = []
-        for i in range(count):
-            name = f"video_{split}_{i:07d}"
-            arrays[name] = rng.standard_normal((steps, dim)).astype(np.float32)
-            lines += [f"{name} 2.0 5.2", f"{name} 12.1 14.0"]  # seconds: steps x 16 / 30
-        (base / folder).mkdir(parents=True)
-        (base / folder / f"Diving_{suffix}.txt").write_text("\n".join(lines) + "\n")
-    np.savez(base / "features.npz", **arrays)
-    return root
 
 
 def test_thumos_task_reads_the_files_and_writes_seconds(tmp_path):

@@ -8,13 +8,13 @@ term_sum / NLL_sum; dividing by bits on a categorical task would make it |V| tim
 import pytest
 import torch
 
+from data_files import write_mnist
 from mannlab import tasks
 from mannlab.models import build_model
 from mannlab.nn import sampling
 from mannlab.training import tbptt
 from mannlab.training.update import model_aux_loss
 from mannlab.wrappers import CharLM
-from test_data_mnist import write_mnist
 
 pytestmark = pytest.mark.usefixtures("offline")
 

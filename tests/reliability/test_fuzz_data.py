@@ -8,7 +8,7 @@ no file written outside its own directory.
 At CI size each target runs MANNLAB_FUZZ_EXAMPLES cases (default 100), derandomized so CI is
 reproducible; setting the variable also draws new cases on every run:
 
-    MANNLAB_FUZZ_EXAMPLES=5000 pytest tests/test_fuzz_data.py -s     # prints the counts
+    MANNLAB_FUZZ_EXAMPLES=5000 pytest tests/reliability/test_fuzz_data.py -s     # prints the counts
 """
 
 import collections

@@ -10,7 +10,7 @@ fails the case with its traceback.
 
 At CI size each target runs MANNLAB_FUZZ_EXAMPLES cases (default 25, derandomized):
 
-    MANNLAB_FUZZ_EXAMPLES=1000 pytest tests/test_fuzz_run.py -s -n 0     # prints the counts
+    MANNLAB_FUZZ_EXAMPLES=1000 pytest tests/reliability/test_fuzz_run.py -s -n 0     # prints the counts
 """
 
 import collections

@@ -11,6 +11,7 @@ import zipfile
 import pytest
 import torch
 
+from data_files import WORDS, write_ptb_words
 from mannlab.building import build_run
 from mannlab.cli import main as cli_main
 from mannlab.config import TrainConfig
@@ -32,15 +33,6 @@ from mannlab.tasks.charlm import (
 )
 from mannlab.training.tbptt import tbptt_step
 from mannlab.wrappers import CharLM
-
-WORDS = {"train": " the cat sat \n on the mat \n", "valid": " a cat \n", "test": " the mat sat \n"}
-
-
-def write_ptb_words(directory):
-    directory.mkdir(parents=True, exist_ok=True)
-    for split, text in WORDS.items():
-        (directory / f"ptb.{split}.txt").write_text(text)
-    return directory
 
 
 def test_ptb_words_to_chars_format():
@@ -582,7 +574,7 @@ def test_recipes_build_with_about_equal_parameter_counts(name, ptb):
 
     from mannlab.config import load_config
 
-    recipe = Path(__file__).resolve().parents[1] / "recipes" / f"ptb-char-{name}.toml"
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / f"ptb-char-{name}.toml"
     config = load_config(recipe, [f"task.data_dir={json.dumps(str(ptb))}", "task.valid_batch_size=2"])
     task, model = build_run(config)
     assert task.params["bptt"] == 150 and config.train.max_minutes == 30

@@ -1,7 +1,7 @@
 """The bAbI task end to end: the GRU fact encoder (D-NTM appendix A.1.1) in front of any model,
 per-task validation errors in the training loop, the per-task result table (mean error,
 failed tasks), and the 'ce' metric key of data-set tasks. Fixtures: generated v1.2 files
-(tests/test_data_babi.py), never the network or a real data set."""
+(tests/data/test_data_babi.py), never the network or a real data set."""
 
 import json
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from data_files import write_archive
 from mannlab import tasks
 from mannlab.building import build_run
 from mannlab.config import RunConfig
@@ -21,7 +22,6 @@ from mannlab.training.sampled import validation_sets
 from mannlab.training.schedules import start_minibatch
 from mannlab.training.update import model_aux_loss
 from mannlab.wrappers import FactEncoded, GRUFactEncoder, model_for_task
-from test_data_babi import write_archive
 
 
 @pytest.fixture(autouse=True)

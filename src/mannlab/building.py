@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
-
 from mannlab import tasks
 from mannlab.config import RunConfig
 from mannlab.errors import ConfigError
+from mannlab.models.base import Model
 from mannlab.wrappers import model_for_task
 
 
-def build_run(config: RunConfig) -> tuple[Any, nn.Module]:
+def build_run(config: RunConfig) -> tuple[Any, Model]:
     """(task, model) of ``config``; ConfigError on a bad name or argument."""
     task = build_task(config)
     return task, build_model(config, task)
@@ -33,6 +32,6 @@ def build_task(config: RunConfig) -> Any:
     return tasks.make(config.task, **config.task_args)
 
 
-def build_model(config: RunConfig, task: Any) -> nn.Module:
+def build_model(config: RunConfig, task: Any) -> Model:
     """The model of ``config``, sized for ``task`` (built from the same config)."""
     return model_for_task(task, config.model, **config.model_args)

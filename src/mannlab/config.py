@@ -221,7 +221,9 @@ class TrainConfig:
                 raise ConfigError(f"unknown key 'train.{key}'; valid keys: {', '.join(known)}")
             if key == "precision" and value == 32:  # --set train.precision=32 reads as a number
                 value = "32"
-            kwargs[key] = _coerce(f"train.{key}", value, known[key].type)
+            kind = known[key].type
+            assert isinstance(kind, str)  # the annotation's text (from __future__ import annotations)
+            kwargs[key] = _coerce(f"train.{key}", value, kind)
         return cls(**kwargs)
 
     def __post_init__(self) -> None:

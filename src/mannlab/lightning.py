@@ -28,7 +28,7 @@ model=module)``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -39,6 +39,7 @@ from mannlab import tasks
 from mannlab.config import RunConfig, TrainConfig
 from mannlab.evaluation.bpc import LN2
 from mannlab.loading.saved import build_described, describe
+from mannlab.models.base import Model
 from mannlab.state import detach_state
 from mannlab.tasks.torch_data import TaskBatches, TextSegments
 from mannlab.training.optimizer import make_optimizer
@@ -96,7 +97,9 @@ class MannModule(L.LightningModule):
             described: str | dict[str, Any] | None = model
             name, model = model, model_for_task(task, model, **model_args)
             # what mannlab.save writes for a model behind a task adapter (char LM, SST, bAbI)
-            model.config = RunConfig(model=name, task=task.name, model_args=model_args, task_args=task.params)
+            # torch's stub types Module.__setattr__ for tensors and modules only; any value is kept
+            config = RunConfig(model=name, task=task.name, model_args=model_args, task_args=task.params)
+            model.config = config  # type: ignore[assignment]
         elif isinstance(model, dict):
             described, model = model, build_described(model, "the checkpoint's hyperparameters")[0]
         else:
@@ -126,13 +129,16 @@ class MannModule(L.LightningModule):
         return make_optimizer(self.model, self.optimizer_config)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        start_minibatch(self.model, self.global_step)  # e.g. the D-NTM curriculum, the temperature
+        # a mannlab model or adapter, or any module with the trainer's interface (begin_step, ...)
+        model = cast(Model, self.model)
+        start_minibatch(model, self.global_step)  # e.g. the D-NTM curriculum, the temperature
         if _streams(self.task):
-            loss, task_loss, state = segment_loss(self.model, *batch, self.carried.get("train"))
+            x, y = batch
+            loss, task_loss, state = segment_loss(model, x, y, self.carried.get("train"))
             self.carried["train"] = detach_state(state)
             name = "ce"
         else:
-            loss, task_loss = sequence_loss(self.model, self.task, *batch[:3])
+            loss, task_loss = sequence_loss(model, self.task, *batch[:3])
             name = self.task.loss_key
         self.log("train/loss", loss, batch_size=len(batch[0]))
         self.log(f"train/{name}", task_loss, prog_bar=True, batch_size=len(batch[0]))
@@ -188,7 +194,7 @@ class TaskDataModule(L.LightningDataModule):
         if _streams(self.task):
             return self._loader(TextSegments(self.task, "train", self.batch_size), 0)
         start = self.trainer.global_step if self.trainer is not None else 0
-        split = {"split": "train"} if self.splits else {}
+        split: dict[str, Any] = {"split": "train"} if self.splits else {}
         return self._loader(
             TaskBatches(self.task, self.batch_size, self.seed, start=start, **split), self.num_workers
         )

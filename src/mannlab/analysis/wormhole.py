@@ -113,7 +113,7 @@ def _uniform_read(rng: np.random.Generator, written: np.ndarray, unwritten: str)
     """(S,) cell indices: uniform over all cells, or over each row's written cells (-1 if none)."""
     sims, cells = written.shape
     if unwritten == "empty":
-        return rng.integers(0, cells, size=sims)
+        return rng.integers(0, cells, size=(sims,))
     count = written.sum(axis=1)
     rank = np.floor(rng.random(sims) * count).astype(np.int64)  # which written cell
     pick = np.argmax(written.cumsum(axis=1) > rank[:, None], axis=1)  # index of that cell

@@ -75,7 +75,7 @@ def _reader_gone() -> NoReturn:
 class Parser(argparse.ArgumentParser):
     """argparse with close matches suggested for a mistyped command or option."""
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         parsed, extras = super().parse_known_args(args, namespace)
         command = getattr(parsed, "command", None)
         if extras and command is not None and self._subparsers is not None:
@@ -109,7 +109,7 @@ def _option_hints(extras: list[str], parser: argparse.ArgumentParser) -> str:
     return f" ({'; '.join(hints)})" if hints else ""
 
 
-def _fail(exc: BaseException, status: int, debug: bool, unexpected: bool = False) -> None:
+def _fail(exc: BaseException, status: int, debug: bool, unexpected: bool = False) -> NoReturn:
     if debug:
         raise exc
     message = str(exc)

@@ -16,6 +16,7 @@ from mannlab.errors import ConfigError
 from mannlab.reporting import analysis_figures as figures
 from mannlab.reporting.csv_files import write_csv
 from mannlab.reporting.summaries import duration
+from mannlab.tasks.base import Task
 
 SIMULATE_HELP = """\
 Simulations of the analyses of the papers. Available: wormhole (TARDIS paper, section 6).
@@ -211,6 +212,8 @@ def cmd_gradflow(args: argparse.Namespace) -> int:
         if runs:
             config = load_config(runs[0] / "config.toml")
             task = mannlab.tasks.make(config.task, **config.task_args)
+    if not isinstance(task, Task):
+        raise ConfigError(f"gradflow takes a generated or data-set task, not {type(task).__name__}")
     out = Path(args.out) if args.out else Path("runs") / "gradflow" / f"gradflow-{task.name}.png"
     try:
         result = gradflow_report(

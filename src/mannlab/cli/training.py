@@ -154,7 +154,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     # machine lacks, fails now, before any file is written; under torchrun the process group opens
     prepared = prepare_run(config)
     if args.resume and (done := distributed.main_only(lambda: finished_run(config))) is not None:
-        _say(finished_line(config.run_dir, done))
+        _say(finished_line(config.run_dir or default_run_dir(config), done))
         return 0
     _say(
         f"training {config.model} on {config.task} (seed {config.seed}) into {config.run_dir}"

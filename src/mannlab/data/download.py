@@ -339,7 +339,8 @@ def read_capped(stream, limit: int, source: str, expected: str, decompressed: bo
     """The rest of ``stream`` (a file or decompressing reader), read in blocks; DataError
     from ``too_large`` as soon as it passes ``limit`` bytes, so at most ``limit`` + 1 bytes
     are ever held."""
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         block = stream.read(min(CHUNK, limit + 1 - total))
         if not block:
@@ -434,11 +435,11 @@ def read_members(
                         with archive.open(info) as member:
                             out[info.filename] = take(member, f"{source}/{info.filename}", info.file_size)
         else:
-            with open_data(source) as fh, tarfile.open(fileobj=fh) as archive:
-                for member in archive:
-                    if member.isfile() and wanted(member.name):
-                        name = f"{source}/{member.name}"
-                        out[member.name] = take(archive.extractfile(member), name, member.size)
+            with open_data(source) as fh, tarfile.open(fileobj=fh) as tar:
+                for entry in tar:
+                    if entry.isfile() and wanted(entry.name):
+                        name = f"{source}/{entry.name}"
+                        out[entry.name] = take(tar.extractfile(entry), name, entry.size)
     except DataError:
         raise
     except PermissionError as exc:

@@ -11,6 +11,7 @@ tested on a generated file with a smaller split.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mannlab.data.download import RemoteFile, locate, read_file, read_members
@@ -35,7 +36,10 @@ def split_bytes(data: bytes, sizes: tuple[int, int, int] = SPLIT, source: str = 
 
 
 def load_enwik8(
-    data_dir: str | None = None, sizes: tuple[int, int, int] = SPLIT, fetch=None, download: bool = False
+    data_dir: str | os.PathLike | None = None,
+    sizes: tuple[int, int, int] = SPLIT,
+    fetch=None,
+    download: bool = False,
 ) -> dict[str, bytes]:
     """The three splits, from ``enwik8.zip`` or an unpacked ``enwik8`` file (``download``:
     fetch the archive when no copy is found)."""

@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from mannlab.data.download import MissingData, RemoteFile, locate_all, open_data, read_capped
 from mannlab.errors import DataError
@@ -44,7 +45,14 @@ FILES = {
 #: the largest IDX file read, decompressed (train images: 47,040,016 bytes)
 MAX_BYTES = 64 << 20
 _EXPECTED = "an MNIST IDX file of at most 47,040,016 bytes (60,000 images of 28 x 28)"
-_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_TYPES: dict[int, DTypeLike] = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
 
 
 def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:

@@ -237,7 +237,7 @@ def read_annotations(source: str | os.PathLike, split: str = "validation") -> Th
         path = _member_path(name)
         match = _CLASS_FILE.match(path.name)
         junk = "__MACOSX" in path.parts or path.name.startswith("._")
-        return bool(match) and match.group("suffix") == suffix and not junk
+        return match is not None and match.group("suffix") == suffix and not junk
 
     members = read_members(source, wanted, MAX_ANNOTATION_BYTES, _EXPECTED, MAX_ANNOTATION_TOTAL_BYTES)
     by_class: dict[str, str] = {}
@@ -248,7 +248,9 @@ def read_annotations(source: str | os.PathLike, split: str = "validation") -> Th
                 f"{source}: member {name!r} has a path outside the archive; expected relative "
                 f"paths such as annotation/Diving_{suffix}.txt"
             )
-        cls = _CLASS_FILE.match(path.name).group("cls")
+        match = _CLASS_FILE.match(path.name)
+        assert match is not None  # wanted() kept only the names it matches
+        cls = match.group("cls")
         if cls not in CLASSES and cls != AMBIGUOUS:
             raise DataError(
                 f"{source}/{name}: unknown class {cls!r}; expected one of the THUMOS'14 classes "
@@ -304,10 +306,7 @@ def read_video_info(source: str | os.PathLike | Mapping[str, float]) -> dict[str
     DataError naming the file and line for a bad row, a rate that is not a positive finite
     number, or a video listed twice with different rates."""
     if isinstance(source, Mapping):
-        out = {}
-        for name, value in source.items():
-            out[str(name)] = _rate(value, f"video_info[{name!r}]")
-        return out
+        return {str(name): _rate(value, f"video_info[{name!r}]") for name, value in source.items()}
     path = Path(source)
     if not os.path.lexists(path):  # anything else there is named by read_file
         raise DataError(f"video_info {path} not found; expected a CSV file of `video,fps` rows")

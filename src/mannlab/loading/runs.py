@@ -61,5 +61,6 @@ def load(
     if checkpoint not in ("best", "last"):
         raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
     config, _, model, _ = load_run(path, checkpoint, overrides)
-    model.config = config
+    # torch's stub types Module.__setattr__ for tensors and modules only; any value is kept
+    model.config = config  # type: ignore[assignment]
     return model.to(torch.device(device if device is not None else "cpu")).eval()

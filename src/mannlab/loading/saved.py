@@ -77,7 +77,8 @@ def load_saved(directory: str | Path, device: Device = None) -> torch.nn.Module:
     model, run = build_described(config, str(directory / CONFIG))
     load_saved_weights(model, weights, directory)
     if run is not None:
-        model.config = run
+        # torch's stub types Module.__setattr__ for tensors and modules only; any value is kept
+        model.config = run  # type: ignore[assignment]
     return model.to(torch.device(device if device is not None else "cpu")).eval()
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import inspect
 
-from torch import nn
-
 from mannlab.errors import ConfigError
 from mannlab.models.armin import ARMIN, ARMINCell, ARMINState, ARMINTrace
 from mannlab.models.base import SequenceModel
@@ -33,7 +31,7 @@ def model_kwargs(name: str) -> list[str]:
     return [p for p in params if p not in ("self", "input_size", "output_size")]
 
 
-def build_model(name: str, input_size: int, output_size: int | None, **kwargs) -> nn.Module:
+def build_model(name: str, input_size: int, output_size: int | None, **kwargs) -> SequenceModel:
     """Build a registered model; unknown names or keywords fail naming the valid ones."""
     key = name.lower().replace("-", "_")
     if key not in MODELS:

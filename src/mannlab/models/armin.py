@@ -63,8 +63,8 @@ from torch import nn
 from mannlab.errors import ConfigError
 from mannlab.models.base import (
     CellTemperature,
-    MemoryCell,
     SequenceModel,
+    TemperatureCell,
     batched,
     check_bool,
     check_choice,
@@ -140,9 +140,11 @@ def _orthogonal_blocks(weight: torch.Tensor, block: int) -> None:
         torch.set_num_threads(threads)
 
 
-class ARMINCell(MemoryCell):
+class ARMINCell(TemperatureCell):
     """One ARMIN step: ``features, state = cell(x_t, state)``; x_t (B, d_i) -> o_t
     (B, d_h + d_r)."""
+
+    address: torch.Tensor  # buffer, with read="tardis": the fixed sparse address rows
 
     def __init__(
         self,
@@ -335,6 +337,7 @@ class ARMINCell(MemoryCell):
         fast = self.fast_inference and self.discrete_eval() and not with_trace
         h_side = self.control_h(h)  # [W_ig,h h_{t-1} | W_s,h h_{t-1}]
         h_control, h_s = h_side[:, : self.hidden_size + self.width], h_side[:, -self.slots :]
+        read_w: Optional[torch.Tensor]  # None on the fast path (no weighting made)
         if self.read_mode == "random":
             logits = h.new_zeros(h.shape[0], self.slots)
             read_w = self._random_read(logits)
@@ -346,6 +349,7 @@ class ARMINCell(MemoryCell):
             read_index = read_w.argmax(-1) if read_w is not None else logits.argmax(-1)
             r = memory[batch, read_index]
         else:
+            assert read_w is not None
             r = (read_w.unsqueeze(1) @ memory).squeeze(1)  # eq. 10
         h_new, out, control, gates = self.cell_update(x_control, x_gates, h, h_control, r)
         h_new = self._zoneout(h, h_new)
@@ -359,6 +363,7 @@ class ARMINCell(MemoryCell):
             write_w = self._write_weights(read_w, steps, x_w, h_new)
             memory = write_rows(memory, write_w, value)
         if self.tardis is not None:  # usage counts and the last read: TARDIS addressing only
+            assert read_w is not None  # the fast path scattered its index into one
             hard = read_w.detach()
             counts, last_read = counts + hard, hard
         state = ARMINState(h_new, memory, counts, last_read, steps + 1)
@@ -367,6 +372,7 @@ class ARMINCell(MemoryCell):
             sig, g = gates
             dh = self.hidden_size
             gates = torch.cat([sig[:, : 2 * dh], g, sig[:, 3 * dh :]], dim=-1)
+            assert read_w is not None  # no fast path with the trace
             trace = ARMINStepTrace(
                 read_w.unsqueeze(1), write_w.unsqueeze(1), logits.unsqueeze(1), r, control, gates, h_new
             )
@@ -409,23 +415,25 @@ class ARMINCell(MemoryCell):
         else:
             mode = self.addressing
         noise, zone = self._fused_draws(x, mode)
+        ln_control, ln_gates, ln_hidden = self.ln_control, self.ln_gates, self.ln_hidden
+        assert ln_control is not None and ln_gates is not None and ln_hidden is not None  # kernels_cover
         weights = ARMINWeights(
             control_h=self.control_h.weight,
             control_r=self.control_r.weight,
             gates_h=self.gates_h.weight,
             gates_r=self.gates_r.weight,
             write_map=None if self.write_map is None else self.write_map.weight,
-            ln_control_weight=self.ln_control.weight,
-            ln_control_bias=self.ln_control.bias,
-            ln_gates_weight=self.ln_gates.weight,
-            ln_gates_bias=self.ln_gates.bias,
-            ln_hidden_weight=self.ln_hidden.weight,
-            ln_hidden_bias=self.ln_hidden.bias,
+            ln_control_weight=ln_control.weight,
+            ln_control_bias=ln_control.bias,
+            ln_gates_weight=ln_gates.weight,
+            ln_gates_bias=ln_gates.bias,
+            ln_hidden_weight=ln_hidden.weight,
+            ln_hidden_bias=ln_hidden.bias,
         )
         options = ARMINOptions(
             mode=mode,
             inverse_temperature=float(self.inverse_temperature),
-            eps=self.ln_gates.eps,
+            eps=ln_gates.eps,
             keep=backward,
             backend=backend,
         )
@@ -469,6 +477,7 @@ class ARMINCell(MemoryCell):
         if self.write_mode == "queue":
             return sequential_slots(steps % self.slots, self.slots, read_w.dtype)[0]
         if self.write_mode == "independent":
+            assert self.write_address_h is not None  # made for write="independent"
             chosen = self._weights(x_w + self.write_address_h(h_new))  # over [x_t, h_t]
         else:
             chosen = read_w
@@ -479,6 +488,7 @@ class ARMINCell(MemoryCell):
         if self.write_mode == "queue":
             return steps % self.slots
         if self.write_mode == "independent":
+            assert self.write_address_h is not None  # made for write="independent"
             chosen = (x_w + self.write_address_h(h_new)).argmax(-1)
         else:
             chosen = read_index
@@ -499,6 +509,8 @@ class ARMIN(CellTemperature, SequenceModel):
     ``address_size``, ``read_mlp_size``: TARDIS addressing only (read="tardis"); address_size
     defaults to d_r / 5, or more when that has too few different sparse rows for n_mem slots.
     """
+
+    cell: ARMINCell
 
     def __init__(
         self,

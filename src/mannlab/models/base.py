@@ -77,13 +77,11 @@ def check_number(
 ) -> float:
     """Constructor guard: a finite real number (not a bool) in [low, high] (``low_open``:
     > low; ``high_open``: < high)."""
-    ok = (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and (value > low if low_open else value >= low)
-        and (value < high if high_open else value <= high)
-    )
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        number = float(value)
+        above = number > low if low_open else number >= low
+        ok = above and (number < high if high_open else number <= high)
     if not ok:
         bound = f"> {low}" if low_open else f">= {low}"
         if high != float("inf"):
@@ -156,6 +154,18 @@ class MemoryCell(nn.Module):
     #: the kernels its ops package has: numba (CPU) and, where written, Triton (GPU)
     kernel_backends: tuple[str, ...] = ("numba",)
 
+    def precompute(self, x: torch.Tensor) -> torch.Tensor:
+        """The input's projections for every step at once (outside the time loop)."""
+        raise NotImplementedError(f"{type(self).__name__} defines precompute")
+
+    def step(self, inputs_t: torch.Tensor, state: Any, with_trace: bool) -> tuple[torch.Tensor, Any, Any]:
+        """One step from its precomputed inputs: (features, state, the step's trace or None)."""
+        raise NotImplementedError(f"{type(self).__name__} defines step")
+
+    def initial_state(self, batch_size: int, device: Any = None, dtype: Any = None) -> Any:
+        """The state a sequence starts from."""
+        raise NotImplementedError(f"{type(self).__name__} defines initial_state")
+
     def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
         """Whether the kernels of ``backend`` implement this configuration (and the trace, if
         asked)."""
@@ -184,11 +194,19 @@ class MemoryCell(nn.Module):
         return (features, state, trace) if return_trace else (features, state)
 
 
+class TemperatureCell(MemoryCell):
+    """A cell that samples with a temperature: its inverse temperature 1/tau, which its model
+    sets (CellTemperature)."""
+
+    inverse_temperature: float
+
+
 class CellTemperature:
     """Mixin for models whose cell samples with a temperature: the cell's inverse
     temperature 1/tau as a model attribute, set from the step by ``begin_step`` where the
     model's ``temperature_schedule`` is (every, maximum), not None."""
 
+    cell: TemperatureCell
     temperature_schedule: Optional[tuple[int, float]]
 
     def begin_step(self, step: int, coin: Optional[Callable[[float], bool]] = None) -> None:
@@ -230,8 +248,43 @@ def run_sequence(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool
     return run_steps(cell, x, state, with_trace)
 
 
-class SequenceModel(nn.Module):
+class Model(nn.Module):
+    """What the trainer, evaluation and the run files call on a model besides its forward
+    pass: a registered model (:class:`SequenceModel`) or an adapter in front of one
+    (mannlab.wrappers.ModelWrapper)."""
+
+    @property
+    def uses_aux_loss(self) -> bool:
+        """Whether the training loss needs ``aux_loss(trace, step_nll)``."""
+        return False
+
+    @property
+    def aux_loss_scores(self) -> bool:
+        """Whether ``aux_loss`` also takes ``score`` (logits -> per-step NLL on the targets)."""
+        return False
+
+    def begin_step(self, step: int, coin: Optional[Callable[[float], bool]] = None) -> None:
+        """Set the model's switches for training step ``step``, before its forward pass."""
+
+    def kernel_backends(self) -> tuple[str, ...]:
+        """The kernels a training pass can run on ("numba", "triton"); () for none."""
+        return ()
+
+    def initial_state(self, batch_size: int, device: Any = None, dtype: Any = None) -> Any:
+        """The state a sequence starts from."""
+        raise NotImplementedError(f"{type(self).__name__} defines initial_state")
+
+    def aux_loss(
+        self, trace: Any, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+    ) -> torch.Tensor:
+        """Extra training terms (estimators, regularisers), a 0-dim tensor."""
+        return step_nll.new_zeros(())
+
+
+class SequenceModel(Model):
     """Base for every model: subclasses set ``self.cell`` (or override ``run``)."""
+
+    cell: MemoryCell
 
     #: True for models whose training loss needs ``aux_loss(trace, step_nll)``.
     uses_aux_loss = False
@@ -251,7 +304,7 @@ class SequenceModel(nn.Module):
         "triton" (GPU, where Triton is installed and the kernels have run on a GPU); () for models
         without memory kernels."""
         cell = self._modules.get("cell")
-        if cell is None or cell.kernel_ops is None:
+        if not isinstance(cell, MemoryCell) or cell.kernel_ops is None:
             return ()
         found = ["numba"] if cell.kernels_cover(False) else []
         triton = "triton" in cell.kernel_backends and dispatch.triton_checked(cell.kernel_ops)
@@ -289,7 +342,7 @@ class SequenceModel(nn.Module):
     def _scored_outputs(
         self,
         trace: Any,
-        trace_type: type,
+        trace_type: type[Any],
         step_nll: torch.Tensor,
         outputs_per_step: Optional[int] = None,
         reducer: Optional[sampling.Reducer] = None,

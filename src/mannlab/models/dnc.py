@@ -63,7 +63,7 @@ from torch import nn
 
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive, run_sequence
 from mannlab.models.size_check import check_model_size
-from mannlab.nn.controllers import make_controller
+from mannlab.nn.controllers import RecurrentController, make_controller
 from mannlab.ops.controller_codes import controller_code
 from mannlab.ops.dnc import FNN, LSTM, DNCOptions, DNCSequenceState, DNCWeights, dnc_sequence, triton_covers
 from mannlab.ops.dnc.memory_step import dnc_memory_step, interface_sizes
@@ -213,7 +213,9 @@ class DNCCell(MemoryCell):
         (features (B, T, F), final state, None); ``backward``: a graph is recorded."""
         ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
         controller = self.controller
-        kind, activation, pnr = controller_code(controller)
+        code = controller_code(controller)
+        assert code is not None  # kernels_cover
+        kind, activation, pnr = code
         zeros = x.new_zeros(x.shape[0], controller.hidden_size)
         start = DNCSequenceState(
             hidden=ctrl[0] if kind != FNN else zeros,
@@ -226,9 +228,10 @@ class DNCCell(MemoryCell):
             precedence=precedence,
             links=links,
         )
+        recurrent = controller.recurrent_weight if isinstance(controller, RecurrentController) else None
         weights = DNCWeights(
             read_weight=controller.read_weight,
-            recurrent_weight=controller.recurrent_weight if kind != FNN else None,
+            recurrent_weight=recurrent,
             interface_weight=self.interface.weight,
             interface_bias=self.interface.bias,
         )

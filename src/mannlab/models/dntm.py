@@ -114,8 +114,8 @@ from torch import nn
 from mannlab.errors import ConfigError
 from mannlab.models.base import (
     CellTemperature,
-    MemoryCell,
     SequenceModel,
+    TemperatureCell,
     check_bool,
     check_choice,
     check_number,
@@ -269,13 +269,15 @@ class _LocationHeads(NamedTuple):
 # ---------------------------------------------------------------------- cell
 
 
-class DNTMCell(MemoryCell):
+class DNTMCell(TemperatureCell):
     """One D-NTM time step: ``features, state = cell(x_t, state)``.
 
     x_t (B, input_size) -> features [h_t; φ_t] (B, controller_size + R (d_a + d_c)).
     ``soft_minibatch`` (set per minibatch by the curriculum) makes a "reinforce" cell
     use the soft weightings while training.
     """
+
+    access: torch.Tensor  # buffer: 1 for the cells a weighting reaches, 0 for the NOP cell
 
     def __init__(
         self,
@@ -451,6 +453,7 @@ class DNTMCell(MemoryCell):
     @staticmethod
     def _locate(probs, previous, heads: _LocationHeads, part: slice) -> torch.Tensor:
         """NTM eqs. 7-9 for the heads in ``part`` (read heads first) of ``heads``."""
+        assert heads.interpolation is not None and heads.shift is not None and heads.sharpening is not None
         return location_address(
             probs, previous, heads.interpolation[:, part], heads.shift[:, part], heads.sharpening[:, part]
         )
@@ -720,6 +723,13 @@ class DNTM(CellTemperature, SequenceModel):
     next_input_distribution "bernoulli" (binary inputs) or "gaussian".
     """
 
+    cell: DNTMCell
+    predictor: Optional[nn.Linear]  # next-input prediction
+    baseline: Optional[InputBaseline]
+    reward_stats: sampling.RunningMoments
+    read_reward_stats: sampling.RunningMoments  # with read_discount < 1 or reward="step_samples"
+    read_discount: float
+
     def __init__(
         self,
         input_size: int,
@@ -858,7 +868,7 @@ class DNTM(CellTemperature, SequenceModel):
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
         features, state, steps = run_sequence(self.cell, x, state, with_trace)
-        return features, state, (DNTMTrace(*steps, inputs=x) if with_trace else None)
+        return features, state, (DNTMTrace._make((*steps, x)) if with_trace else None)
 
     def aux_loss(
         self,
@@ -1019,6 +1029,7 @@ class DNTM(CellTemperature, SequenceModel):
         features = torch.cat([trace.hidden, trace.read_vectors.flatten(2)], dim=-1)
         # the target carries no gradient: a trained input encoder in front of the model (bAbI's
         # fact encoder) could otherwise make its facts easy to predict by collapsing them
+        assert self.predictor is not None  # aux_terms asks for this term only with one
         predicted, target = self.predictor(features[:, :-1]), trace.inputs[:, 1:].detach()
         if self.next_input_distribution == "bernoulli":
             if target.min() < 0 or target.max() > 1:

@@ -45,9 +45,7 @@ from torch import nn
 from mannlab.errors import ConfigError
 from mannlab.models.base import MemoryCell, SequenceModel, batched, check_positive, run_sequence
 from mannlab.models.size_check import check_model_size
-from mannlab.nn.controllers import (
-    make_controller,
-)
+from mannlab.nn.controllers import RecurrentController, make_controller
 from mannlab.ops.controller_codes import FNN, LSTM, TANH, controller_code
 from mannlab.ops.ntm import NTMOptions, NTMSequenceState, NTMWeights, ntm_sequence
 from mannlab.ops.ntm.memory_step import ntm_memory_step
@@ -166,7 +164,7 @@ class NTMCell(MemoryCell):
         )
         reads, memory, read_w, write_w = out[:4]
         features = torch.cat([h_out, reads.flatten(1)], dim=-1)  # (iv)
-        trace = NTMTrace(read_w, write_w, reads, *out[4:], memory) if with_trace else None
+        trace = NTMTrace._make((read_w, write_w, reads, *out[4:], memory)) if with_trace else None
         return features, NTMState(ctrl, memory, reads, read_w, write_w), trace
 
     # ------------------------------------------------------ the fused path
@@ -190,7 +188,9 @@ class NTMCell(MemoryCell):
         gradient here."""
         ctrl, memory, reads, read_w, write_w = state
         controller = self.controller
-        kind, _, pnr = controller_code(controller)
+        code = controller_code(controller)
+        assert code is not None  # kernels_cover
+        kind, _, pnr = code
         zeros = x.new_zeros(x.shape[0], controller.hidden_size)
         start = NTMSequenceState(
             hidden=ctrl[0] if kind != FNN else zeros,
@@ -200,9 +200,10 @@ class NTMCell(MemoryCell):
             read_weights=read_w,
             write_weights=write_w,
         )
+        recurrent = controller.recurrent_weight if isinstance(controller, RecurrentController) else None
         weights = NTMWeights(
             read_weight=controller.read_weight,
-            recurrent_weight=controller.recurrent_weight if kind != FNN else None,
+            recurrent_weight=recurrent,
             head_weight=self.head_params.weight,
             head_bias=self.head_params.bias,
         )
@@ -224,7 +225,7 @@ class NTMCell(MemoryCell):
             final.read_weights,
             final.write_weights,
         )
-        if not with_trace:
+        if steps is None:  # not with_trace
             return features, state, None
         trace = NTMTrace(
             read_weights=steps.read_weights,

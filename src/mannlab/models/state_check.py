@@ -9,7 +9,7 @@ the compiled kernels, or broadcast silently by the tensor path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -92,8 +92,14 @@ def _compare(given: Any, expected: Any, path: str, owner: str) -> None:
         raise ValueError(f"{owner} state field {path} must be {expected!r}, got {given!r}")
 
 
+class Stateful(Protocol):
+    """A model or cell: what a state is checked against."""
+
+    def initial_state(self, batch_size: int, device: Any = None, dtype: Any = None) -> Any: ...
+
+
 def check_state(
-    model: torch.nn.Module, state: Any, batch_size: int, device: torch.device, dtype: torch.dtype
+    model: Stateful, state: Any, batch_size: int, device: torch.device, dtype: torch.dtype
 ) -> None:
     """Raise TypeError/ValueError naming the first field of ``state`` that does not fit a
     ``batch_size`` input of ``dtype`` on ``device`` for ``model`` (which provides

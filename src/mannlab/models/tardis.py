@@ -91,8 +91,8 @@ from torch import nn
 from mannlab.errors import ConfigError
 from mannlab.models.base import (
     CellTemperature,
-    MemoryCell,
     SequenceModel,
+    TemperatureCell,
     batched,
     check_bool,
     check_choice,
@@ -229,7 +229,7 @@ class TardisAddressing(nn.Module):
         return pi - LAST_READ_PENALTY * last_read
 
 
-def sequential_slots(step: torch.Tensor, slots: int, dtype: torch.dtype) -> torch.Tensor:
+def sequential_slots(step: torch.Tensor, slots: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """One-hot of slot n for the steps n < k of the filling phase (rows past it are 0):
     step (B,) long -> (B, k), and the (B, 1) mask of rows still filling."""
     column = step.unsqueeze(-1)
@@ -301,9 +301,11 @@ class TARDISTrace(NamedTuple):
 # ---------------------------------------------------------------------- cell
 
 
-class TARDISCell(MemoryCell):
+class TARDISCell(TemperatureCell):
     """One TARDIS step: ``features, state = cell(x_t, state)``; x_t (B, I) -> g(h_t, r_t)
     (B, fusion_size)."""
+
+    address: torch.Tensor  # buffer: the fixed sparse address rows A
 
     def __init__(
         self,
@@ -365,7 +367,7 @@ class TARDISCell(MemoryCell):
         self.ln_gates = nn.LayerNorm(3 * d) if layer_norm else None  # f, i, o
         self.ln_candidate = nn.LayerNorm(d) if layer_norm else None  # c̃
         self.ln_cell = nn.LayerNorm(d) if layer_norm else None  # c in eq. 10
-        if layer_norm:
+        if self.ln_gates is not None:
             with torch.no_grad():
                 self.ln_gates.bias[:d].fill_(1.0)  # the forget-gate bias, after the norm
 
@@ -431,6 +433,7 @@ class TARDISCell(MemoryCell):
         if not self.training or self.addressing == "argmax":
             return sampling.argmax_one_hot(logits), False
         if self.addressing == "reinforce":
+            assert gumbel is not None  # drawn for every training step that samples
             return sampling.argmax_one_hot(logits + gumbel), True
         return sampling.gumbel_softmax(
             logits, self._inverse_temperature(h), hard=True, noise=gumbel
@@ -460,7 +463,7 @@ class TARDISCell(MemoryCell):
         resets = torch.sigmoid(pre / RESET_TEMPERATURE)
         alpha, beta = resets[:, :1], resets[:, 1:]
         cand = beta * hp[:, 3 * d : 4 * d] + x_gates[:, 3 * d : 4 * d] + alpha * rp[:, 3 * d : 4 * d]  # eq. 9
-        if self.ln_gates is not None:
+        if self.ln_gates is not None and self.ln_candidate is not None:
             gates, cand = self.ln_gates(gates), self.ln_candidate(cand)
         f, i, o = torch.sigmoid(gates).chunk(3, -1)  # eq. 7
         cand = torch.tanh(cand)
@@ -555,10 +558,10 @@ class TARDISCell(MemoryCell):
 
     def _kernel_weights(self) -> TARDISWeights:
         head, tau = self.read_head, self.temperature_layer
-        ln = [None] * 6
+        ln: list[Optional[torch.Tensor]] = [None] * 6
+        norms = (self.ln_gates, self.ln_candidate, self.ln_cell)
         if self.ln_gates is not None:
-            norms = (self.ln_gates, self.ln_candidate, self.ln_cell)
-            ln = [p for norm in norms for p in (norm.weight, norm.bias)]
+            ln = [p for norm in norms if norm is not None for p in (norm.weight, norm.bias)]
         return TARDISWeights(
             self.address,
             self.hidden_gates.weight,
@@ -594,6 +597,8 @@ class TARDIS(CellTemperature, SequenceModel):
     predictor's loss (eq. 17). ``layer_norm`` and ``recurrent_dropout`` (probability of
     dropping a unit of c̃_t) are the language-modelling options of section 8.1.
     """
+
+    cell: TARDISCell
 
     #: aux_loss takes ``score`` (logits -> per-step NLL on the targets), see training/loop.py
     aux_loss_scores = True
@@ -651,10 +656,11 @@ class TARDIS(CellTemperature, SequenceModel):
                 "addressing='reinforce' needs output_size (the auxiliary "
                 "predictor of eq. 17 predicts the targets)"
             )
-        self.aux_read = nn.Linear(cell.width, output_size) if self.uses_aux_loss else None  # W^o_r
-        self.aux_input = (
-            nn.Linear(input_size, output_size, bias=False) if self.uses_aux_loss else None
-        )  # W^o_x
+        self.aux_read: Optional[nn.Linear] = None  # W^o_r
+        self.aux_input: Optional[nn.Linear] = None  # W^o_x
+        if self.uses_aux_loss and output_size is not None:
+            self.aux_read = nn.Linear(cell.width, output_size)
+            self.aux_input = nn.Linear(input_size, output_size, bias=False)
         self.return_stats = sampling.RunningMoments(momentum=reward_momentum)
 
     @property
@@ -666,11 +672,11 @@ class TARDIS(CellTemperature, SequenceModel):
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
         features, state, steps = run_sequence(self.cell, x, state, with_trace)
-        return features, state, (TARDISTrace(*steps, inputs=x) if with_trace else None)
+        return features, state, (TARDISTrace._make((*steps, x)) if with_trace else None)
 
     def aux_logits(self, trace: TARDISTrace) -> torch.Tensor:
         """W^o_r r̄_t + W^o_x x_t (eq. 17) for every step, (B, T, O); r̄ carries no gradient."""
-        if self.aux_read is None:
+        if self.aux_read is None or self.aux_input is None:
             raise ConfigError("aux_logits exists only with addressing='reinforce'")
         return self.aux_read(trace.read_vectors.detach()) + self.aux_input(trace.inputs.detach())
 
@@ -678,9 +684,9 @@ class TARDIS(CellTemperature, SequenceModel):
         self,
         trace: TARDISTrace,
         step_nll: torch.Tensor,
-        score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
         outputs_per_step: Optional[int] = None,
         reducer: Optional[sampling.Reducer] = None,
+        score: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     ) -> torch.Tensor:
         """The estimator's terms (0 for "gumbel" and "argmax"); see :meth:`aux_terms`."""
         terms = self.aux_terms(trace, step_nll, score, outputs_per_step, reducer)

@@ -63,7 +63,7 @@ def warm_up(
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown kernel families {unknown}; valid: {', '.join(FAMILIES)}")
-    pending, seconds = families, {}
+    pending, seconds = families, dict[str, float]()
     for blocking in (False, True):  # first what no other process is compiling, then wait
         for name in list(pending):
             kernels = dispatch.load(name)

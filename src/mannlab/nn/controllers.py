@@ -33,6 +33,7 @@ Names (``make_controller``; case-insensitive, "_" may replace "-"):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -84,6 +85,19 @@ class Controller(nn.Module):
         """W_x x_t + W_r r_{t-1} + b."""
         return torch.addmm(x_proj, r_prev, self.read_weight.t())
 
+    def initial_state(
+        self, batch_size: int, device: Any = None, dtype: Any = None
+    ) -> tuple[torch.Tensor, ...]:
+        """The state a sequence starts from: () for the feed-forward controller, else (h_0,)
+        or (h_0, c_0), expanded to the batch."""
+        raise NotImplementedError(f"{type(self).__name__} defines initial_state")
+
+    def step(
+        self, x_proj: torch.Tensor, r_prev: torch.Tensor, state: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(h_ctrl, h_out, state) from x_proj (a step of ``precompute``), r_{t-1} and the state."""
+        raise NotImplementedError(f"{type(self).__name__} defines step")
+
 
 class FNNController(Controller):
     """Feed-forward controller, h_t = phi(W_xh x_t + W_rh r_{t-1} + b). State: ()."""
@@ -131,6 +145,8 @@ class RecurrentController(Controller):
 class PartiallyNonRecurrent:
     """Mixin for eqs. 9-13: h_out = h'_t = tanh(h'bar_t), where h'bar_t is the
     first block (z for the LSTM) of W_x x_t + W_r r_{t-1} + b, without h_{t-1}."""
+
+    hidden_size: int
 
     def _output(self, h_bar: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         return torch.tanh(h_bar[:, : self.hidden_size])  # eq. 10

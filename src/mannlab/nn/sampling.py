@@ -168,6 +168,10 @@ class RunningMoments(nn.Module):
     checkpoint restores them. Updates never carry gradients.
     """
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, momentum: float = 0.9, eps: float = 1e-4):
         super().__init__()
         if not 0.0 <= momentum < 1.0:

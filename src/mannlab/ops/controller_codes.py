@@ -37,7 +37,10 @@ def controller_code(controller: nn.Module) -> tuple[int, int, bool] | None:
     kind = _KINDS.get(type(controller))
     if kind is None:
         return None
-    activation = ACTIVATIONS.get(controller.activation) if kind[0] == FNN else TANH
+    if isinstance(controller, FNNController):
+        activation = ACTIVATIONS.get(controller.activation)
+    else:
+        activation = TANH
     if activation is None:
         return None
     return kind[0], activation, kind[1]

@@ -37,7 +37,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from functools import cache
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional, Protocol
 
 import torch
 
@@ -189,12 +189,25 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(item)
 
 
-def records_graph(module: torch.nn.Module, x: torch.Tensor, state: Any) -> bool:
-    """Whether a pass of ``module`` over x from ``state`` records a graph (then a compiled
+class KernelCell(Protocol):
+    """What :func:`route` reads of a cell (models/base.py's MemoryCell has the defaults)."""
+
+    kernel_ops: Optional[str]
+    kernel_backends: tuple[str, ...]
+
+    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool: ...
+
+    def kernels_pay(self, batch: int, backward: bool) -> bool: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
+
+
+def records_graph(cell: KernelCell, x: torch.Tensor, state: Any) -> bool:
+    """Whether a pass of ``cell`` over x from ``state`` records a graph (then a compiled
     pass keeps what its backward reads; otherwise only one step's scratch)."""
     return torch.is_grad_enabled() and (
         x.requires_grad
-        or any(p.requires_grad for p in module.parameters())
+        or any(p.requires_grad for p in cell.parameters())
         or any(t.requires_grad for t in _tensors(state))
     )
 
@@ -209,7 +222,7 @@ class Route(NamedTuple):
     backend: str = ""
 
 
-def sequence_backend(cell: torch.nn.Module, x: torch.Tensor, with_trace: bool = False) -> str:
+def sequence_backend(cell: KernelCell, x: torch.Tensor, with_trace: bool = False) -> str:
     """The kernels a pass of ``cell`` over x (B, T, I) can take: "triton" where its Triton
     kernels cover the configuration and apply to x, else "numba" where its numba kernels do,
     else "" (whether numba pays is asked next, in route)."""
@@ -224,7 +237,7 @@ def sequence_backend(cell: torch.nn.Module, x: torch.Tensor, with_trace: bool = 
     return "numba" if cell.kernels_cover(with_trace) and kernels_apply(name, x) else ""
 
 
-def sequence_applies(cell: torch.nn.Module, x: torch.Tensor, with_trace: bool = False) -> bool:
+def sequence_applies(cell: KernelCell, x: torch.Tensor, with_trace: bool = False) -> bool:
     """Whether a pass of ``cell`` over x (B, T, I) can take a kernel path."""
     return bool(sequence_backend(cell, x, with_trace))
 
@@ -235,7 +248,7 @@ def sequence_applies(cell: torch.nn.Module, x: torch.Tensor, with_trace: bool = 
 TRITON_MAX_BATCH = 2048
 
 
-def route(cell: torch.nn.Module, x: torch.Tensor, state: Any, with_trace: bool) -> Route:
+def route(cell: KernelCell, x: torch.Tensor, state: Any, with_trace: bool) -> Route:
     """The path of a pass of ``cell`` over x (B, T, I): Triton where its Triton kernels apply,
     below :data:`TRITON_MAX_BATCH` (at any batch when forced); numba where its kernels cover
     the configuration, apply to x and pay at this batch size; else the step loop."""

@@ -77,6 +77,7 @@ def _cached(kernels: ModuleType) -> bool:
         ]
         if not dispatchers:
             return True  # nothing of its own to compile
-        return any(f._cache._cache_file._load_index() for f in dispatchers)
+        # numba sets _cache at run time (Dispatcher.enable_caching; ops.numba_cache.njit)
+        return any(f._cache._cache_file._load_index() for f in dispatchers)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 -- a notice must never break a model call
         return True

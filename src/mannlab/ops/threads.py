@@ -160,7 +160,8 @@ class _Joined:
     block that returns it (so the copies run on the blocks' threads, not after them)."""
 
     def __init__(self, batch: int):
-        self.batch, self.arrays, self.lock = batch, {}, threading.Lock()
+        self.batch, self.lock = batch, threading.Lock()
+        self.arrays: dict[tuple[int, ...], np.ndarray] = {}
 
     def place(self, value: np.ndarray, axis: int, part: tuple[int, int], key: tuple[int, ...]) -> None:
         start, stop = part
@@ -207,13 +208,14 @@ if hasattr(os, "register_at_fork"):
 def _executor(workers: int) -> ThreadPoolExecutor:
     """The module's thread pool, grown to at least ``workers`` threads."""
     with _pool_lock:
-        if _pool[0] is None or _pool_size[0] < workers:
-            old = _pool[0]
-            _pool[0] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mannlab-kernel")
+        pool = _pool[0]
+        if pool is None or _pool_size[0] < workers:
+            old = pool
+            pool = _pool[0] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mannlab-kernel")
             _pool_size[0] = workers
             if old is not None:
                 old.shutdown(wait=False)
-        return _pool[0]
+        return pool
 
 
 def _cut(value: Any, part: tuple[int, int] | None, index: int) -> Any:
@@ -226,9 +228,9 @@ def _cut(value: Any, part: tuple[int, int] | None, index: int) -> Any:
         start, stop = part
         if callable(value.axis):
             return value.axis(value.value, start, stop)
-        index = (slice(None),) * value.axis + (slice(start, stop),)
+        rows = (slice(None),) * value.axis + (slice(start, stop),)
         # C-contiguous as the whole array (a view along axis 0), so the kernel compiles once
-        return np.ascontiguousarray(value.value[index])
+        return np.ascontiguousarray(value.value[rows])
     if type(value) is tuple:
         return tuple(_cut(item, part, index) for item in value)
     return value

@@ -64,7 +64,7 @@ def resolve(name_or_path: str | Path) -> Path:
 def describe(recipe: Path, width: int = 100) -> str:
     """The first sentence of the recipe's leading comment, on one line of at most ``width``
     characters."""
-    words = []
+    words: list[str] = []
     for line in recipe.read_text().splitlines():
         if not line.startswith("#"):
             break

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -417,7 +417,7 @@ def compare_curves(
     return finish_figure(fig, path)
 
 
-def _read_rows(source: str | os.PathLike | Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _read_rows(source: str | os.PathLike | Iterable[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
     """Rows from a metrics.jsonl path, a run directory, or an iterable of dicts."""
     if not isinstance(source, (str, os.PathLike)):
         return [dict(r) for r in source]

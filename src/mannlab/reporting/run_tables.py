@@ -368,27 +368,19 @@ def runs_table(runs: list[Run], root: Path | None = None) -> str:
             cell = [r for r in runs if r.task == task and r.column == column]
             if not cell:
                 continue
-            done = [r for r in cell if r.finished]
-            seeds = sorted((r.seed for r in done if r.seed is not None))
-            steps = [r.summary["steps"] for r in done if r.summary.get("steps") is not None]
+            done = [(r, r.summary) for r in cell if r.summary is not None]  # the finished runs
+            seeds = sorted((r.seed for r, _ in done if r.seed is not None))
+            steps = [s["steps"] for _, s in done if s.get("steps") is not None]
             best = [
-                r.summary["best_val"]["step"]
-                for r in done
-                if (r.summary.get("best_val") or {}).get("step") is not None
+                s["best_val"]["step"] for _, s in done if (s.get("best_val") or {}).get("step") is not None
             ]
-            walls = [r.summary["wall_seconds"] for r in done if r.summary.get("wall_seconds") is not None]
-            cpus = [r.summary["cpu_seconds"] for r in done if r.summary.get("cpu_seconds") is not None]
-            solved = sum(bool(r.summary.get("solved")) for r in done)
-            solved_steps = [
-                r.summary["solved_at_step"] for r in done if r.summary.get("solved_at_step") is not None
-            ]
-            solved_walls = [
-                r.summary["solved_at_seconds"] for r in done if r.summary.get("solved_at_seconds") is not None
-            ]
+            walls = [s["wall_seconds"] for _, s in done if s.get("wall_seconds") is not None]
+            cpus = [s["cpu_seconds"] for _, s in done if s.get("cpu_seconds") is not None]
+            solved = sum(bool(s.get("solved")) for _, s in done)
+            solved_steps = [s["solved_at_step"] for _, s in done if s.get("solved_at_step") is not None]
+            solved_walls = [s["solved_at_seconds"] for _, s in done if s.get("solved_at_seconds") is not None]
             unsolved_bces = [
-                b
-                for b in (last_val_bce(r.path) for r in done if not r.summary.get("solved"))
-                if b is not None
+                b for b in (last_val_bce(r.path) for r, s in done if not s.get("solved")) if b is not None
             ]
             groups = sorted({_relative(r.group, root) for r in cell})
             model, controller = column

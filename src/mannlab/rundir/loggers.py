@@ -42,7 +42,7 @@ def check_loggers(train: TrainConfig) -> None:
 def open_loggers(config: Any, run_dir: str | Path) -> list[Any]:
     """The loggers of ``config`` (a RunConfig) writing into ``run_dir``."""
     run_dir = Path(run_dir)
-    opened = []
+    opened: list[Any] = []
     for name in logger_names(config.train):
         if name == "tensorboard":
             opened.append(TensorBoardLogger(run_dir / "tensorboard"))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence, TypeGuard
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ def as_generator(seed: int | Sequence[int] | np.random.Generator) -> np.random.G
         raise ConfigError(f"invalid seed {seed!r}: {err}") from None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[numbers.Integral]:
     # bool is an int subclass, but True as a length or seed is almost surely a mistake.
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
@@ -287,6 +287,11 @@ class Task(TaskTraits, ABC):
             length = check_int({"length": length}, "length", minimum=self.min_length)
         examples = self._generate(as_generator(seed), int(batch_size), length)
         return self._pad(examples)
+
+    def _sequence(self, rng: np.random.Generator, length: int | None) -> Example:
+        """One example (inputs, targets, mask as numpy arrays); subclasses define it, or
+        override ``_generate``."""
+        raise NotImplementedError(f"{type(self).__name__} defines _sequence or _generate")
 
     def _generate(self, rng: np.random.Generator, batch_size: int, length: int | None) -> list[Example]:
         """One example per sequence from the subclass's ``_sequence(rng, length)`` (inputs,

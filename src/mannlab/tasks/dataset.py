@@ -149,7 +149,7 @@ def count_group_errors(
     logits: torch.Tensor,
     targets: torch.Tensor,
     mask: torch.Tensor,
-    groups: Sequence[int],
+    groups: Sequence[int] | np.ndarray,
     counts: dict[int, list[float]],
 ) -> None:
     """Add each example's wrong and scored steps to ``counts[group] = [wrong, scored, examples]``."""

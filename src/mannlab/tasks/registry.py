@@ -46,9 +46,14 @@ class TaskEntry:
     input_kinds: tuple[str, ...]
 
 
-def _entry(cls: type[TaskTraits], name: str | None = None) -> TaskEntry:
-    build = cls if name is None else functools.partial(cls, name)
-    return TaskEntry(name or str(getattr(cls, "name")), build, cls.kind, cls.batching, cls.input_kinds)
+def _entry(cls: type[TaskTraits]) -> TaskEntry:
+    return TaskEntry(str(getattr(cls, "name")), cls, cls.kind, cls.batching, cls.input_kinds)
+
+
+def _corpus_entry(name: str) -> TaskEntry:
+    """A char-LM corpus: one task class, built with the corpus name."""
+    cls = CharLMTask
+    return TaskEntry(name, functools.partial(cls, name), cls.kind, cls.batching, cls.input_kinds)
 
 
 # In the order names() lists them: generated, data sets, proposals, char-LM corpora.
@@ -69,7 +74,7 @@ ENTRIES: tuple[TaskEntry, ...] = (
     ),
     *(_entry(cls) for cls in (BabiTask, MnistTask, StrokesTask, SnliTask, Enwik8Task)),
     *(_entry(cls) for cls in (SyntheticProposalTask, ThumosProposalTask)),
-    *(_entry(CharLMTask, name) for name in CHARLM_TASKS),
+    *(_corpus_entry(name) for name in CHARLM_TASKS),
 )
 
 

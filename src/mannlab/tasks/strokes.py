@@ -97,7 +97,7 @@ class StrokesTask(DatasetTask):
         rng = np.random.default_rng([self.params["split_seed"], _SPLIT_CODE[split], int(index)])
         return rng.integers(len(self.digits[split]), size=self.params["digits"])
 
-    def encode(self, split: str, indices: np.ndarray, rng: np.random.Generator) -> list[Example]:
+    def encode(self, split: str, indices: np.ndarray, rng: np.random.Generator | None) -> list[Example]:
         return [self._example(split, self.digit_indices(split, i)) for i in indices]
 
     def _example(self, split: str, chosen: np.ndarray) -> Example:

@@ -97,10 +97,14 @@ def _load(p: dict[str, Any]) -> dict[str, list[ProposalVideo]]:
         data_dir=data_dir,
         out_of_range=p["out_of_range"],
     )
-    validation = load_thumos14(annotations["validation"], features, "validation", **common)
-    test = load_thumos14(annotations["test"], test_features, "test", **common)
-    validation = [ProposalVideo(*v.proposal_fields()) for v in validation]
-    test = [ProposalVideo(*v.proposal_fields()) for v in test]
+    validation = [
+        ProposalVideo(*v.proposal_fields())
+        for v in load_thumos14(annotations["validation"], features, "validation", **common)
+    ]
+    test = [
+        ProposalVideo(*v.proposal_fields())
+        for v in load_thumos14(annotations["test"], test_features, "test", **common)
+    ]
     held = p["valid_videos"]
     if held >= len(validation):
         raise ConfigError(

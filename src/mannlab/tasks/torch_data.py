@@ -101,7 +101,8 @@ class TextSegments(IterableDataset):
         return num_segments(self.streams, self.bptt)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if get_worker_info() is not None and get_worker_info().num_workers > 1:
+        worker = get_worker_info()
+        if worker is not None and worker.num_workers > 1:
             raise RuntimeError("TextSegments must be read in order: use num_workers <= 1")
         return (segment_at(self.streams, k, self.bptt) for k in range(len(self)))
 

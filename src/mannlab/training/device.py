@@ -19,16 +19,16 @@ import sys
 from typing import Any, ContextManager, Optional
 
 import torch
-from torch import nn
 
 from mannlab.errors import ConfigError
+from mannlab.models.base import Model
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
 def resolve_device(
-    name: str, model: Optional[nn.Module] = None, batch_size: Optional[int] = None
+    name: str, model: Optional[Model] = None, batch_size: Optional[int] = None
 ) -> torch.device:
     """The torch device ``train.device`` names on this machine; "auto" with the model to
     train and its batch size picks by :func:`auto_device` (without a model: CUDA, else MPS,
@@ -74,7 +74,7 @@ GPU_MIN_BATCH_TRITON = 32
 GPU_MIN_BATCH_TENSOR = 256
 
 
-def auto_device(model: nn.Module, batch_size: Optional[int] = None) -> tuple[torch.device, str]:
+def auto_device(model: Model, batch_size: Optional[int] = None) -> tuple[torch.device, str]:
     """The device "auto" trains ``model`` on at ``batch_size`` (None: a large batch), and
     why. A memory model takes the GPU only from the batch where it beats the CPU kernels
     there: the GPU runs one time step after another, so at small batches it is bound by
@@ -101,7 +101,7 @@ def auto_device(model: nn.Module, batch_size: Optional[int] = None) -> tuple[tor
 _said: set[str] = set()
 
 
-def say_auto_choice(model: nn.Module, batch_size: Optional[int] = None) -> None:
+def say_auto_choice(model: Model, batch_size: Optional[int] = None) -> None:
     """One line on stderr, once per process and choice: what "auto" chose and why."""
     device, why = auto_device(model, batch_size)
     line = f"mannlab: --device auto chose {device.type} ({why})"

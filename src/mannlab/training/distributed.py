@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from mannlab.errors import ConfigError
+from mannlab.models.base import Model
 
 T = TypeVar("T")
 # a rank waits this long for the others (e.g. while rank 0 alone validates or writes figures)
@@ -91,9 +92,7 @@ def setup(device: torch.device) -> None:
     atexit.register(teardown)
 
 
-def start(
-    device_name: str, model: torch.nn.Module | None = None, batch_size: int | None = None
-) -> torch.device:
+def start(device_name: str, model: Model | None = None, batch_size: int | None = None) -> torch.device:
     """The device of this process for ``train.device`` (``cuda`` is cuda:LOCAL_RANK under
     torchrun; "auto" picks for ``model`` at ``batch_size``), with the process group open if
     torchrun launched it."""
@@ -225,6 +224,7 @@ def mean_over_ranks_later(values: torch.Tensor) -> Callable[[], torch.Tensor]:
 
     def result() -> torch.Tensor:
         if not done:
+            assert work is not None  # async_op=True returns its handle
             work.wait()
             done.append(total / world_size())
         return done[0]
@@ -265,7 +265,7 @@ def gather_objects(value: Any) -> list[Any] | None:
     """Every rank's ``value`` as a list on rank 0 (None elsewhere); [value] without a group."""
     if not active():
         return [value]
-    out: list[Any] = [None] * world_size() if is_main() else None
+    out: list[Any] | None = [None] * world_size() if is_main() else None
     dist.gather_object(value, out, dst=0)
     return out
 
@@ -305,7 +305,7 @@ class _LossModule(nn.Module):
 
 
 # newer torch names broadcast_buffers=False forward_sync_buffers=False
-_NO_FORWARD_BUFFER_SYNC = (
+_NO_FORWARD_BUFFER_SYNC: dict[str, Any] = (
     {"forward_sync_buffers": False}
     if "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel).parameters
     else {"broadcast_buffers": False}

@@ -42,6 +42,7 @@ import torch
 import mannlab
 from mannlab.config import RunConfig, TrainConfig, default_run_dir
 from mannlab.errors import CheckpointError, DataError
+from mannlab.models.base import Model
 from mannlab.reporting.run_figures import draw_run_figures
 from mannlab.rundir import (
     MetricsLog,
@@ -125,7 +126,7 @@ def finished_run(config: RunConfig) -> dict[str, Any] | None:
     return summary if stop_reason(config.train, progress, clock) is not None else None
 
 
-def batch_source(config: RunConfig, task: Any, model: torch.nn.Module) -> BatchSource:
+def batch_source(config: RunConfig, task: Any, model: Model) -> BatchSource:
     """Contiguous streams with carried state for the tasks that declare them, else samples."""
     if task.batching == "streams":
         return StreamSegments(config, task, model)
@@ -144,8 +145,8 @@ def train(
     summary. A run directory has one writer: a second training of the same directory fails
     while the first runs (RunDirLock).
     """
-    if config.run_dir is None:
-        config = config.replace(run_dir=default_run_dir(config))
+    run_dir = config.run_dir if config.run_dir is not None else default_run_dir(config)
+    config = config.replace(run_dir=run_dir)
     if prepared is not None and prepared.config.replace(run_dir=None) != config.replace(run_dir=None):
         raise ValueError(
             "train(config, prepared=...) needs prepare_run(config) of the same config: the model's "
@@ -153,7 +154,7 @@ def train(
             f"{prepared.config.task}, seed {prepared.config.seed}; training {config.model} on "
             f"{config.task}, seed {config.seed})"
         )
-    with RunDirLock(Path(config.run_dir)) as lock:
+    with RunDirLock(Path(run_dir)) as lock:
         # bad names or arguments fail here, before any file is touched
         return _train(config, resume, force, lock, prepared or prepare_run(config))
 
@@ -161,6 +162,7 @@ def train(
 def _train(
     config: RunConfig, resume: bool, force: bool, lock: RunDirLock, prepared: PreparedRun
 ) -> dict[str, Any]:
+    assert config.run_dir is not None  # train() set it
     run_dir = Path(config.run_dir)
     task, model, device = prepared.task, prepared.model, prepared.device
     batch = config.train.batch_size
@@ -457,7 +459,7 @@ class _Trainer:
         progress.metrics_rows, progress.unlogged, progress.validated = self.log.rows, list(self._losses), val
         extra = self.source.extra_state()  # collective under torchrun: before rank 0 alone goes on
         rng_states = distributed.gather_objects(torch.get_rng_state())
-        if not distributed.is_main():
+        if rng_states is None:  # not rank 0
             return
         meta = {
             "mannlab_version": mannlab.__version__,
@@ -489,7 +491,7 @@ class _Trainer:
     def _finish(self, diverged: str | None) -> dict[str, Any]:
         progress, cfg = self.progress, self.train_cfg
         wall, cpu = self.clock.wall(), self.clock.cpu()  # training and validation only
-        best_meta = {}
+        best_meta: dict[str, Any] = {}
         if progress.best_step is not None:  # a run may diverge before any good validation
             best_meta, _ = load_checkpoint(self.checkpoints / "best", self.model)
         summary = {

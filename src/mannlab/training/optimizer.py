@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from mannlab.config import TrainConfig
@@ -13,7 +15,7 @@ def make_optimizer(model: torch.nn.Module, train: TrainConfig) -> torch.optim.Op
     return torch.optim.Adam(model.parameters(), **hyperparameters(train))
 
 
-def hyperparameters(train: TrainConfig) -> dict[str, float]:
+def hyperparameters(train: TrainConfig) -> dict[str, Any]:
     """The optimizer's settings from the config (a resume applies them to the saved state)."""
     common = {"lr": train.lr, "eps": train.eps, "weight_decay": train.weight_decay}
     if train.optimizer == "rmsprop":

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from mannlab.building import build_model, build_task
 from mannlab.config import RunConfig, check_threads
+from mannlab.models.base import Model
 from mannlab.training import distributed
 from mannlab.training.device import check_precision
 
@@ -28,7 +28,7 @@ class PreparedRun:
 
     config: RunConfig
     task: Any
-    model: nn.Module
+    model: Model
     device: torch.device
 
 

@@ -41,7 +41,8 @@ class RunDirLock:
     lock never blocks a resume. Where fcntl does not exist (Windows) nothing is locked."""
 
     def __init__(self, run_dir: Path):
-        self.run_dir, self.fd = Path(run_dir), None
+        self.run_dir = Path(run_dir)
+        self.fd: int | None = None
 
     def acquire(self) -> None:
         try:

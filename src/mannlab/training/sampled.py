@@ -17,6 +17,7 @@ import torch
 
 from mannlab.config import RunConfig
 from mannlab.evaluation import loss_key, validate
+from mannlab.models.base import Model
 from mannlab.rundir import read_metrics
 from mannlab.training import distributed
 from mannlab.training.progress import Progress
@@ -33,21 +34,21 @@ class SampledBatches:
 
     unit = "step"
     best_field = "best_bce"  # the name of the best value in train_state.pt
-    train_invariants = ("optimizer",)  # train.* keys a resume must keep
+    train_invariants: tuple[str, ...] = ("optimizer",)  # train.* keys a resume must keep
     solves = True
 
-    def __init__(self, config: RunConfig, task: Any, model: torch.nn.Module):
+    def __init__(self, config: RunConfig, task: Any, model: Model):
         self.config, self.cfg, self.task = config, config.train, task
         self.loss_key = loss_key(task)  # "bce", or "ce" for categorical (data-set) tasks
         self.val_sets = validation_sets(task, config)  # a length the task cannot make fails here
 
-    def restore(self, state: dict[str, Any], model: torch.nn.Module) -> None:
+    def restore(self, state: dict[str, Any], model: Model) -> None:
         """Nothing to restore: the batch of a step is a function of the step."""
 
     def batch_name(self, step: int) -> str:
         return f" (batch seed [{self.config.seed}, {step}])"
 
-    def losses(self, model: torch.nn.Module, step: int, run: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def losses(self, model: Model, step: int, run: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss to minimise, task loss) of training step ``step``; ``run(fn, *args)`` calls
         ``fn(model, *args)`` (through DDP under torchrun, distributed.Runner)."""
         cfg, task = self.cfg, self.task
@@ -69,7 +70,7 @@ class SampledBatches:
         n = len(losses)
         return {"loss": sum(loss for loss, _ in losses) / n, self.loss_key: sum(t for _, t in losses) / n}, {}
 
-    def validate(self, model: torch.nn.Module) -> Validation:
+    def validate(self, model: Model) -> Validation:
         rows = validate(model, self.task, self.val_sets, reads=self.cfg.val_reads)
         logged = [
             (
@@ -102,7 +103,7 @@ class SampledBatches:
     def extra_state(self) -> dict[str, Any]:
         return {}
 
-    def summary(self, model: torch.nn.Module, run: Finished) -> Summary:
+    def summary(self, model: Model, run: Finished) -> Summary:
         """The summary.json fields of a sampled-batch run after the common ones."""
         progress, cfg = run.progress, self.cfg
         return Summary(
@@ -153,7 +154,7 @@ def validation_sets(task: Any, config: RunConfig) -> list[tuple[int, int, list]]
     """Fixed (multiple, length, batches) sets; multiple 1 follows the training distribution."""
     cfg, seed = config.train, config.seed
     # data-set tasks (tasks/dataset.py) validate on their held-out split and have no lengths
-    held_out = {"split": "valid"} if task.splits else None
+    held_out: dict[str, Any] | None = {"split": "valid"} if task.splits else None
     sets = []
     for multiple in [1] if held_out else sorted(cfg.val_length_multiples):
         at_max = multiple > 1 or cfg.val_lengths == "max_length"

@@ -20,10 +20,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
-
 from mannlab.config import TrainConfig
 from mannlab.errors import ConfigError
+from mannlab.models.base import Model
 from mannlab.nn.schedules import bernoulli, inverse_sqrt, inverse_temperature
 from mannlab.training import distributed
 
@@ -44,7 +43,7 @@ def main_coin(p: float) -> bool:
     return distributed.from_main(bernoulli(p))
 
 
-def start_minibatch(model: torch.nn.Module, step: int) -> None:
+def start_minibatch(model: Model, step: int) -> None:
     """Set the per-minibatch switches of ``model`` for training step ``step`` (0-based):
     ``model.begin_step(step, main_coin)`` (a no-op for models without a schedule; the
     curriculum draws from torch's RNG only when it is on)."""

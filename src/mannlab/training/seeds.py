@@ -44,6 +44,7 @@ def train_seeds(
     summaries = []
     for index, seed in enumerate(seeds):
         run = seed_config(config, seed, parent)
+        assert run.run_dir is not None  # seed_config names it
         seed_dir = Path(run.run_dir)
         # rank 0's files decide (the other ranks may not see them)
         resumed = distributed.from_main(resume and (seed_dir / "checkpoints" / "last").is_dir())

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from mannlab.config import RunConfig
 from mannlab.errors import ConfigError
 from mannlab.evaluation.bpc import LN2, evaluate_bpc
+from mannlab.models.base import Model
 from mannlab.state import detach_state, map_state
 from mannlab.tasks.charlm import num_segments, segment_at
 from mannlab.training import distributed
@@ -38,7 +39,7 @@ from mannlab.training.update import apply_update, model_aux_loss
 
 
 def segment_loss(
-    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, state: Any
+    model: Model, x: torch.Tensor, y: torch.Tensor, state: Any
 ) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """(loss to minimise, mean cross-entropy per symbol, new state) of segment (x, y) (B, T)
     from ``state``."""
@@ -48,7 +49,7 @@ def segment_loss(
         nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
         task_loss = nll.mean()
         loss = task_loss + model_aux_loss(
-            model.core,
+            model,
             trace,
             nll.detach(),
             lambda out: F.cross_entropy(out.transpose(1, 2), targets, reduction="none"),
@@ -61,7 +62,7 @@ def segment_loss(
 
 
 def tbptt_step(
-    model: torch.nn.Module,
+    model: Model,
     x: torch.Tensor,
     y: torch.Tensor,
     state: Any,
@@ -82,35 +83,35 @@ class StreamSegments:
     unit = "seg"
     best_field = "best_bpc"
     # the batch size is the stream layout: a resume with another would read other data
-    train_invariants = ("optimizer", "batch_size")
+    train_invariants: tuple[str, ...] = ("optimizer", "batch_size")
     solves = False
 
-    def __init__(self, config: RunConfig, task: Any, model: torch.nn.Module):
+    def __init__(self, config: RunConfig, task: Any, model: Model):
         self.config, self.task = config, task
         self.streams = task.streams("train", config.train.batch_size)  # all ranks' streams
         self.rows = distributed.rank_rows(config.train.batch_size)  # this rank's
         self.bptt = task.params["bptt"]
         self.per_epoch = num_segments(self.streams, self.bptt)
         self.carried: Any = None
-        self.axes = batch_axes(model.core)  # of the state's tensors, to slice and gather them
+        self.axes = batch_axes(model)  # of the state's tensors, to slice and gather them
 
-    def restore(self, state: dict[str, Any], model: torch.nn.Module) -> None:
+    def restore(self, state: dict[str, Any], model: Model) -> None:
         carried = state.get("carried")
         if carried is not None:
             batch = self.config.train.batch_size
-            unflatten_state(model.core.initial_state(batch), carried)  # checks the count
+            unflatten_state(model.initial_state(batch), carried)  # checks the count
             mine = [distributed.shard_along(t, batch, axis) for t, axis in zip(carried, self.axes)]
-            self.carried = unflatten_state(model.core.initial_state(mine[0].shape[self.axes[0]]), mine)
+            self.carried = unflatten_state(model.initial_state(mine[0].shape[self.axes[0]]), mine)
 
     def batch_name(self, step: int) -> str:
         return ""
 
-    def losses(self, model: torch.nn.Module, step: int, run: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def losses(self, model: Model, step: int, run: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
         index = step % self.per_epoch
         if index == 0:
             self.carried = None  # a new epoch starts the streams again
         x, y = segment_at(self.streams[self.rows], index, self.bptt)
-        start_minibatch(model.core, step)  # gumbel temperature
+        start_minibatch(model, step)  # gumbel temperature
         if run is None:
             loss, task_loss, state = segment_loss(model, x, y, self.carried)
         else:
@@ -127,12 +128,12 @@ class StreamSegments:
         loss = sum(t for _, t in losses) / len(losses)
         return {"loss": loss, "bpc": loss / LN2}, {"epoch": round(self.epochs(step), 4)}
 
-    def _bpc(self, model: torch.nn.Module, split: str) -> float:
+    def _bpc(self, model: Model, split: str) -> float:
         batch = self.task.params[f"{split}_batch_size"]
         with torch.random.fork_rng(devices=[]):
             return evaluate_bpc(model, self.task.streams(split, batch), self.bptt)
 
-    def validate(self, model: torch.nn.Module) -> Validation:
+    def validate(self, model: Model) -> Validation:
         bpc = self._bpc(model, "valid")
         return Validation([({"bpc": bpc, "loss": bpc * LN2}, {})], bpc, None, bpc)
 
@@ -156,7 +157,7 @@ class StreamSegments:
     def logged_after_solve(self, metrics: Path, solved_at: int) -> list[float]:
         return []  # a char-LM run is never solved
 
-    def summary(self, model: torch.nn.Module, run: Finished) -> Summary:
+    def summary(self, model: Model, run: Finished) -> Summary:
         """Test the best checkpoint (``model``): a ``test`` row and the summary fields."""
         progress = run.progress
         test_batch = self.task.params["test_batch_size"]
@@ -194,11 +195,16 @@ class StreamSegments:
 def flatten_state(state: Any) -> list[torch.Tensor]:
     """The tensors of a nested NamedTuple state, in order (for weights-only train_state.pt)."""
     tensors: list[torch.Tensor] = []
-    map_state(lambda t: tensors.append(t.detach().clone()) or t, state)
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        tensors.append(t.detach().clone())
+        return t
+
+    map_state(keep, state)
     return tensors
 
 
-def batch_axes(model: torch.nn.Module) -> list[int]:
+def batch_axes(model: Model) -> list[int]:
     """The batch axis of each tensor of ``model``'s state (flatten_state's order): the axis
     whose size follows the batch (an LSTM's state is (layers, B, H), the memories' (B, ...))."""
     one, two = flatten_state(model.initial_state(1)), flatten_state(model.initial_state(2))

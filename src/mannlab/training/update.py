@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import torch
 
+from mannlab.models.base import Model
 from mannlab.training import distributed
 
 
@@ -20,7 +21,7 @@ class NonFiniteLossError(DivergedError):
 
 
 def model_aux_loss(
-    model: torch.nn.Module,
+    model: Model,
     trace: Any,
     step_nll: torch.Tensor,
     score: Callable[[torch.Tensor], torch.Tensor],
@@ -32,14 +33,14 @@ def model_aux_loss(
     estimators' batch statistics are the global batch's: collectives, so every rank calls
     this alike); models with their own auxiliary predictions (``aux_loss_scores``: TARDIS
     eq. 17) also get ``score``, logits -> per-step NLL on the targets."""
-    extra = {"score": score} if model.aux_loss_scores else {}
+    extra: dict[str, Any] = {"score": score} if model.aux_loss_scores else {}
     return model.aux_loss(
         trace, step_nll, outputs_per_step=outputs_per_step, reducer=distributed.batch_reducer(), **extra
     )
 
 
 def sequence_loss(
-    model: torch.nn.Module,
+    model: Model,
     task: Any,
     inputs: torch.Tensor,
     targets: torch.Tensor,

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
-
 from mannlab.models import build_model
+from mannlab.models.base import Model
 from mannlab.wrappers.embedding import CharLM
 from mannlab.wrappers.fact_encoder import FactEncoded, GRUFactEncoder, fact_encoded
 from mannlab.wrappers.sst import SST
 from mannlab.wrappers.wrapped import ModelWrapper
 
 
-def model_for_task(task: Any, name: str, **kwargs: Any) -> nn.Module:
+def model_for_task(task: Any, name: str, **kwargs: Any) -> Model:
     """The registered model ``name`` with ``kwargs``, sized for ``task`` and behind the
     adapter its ``input_kind`` asks for."""
     kind = task.input_kind

@@ -25,6 +25,7 @@ class CharLM(FrontEnd):
 
     OPTIONS = ("embedding_size", "input_dropout", "output_dropout")
     LABEL = "the char-LM"
+    embedding: nn.Embedding  # the front layer (FrontEnd.build)
 
     def __init__(
         self,

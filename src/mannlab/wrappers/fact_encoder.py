@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from mannlab.models import build_model
+from mannlab.models.base import Model
 from mannlab.wrappers.wrapped import ModelWrapper
 
 
@@ -70,14 +71,14 @@ class FactEncoded(ModelWrapper):
     return_trace)``); the trainer's interface (``initial_state``, ``begin_step``, ``aux_loss``,
     ...) is the model's (ModelWrapper)."""
 
-    def __init__(self, encoder: nn.Module, model: nn.Module, sentence_length: int):
+    def __init__(self, encoder: nn.Module, model: Model, sentence_length: int):
         super().__init__()
         self.encoder = encoder
         self.model = model
         self.sentence_length = sentence_length
 
     @property
-    def wrapped(self) -> nn.Module:
+    def wrapped(self) -> Model:
         return self.model
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:

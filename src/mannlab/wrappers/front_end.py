@@ -14,7 +14,7 @@ from torch import nn
 
 from mannlab.errors import ConfigError
 from mannlab.models import build_model
-from mannlab.models.base import check_positive, check_probability
+from mannlab.models.base import Model, SequenceModel, check_positive, check_probability
 from mannlab.wrappers.wrapped import ModelWrapper
 
 
@@ -25,6 +25,7 @@ class FrontEnd(ModelWrapper):
 
     OPTIONS: tuple[str, ...] = ()
     LABEL = ""
+    core: SequenceModel
 
     def build(
         self,
@@ -51,10 +52,10 @@ class FrontEnd(ModelWrapper):
         except ConfigError as exc:
             raise ConfigError(f"{exc} (and {self.LABEL}'s own: {', '.join(self.OPTIONS)})") from None
         self.output_dropout = nn.Dropout(output_dropout)
-        if output_dropout:
+        if output_dropout and self.core.head is not None:  # a head: the output size is given
             dropout = self.output_dropout
             self.core.head.register_forward_pre_hook(lambda _, args: (dropout(args[0]),))
 
     @property
-    def wrapped(self) -> nn.Module:
+    def wrapped(self) -> Model:
         return self.core

@@ -38,6 +38,7 @@ class SST(FrontEnd):
 
     OPTIONS = ("projection_size", "input_dropout", "output_dropout")
     LABEL = "SST"
+    projection: nn.Linear  # the front layer (FrontEnd.build)
 
     def __init__(
         self,

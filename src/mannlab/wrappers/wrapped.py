@@ -7,16 +7,17 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import torch
-from torch import nn
+
+from mannlab.models.base import Model
 
 
-class ModelWrapper(nn.Module):
+class ModelWrapper(Model):
     """Base of the adapters: ``wrapped`` is the registered model behind the adapter, and the
     adapter answers for it ``initial_state``, ``begin_step`` (the per-minibatch schedules),
     ``uses_aux_loss``, ``aux_loss_scores``, ``aux_loss`` and ``kernel_backends``."""
 
     @property
-    def wrapped(self) -> nn.Module:
+    def wrapped(self) -> Model:
         raise NotImplementedError(f"{type(self).__name__} names its wrapped model")
 
     def initial_state(self, batch_size: int, device: Any = None, dtype: Any = None) -> Any:
@@ -33,8 +34,10 @@ class ModelWrapper(nn.Module):
     def aux_loss_scores(self) -> bool:
         return bool(self.wrapped.aux_loss_scores)
 
-    def aux_loss(self, trace: Any, step_nll: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        return self.wrapped.aux_loss(trace, step_nll, **kwargs)
+    def aux_loss(
+        self, trace: Any, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None, **kwargs: Any
+    ) -> torch.Tensor:
+        return self.wrapped.aux_loss(trace, step_nll, outputs_per_step=outputs_per_step, **kwargs)
 
     def kernel_backends(self) -> tuple[str, ...]:
         return self.wrapped.kernel_backends()

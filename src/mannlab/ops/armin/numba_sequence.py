@@ -78,9 +78,11 @@ class ARMINSequence(torch.autograd.Function):
         use_map, use_zone, noisy = weights.write_map is not None, zone is not None, noise is not None
         noise = noise if noisy else xp.new_zeros(1, 1, 1)
         zone = zone if use_zone else xp.new_zeros(1, 1, 1)
-        map_t = a(weights.write_map.t()) if use_map else np.zeros((1, 1), a(xp).dtype)
+        map_t = a(weights.write_map.t()) if weights.write_map is not None else np.zeros((1, 1), a(xp).dtype)
+        kernels = dispatch.load("armin")
+        assert kernels is not None  # dispatch chose this path: they loaded
         out, h, m, saved = threads.call(
-            dispatch.load("armin").sequence_forward,
+            kernels.sequence_forward,
             (
                 Rows(a(xp)),
                 Rows(a(noise), 1) if noisy else a(noise),

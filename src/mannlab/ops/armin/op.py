@@ -56,9 +56,14 @@ def armin_sequence(
         from mannlab.ops.armin.reference import armin_reference
 
         return armin_reference(inputs, state, weights, options)
+    function: type[torch.autograd.Function]
     if options.backend == "triton":
-        from mannlab.ops.armin.triton_sequence import ARMINTritonSequence as function
+        from mannlab.ops.armin.triton_sequence import ARMINTritonSequence
+
+        function = ARMINTritonSequence
     else:
-        from mannlab.ops.armin.numba_sequence import ARMINSequence as function
+        from mannlab.ops.armin.numba_sequence import ARMINSequence
+
+        function = ARMINSequence
     out, h, memory = function.apply(options, *inputs, *state, *weights)
     return out, ARMINCarry(h, memory, state.steps + inputs.projected.shape[1])

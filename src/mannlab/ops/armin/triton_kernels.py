@@ -703,7 +703,7 @@ def sequence_forward(
     else:
         records = None
     placeholder = out  # never read: its flag is off
-    fields = records[:-1] if keep else (placeholder,) * (len(TritonRecords._fields) - 1)
+    fields = records[:-1] if records is not None else (placeholder,) * (len(TritonRecords._fields) - 1)
     write_map = weights.write_map
     launch = _launch(H, R, N, mode, zone, write_map)
     scratch = new(triton.cdiv(B, BLOCK_B) * BLOCK_B, launch["BH"] + launch["BR"])

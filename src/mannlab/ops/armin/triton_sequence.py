@@ -37,7 +37,8 @@ class ARMINTritonSequence(torch.autograd.Function):
             options.eps,
             options.keep,
         )
-        if options.keep:  # everything through save_for_backward (a tensor kept on ctx would make a cycle)
+        if records is not None:  # options.keep
+            # everything through save_for_backward (a tensor kept on ctx would make a cycle)
             ctx.save_for_backward(zone, steps0, *weights, *records)
         ctx.options = options
         ctx.width = xp.shape[-1]

@@ -108,6 +108,7 @@ def controller_step(h_bar, hidden, cell, weights: DNCWeights, options: DNCOption
     if options.kind == FNN:
         h = _FEED_FORWARD.get(options.activation, torch.tanh)(h_bar)
     else:
+        assert weights.recurrent_weight is not None  # every controller but the feed-forward one
         pre = h_bar + hidden @ weights.recurrent_weight.t()
         if options.kind == LSTM:
             z, gates = torch.tanh(pre[:, :size]), torch.sigmoid(pre[:, size:])  # eqs. 2-5

@@ -99,6 +99,7 @@ def controller_step(pre_ff, hidden, cell, weights: NTMWeights, options: NTMOptio
         h = torch.tanh(pre_ff)
         c = torch.zeros_like(cell)
     else:
+        assert weights.recurrent_weight is not None  # every controller but the feed-forward one
         pre = pre_ff + hidden @ weights.recurrent_weight.t()
         if options.kind == LSTM:
             z, gates = torch.tanh(pre[:, :size]), torch.sigmoid(pre[:, size:])

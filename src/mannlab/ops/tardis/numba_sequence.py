@@ -169,11 +169,13 @@ class TARDISSequence(torch.autograd.Function):
         dtype = a(xg).dtype
         none = np.zeros((1, 1, 1), dtype)
         one = np.ones(1, dtype)
-        lnv = [a(p) if use_ln else one for p in (lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b)]
+        lnv = [a(p) if p is not None else one for p in (lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b)]
         # everything h_t multiplies, [W_m; W_h; W_h^γ; w^τ] (c + 4d + 2 + m + 1, d): one product
         w_h = torch.cat([w_m, w_hg, w_qh, w_tau.view(1, -1)]).detach()
+        kernels = dispatch.load("tardis")
+        assert kernels is not None  # dispatch chose this path: they loaded
         (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last, saved) = threads.call(
-            dispatch.load("tardis").sequence_forward,
+            kernels.sequence_forward,
             (
                 Rows(a(xg)),
                 Rows(a(xr)),

@@ -75,6 +75,7 @@ def tardis_reference(
         x = inputs.gates[:, t]
         resets = x[:, 4 * d :] + hp[:, 4 * d :] + rp[:, 4 * d :]
         if train:
+            assert inputs.logistic is not None  # drawn for every training pass
             resets = resets + inputs.logistic[t]
         resets = torch.sigmoid(resets / options.reset_temperature)  # eq. 8
         alpha, beta = resets[:, :1], resets[:, 1:]

@@ -28,7 +28,7 @@ A case passes when
     python reliability/fuzz_concurrency.py --case 'eval,rename,3,kill'     # one case again
 
 The test suite runs a few cases that cover every command, stop point and ending
-(tests/test_fuzz_concurrency.py).
+(tests/reliability/test_fuzz_concurrency.py).
 """
 
 from __future__ import annotations

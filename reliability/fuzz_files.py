@@ -25,7 +25,7 @@ not read to its end). Cases of a file without read permission are skipped as roo
     python reliability/fuzz_files.py --case 'run/metrics.jsonl@resume,fifo,7'    # one case again
 
 The test suite runs every file with every kind once, spread over the commands that read it
-(``suite_cases``, tests/test_fuzz_special_files.py).
+(``suite_cases``, tests/reliability/test_fuzz_special_files.py).
 """
 
 from __future__ import annotations

@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-# the scripts' folder, found from wherever this file is in tests/
-RELIABILITY = next(
-    p / "reliability" for p in Path(__file__).resolve().parents if (p / "reliability").is_dir()
-)
+# the scripts' folder: reliability/ at the repository root (this file is in tests/reliability/)
+RELIABILITY = Path(__file__).resolve().parents[2] / "reliability"
 sys.path.insert(0, str(RELIABILITY))
 
 import fuzz_concurrency  # noqa: E402

@@ -14,7 +14,7 @@ import stat
 from typing import BinaryIO
 
 
-def kind_of(path: str | os.PathLike) -> str:
+def kind_of(path: str | os.PathLike[str]) -> str:
     """What ``path`` is, through symbolic links: "a file" (a regular one), "a directory", "a FIFO",
     "a device", "a socket", "a symbolic link loop", "a symbolic link to X, which does not
     exist", "missing", or "unreadable (the system's reason)"."""

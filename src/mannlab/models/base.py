@@ -275,9 +275,14 @@ class Model(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} defines initial_state")
 
     def aux_loss(
-        self, trace: Any, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None
+        self,
+        trace: Any,
+        step_nll: torch.Tensor,
+        outputs_per_step: Optional[int] = None,
+        reducer: Optional[sampling.Reducer] = None,
     ) -> torch.Tensor:
-        """Extra training terms (estimators, regularisers), a 0-dim tensor."""
+        """Extra training terms (estimators, regularisers), a 0-dim tensor; ``reducer``: the
+        global batch's statistics under data-parallel training (SequenceModel.aux_loss)."""
         return step_nll.new_zeros(())
 
 

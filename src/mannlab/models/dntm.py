@@ -218,6 +218,12 @@ class DNTMState(NamedTuple):
     counts: Any = ()
 
 
+def _traced(field: Optional[torch.Tensor]) -> torch.Tensor:
+    """A trace field of the op's steps (mannlab.ops.dntm.DNTMSteps): set, as the op ran with options.trace."""
+    assert field is not None
+    return field
+
+
 class DNTMStepTrace(NamedTuple):
     """Per-step internals of the cell. With J addressing steps the head axis holds
     J * heads entries, addressing step major (step 1's heads first)."""
@@ -558,8 +564,8 @@ class DNTMCell(TemperatureCell):
             DNTMCarry(ctrl[0] if gru else None, content, reads, read_v, write_v, *(counts or (None, None))),
             DNTMWeights(
                 read_weight=controller.read_weight,
-                recurrent_weight=controller.recurrent_weight if gru else None,
-                recurrent_bias=controller.recurrent_bias if gru else None,
+                recurrent_weight=controller.recurrent_weight if type(controller) is GRUController else None,
+                recurrent_bias=controller.recurrent_bias if type(controller) is GRUController else None,
                 head_weight=self.head_params.weight,
                 head_bias=self.head_params.bias,
                 address=self.address,
@@ -579,6 +585,10 @@ class DNTMCell(TemperatureCell):
             ),
             backend=backend,
         )
+        new_counts: DNTMWriteCounts | tuple[()] = ()
+        if counts:
+            assert final.written is not None and final.reads is not None  # carried with sequential writes
+            new_counts = DNTMWriteCounts(final.written, final.reads)
         state = DNTMState(
             (final.hidden,) if gru else (),
             final.content,
@@ -586,24 +596,24 @@ class DNTMCell(TemperatureCell):
             final.read_lru,
             final.write_lru,
             (),
-            DNTMWriteCounts(final.written, final.reads) if counts else (),
+            new_counts,
         )
         if not with_trace:
             return steps.features, state, None
         trace = DNTMStepTrace(  # stacked over time
-            read_weights=steps.read_weights,
-            write_weights=steps.write_weights,
-            read_probs=steps.read_probs,
-            write_probs=steps.write_probs,
+            read_weights=_traced(steps.read_weights),
+            write_weights=_traced(steps.write_weights),
+            read_probs=_traced(steps.read_probs),
+            write_probs=_traced(steps.write_probs),
             read_vectors=steps.read_vectors,
-            erase_vectors=steps.erase_vectors,
-            candidates=steps.candidates,
-            input_gates=steps.input_gates,
-            key_strengths=steps.key_strengths,
-            lru_gates=steps.lru_gates,
+            erase_vectors=_traced(steps.erase_vectors),
+            candidates=_traced(steps.candidates),
+            input_gates=_traced(steps.input_gates),
+            key_strengths=_traced(steps.key_strengths),
+            lru_gates=_traced(steps.lru_gates),
             hidden=steps.hidden,
             sampled=x.new_full((B, T), float(mode == "sample")),
-            memory=steps.memory,
+            memory=_traced(steps.memory),
         )
         return steps.features, state, trace
 

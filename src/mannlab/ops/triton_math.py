@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 
 import torch
-import triton  # type: ignore[import-untyped]
-import triton.language as tl  # type: ignore[import-untyped]
+import triton
+import triton.language as tl
 
 #: whether Triton runs in its interpreter (TRITON_INTERPRET=1: on CPU tensors, how the tests
 #: check the kernels without a GPU)

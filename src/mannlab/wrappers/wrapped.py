@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from mannlab.models.base import Model
+from mannlab.nn import sampling
 
 
 class ModelWrapper(Model):
@@ -35,9 +36,16 @@ class ModelWrapper(Model):
         return bool(self.wrapped.aux_loss_scores)
 
     def aux_loss(
-        self, trace: Any, step_nll: torch.Tensor, outputs_per_step: Optional[int] = None, **kwargs: Any
+        self,
+        trace: Any,
+        step_nll: torch.Tensor,
+        outputs_per_step: Optional[int] = None,
+        reducer: Optional[sampling.Reducer] = None,
+        **kwargs: Any,
     ) -> torch.Tensor:
-        return self.wrapped.aux_loss(trace, step_nll, outputs_per_step=outputs_per_step, **kwargs)
+        return self.wrapped.aux_loss(
+            trace, step_nll, outputs_per_step=outputs_per_step, reducer=reducer, **kwargs
+        )
 
     def kernel_backends(self) -> tuple[str, ...]:
         return self.wrapped.kernel_backends()

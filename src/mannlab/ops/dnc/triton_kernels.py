@@ -49,8 +49,8 @@ from __future__ import annotations
 import os
 
 import torch
-import triton  # type: ignore[import-untyped]  # Triton ships no type information
-import triton.language as tl  # type: ignore[import-untyped]
+import triton
+import triton.language as tl
 
 from mannlab.ops.triton_math import BLOCK_K as BLOCK_K  # the columns of each product's chunks
 from mannlab.ops.triton_math import controller_backward as _controller_backward

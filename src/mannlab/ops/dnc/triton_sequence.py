@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
-import triton  # type: ignore[import-untyped]  # Triton ships no type information
+import triton
 from torch.autograd.function import once_differentiable
 
 from mannlab.ops.dnc import triton_kernels as kernels

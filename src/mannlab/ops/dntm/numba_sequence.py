@@ -63,7 +63,7 @@ def numba_sequence(
     if sequential:  # the chosen cells' one-hots, fixed
         write_p = write_p.detach()
     if options.mode != "soft":
-        one_hot = torch.zeros_like(probs).scatter_(-1, out.index.view(B, T, J, K, 1), 1.0)
+        one_hot = torch.zeros_like(probs).scatter_(-1, out.chosen.view(B, T, J, K, 1), 1.0)
         read_w = one_hot[:, :, :, :R].reshape(B, T, J * R, N)
         write_w = one_hot[:, :, :, R:].reshape(B, T, J * H, N)
     else:
@@ -111,7 +111,7 @@ class SequenceOutputs(NamedTuple):
     probs: torch.Tensor
     activations: torch.Tensor
     memory: torch.Tensor
-    index: torch.Tensor
+    chosen: torch.Tensor
 
 
 class KernelOptions(NamedTuple):
@@ -149,14 +149,15 @@ def kernel_options(options: DNTMOptions, read_heads: int, write_heads: int, gru:
 
 
 class NumbaRecords(NamedTuple):
-    """The per-step records kernels.sequence_forward returns, in its order (see kernels.py)."""
+    """The per-step records kernels.sequence_forward returns, in its order (see kernels.py),
+    as tensors over its arrays."""
 
-    hnew: np.ndarray
-    activations: np.ndarray
-    beta_pre: np.ndarray
-    probs: np.ndarray
-    index: np.ndarray
-    memory: np.ndarray
+    hnew: torch.Tensor
+    activations: torch.Tensor
+    beta_pre: torch.Tensor
+    probs: torch.Tensor
+    chosen: torch.Tensor  # the chosen cells
+    memory: torch.Tensor
 
 
 class SavedTensors(NamedTuple):
@@ -229,8 +230,10 @@ class DNTMSequence(torch.autograd.Function):
         else:
             written0, reads0 = xp.new_zeros(B), xp.new_zeros(B, N)
         hidden0 = h0 if gru else xp.new_zeros(B, w.head_weight.shape[1])
+        kernels = dispatch.load("dntm")
+        assert kernels is not None  # dispatch chose this path: they loaded
         out, h, phi, c, vr, vw, written, reads, records, saved = threads.call(
-            dispatch.load("dntm").sequence_forward,
+            kernels.sequence_forward,
             (
                 Rows(a(xp)),
                 Rows(a(noise), _noise_rows(B, R, H, N)) if draws is not None else a(noise),
@@ -240,8 +243,8 @@ class DNTMSequence(torch.autograd.Function):
                 Rows(a(named["read_lru"])),
                 Rows(a(named["write_lru"])),
                 a(w.read_weight.t()),
-                a(w.recurrent_weight.t()) if gru else dummy,
-                a(w.recurrent_bias) if gru else dummy[0],
+                a(w.recurrent_weight.t()) if w.recurrent_weight is not None else dummy,
+                a(w.recurrent_bias) if w.recurrent_bias is not None else dummy[0],
                 a(w.head_weight.t()),
                 a(w.head_bias),
                 a(w.address),
@@ -273,10 +276,10 @@ class DNTMSequence(torch.autograd.Function):
         ctx.config, ctx.every, ctx.parts = config, every, saved.parts
         ctx.inverse_temperature = float(options.inverse_temperature)
         written, reads = torch.from_numpy(written), torch.from_numpy(reads)
-        ctx.mark_non_differentiable(records.index, written, reads)
+        ctx.mark_non_differentiable(records.chosen, written, reads)
         ctx.set_materialize_grads(False)
         finals = (torch.from_numpy(v) for v in (out, h, phi, c, vr, vw))
-        return (*finals, written, reads, records.probs, records.activations, records.memory, records.index)
+        return (*finals, written, reads, records.probs, records.activations, records.memory, records.chosen)
 
     @staticmethod
     @once_differentiable

@@ -162,6 +162,7 @@ def controller_step(x: torch.Tensor, phi: torch.Tensor, h, weights: DNTMWeights)
     a = torch.addmm(x, phi, weights.read_weight.t())
     if weights.recurrent_weight is None:
         return torch.tanh(a)  # eq. 2
+    assert weights.recurrent_bias is not None  # the GRU's, beside its recurrent weight
     d = h.shape[-1]
     g = torch.addmm(weights.recurrent_bias, h, weights.recurrent_weight.t())
     reset, update = torch.sigmoid(a[:, : 2 * d] + g[:, : 2 * d]).chunk(2, dim=-1)
@@ -218,6 +219,7 @@ def dntm_reference(
             read_exp = None if exp is None else exp[: B * R * N].view(B, R, N)
             read_w = used_weights(read_p, read_l, read_exp, options)
             if options.writes == "sequential":
+                assert written is not None and read_counts is not None  # carried with these writes
                 read_counts = read_counts + read_w.detach().sum(1)
                 write_w = write_p = sequential_write(written, read_counts, options.nop)
                 written = written + 1
@@ -239,10 +241,11 @@ def dntm_reference(
             if options.mode == "gumbel":  # the one-hots as values (their gradient is the step's)
                 read_w, write_w = read_w.detach(), write_w.detach()
             per_step.append((read_w, write_w, read_p, write_p, heads))
+        assert h is not None  # set by the addressing steps (J >= 1)
         features.append(torch.cat([h, reads.flatten(1)], dim=-1))
         memories.append(torch.cat([address, content], dim=-1))  # M_t after the step's writes
     out = torch.stack(features, 1)
-    dh = h.shape[-1]
+    dh = weights.head_weight.shape[1]  # d_h
     steps = DNTMSteps(out, out[..., :dh], out[..., dh:].unflatten(-1, (R, W)))
     hidden = h if weights.recurrent_weight is not None else None
     final = DNTMCarry(hidden, content, reads, read_v, write_v, written, read_counts)
@@ -252,17 +255,17 @@ def dntm_reference(
     def stacked(values, *shape):  # the T J steps' values (B, ...) -> (B, T, *shape)
         return torch.stack(values, 1).reshape(B, T, *shape)
 
-    read_w, write_w, read_p, write_p, heads = zip(*per_step)
+    read_ws, write_ws, read_ps, write_ps, step_heads = zip(*per_step)
     steps = steps._replace(
-        read_weights=stacked(read_w, J * R, N),
-        write_weights=stacked(write_w, J * H, N),
-        read_probs=stacked(read_p, J * R, N),
-        write_probs=stacked(write_p, J * H, N),
-        erase_vectors=stacked([hd.erase for hd in heads], J * H, dc),
-        candidates=stacked([hd.candidate for hd in heads], J * H, dc),
-        input_gates=stacked([hd.input_gate for hd in heads], J * H),
-        key_strengths=stacked([hd.strengths for hd in heads], J * (R + H)),
-        lru_gates=stacked([hd.gates for hd in heads], J * (R + H)),
+        read_weights=stacked(read_ws, J * R, N),
+        write_weights=stacked(write_ws, J * H, N),
+        read_probs=stacked(read_ps, J * R, N),
+        write_probs=stacked(write_ps, J * H, N),
+        erase_vectors=stacked([hd.erase for hd in step_heads], J * H, dc),
+        candidates=stacked([hd.candidate for hd in step_heads], J * H, dc),
+        input_gates=stacked([hd.input_gate for hd in step_heads], J * H),
+        key_strengths=stacked([hd.strengths for hd in step_heads], J * (R + H)),
+        lru_gates=stacked([hd.gates for hd in step_heads], J * (R + H)),
         memory=torch.stack(memories, 1),
     )
     return DNTMResult(steps, final)

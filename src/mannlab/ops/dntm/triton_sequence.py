@@ -218,6 +218,7 @@ def triton_sequence(
     if options.mode != "soft":  # the one-hots (of the samples from the draws E), without a gradient
         scores = probs.detach()
         if options.mode in NOISY_MODES:
+            assert inputs.draws is not None  # dntm_sequence checked: these modes take draws
             read_e, write_e = inputs.draws.split([B * R * N, B * H * N], 1)
             draws = torch.cat([read_e.view(T, B, R, N), write_e.view(T, B, H, N)], 2)
             scores = scores / draws.transpose(0, 1)

@@ -37,8 +37,8 @@ TF32); float64 only in Triton's interpreter, where the tests check gradients.
 
 from __future__ import annotations
 
-import triton  # type: ignore[import-untyped]
-import triton.language as tl  # type: ignore[import-untyped]
+import triton
+import triton.language as tl
 
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
 from mannlab.ops.triton_math import INTERPRETED

@@ -13,7 +13,7 @@ except the score a and the layer norms' gains and biases, summed per program in 
 from __future__ import annotations
 
 import torch
-import triton  # type: ignore[import-untyped]
+import triton
 from torch.autograd.function import once_differentiable
 
 from mannlab.ops.tardis import triton_kernels as kernels

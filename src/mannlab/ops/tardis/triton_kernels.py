@@ -505,7 +505,7 @@ def tardis_forward_kernel(
         centred = tl.where(kmask[None, :], counts - (tl.sum(counts, axis=1) / K)[:, None], 0.0)
         u = centred / tl.sqrt(tl.sum(centred * centred, axis=1) / K + usage_eps)[:, None]
         _tile_store(usage + t * K, rows, rmask, T * K, 0, kcol, kmask, u)
-        _, tau = _tau(h, w_tau, b_tau, inv_tau, dcol, dmask, LEARNED)
+        _tau_pre, tau = _tau(h, w_tau, b_tau, inv_tau, dcol, dmask, LEARNED)
         tl.store(tau_all + rows * T + t, tau, mask=rmask)
         tl.debug_barrier()  # the query's products read h_{t-1} and u_t back
         query = _query(xr, w_qh, w_qu, h_rows, usage + rows * T * K + t * K, rows, rmask, t, T, mcol, mmask,
@@ -524,7 +524,7 @@ def tardis_forward_kernel(
                     at = (k0 + kc)[:, None] * C + ccol[None, :]
                     ok = ((k0 + kc) < K)[:, None] & cmask[None, :] & ((kc * 0 + row) < B)[:, None]
                     tl.store(kept + at, tl.load(mem + at, mask=ok, other=0.0), mask=ok)
-            _, p, _, _, read = _row_read(
+            _logits, p, _noisy, _relaxed, read = _row_read(
                 scratch + row * S + DP, mem, kv, valid, address, w_mem, score, gumbel,
                 _row_of(last, in_tile, bi), _value_of(tau, in_tile, bi), row, t, B, penalty, kcol, kmask,
                 K, A, C, M, KP, AP, CP, MP, MODE, TRAIN,

@@ -22,10 +22,11 @@ They cover every configuration of the op (records.triton_covers: each size at mo
 records.TRITON_MAX_SIZE). One program per tile of BLOCK_B batch rows; each step has a tile
 phase (the usage, 1/τ, the read MLP's query, the controller, the written value W_m h_t: the
 tile's rows at once, h and c in registers) and a rows' phase (each row's read on its memory in
-turn). The memory lives in global memory, in the final memory's buffer, which starts as C_0 (a
-(BLOCK_B, k, q) tile in registers asked for about 1 MB of shared memory at k = q = 128): the
-rows' phase reads a row's memory (k, q) back BLOCK_K columns at a time, and the read MLP runs
-BLOCK_K of its columns at a time, so no (k, m) tile is held either. Every product reads its
+turn). The memory lives in global memory, in the final memory's buffer, which starts as C_0
+(whole-tile products on a (BLOCK_B, k, q) tile in registers asked for about 1 MB of shared
+memory, benchmarks/README.md): the rows' phase reads a row's memory (k, q) back BLOCK_K
+columns at a time, and the read MLP runs BLOCK_K of its columns at a time, so no (k, m) tile
+is held either. Every product reads its
 input back from memory behind a barrier (triton_math.chunked_dot, as the NTM's kernels): h_{t-1}
 and the query through a per-row scratch, u_t and r_t from the records the kernel writes. The
 forward keeps c_{t-1} and C_{t-1} of every step (``KEEP``); the backward runs the time loop in

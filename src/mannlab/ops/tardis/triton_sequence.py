@@ -7,7 +7,8 @@ them without a GPU.
 The forward launches one kernel over tiles of batch rows with the time loop inside; the
 backward one kernel with the time loop reversed, which returns the gradients of every step's
 pre-activations; the weight gradients are then one matrix product each over all B T steps,
-except the score a and the layer norms' gains and biases, summed per program in the kernel.
+the score a's (summed here from each step's terms) and the layer norms' gains and biases
+(summed per program in the kernel).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mannlab.ops.triton_math import padded
 
 
 def _sizes(hidden: int, slots: int, address: int, content: int, mlp: int) -> dict:
-    return dict(
+    sizes = dict(
         D=hidden,
         K=slots,
         A=address,
@@ -39,10 +40,15 @@ def _sizes(hidden: int, slots: int, address: int, content: int, mlp: int) -> dic
         M=mlp,
         DP=padded(hidden, 16),
         KP=padded(slots, 16),
+        AP=padded(address, 16),
+        CP=padded(content, 16),
         QP=padded(address + content, 16),
         MP=padded(mlp, 16),
         BLOCK_B=kernels.BLOCK_B,
     )
+    # each row's scratch: h | the read MLP's query | d w^w | W_m h_t | d r_t (kernels' order)
+    sizes["S"] = sizes["DP"] + sizes["MP"] + sizes["KP"] + sizes["CP"] + sizes["QP"]
+    return sizes
 
 
 def _outer(grad: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -82,16 +88,18 @@ class TARDISTritonSequence(torch.autograd.Function):
             new(B, T, K),
             new(B, T, 2),
         )
-        outputs += (new(B, T), new(B, T, K), new(B, D), new(B, K, C), new(B, K), new(B, K))
+        # the final memory's buffer starts as C_0: the kernel writes the steps' memory there
+        outputs += (new(B, T), new(B, T, K), new(B, D), C0.contiguous().clone(), new(B, K), new(B, K))
         keep = options.keep
         records = (new(B, T, D), new(B, T, K, C)) if keep else (new(1), new(1))
         dummy = new(1)
         noise = tuple(v.contiguous() if v is not None else dummy for v in (gumbel, logistic, mask))
-        state = [v.contiguous() for v in (h0, c0, C0, counts0, last0)]
+        state = [v.contiguous() for v in (h0, c0, counts0, last0)]
+        sizes = _sizes(D, K, A, C, M)
         kernels.tardis_forward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
-            xg, xr, *noise, *state, steps0, *flat, *outputs, *records,
+            xg, xr, *noise, *state, steps0, *flat, *outputs, *records, new(B, sizes["S"]),
             B, T, float(options.inverse_temperature), float(options.eps), float(options.last_read_penalty),
-            float(options.reset_temperature), float(options.usage_eps), **_sizes(D, K, A, C, M),
+            float(options.reset_temperature), float(options.usage_eps), **sizes,
             MODE=MODES.index(options.mode), TRAIN=int(train), LEARNED=int(learned), LN=int(use_ln),
             USE_MASK=int(mask is not None), KEEP=int(keep),
         )  # fmt: skip
@@ -140,14 +148,14 @@ class TARDISTritonSequence(torch.autograd.Function):
         programs = triton.cdiv(B, ctx.sizes["BLOCK_B"])
         d_h0, d_xg, d_xr = new(B, D), new(B, T, 4 * D + 2), new(B, T, M)
         d_value, d_proj, d_tau_pre = new(B, T, C), new(B, T, K, M), new(B, T)
-        d_score, d_ln = new(programs, M), new(programs, kernels.LN_BLOCKS, D)
+        d_score, d_ln = new(B, T, M), new(programs, kernels.LN_BLOCKS, D)
         kernels.tardis_backward_kernel[(programs,)](
-            xg, xr, gumbel, logistic, mask, hprev, cs, mems, lasts, usage, probs, read_w, write_w,
+            xg, xr, gumbel, logistic, mask, hprev, cs, mems, lasts, usage, probs, read_w, write_w, r_all,
             steps0, *flat,
             given(d_h_all, h_all), given(d_r_all, r_all), given(d_probs, probs), given(d_read_w, probs),
             given(d_write_w, probs), given(d_resets, resets),
             given(d_tau, new(B, T)), d_c0, d_C0,
-            d_h0, d_xg, d_xr, d_value, d_proj, d_tau_pre, d_score, d_ln,
+            d_h0, d_xg, d_xr, d_value, d_proj, d_tau_pre, d_score, d_ln, new(B, ctx.sizes["S"]),
             B, T, float(options.inverse_temperature), float(options.eps), float(options.last_read_penalty),
             float(options.reset_temperature), **ctx.sizes,
             MODE=MODES.index(options.mode), TRAIN=int(train), LEARNED=int(learned), LN=int(use_ln),
@@ -159,7 +167,7 @@ class TARDISTritonSequence(torch.autograd.Function):
         d_rp[..., cand] *= resets[..., :1]
         memory = torch.cat([address.to(mems.dtype).expand(B, T, -1, -1), mems], -1)  # M_{t-1}
         read = (
-            (_outer(d_proj, memory), _outer(d_xr, hprev), _outer(d_xr, usage), d_score.sum(0).view(1, M))
+            (_outer(d_proj, memory), _outer(d_xr, hprev), _outer(d_xr, usage), d_score.sum((0, 1)).view(1, M))
             if read_grad
             else (None,) * 4
         )

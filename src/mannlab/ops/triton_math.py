@@ -17,8 +17,8 @@ import triton.language as tl
 #: whether Triton runs in its interpreter (TRITON_INTERPRET=1: on CPU tensors, how the tests
 #: check the kernels without a GPU)
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-#: the dtypes the NTM's, D-NTM's and TARDIS's kernels take: float32 on the GPU, float64 too in
-#: the interpreter, where the tests check gradients
+#: the dtypes the NTM's, D-NTM's, TARDIS's and the DNC's kernels take: float32 on the GPU,
+#: float64 too in the interpreter, where the tests check gradients
 DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 
 

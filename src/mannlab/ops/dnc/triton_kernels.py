@@ -46,13 +46,12 @@ check gradients.
 
 from __future__ import annotations
 
-import os
-
-import torch
 import triton
 import triton.language as tl
 
 from mannlab.ops.triton_math import BLOCK_K as BLOCK_K  # the columns of each product's chunks
+from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
+from mannlab.ops.triton_math import INTERPRETED
 from mannlab.ops.triton_math import controller_backward as _controller_backward
 from mannlab.ops.triton_math import controller_forward as _controller_forward
 from mannlab.ops.triton_math import cosine_content as _content
@@ -64,10 +63,6 @@ from mannlab.ops.triton_math import softplus as _softplus
 from mannlab.ops.triton_math import tile_load as _tile_load
 from mannlab.ops.triton_math import tile_store as _tile_store
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-#: float64 only in the interpreter: the GPU path is float32
-DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 #: Whether these kernels have run on a GPU ("auto" uses only checked kernels). These were
 #: tested in Triton's interpreter only: until benchmarks/gpu_check.sh has run them on a GPU,
 #: they run only when forced (MANNLAB_KERNELS=triton).

@@ -85,12 +85,9 @@ def run(backend, problem_, device, dtype):
 def backend_setup(backend):
     """(device, dtype, tolerance) of a backend's run here."""
     if backend == "triton":
-        from conftest import triton_device
+        from conftest import triton_setup
 
-        device = triton_device()
-        if device == "cuda":
-            return device, torch.float32, 2e-4
-        return device, torch.float64, 1e-10
+        return triton_setup()
     return "cpu", torch.float64, 1e-10
 
 

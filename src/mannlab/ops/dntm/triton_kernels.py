@@ -8,8 +8,13 @@ heads; the op (triton_sequence.py) refuses the rest.
 
 One program per tile of BLOCK_B batch rows. Each step has two phases:
 
-    tile phase   the controller for the tile's rows at once (eqs. 1-2: tl.dot with W_r and
-                 W_h, h in registers), then the head layer p_t = W_p h_t + b_p
+    tile phase   the controller for the tile's rows at once (eqs. 1-2), then the head layer
+                 p_t = W_p h_t + b_p. Each product reads its input (φ_{t-1}, h_{t-1}, h_t;
+                 in the backward the gradients just written) back from memory BLOCK_K
+                 columns at a time (triton_math.chunked_dot, as the NTM's kernels): products
+                 over whole (BLOCK_B, D) tiles held W_h's (D, D) blocks in registers and
+                 spilled. The GRU's gates are stored as each is made; neither h nor its
+                 gradient is carried in registers across the row phase
     row phase    row by row: the read and write weightings on M_{t-1} = [A; C_{t-1}]
                  (eqs. 10-13), the reads (eq. 5) and the write (eqs. 3, 4, 6) on that row's
                  content C (N', d_c), which lives in global memory
@@ -23,8 +28,9 @@ projection, W_h h_{t-1} + b_h, the head layer's output) and of A per row; the we
 are then one matrix product each over all B T steps (triton_sequence.py).
 
 Sizes that are not powers of two are padded (masks on every load and store); every tl.dot has
-all three sizes >= 16 on a GPU. float32 on the GPU (tl.dot in IEEE precision, not TF32);
-float64 only in Triton's interpreter, where the tests check gradients.
+all three sizes >= 16 on a GPU (BLOCK_B rows, BLOCK_K = 16 of the input, the output padded to
+16 at least). float32 on the GPU (tl.dot in IEEE precision, not TF32); float64 only in
+Triton's interpreter, where the tests check gradients.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mannlab.ops.triton_math import BLOCK_K, INTERPRETED
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
-from mannlab.ops.triton_math import INTERPRETED
-from mannlab.ops.triton_math import dot as _dot
+from mannlab.ops.triton_math import chunked_dot as _chunked_dot
+from mannlab.ops.triton_math import gate_pre as _gate_pre
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
@@ -50,6 +57,9 @@ GPU_CHECKED = False
 #: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
 #: and there each row costs its own Python-level pass, so the tests' tiles are smaller
 BLOCK_B = 2 if INTERPRETED else 16
+
+#: the columns of each product's input per tl.dot (triton_math.chunked_dot)
+_KC = tl.constexpr(BLOCK_K)
 
 
 # the addressing modes (records.MODES)
@@ -263,46 +273,134 @@ def _tile_indices(
 
 
 @triton.jit
-def _input_pre(
-    xp,
-    w_read,
-    phi,
-    rows,
-    rmask,
-    t,
-    T,
-    gate: tl.constexpr,
-    dcol,
-    dmask,
-    rcol,
-    rwmask,
-    D: tl.constexpr,
-    X: tl.constexpr,
-    RW: tl.constexpr,
-):
-    """Block ``gate`` of W x_t + b + W_r φ_{t-1} for the tile."""
-    x = tl.load(
-        xp + (rows[:, None] * T + t) * X + gate * D + dcol[None, :],
-        mask=rmask[:, None] & dmask[None, :],
-        other=0.0,
-    )
-    w_r = tl.load(
-        w_read + (gate * D + dcol[None, :]) * RW + rcol[:, None],
-        mask=rwmask[:, None] & dmask[None, :],
-        other=0.0,
-    )
-    return x + _dot(phi, w_r)
+def _bias(b_rec, gate: tl.constexpr, dcol, dmask, D: tl.constexpr):
+    """Block ``gate`` of the GRU's b_h, (1, D)."""
+    return tl.load(b_rec + gate * D + dcol, mask=dmask, other=0.0)[None, :]
 
 
 @triton.jit
-def _recurrent_pre(w_rec, b_rec, h, gate: tl.constexpr, dcol, dmask, D: tl.constexpr):
-    """Block ``gate`` of W_h h_{t-1} + b_h for the tile."""
-    w_h = tl.load(
-        w_rec + (gate * D + dcol[None, :]) * D + dcol[:, None],
-        mask=dmask[:, None] & dmask[None, :],
-        other=0.0,
-    )
-    return _dot(h, w_h) + tl.load(b_rec + gate * D + dcol, mask=dmask, other=0.0)[None, :]
+def _controller_forward(
+    x_rows,
+    phi_rows,
+    h_rows,
+    w_read,
+    w_rec,
+    b_rec,
+    w_head,
+    b_head,
+    gates,
+    h_next,
+    out_t,
+    out_stride,
+    params,
+    rows,
+    rmask,
+    dcol,
+    dmask,
+    pcol,
+    pmask,
+    D: tl.constexpr,
+    RW: tl.constexpr,
+    P: tl.constexpr,
+    DP: tl.constexpr,
+    RWP: tl.constexpr,
+    PP: tl.constexpr,
+    GRU: tl.constexpr,
+):
+    """The controller (eqs. 1-2) and the head layer p_t = W_p h_t + b_p for the tile. Row m of
+    W x_t + b, φ_{t-1} and h_{t-1} starts at x_rows[m], phi_rows[m], h_rows[m] (stored behind a
+    barrier: the products read them back, _KC columns at a time). Stores the GRU's r, u, n and
+    (W_h h + b_h)'s n block at ``gates`` (4 D-wide rows) as each is made, h_t at ``h_next`` and
+    to the features' block at ``out_t``, p_t at ``params``; the caller puts a barrier after it
+    before reading p_t."""
+    if GRU:
+        _, pre = _gate_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, D, RW, DP, RWP, True, _KC)
+        reset = _sigmoid(pre + _bias(b_rec, 0, dcol, dmask, D))
+        _tile_store(gates, rows, rmask, 4 * D, 0, dcol, dmask, reset)
+        rec_n = _chunked_dot(h_rows, rmask, D, w_rec + 2 * D * D, 1, D, D, DP, DP, _KC)
+        rec_n += _bias(b_rec, 2, dcol, dmask, D)
+        _tile_store(gates, rows, rmask, 4 * D, 3 * D, dcol, dmask, rec_n)
+        pre, _ = _gate_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 2, D, RW, DP, RWP, False, _KC)
+        new = _tanh(pre + reset * rec_n)
+        _tile_store(gates, rows, rmask, 4 * D, 2 * D, dcol, dmask, new)
+        _, pre = _gate_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 1, D, RW, DP, RWP, True, _KC)
+        update = _sigmoid(pre + _bias(b_rec, 1, dcol, dmask, D))
+        _tile_store(gates, rows, rmask, 4 * D, D, dcol, dmask, update)
+        h_prev = tl.load(h_rows[:, None] + dcol[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
+        h = new + update * (h_prev - new)  # eq. 1: (1 - u) n + u h_{t-1}
+    else:
+        pre, _ = _gate_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, D, RW, DP, RWP, False, _KC)
+        h = _tanh(pre)  # eq. 2
+    _tile_store(h_next, rows, rmask, D, 0, dcol, dmask, h)
+    _tile_store(out_t, rows, rmask, out_stride, 0, dcol, dmask, h)
+    tl.debug_barrier()  # the head layer's product reads h_t back
+    bias = tl.load(b_head + pcol, mask=pmask, other=0.0)
+    p = _chunked_dot(h_next + rows * D, rmask, D, w_head, 1, D, P, PP, DP, _KC) + bias[None, :]
+    _tile_store(params, rows, rmask, P, 0, pcol, pmask, p)
+
+
+@triton.jit
+def _controller_backward(
+    grad_h,
+    d_params_t,
+    w_head,
+    d_out_t,
+    out_stride,
+    gates,
+    h_prev,
+    h_now,
+    d_xp_t,
+    d_rec_t,
+    w_read,
+    w_rec,
+    rows,
+    rmask,
+    dcol,
+    dmask,
+    D: tl.constexpr,
+    PC: tl.constexpr,
+    X: tl.constexpr,
+    RW: tl.constexpr,
+    P: tl.constexpr,
+    DP: tl.constexpr,
+    RWP: tl.constexpr,
+    PP: tl.constexpr,
+    GRU: tl.constexpr,
+):
+    """Backward of ``_controller_forward`` at one step, for the tile: from the carried gradient
+    of h_t, those of p_t (P-wide rows at ``d_params_t``, stored behind a barrier) and of the
+    features (``d_out_t``, rows ``out_stride`` apart), writes the gradients of W x_t + b (the
+    first PC columns of the X-wide rows at ``d_xp_t``) and, for the GRU, of W_h h_{t-1} + b_h
+    (3 D-wide rows at ``d_rec_t``); returns those of h_{t-1} and φ_{t-1}. The products with
+    W_h and W_r read the gradients just stored back, _KC columns at a time."""
+    PCK: tl.constexpr = (PC + _KC - 1) // _KC * _KC  # PC in whole chunks
+    grad_h += _chunked_dot(d_params_t + rows * P, rmask, P, w_head, D, 1, D, DP, PP, _KC)
+    grad_h += _tile_load(d_out_t, rows, rmask, out_stride, 0, dcol, dmask)
+    if GRU:
+        update = _tile_load(gates, rows, rmask, 4 * D, D, dcol, dmask)
+        new = _tile_load(gates, rows, rmask, 4 * D, 2 * D, dcol, dmask)
+        grad_new_pre = grad_h * (1.0 - update) * (1.0 - new * new)
+        grad_update_pre = grad_h * (_tile_load(h_prev, rows, rmask, D, 0, dcol, dmask) - new)
+        grad_update_pre = grad_update_pre * update * (1.0 - update)
+        grad_h = grad_h * update  # of h_{t-1} through eq. 1's u h_{t-1}
+        _tile_store(d_xp_t, rows, rmask, X, D, dcol, dmask, grad_update_pre)
+        _tile_store(d_rec_t, rows, rmask, 3 * D, D, dcol, dmask, grad_update_pre)
+        _tile_store(d_xp_t, rows, rmask, X, 2 * D, dcol, dmask, grad_new_pre)
+        reset = _tile_load(gates, rows, rmask, 4 * D, 0, dcol, dmask)
+        _tile_store(d_rec_t, rows, rmask, 3 * D, 2 * D, dcol, dmask, grad_new_pre * reset)
+        grad_reset_pre = grad_new_pre * _tile_load(gates, rows, rmask, 4 * D, 3 * D, dcol, dmask)
+        grad_reset_pre = grad_reset_pre * reset * (1.0 - reset)
+        _tile_store(d_xp_t, rows, rmask, X, 0, dcol, dmask, grad_reset_pre)
+        _tile_store(d_rec_t, rows, rmask, 3 * D, 0, dcol, dmask, grad_reset_pre)
+        tl.debug_barrier()  # the products below read the gradients just stored, across threads
+        grad_h += _chunked_dot(d_rec_t + rows * 3 * D, rmask, 3 * D, w_rec, D, 1, D, DP, PCK, _KC)
+    else:
+        h = _tile_load(h_now, rows, rmask, D, 0, dcol, dmask)
+        _tile_store(d_xp_t, rows, rmask, X, 0, dcol, dmask, grad_h * (1.0 - h * h))
+        tl.debug_barrier()  # the product below reads the gradient just stored
+        grad_h = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
+    grad_phi = _chunked_dot(d_xp_t + rows * X, rmask, PC, w_read, RW, 1, RW, RWP, PCK, _KC)
+    return grad_h, grad_phi
 
 
 # ---------------------------------------------------------------- forward
@@ -370,7 +468,6 @@ def dntm_forward_kernel(
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, daidx, damask, dcidx, dcmask = (
         _tile_indices(pid, B, D, RW, P, N, DA, DC, DP, RWP, PP, NP, DAP, DCP, BLOCK_B)
     )
-    h = _tile_load(hs, rows, rmask, D, 0, dcol, dmask)
     for t in range(T):
         if KEEP:  # every step's state and records, for the backward or the trace
             now = t
@@ -380,39 +477,14 @@ def dntm_forward_kernel(
             now = t % 2
             nxt = (t + 1) % 2
             rec = 0
-        # ---- the controller (eqs. 1-2) and the head layer, for the tile
-        phi = _tile_load(phis + now * B * RW, rows, rmask, RW, 0, rcol, rwmask)
-        gbase = gates_rec + rec * B * 4 * D
-        if GRU:
-            reset = _sigmoid(
-                _input_pre(xp, w_read, phi, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, X, RW)
-                + _recurrent_pre(w_rec, b_rec, h, 0, dcol, dmask, D)
-            )
-            update = _sigmoid(
-                _input_pre(xp, w_read, phi, rows, rmask, t, T, 1, dcol, dmask, rcol, rwmask, D, X, RW)
-                + _recurrent_pre(w_rec, b_rec, h, 1, dcol, dmask, D)
-            )
-            rec_n = _recurrent_pre(w_rec, b_rec, h, 2, dcol, dmask, D)
-            new = _tanh(
-                _input_pre(xp, w_read, phi, rows, rmask, t, T, 2, dcol, dmask, rcol, rwmask, D, X, RW)
-                + reset * rec_n
-            )
-            h = new + update * (h - new)  # eq. 1: (1 - u) n + u h_{t-1}
-            _tile_store(gbase, rows, rmask, 4 * D, 0, dcol, dmask, reset)
-            _tile_store(gbase, rows, rmask, 4 * D, D, dcol, dmask, update)
-            _tile_store(gbase, rows, rmask, 4 * D, 2 * D, dcol, dmask, new)
-            _tile_store(gbase, rows, rmask, 4 * D, 3 * D, dcol, dmask, rec_n)
-        else:
-            h = _tanh(
-                _input_pre(xp, w_read, phi, rows, rmask, t, T, 0, dcol, dmask, rcol, rwmask, D, X, RW)
-            )  # eq. 2
-        _tile_store(hs + nxt * B * D, rows, rmask, D, 0, dcol, dmask, h)
-        _tile_store(out + t * F, rows, rmask, T * F, 0, dcol, dmask, h)
-        w_p = tl.load(
-            w_head + pcol[None, :] * D + dcol[:, None], mask=dmask[:, None] & pmask[None, :], other=0.0
-        )
-        bias = tl.load(b_head + pcol, mask=pmask, other=0.0)
-        _tile_store(params_rec + rec * B * P, rows, rmask, P, 0, pcol, pmask, _dot(h, w_p) + bias[None, :])
+        # ---- the controller (eqs. 1-2) and the head layer, for the tile; the products read
+        # φ_{t-1} and h_{t-1} from their state rows (the previous step wrote them, behind a barrier)
+        _controller_forward(
+            xp + (rows * T + t) * X, phis + (now * B + rows) * RW, hs + (now * B + rows) * D,
+            w_read, w_rec, b_rec, w_head, b_head, gates_rec + rec * B * 4 * D, hs + nxt * B * D,
+            out + t * F, T * F, params_rec + rec * B * P, rows, rmask, dcol, dmask, pcol, pmask,
+            D, RW, P, DP, RWP, PP, GRU,
+        )  # fmt: skip
         tl.debug_barrier()  # the rows' phase reads p_t
         # ---- the memory, row by row
         for bi in range(BLOCK_B):
@@ -568,7 +640,6 @@ def dntm_backward_kernel(
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, daidx, damask, dcidx, dcmask = (
         _tile_indices(pid, B, D, RW, P, N, DA, DC, DP, RWP, PP, NP, DAP, DCP, BLOCK_B)
     )
-    grad_h_next = _tile_load(g_h, rows, rmask, D, 0, dcol, dmask)
     for back in range(T):
         t = T - 1 - back
         # ---- the memory backwards, row by row
@@ -726,52 +797,14 @@ def dntm_backward_kernel(
             tl.store(g_c + row * N * DC + cell_c, grad_C, mask=mask_c)
             _accumulate(d_address + row * N * DA + cell_a, grad_A, mask_a)
         tl.debug_barrier()  # the tile phase reads d p_t; g_phi is read before it is rewritten
-        # ---- the head layer and the controller backwards, for the tile
-        grad_params = _tile_load(d_params + t * B * P, rows, rmask, P, 0, pcol, pmask)
-        w_p = tl.load(
-            w_head + pcol[:, None] * D + dcol[None, :], mask=pmask[:, None] & dmask[None, :], other=0.0
-        )
-        grad_h = (
-            grad_h_next
-            + _dot(grad_params, w_p)
-            + _tile_load(d_out + t * F, rows, rmask, T * F, 0, dcol, dmask)
-        )
-        xp_base = d_xp + t * B * X
-        wr_tile = rcol[None, :] + dcol[:, None] * RW  # [k, j] = W_r[gate D + k, j]
-        wr_mask = dmask[:, None] & rwmask[None, :]
-        if GRU:
-            gbase = gates_rec + t * B * 4 * D
-            reset = _tile_load(gbase, rows, rmask, 4 * D, 0, dcol, dmask)
-            update = _tile_load(gbase, rows, rmask, 4 * D, D, dcol, dmask)
-            new = _tile_load(gbase, rows, rmask, 4 * D, 2 * D, dcol, dmask)
-            rec_n = _tile_load(gbase, rows, rmask, 4 * D, 3 * D, dcol, dmask)
-            h_prev = _tile_load(hs + t * B * D, rows, rmask, D, 0, dcol, dmask)
-            grad_new_pre = grad_h * (1.0 - update) * (1.0 - new * new)
-            grad_reset_pre = grad_new_pre * rec_n * reset * (1.0 - reset)
-            grad_update_pre = grad_h * (h_prev - new) * update * (1.0 - update)
-            grad_rec_n = grad_new_pre * reset
-            rec_base = d_rec + t * B * 3 * D
-            _tile_store(xp_base, rows, rmask, X, 0, dcol, dmask, grad_reset_pre)
-            _tile_store(xp_base, rows, rmask, X, D, dcol, dmask, grad_update_pre)
-            _tile_store(xp_base, rows, rmask, X, 2 * D, dcol, dmask, grad_new_pre)
-            _tile_store(rec_base, rows, rmask, 3 * D, 0, dcol, dmask, grad_reset_pre)
-            _tile_store(rec_base, rows, rmask, 3 * D, D, dcol, dmask, grad_update_pre)
-            _tile_store(rec_base, rows, rmask, 3 * D, 2 * D, dcol, dmask, grad_rec_n)
-            wh_tile = dcol[None, :] + dcol[:, None] * D  # [k, d] = W_h[gate D + k, d]
-            wh_mask = dmask[:, None] & dmask[None, :]
-            grad_h_next = grad_h * update
-            grad_h_next += _dot(grad_reset_pre, tl.load(w_rec + wh_tile, mask=wh_mask, other=0.0))
-            grad_h_next += _dot(grad_update_pre, tl.load(w_rec + D * D + wh_tile, mask=wh_mask, other=0.0))
-            grad_h_next += _dot(grad_rec_n, tl.load(w_rec + 2 * D * D + wh_tile, mask=wh_mask, other=0.0))
-            grad_phi = _dot(grad_reset_pre, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
-            grad_phi += _dot(grad_update_pre, tl.load(w_read + D * RW + wr_tile, mask=wr_mask, other=0.0))
-            grad_phi += _dot(grad_new_pre, tl.load(w_read + 2 * D * RW + wr_tile, mask=wr_mask, other=0.0))
-        else:
-            h = _tile_load(hs + (t + 1) * B * D, rows, rmask, D, 0, dcol, dmask)
-            grad_pre = grad_h * (1.0 - h * h)
-            _tile_store(xp_base, rows, rmask, X, 0, dcol, dmask, grad_pre)
-            grad_h_next = tl.zeros_like(grad_h)  # the feed-forward h_t does not read h_{t-1}
-            grad_phi = _dot(grad_pre, tl.load(w_read + wr_tile, mask=wr_mask, other=0.0))
+        # ---- the head layer and the controller backwards, for the tile; the products read
+        # their input back from the gradients this program wrote (behind a barrier)
+        grad_h, grad_phi = _controller_backward(
+            _tile_load(g_h, rows, rmask, D, 0, dcol, dmask), d_params + t * B * P, w_head,
+            d_out + t * F, T * F, gates_rec + t * B * 4 * D, hs + t * B * D, hs + (t + 1) * B * D,
+            d_xp + t * B * X, d_rec + t * B * 3 * D, w_read, w_rec, rows, rmask, dcol, dmask,
+            D, PC, X, RW, P, DP, RWP, PP, GRU,
+        )  # fmt: skip
+        _tile_store(g_h, rows, rmask, D, 0, dcol, dmask, grad_h)  # not carried in registers
         _tile_store(g_phi, rows, rmask, RW, 0, rcol, rwmask, grad_phi)
         tl.debug_barrier()  # the rows' phase of the step before reads d φ_{t-1}
-    _tile_store(g_h, rows, rmask, D, 0, dcol, dmask, grad_h_next)

@@ -194,6 +194,23 @@ def _weighting_backward(
     return grad_ka, grad_kc, grad_A, grad_C, grad_beta_raw, grad_gamma_raw, grad_v_prev
 
 
+# ---------------------------------------------------------------- the head parameters' blocks
+
+
+@triton.jit
+def _param_offsets(R: tl.constexpr, H: tl.constexpr, W: tl.constexpr, KW: tl.constexpr, DC: tl.constexpr):
+    """Where the blocks of a row's head parameters p_t start after the read keys (R W wide, at
+    0), as records.head_sizes lays them out: the write keys (H KW), β and γ (R + H each), e
+    (H d_c), α_h (H), W_m h + b_m (H d_c). (Compile-time constants, folded; a Triton call
+    returns them as scalars, not constexprs.)"""
+    keys = R * W
+    strengths = keys + H * KW
+    gates = strengths + R + H
+    erase = gates + R + H
+    alpha = erase + H * DC
+    return keys, strengths, gates, erase, alpha, alpha + H
+
+
 # ---------------------------------------------------------------- the write's head values
 
 
@@ -205,9 +222,9 @@ def _write_values(
     valid,
     dcidx,
     dcv,
-    OFF_E: tl.constexpr,
-    OFF_A: tl.constexpr,
-    OFF_M: tl.constexpr,
+    OFF_E,
+    OFF_A,
+    OFF_M,
     PC: tl.constexpr,
     H: tl.constexpr,
     DC: tl.constexpr,
@@ -458,12 +475,7 @@ def dntm_forward_kernel(
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
     K: tl.constexpr = R + H
-    OFF_KW: tl.constexpr = R * W
-    OFF_B: tl.constexpr = OFF_KW + H * KW
-    OFF_G: tl.constexpr = OFF_B + K
-    OFF_E: tl.constexpr = OFF_G + K
-    OFF_A: tl.constexpr = OFF_E + H * DC
-    OFF_M: tl.constexpr = OFF_A + H
+    OFF_KW, OFF_B, OFF_G, OFF_E, OFF_A, OFF_M = _param_offsets(R, H, W, KW, DC)
     pid = tl.program_id(0)
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, daidx, damask, dcidx, dcmask = (
         _tile_indices(pid, B, D, RW, P, N, DA, DC, DP, RWP, PP, NP, DAP, DCP, BLOCK_B)
@@ -630,12 +642,7 @@ def dntm_backward_kernel(
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
     K: tl.constexpr = R + H
-    OFF_KW: tl.constexpr = R * W
-    OFF_B: tl.constexpr = OFF_KW + H * KW
-    OFF_G: tl.constexpr = OFF_B + K
-    OFF_E: tl.constexpr = OFF_G + K
-    OFF_A: tl.constexpr = OFF_E + H * DC
-    OFF_M: tl.constexpr = OFF_A + H
+    OFF_KW, OFF_B, OFF_G, OFF_E, OFF_A, OFF_M = _param_offsets(R, H, W, KW, DC)
     pid = tl.program_id(0)
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, daidx, damask, dcidx, dcmask = (
         _tile_indices(pid, B, D, RW, P, N, DA, DC, DP, RWP, PP, NP, DAP, DCP, BLOCK_B)

@@ -13,8 +13,9 @@ One program per tile of BLOCK_B batch rows. Each step has two phases:
                  in the backward the gradients just written) back from memory BLOCK_K
                  columns at a time (triton_math.chunked_dot, as the NTM's kernels): products
                  over whole (BLOCK_B, D) tiles held W_h's (D, D) blocks in registers and
-                 spilled. The GRU's gates are stored as each is made; neither h nor its
-                 gradient is carried in registers across the row phase
+                 spilled. The forward makes h_t and p_t BLOCK_K columns at a time and stores
+                 the GRU's gates as it makes them; neither h nor its gradient is carried in
+                 registers across the row phase
     row phase    row by row: the read and write weightings on M_{t-1} = [A; C_{t-1}]
                  (eqs. 10-13), the reads (eq. 5) and the write (eqs. 3, 4, 6) on that row's
                  content C (N', d_c), which lives in global memory
@@ -41,7 +42,6 @@ import triton.language as tl
 from mannlab.ops.triton_math import BLOCK_K, INTERPRETED
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
 from mannlab.ops.triton_math import chunked_dot as _chunked_dot
-from mannlab.ops.triton_math import gate_pre as _gate_pre
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
@@ -290,9 +290,23 @@ def _tile_indices(
 
 
 @triton.jit
-def _bias(b_rec, gate: tl.constexpr, dcol, dmask, D: tl.constexpr):
-    """Block ``gate`` of the GRU's b_h, (1, D)."""
-    return tl.load(b_rec + gate * D + dcol, mask=dmask, other=0.0)[None, :]
+def _slice_pre(
+    x_rows, phi_rows, h_rows, rmask, w_read, w_rec, gate: tl.constexpr, o0, D: tl.constexpr,
+    RW: tl.constexpr, DP: tl.constexpr, RWP: tl.constexpr, RECURRENT: tl.constexpr,
+):  # fmt: skip
+    """Columns o0 .. o0 + _KC of block ``gate`` of W x_t + b + W_r φ_{t-1} for the tile and,
+    with ``RECURRENT``, of that + W_h h_{t-1} (else it again): the products read φ_{t-1} and
+    h_{t-1} back from memory, _KC columns at a time."""
+    col = o0 + tl.arange(0, _KC)
+    x = tl.load(
+        x_rows[:, None] + gate * D + col[None, :], mask=rmask[:, None] & (col[None, :] < D), other=0.0
+    )
+    first = gate * D + o0  # the slice's first row of W_r and W_h
+    pre_ff = x + _chunked_dot(phi_rows, rmask, RW, w_read + first * RW, 1, RW, D - o0, _KC, RWP, _KC)
+    pre = pre_ff
+    if RECURRENT:
+        pre = pre_ff + _chunked_dot(h_rows, rmask, D, w_rec + first * D, 1, D, D - o0, _KC, DP, _KC)
+    return pre_ff, pre
 
 
 @triton.jit
@@ -312,10 +326,6 @@ def _controller_forward(
     params,
     rows,
     rmask,
-    dcol,
-    dmask,
-    pcol,
-    pmask,
     D: tl.constexpr,
     RW: tl.constexpr,
     P: tl.constexpr,
@@ -326,34 +336,44 @@ def _controller_forward(
 ):
     """The controller (eqs. 1-2) and the head layer p_t = W_p h_t + b_p for the tile. Row m of
     W x_t + b, φ_{t-1} and h_{t-1} starts at x_rows[m], phi_rows[m], h_rows[m] (stored behind a
-    barrier: the products read them back, _KC columns at a time). Stores the GRU's r, u, n and
-    (W_h h + b_h)'s n block at ``gates`` (4 D-wide rows) as each is made, h_t at ``h_next`` and
-    to the features' block at ``out_t``, p_t at ``params``; the caller puts a barrier after it
+    barrier: the products read them back, _KC columns at a time). h_t and p_t are made _KC
+    columns at a time too (the GRU is elementwise past its products): products with outputs
+    as wide as D or P spilled more (sm_90, benchmarks/triton_resources.py). Stores the GRU's
+    r, u, n and (W_h h + b_h)'s n block at ``gates`` (4 D-wide rows), h_t at ``h_next`` and to
+    the features' block at ``out_t``, p_t at ``params``; the caller puts a barrier after it
     before reading p_t."""
-    if GRU:
-        _, pre = _gate_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, D, RW, DP, RWP, True, _KC)
-        reset = _sigmoid(pre + _bias(b_rec, 0, dcol, dmask, D))
-        _tile_store(gates, rows, rmask, 4 * D, 0, dcol, dmask, reset)
-        rec_n = _chunked_dot(h_rows, rmask, D, w_rec + 2 * D * D, 1, D, D, DP, DP, _KC)
-        rec_n += _bias(b_rec, 2, dcol, dmask, D)
-        _tile_store(gates, rows, rmask, 4 * D, 3 * D, dcol, dmask, rec_n)
-        pre, _ = _gate_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 2, D, RW, DP, RWP, False, _KC)
-        new = _tanh(pre + reset * rec_n)
-        _tile_store(gates, rows, rmask, 4 * D, 2 * D, dcol, dmask, new)
-        _, pre = _gate_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 1, D, RW, DP, RWP, True, _KC)
-        update = _sigmoid(pre + _bias(b_rec, 1, dcol, dmask, D))
-        _tile_store(gates, rows, rmask, 4 * D, D, dcol, dmask, update)
-        h_prev = tl.load(h_rows[:, None] + dcol[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
-        h = new + update * (h_prev - new)  # eq. 1: (1 - u) n + u h_{t-1}
-    else:
-        pre, _ = _gate_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, D, RW, DP, RWP, False, _KC)
-        h = _tanh(pre)  # eq. 2
-    _tile_store(h_next, rows, rmask, D, 0, dcol, dmask, h)
-    _tile_store(out_t, rows, rmask, out_stride, 0, dcol, dmask, h)
-    tl.debug_barrier()  # the head layer's product reads h_t back
-    bias = tl.load(b_head + pcol, mask=pmask, other=0.0)
-    p = _chunked_dot(h_next + rows * D, rmask, D, w_head, 1, D, P, PP, DP, _KC) + bias[None, :]
-    _tile_store(params, rows, rmask, P, 0, pcol, pmask, p)
+    for o0 in range(0, DP, _KC):
+        col = o0 + tl.arange(0, _KC)
+        cmask = col < D
+        if GRU:
+            _, pre = _slice_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, o0, D, RW, DP, RWP, True)
+            reset = _sigmoid(pre + tl.load(b_rec + col, mask=cmask, other=0.0)[None, :])
+            _tile_store(gates, rows, rmask, 4 * D, 0, col, cmask, reset)
+            rec_n = _chunked_dot(h_rows, rmask, D, w_rec + (2 * D + o0) * D, 1, D, D - o0, _KC, DP, _KC)
+            rec_n += tl.load(b_rec + 2 * D + col, mask=cmask, other=0.0)[None, :]
+            _tile_store(gates, rows, rmask, 4 * D, 3 * D, col, cmask, rec_n)
+            pre, _ = _slice_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 2, o0, D, RW, DP, RWP, False)
+            new = _tanh(pre + reset * rec_n)
+            _tile_store(gates, rows, rmask, 4 * D, 2 * D, col, cmask, new)
+            _, pre = _slice_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 1, o0, D, RW, DP, RWP, True)
+            update = _sigmoid(pre + tl.load(b_rec + D + col, mask=cmask, other=0.0)[None, :])
+            _tile_store(gates, rows, rmask, 4 * D, D, col, cmask, update)
+            h_prev = tl.load(h_rows[:, None] + col[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0)
+            h = new + update * (h_prev - new)  # eq. 1: (1 - u) n + u h_{t-1}
+        else:
+            pre, _ = _slice_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, o0, D, RW, DP, RWP, False)
+            h = _tanh(pre)  # eq. 2
+        _tile_store(out_t, rows, rmask, out_stride, 0, col, cmask, h)
+        # h_{t-1}'s row is read by every slice's products: h_t goes to its own row
+        _tile_store(h_next, rows, rmask, D, 0, col, cmask, h)
+    tl.debug_barrier()  # the head layer's products read h_t back
+    for o0 in range(0, PP, _KC):
+        col = o0 + tl.arange(0, _KC)
+        cmask = col < P
+        p = _chunked_dot(h_next + rows * D, rmask, D, w_head + o0 * D, 1, D, P - o0, _KC, DP, _KC)
+        _tile_store(
+            params, rows, rmask, P, 0, col, cmask, p + tl.load(b_head + col, mask=cmask, other=0.0)[None, :]
+        )
 
 
 @triton.jit
@@ -494,8 +514,7 @@ def dntm_forward_kernel(
         _controller_forward(
             xp + (rows * T + t) * X, phis + (now * B + rows) * RW, hs + (now * B + rows) * D,
             w_read, w_rec, b_rec, w_head, b_head, gates_rec + rec * B * 4 * D, hs + nxt * B * D,
-            out + t * F, T * F, params_rec + rec * B * P, rows, rmask, dcol, dmask, pcol, pmask,
-            D, RW, P, DP, RWP, PP, GRU,
+            out + t * F, T * F, params_rec + rec * B * P, rows, rmask, D, RW, P, DP, RWP, PP, GRU,
         )  # fmt: skip
         tl.debug_barrier()  # the rows' phase reads p_t
         # ---- the memory, row by row

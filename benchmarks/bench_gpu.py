@@ -53,10 +53,11 @@ MODELS: dict[str, tuple[dict, int]] = {
 }
 
 
-def build(name: str) -> nn.Module:
+def build(name: str, **options) -> nn.Module:
+    """bench_gpu's model ``name``; ``options`` override its constructor arguments."""
     kwargs, _ = MODELS[name]
     family = name.split("-")[0]
-    return mannlab.models.build_model(family, INPUT, OUTPUT, **kwargs)
+    return mannlab.models.build_model(family, INPUT, OUTPUT, **{**kwargs, **options})
 
 
 def kernels_setting(model: nn.Module, device: torch.device) -> bool | str:

@@ -12,6 +12,9 @@ thread, spill stores and loads, the stack frame (local memory per thread) and sh
     python benchmarks/triton_resources.py                        # every model with kernels
     python benchmarks/triton_resources.py --models armin,ntm --json resources.json
     python benchmarks/triton_resources.py --models ntm --num-warps 8   # try another launch
+    python benchmarks/triton_resources.py --models tardis --options \
+        '{"hidden_size": 128, "memory_slots": 128, "address_size": 32, "content_size": 96,
+          "read_mlp_size": 128, "layer_norm": true, "recurrent_dropout": 0.1}'   # other sizes
 
 No GPU needed; a compile takes a minute or a few on a small CPU (Triton's cache skips the
 compile on a rerun, not the ptxas report: that is run again on the cached PTX).
@@ -76,11 +79,11 @@ def caught_launches():
         JITFunction.run = run
 
 
-def launches_of(name: str, batch: int) -> list[tuple[JITFunction, tuple, dict]]:
+def launches_of(name: str, batch: int, options: dict | None = None) -> list[tuple[JITFunction, tuple, dict]]:
     """The kernel launches of one training step of bench_gpu's model ``name`` (forward, loss,
-    backward) on the copy task's shapes."""
+    backward) on the copy task's shapes; ``options`` override its constructor arguments."""
     torch.manual_seed(0)
-    model = bench_gpu.build(name).train()
+    model = bench_gpu.build(name, **(options or {})).train()
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 2, (batch, bench_gpu.T, bench_gpu.INPUT), generator=gen).float()
     y = torch.randint(0, 2, (batch, bench_gpu.T, bench_gpu.OUTPUT), generator=gen).float()
@@ -131,7 +134,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     target = GPUTarget("cuda", args.capability, 32)
     records, seen = [], set()
     for name in args.models:
-        for kernel, call_args, kwargs in launches_of(name, args.batch):
+        for kernel, call_args, kwargs in launches_of(name, args.batch, args.options):
             if args.kernels and not any(k in kernel.__name__ for k in args.kernels):
                 continue
             constexprs = {p.name: v for p, v in zip(kernel.params, call_args) if p.is_constexpr}
@@ -190,7 +193,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--capability", type=int, default=90, help="compute capability (90: H100, H200)")
     parser.add_argument("--num-warps", type=int, help="compile with this num_warps instead of the launch's")
     parser.add_argument("--json", type=Path, help="also write the records and settings as JSON")
+    parser.add_argument(
+        "--options",
+        type=json.loads,
+        default={},
+        help="a JSON object of constructor arguments over the models' own",
+    )
     args = parser.parse_args(argv)
+    if not isinstance(args.options, dict):
+        parser.error(f"--options takes a JSON object, got {args.options!r}")
     args.models = [m for m in args.models.split(",") if m] if args.models else triton_models()
     unknown = [m for m in args.models if m not in bench_gpu.MODELS]
     if unknown:
@@ -204,6 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("triton_resources.py compiles the kernels: run it without TRITON_INTERPRET=1")
     settings = {"triton": triton.__version__, "capability": args.capability, "batch": args.batch}
+    if args.options:
+        settings["options"] = args.options
     print(" ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
     records = measure(args)
     print(table(records))

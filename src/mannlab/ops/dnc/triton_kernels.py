@@ -33,12 +33,15 @@ back at each slot's position.
 
 The links are one (N, N) matrix per row: the forward keeps two in turn and, for the backward,
 one every ``every`` steps (checkpoints); the backward recomputes a segment's links from its
-checkpoint into scratch, then goes back through the segment (as the numba backward does). The
-backward touches the (N, N) matrices (L_{t-1}, L_t recomputed from it, dL) only in slices of
-LINK_ROWS rows: whole (N, N) tiles held at once spilled most of the backward's registers. A
-product over the columns j of a slice gives those rows' entries of a vector, which go through
-the row's ``vectors`` scratch (with d w^r_t, which the slices read in rows) behind a barrier;
-a product over the rows i is summed over the slices in registers.
+checkpoint into scratch, then goes back through the segment (as the numba backward does).
+
+Both kernels touch the (N, N) matrices (L_{t-1}, L_t, dL) only in slices of LINK_ROWS rows
+from global memory: whole (N, N) tiles held at once spilled most of the backward's registers.
+A product over the rows i of a slice is summed over the slices in registers. The forward's
+f = L_t w^r_{t-1}, a product over the columns, is summed over transposed slices (LINK_ROWS
+columns of L_t); the backward recomputes L_t from L_{t-1} slice by slice, and the rows'
+entries of its products over the columns go through the row's ``vectors`` scratch (with
+d w^r_t, which the slices read in rows) behind a barrier.
 
 All other states are kept every step (h, c, r, M, w^r, w^w, u, p) with the controller's
 activated gates and the raw interface vectors; the backward recomputes the addressing from them
@@ -119,13 +122,13 @@ def _columns(
 @triton.jit
 def _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B: tl.constexpr):
     """Row ``bi`` of the tile (int64), whether it is in the batch, and its masks of the slots,
-    the width, the read modes, the memory (N, W) and the links (N, N) (a tensor mask & a scalar
-    one fails in the interpreter: the row's test is made a tensor first)."""
+    the width, the read modes and the memory (N, W) (a tensor mask & a scalar one fails in the
+    interpreter: the row's test is made a tensor first)."""
     row = (pid * BLOCK_B + bi).to(tl.int64)
     nv = nmask & ((nidx * 0 + row) < B)
     wv = wmask & ((widx * 0 + row) < B)
     mv = (midx < 3) & ((midx * 0 + row) < B)
-    return row, row < B, nv, wv, mv, nv[:, None] & wv[None, :], nv[:, None] & nv[None, :]
+    return row, row < B, nv, wv, mv, nv[:, None] & wv[None, :]
 
 
 @triton.jit
@@ -324,7 +327,7 @@ def dnc_forward_kernel(
         tl.debug_barrier()  # the rows' phase reads the interface vectors
         # ---- (ii)-(iii) the memory, row by row
         for bi in range(BLOCK_B):
-            row, valid, nv, wv, mv, tv, lv = _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B)
+            row, valid, nv, wv, mv, tv = _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B)
             pbase = params_rec + (rec * B + row) * P
             rws_now = rws + (now * B + row) * R * N
             memory = tl.load(mem + (now * B + row) * N * W + slot, mask=tv, other=0.0)
@@ -349,27 +352,41 @@ def dnc_forward_kernel(
             memory = memory * (1.0 - write_w[:, None] * erase[None, :]) + write_w[:, None] * vector[None, :]
             tl.store(mem + (nxt * B + row) * N * W + slot, memory, mask=tv)
             tl.store(wws + (nxt * B + row) * N + nidx, write_w, mask=nv)
-            # links (from p_{t-1}), then precedence
+            # links (from p_{t-1}) in slices of rows, then precedence
             prec_prev = tl.load(ps + (now * B + row) * N + nidx, mask=nv, other=0.0)
-            lnk = _link_update(
-                _link_tile(links + ((t % 2) * B + row) * N * N, nidx, nidx, lv, N),
-                write_w, write_w, prec_prev, nidx, nidx, lv,
-            )  # fmt: skip
-            tl.store(
-                links + (((t + 1) % 2) * B + row) * N * N + nidx[:, None] * N + nidx[None, :], lnk, mask=lv
-            )
-            if KEEP:
-                if ((t + 1) % every == 0) & (t + 1 < T):  # a checkpoint for the backward
-                    ck = link_rec + (((t + 1) // every) * B + row) * N * N
-                    tl.store(ck + nidx[:, None] * N + nidx[None, :], lnk, mask=lv)
+            links_prev = links + ((t % 2) * B + row) * N * N
+            links_now = links + (((t + 1) % 2) * B + row) * N * N
+            tl.debug_barrier()  # the slices read w^w_t back
+            for i0 in range(0, N, LC):
+                ci, cv = _slice(i0, row, B, N, LC)
+                sv = cv[:, None] & nv[None, :]
+                cell = ci[:, None] * N + nidx[None, :]
+                write_rows = tl.load(wws + (nxt * B + row) * N + ci, mask=cv, other=0.0)
+                lnk = _link_update(
+                    _link_tile(links_prev, ci, nidx, sv, N), write_rows, write_w, prec_prev, ci, nidx, sv
+                )
+                tl.store(links_now + cell, lnk, mask=sv)
+                if KEEP:
+                    if ((t + 1) % every == 0) & (t + 1 < T):  # a checkpoint for the backward
+                        tl.store(link_rec + (((t + 1) // every) * B + row) * N * N + cell, lnk, mask=sv)
             prec = (1.0 - tl.sum(write_w, axis=0)) * prec_prev + write_w
             tl.store(ps + (nxt * B + row) * N + nidx, prec, mask=nv)
+            tl.debug_barrier()  # the reads' slices read L_t back
             # (iii) the read weightings on M_t and the reads
             norms = _slot_norms(memory)
             for r in range(R):
                 read_prev = tl.load(rws_now + r * N + nidx, mask=nv, other=0.0)
-                forward = tl.sum(lnk * read_prev[None, :], axis=1)  # f = L w^r_{t-1}
-                backward = tl.sum(lnk * read_prev[:, None], axis=0)  # b = L^T w^r_{t-1}
+                # f = L_t w^r_{t-1}, b = L_t^T w^r_{t-1}, each summed over slices ci: of L_t's rows
+                # for b, of its columns (a transposed slice, [a, i] = L_t[i, ci[a]]) for f
+                forward = read_prev * 0.0
+                backward = read_prev * 0.0
+                for i0 in range(0, N, LC):
+                    ci, cv = _slice(i0, row, B, N, LC)
+                    sv = cv[:, None] & nv[None, :]
+                    read_rows = tl.load(rws_now + r * N + ci, mask=cv, other=0.0)
+                    backward += tl.sum(_link_tile(links_now, ci, nidx, sv, N) * read_rows[:, None], axis=0)
+                    columns = tl.load(links_now + nidx[None, :] * N + ci[:, None], mask=sv, other=0.0)
+                    forward += tl.sum(columns * read_rows[:, None], axis=0)
                 key = tl.load(pbase + r * W + widx, mask=wv, other=0.0)
                 beta = 1.0 + _softplus(tl.load(pbase + O_BETA + r, mask=valid, other=0.0))
                 _, content, _ = _content(key, beta, memory, norms, nmask)
@@ -464,7 +481,7 @@ def dnc_backward_kernel(
         t0 = (t // every) * every  # the segment of the links' checkpoint
         # ---- (iii) and (ii) backwards, row by row
         for bi in range(BLOCK_B):
-            row, valid, nv, wv, mv, tv, _ = _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B)
+            row, valid, nv, wv, mv, tv = _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B)
             if (t == T - 1) | (t % every == every - 1):  # a new segment: its links from the checkpoint
                 for i0 in range(0, N, LC):  # each slice of rows through the segment
                     ci, cv = _slice(i0, row, B, N, LC)

@@ -88,6 +88,11 @@ BLOCK_B = 2 if INTERPRETED else 16
 #: 2, so that the tests' N = 4 and 7 take several slices, the last one partly masked
 LINK_ROWS = 2 if INTERPRETED else 16
 
+#: warps per program (as the NTM's): 8 halve the per-thread share of the row phase's (N, W)
+#: memory tiles and links' slices (sm_90, benchmarks/triton_resources.py, bench_gpu's dnc:
+#: forward 2.2 KB spilled instead of 3.4 KB at 4, backward 80 B instead of 632 B)
+NUM_WARPS = 8
+
 # ---------------------------------------------------------------- what both kernels index
 
 

@@ -31,7 +31,8 @@ def checkpoint_interval(steps: int) -> int:
 
 
 def _sizes(xp, hidden, read_heads, slots, width, params, options: DNCOptions) -> dict:
-    """The kernels' compile-time sizes, actual and padded to powers of two (tl.dot's to 16)."""
+    """The kernels' compile-time sizes, actual and padded to powers of two (tl.dot's to 16), and
+    their launch's num_warps."""
     return dict(
         D=hidden,
         G=xp.shape[-1],
@@ -50,6 +51,7 @@ def _sizes(xp, hidden, read_heads, slots, width, params, options: DNCOptions) ->
         BLOCK_B=kernels.BLOCK_B,
         KC=kernels.BLOCK_K,
         LC=kernels.LINK_ROWS,
+        num_warps=kernels.NUM_WARPS,
     )
 
 

@@ -24,17 +24,28 @@ One program per tile of BLOCK_B batch rows. Each step has two phases:
 and the phases meet through global memory (the interface vectors, r_t) behind a barrier.
 
 The allocation needs the slots in order of usage (ties to the lower slot): no sort here, but
-an N x N comparison, j before i when (u_j, j) < (u_i, i). The exclusive product
-prod_{j before i} u_j is a masked product reduction over that matrix; the backward's suffix
-recursion Q_{k-1} = g_k (1 - u_k) + u_k Q_k (no division by u) is an associative scan over
-the slots moved to their positions by the same comparison (a one-hot N x N matrix).
+an N x N comparison, j before i when (u_j, j) < (u_i, i), made LINK_ROWS slots j at a time
+(u read back from memory): the exclusive product prod_{j before i} u_j and the count of the
+slots before i (the slot's position) are a product and a sum over those slices. The backward's
+suffix recursion Q_{k-1} = g_k (1 - u_k) + u_k Q_k (no division by u) is an associative scan
+over the slots in order: they are stored at their positions in a small scratch, and Q is read
+back at each slot's position.
 
 The links are one (N, N) matrix per row: the forward keeps two in turn and, for the backward,
 one every ``every`` steps (checkpoints); the backward recomputes a segment's links from its
-checkpoint into scratch, then goes back through the segment (as the numba backward does). All
-other states are kept every step (h, c, r, M, w^r, w^w, u, p) with the controller's activated
-gates and the raw interface vectors; the backward recomputes the addressing from them and
-writes the gradients of every step's pre-activations (h'bar, W_h h_{t-1} for the pnr
+checkpoint into scratch, then goes back through the segment (as the numba backward does).
+
+Both kernels touch the (N, N) matrices (L_{t-1}, L_t, dL) only in slices of LINK_ROWS rows
+from global memory: whole (N, N) tiles held at once spilled most of the backward's registers.
+A product over the rows i of a slice is summed over the slices in registers. The forward's
+f = L_t w^r_{t-1}, a product over the columns, is summed over transposed slices (LINK_ROWS
+columns of L_t); the backward recomputes L_t from L_{t-1} slice by slice, and the rows'
+entries of its products over the columns go through the row's ``vectors`` scratch (with
+d w^r_t, which the slices read in rows) behind a barrier.
+
+All other states are kept every step (h, c, r, M, w^r, w^w, u, p) with the controller's
+activated gates and the raw interface vectors; the backward recomputes the addressing from them
+and writes the gradients of every step's pre-activations (h'bar, W_h h_{t-1} for the pnr
 controllers, the interface vector); the weight gradients are then one matrix product each over
 all B T steps (triton_sequence.py).
 
@@ -72,6 +83,16 @@ GPU_CHECKED = False
 #: and there each row costs its own Python-level pass, so the tests' tiles are smaller
 BLOCK_B = 2 if INTERPRETED else 16
 
+#: rows of an (N, N) matrix (the links, the allocation's order) in registers at once: whole
+#: (N, N) tiles (N = 128: 128 registers a thread each at 4 warps) spill; in the interpreter
+#: 2, so that the tests' N = 4 and 7 take several slices, the last one partly masked
+LINK_ROWS = 2 if INTERPRETED else 16
+
+#: warps per program (as the NTM's): 8 halve the per-thread share of the row phase's (N, W)
+#: memory tiles and links' slices (sm_90, benchmarks/triton_resources.py, bench_gpu's dnc:
+#: forward 2.2 KB spilled instead of 3.4 KB at 4, backward 80 B instead of 632 B)
+NUM_WARPS = 8
+
 # ---------------------------------------------------------------- what both kernels index
 
 
@@ -106,13 +127,21 @@ def _columns(
 @triton.jit
 def _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B: tl.constexpr):
     """Row ``bi`` of the tile (int64), whether it is in the batch, and its masks of the slots,
-    the width, the read modes, the memory (N, W) and the links (N, N) (a tensor mask & a scalar
-    one fails in the interpreter: the row's test is made a tensor first)."""
+    the width, the read modes and the memory (N, W) (a tensor mask & a scalar one fails in the
+    interpreter: the row's test is made a tensor first)."""
     row = (pid * BLOCK_B + bi).to(tl.int64)
     nv = nmask & ((nidx * 0 + row) < B)
     wv = wmask & ((widx * 0 + row) < B)
     mv = (midx < 3) & ((midx * 0 + row) < B)
-    return row, row < B, nv, wv, mv, nv[:, None] & wv[None, :], nv[:, None] & nv[None, :]
+    return row, row < B, nv, wv, mv, nv[:, None] & wv[None, :]
+
+
+@triton.jit
+def _slice(i0, row, B, N, LC: tl.constexpr):
+    """Slots i0 .. i0 + LC - 1 (a slice of an (N, N) matrix's rows) and their mask, with the
+    row's test made a tensor (as _row_masks)."""
+    ci = i0 + tl.arange(0, LC)
+    return ci, (ci < N) & ((ci * 0 + row) < B)
 
 
 @triton.jit
@@ -136,52 +165,68 @@ def _affine(c1, u1, c2, u2):
 
 
 @triton.jit
-def _before(usage, nidx, nmask):
-    """The N x N order of the free list, first[j, i] = (u_j, j) < (u_i, i) (a stable ascending
-    sort, ties to the lower slot), and prod_{j first} u_j for every slot i."""
-    first = (usage[:, None] < usage[None, :]) | (
-        (usage[:, None] == usage[None, :]) & (nidx[:, None] < nidx[None, :])
-    )
-    first = first & nmask[:, None] & nmask[None, :]
-    return tl.reduce(tl.where(first, usage[:, None], 1.0), 0, _mul), first
+def _before(usage_ptr, usage, row, B, N, nidx, nmask, LC: tl.constexpr):
+    """For every slot i, prod_{j before i} u_j and how many slots are before it, in the order of
+    the free list, j before i when (u_j, j) < (u_i, i) (a stable ascending sort, ties to the
+    lower slot). The N x N comparison runs LC slots j at a time, read back from usage_ptr (u
+    in memory; ``usage`` the same vector in registers)."""
+    before = usage * 0.0 + 1.0
+    count = nidx * 0
+    for j0 in range(0, N, LC):
+        cj, cv = _slice(j0, row, B, N, LC)
+        u_j = tl.load(usage_ptr + cj, mask=cv, other=0.0)
+        first = (u_j[:, None] < usage[None, :]) | (
+            (u_j[:, None] == usage[None, :]) & (cj[:, None] < nidx[None, :])
+        )
+        first = first & cv[:, None] & nmask[None, :]
+        before = before * tl.reduce(tl.where(first, u_j[:, None], 1.0), 0, _mul)
+        count += tl.sum(first.to(tl.int32), axis=0)
+    return before, count
 
 
 @triton.jit
-def _allocation(usage, nidx, nmask):
+def _allocation(before, usage, nmask):
     """a[i] = (1 - u[i]) prod_{j before i} u[j]."""
-    before, _ = _before(usage, nidx, nmask)
     return tl.where(nmask, (1.0 - usage) * before, 0.0)
 
 
 @triton.jit
-def _allocation_backward(grad_alloc, usage, nidx, nmask, N: tl.constexpr):
+def _allocation_backward(grad_alloc, usage, before, count, order, nidx, nv, N: tl.constexpr):
     """d(a . grad_alloc)/du with the order a constant: du_i = before_i (Q_i - g_i), Q_i the sum
     over the slots k after i of g_k (1 - u_k) prod_{i < m < k} u_m. The slots at position s of
-    the descending order give Q(s) = c(s - 1) + u(s - 1) Q(s - 1), c = g (1 - u): a scan."""
-    before, first = _before(usage, nidx, nmask)
-    position = tl.where(nmask, N - 1 - tl.sum(first.to(tl.int32), axis=0), -2)  # descending
-    # the slot at position s - 1 moved to s (one-hot [slot, s])
-    moved = (position[:, None] + 1) == nidx[None, :]
-    c_s = tl.sum(tl.where(moved, (grad_alloc * (1.0 - usage))[:, None], 0.0), axis=0)
-    u_s = tl.sum(tl.where(moved, usage[:, None], 0.0), axis=0)
+    the descending order give Q(s) = c(s - 1) + u(s - 1) Q(s - 1), c = g (1 - u): a scan over
+    the slots moved to position s + 1 through ``order`` (the row's (3, N) scratch in memory:
+    c, u and Q by position), then Q gathered back to the slots."""
+    position = N - 1 - count  # descending
+    moved = nv & (position + 1 < N)  # the last position's slot feeds no Q
+    tl.store(order + position + 1, grad_alloc * (1.0 - usage), mask=moved)
+    tl.store(order + N + position + 1, usage, mask=moved)
+    tl.debug_barrier()  # stored by other threads; position 0 is no slot's, c = u = 0 there
+    c_s = tl.load(order + nidx, mask=nv & (nidx > 0), other=0.0)
+    u_s = tl.load(order + N + nidx, mask=nv & (nidx > 0), other=0.0)
     q_s, _ = tl.associative_scan((c_s, u_s), 0, _affine)
-    q = tl.sum(tl.where(position[:, None] == nidx[None, :], q_s[None, :], 0.0), axis=1)
-    return tl.where(nmask, before * (q - grad_alloc), 0.0)
+    tl.store(order + 2 * N + nidx, q_s, mask=nv)
+    tl.debug_barrier()
+    q = tl.load(order + 2 * N + position, mask=nv, other=0.0)
+    return tl.where(nv, before * (q - grad_alloc), 0.0)
 
 
 # ---------------------------------------------------------------- links
 
 
 @triton.jit
-def _link_update(links_prev, write_w, prec_prev, nidx, lmask):
-    """L_t[i, j] = (1 - w^w[i] - w^w[j]) L_{t-1}[i, j] + w^w[i] p_{t-1}[j], L_t[i, i] = 0."""
-    links = ((1.0 - write_w[:, None]) - write_w[None, :]) * links_prev + write_w[:, None] * prec_prev[None, :]
-    return tl.where(lmask & (nidx[:, None] != nidx[None, :]), links, 0.0)
+def _link_update(links_prev, write_rows, write_w, prec_prev, ci, nidx, lmask):
+    """Rows ci of L_t[i, j] = (1 - w^w[i] - w^w[j]) L_{t-1}[i, j] + w^w[i] p_{t-1}[j],
+    L_t[i, i] = 0, from the same rows of L_{t-1}; write_rows = w^w[ci]."""
+    keep = (1.0 - write_rows[:, None]) - write_w[None, :]
+    links = keep * links_prev + write_rows[:, None] * prec_prev[None, :]
+    return tl.where(lmask & (ci[:, None] != nidx[None, :]), links, 0.0)
 
 
 @triton.jit
-def _link_tile(ptr, nidx, lmask, N: tl.constexpr):
-    return tl.load(ptr + nidx[:, None] * N + nidx[None, :], mask=lmask, other=0.0)
+def _link_tile(ptr, ci, nidx, lmask, N: tl.constexpr):
+    """Rows ci of an (N, N) matrix at ptr."""
+    return tl.load(ptr + ci[:, None] * N + nidx[None, :], mask=lmask, other=0.0)
 
 
 # ---------------------------------------------------------------- the interface vector
@@ -250,6 +295,7 @@ def dnc_forward_kernel(
     KEEP: tl.constexpr,
     BLOCK_B: tl.constexpr,
     KC: tl.constexpr,
+    LC: tl.constexpr,
 ):
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
@@ -286,7 +332,7 @@ def dnc_forward_kernel(
         tl.debug_barrier()  # the rows' phase reads the interface vectors
         # ---- (ii)-(iii) the memory, row by row
         for bi in range(BLOCK_B):
-            row, valid, nv, wv, mv, tv, lv = _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B)
+            row, valid, nv, wv, mv, tv = _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B)
             pbase = params_rec + (rec * B + row) * P
             rws_now = rws + (now * B + row) * R * N
             memory = tl.load(mem + (now * B + row) * N * W + slot, mask=tv, other=0.0)
@@ -295,7 +341,10 @@ def dnc_forward_kernel(
             usage_prev = tl.load(us + (now * B + row) * N + nidx, mask=nv, other=0.0)
             write_prev = tl.load(wws + (now * B + row) * N + nidx, mask=nv, other=0.0)
             usage = (usage_prev + write_prev - usage_prev * write_prev) * psi
-            alloc = _allocation(usage, nidx, nmask)
+            tl.store(us + (nxt * B + row) * N + nidx, usage, mask=nv)
+            tl.debug_barrier()  # the allocation's slices read u_t back
+            before, _ = _before(us + (nxt * B + row) * N, usage, row, B, N, nidx, nmask, LC)
+            alloc = _allocation(before, usage, nmask)
             # the write weighting, on M_{t-1}, and the write
             key = tl.load(pbase + RW + widx, mask=wv, other=0.0)
             beta = 1.0 + _softplus(tl.load(pbase + O_BETA + R, mask=valid, other=0.0))
@@ -307,28 +356,42 @@ def dnc_forward_kernel(
             vector = tl.load(pbase + O_VEC + widx, mask=wv, other=0.0)
             memory = memory * (1.0 - write_w[:, None] * erase[None, :]) + write_w[:, None] * vector[None, :]
             tl.store(mem + (nxt * B + row) * N * W + slot, memory, mask=tv)
-            tl.store(us + (nxt * B + row) * N + nidx, usage, mask=nv)
             tl.store(wws + (nxt * B + row) * N + nidx, write_w, mask=nv)
-            # links (from p_{t-1}), then precedence
+            # links (from p_{t-1}) in slices of rows, then precedence
             prec_prev = tl.load(ps + (now * B + row) * N + nidx, mask=nv, other=0.0)
-            lnk = _link_update(
-                _link_tile(links + ((t % 2) * B + row) * N * N, nidx, lv, N), write_w, prec_prev, nidx, lv
-            )
-            tl.store(
-                links + (((t + 1) % 2) * B + row) * N * N + nidx[:, None] * N + nidx[None, :], lnk, mask=lv
-            )
-            if KEEP:
-                if ((t + 1) % every == 0) & (t + 1 < T):  # a checkpoint for the backward
-                    ck = link_rec + (((t + 1) // every) * B + row) * N * N
-                    tl.store(ck + nidx[:, None] * N + nidx[None, :], lnk, mask=lv)
+            links_prev = links + ((t % 2) * B + row) * N * N
+            links_now = links + (((t + 1) % 2) * B + row) * N * N
+            tl.debug_barrier()  # the slices read w^w_t back
+            for i0 in range(0, N, LC):
+                ci, cv = _slice(i0, row, B, N, LC)
+                sv = cv[:, None] & nv[None, :]
+                cell = ci[:, None] * N + nidx[None, :]
+                write_rows = tl.load(wws + (nxt * B + row) * N + ci, mask=cv, other=0.0)
+                lnk = _link_update(
+                    _link_tile(links_prev, ci, nidx, sv, N), write_rows, write_w, prec_prev, ci, nidx, sv
+                )
+                tl.store(links_now + cell, lnk, mask=sv)
+                if KEEP:
+                    if ((t + 1) % every == 0) & (t + 1 < T):  # a checkpoint for the backward
+                        tl.store(link_rec + (((t + 1) // every) * B + row) * N * N + cell, lnk, mask=sv)
             prec = (1.0 - tl.sum(write_w, axis=0)) * prec_prev + write_w
             tl.store(ps + (nxt * B + row) * N + nidx, prec, mask=nv)
+            tl.debug_barrier()  # the reads' slices read L_t back
             # (iii) the read weightings on M_t and the reads
             norms = _slot_norms(memory)
             for r in range(R):
                 read_prev = tl.load(rws_now + r * N + nidx, mask=nv, other=0.0)
-                forward = tl.sum(lnk * read_prev[None, :], axis=1)  # f = L w^r_{t-1}
-                backward = tl.sum(lnk * read_prev[:, None], axis=0)  # b = L^T w^r_{t-1}
+                # f = L_t w^r_{t-1}, b = L_t^T w^r_{t-1}, each summed over slices ci: of L_t's rows
+                # for b, of its columns (a transposed slice, [a, i] = L_t[i, ci[a]]) for f
+                forward = read_prev * 0.0
+                backward = read_prev * 0.0
+                for i0 in range(0, N, LC):
+                    ci, cv = _slice(i0, row, B, N, LC)
+                    sv = cv[:, None] & nv[None, :]
+                    read_rows = tl.load(rws_now + r * N + ci, mask=cv, other=0.0)
+                    backward += tl.sum(_link_tile(links_now, ci, nidx, sv, N) * read_rows[:, None], axis=0)
+                    columns = tl.load(links_now + nidx[None, :] * N + ci[:, None], mask=sv, other=0.0)
+                    forward += tl.sum(columns * read_rows[:, None], axis=0)
                 key = tl.load(pbase + r * W + widx, mask=wv, other=0.0)
                 beta = 1.0 + _softplus(tl.load(pbase + O_BETA + r, mask=valid, other=0.0))
                 _, content, _ = _content(key, beta, memory, norms, nmask)
@@ -362,6 +425,7 @@ def dnc_backward_kernel(
     ps,  # (T + 1, B, N)
     link_rec,  # (ceil(T / every), B, N, N) the forward's checkpoints
     scratch,  # (every, B, N, N) a segment's links, recomputed
+    vectors,  # (B, R + 5, N) per row, for the slices: d w^r_t (R), L_t d w^r_t, d w^w, the order (3)
     gates_rec,  # (T, B, G)
     params_rec,  # (T, B, P)
     out,  # (B, T, D + R W) the forward's features (h_out for the pnr controllers)
@@ -397,6 +461,7 @@ def dnc_backward_kernel(
     PNR: tl.constexpr,
     BLOCK_B: tl.constexpr,
     KC: tl.constexpr,
+    LC: tl.constexpr,
 ):
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
@@ -412,7 +477,6 @@ def dnc_backward_kernel(
     )
     midx = tl.arange(0, 4)
     slot = nidx[:, None] * W + widx[None, :]
-    cell = nidx[:, None] * N + nidx[None, :]
     grad_h_next = _tile_load(d_h, rows, rmask, D, 0, dcol, dmask)
     grad_c_next = _tile_load(d_c, rows, rmask, D, 0, dcol, dmask)
     for back in range(T):
@@ -422,29 +486,37 @@ def dnc_backward_kernel(
         t0 = (t // every) * every  # the segment of the links' checkpoint
         # ---- (iii) and (ii) backwards, row by row
         for bi in range(BLOCK_B):
-            row, valid, nv, wv, mv, tv, lv = _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B)
+            row, valid, nv, wv, mv, tv = _row_masks(pid, bi, B, nidx, nmask, widx, wmask, midx, BLOCK_B)
             if (t == T - 1) | (t % every == every - 1):  # a new segment: its links from the checkpoint
-                lnk = _link_tile(link_rec + ((t // every) * B + row) * N * N, nidx, lv, N)
-                tl.store(scratch + row * N * N + cell, lnk, mask=lv)
-                for s in range(t0 + 1, t + 1):
-                    write_s = tl.load(wws + (s * B + row) * N + nidx, mask=nv, other=0.0)
-                    prec_s = tl.load(ps + ((s - 1) * B + row) * N + nidx, mask=nv, other=0.0)
-                    lnk = _link_update(lnk, write_s, prec_s, nidx, lv)
-                    tl.store(scratch + ((s - t0) * B + row) * N * N + cell, lnk, mask=lv)
+                for i0 in range(0, N, LC):  # each slice of rows through the segment
+                    ci, cv = _slice(i0, row, B, N, LC)
+                    sv = cv[:, None] & nv[None, :]
+                    lnk = _link_tile(link_rec + ((t // every) * B + row) * N * N, ci, nidx, sv, N)
+                    tl.store(scratch + row * N * N + ci[:, None] * N + nidx[None, :], lnk, mask=sv)
+                    for s in range(t0 + 1, t + 1):
+                        write_s = tl.load(wws + (s * B + row) * N + nidx, mask=nv, other=0.0)
+                        write_rows = tl.load(wws + (s * B + row) * N + ci, mask=cv, other=0.0)
+                        prec_s = tl.load(ps + ((s - 1) * B + row) * N + nidx, mask=nv, other=0.0)
+                        lnk = _link_update(lnk, write_rows, write_s, prec_s, ci, nidx, sv)
+                        tl.store(
+                            scratch + ((s - t0) * B + row) * N * N + ci[:, None] * N + nidx[None, :],
+                            lnk,
+                            mask=sv,
+                        )
                 tl.debug_barrier()
             pbase = params_rec + (t * B + row) * P
             dpbase = d_params + (t * B + row) * P
             rws_now = rws + (t * B + row) * R * N
             gwr_dst = g_wr + (dst * B + row) * R * N
+            vec = vectors + row * (R + 5) * N  # the row's vectors, read back in slices
+            ww_new = wws + ((t + 1) * B + row) * N
+            links_prev = scratch + ((t - t0) * B + row) * N * N  # L_{t-1}
             old = tl.load(mem + (t * B + row) * N * W + slot, mask=tv, other=0.0)
             new = tl.load(mem + ((t + 1) * B + row) * N * W + slot, mask=tv, other=0.0)
             norms_old = _slot_norms(old)
             norms_new = _slot_norms(new)
-            write_w = tl.load(wws + ((t + 1) * B + row) * N + nidx, mask=nv, other=0.0)
+            write_w = tl.load(ww_new + nidx, mask=nv, other=0.0)
             prec_prev = tl.load(ps + (t * B + row) * N + nidx, mask=nv, other=0.0)
-            links_prev = _link_tile(scratch + ((t - t0) * B + row) * N * N, nidx, lv, N)
-            lnk = _link_update(links_prev, write_w, prec_prev, nidx, lv)  # L_t
-            grad_links = _link_tile(g_l + row * N * N, nidx, lv, N)
             grad_new = tl.load(g_m + (src * B + row) * N * W + slot, mask=tv, other=0.0)
             # (iii) r = M_t^T w^r, w^r = pi . (b, c^r, f)
             for r in range(R):
@@ -454,18 +526,44 @@ def dnc_backward_kernel(
                 grad_read += tl.load(g_r + row * RW + r * W + widx, mask=wv, other=0.0)
                 grad_w = tl.load(g_wr + ((src * B + row) * R + r) * N + nidx, mask=nv, other=0.0)
                 grad_w += tl.sum(new * grad_read[None, :], axis=1)
+                tl.store(vec + r * N + nidx, grad_w, mask=nv)  # for the links' slices
                 grad_new += read_w[:, None] * grad_read[None, :]
-                forward = tl.sum(lnk * read_prev[None, :], axis=1)
-                backward = tl.sum(lnk * read_prev[:, None], axis=0)
                 key = tl.load(pbase + r * W + widx, mask=wv, other=0.0)
                 beta_raw = tl.load(pbase + O_BETA + r, mask=valid, other=0.0)
                 beta = 1.0 + _softplus(beta_raw)
                 similarity, content, key_norm = _content(key, beta, new, norms_new, nmask)
                 modes = _modes(pbase, r, midx, mv, O_MODES)
+                grad_key, grad_beta, grad_mem = _content_backward(
+                    _pick(modes, midx, 1) * grad_w, content, similarity, key, key_norm, beta, new, norms_new
+                )
+                tl.store(dpbase + r * W + widx, grad_key, mask=wv)
+                tl.store(dpbase + O_BETA + r, grad_beta * _sigmoid(beta_raw), mask=valid)
+                grad_new += grad_mem
+                tl.debug_barrier()  # d w^r_t, stored above, is read back in slices
+                # f = L_t w^r_{t-1}, b = L_t^T w^r_{t-1}, over slices of L_t's rows i:
+                # grad_w . f and b (summed over the slices), and d w^r_{t-1} = L_t^T (pi_f grad_w)
+                # (summed) + L_t (pi_b grad_w) (its rows i, stored in the row's vectors)
+                forward_dot = tl.sum(grad_w, axis=0) * 0.0
+                backward = grad_w * 0.0
+                grad_prev = grad_w * 0.0
+                for i0 in range(0, N, LC):
+                    ci, cv = _slice(i0, row, B, N, LC)
+                    sv = cv[:, None] & nv[None, :]
+                    lnk = _link_update(
+                        _link_tile(links_prev, ci, nidx, sv, N),
+                        tl.load(ww_new + ci, mask=cv, other=0.0), write_w, prec_prev, ci, nidx, sv,
+                    )  # fmt: skip
+                    grad_w_rows = tl.load(vec + r * N + ci, mask=cv, other=0.0)
+                    forward_dot += tl.sum(grad_w_rows * tl.sum(lnk * read_prev[None, :], axis=1), axis=0)
+                    backward += tl.sum(
+                        lnk * tl.load(rws_now + r * N + ci, mask=cv, other=0.0)[:, None], axis=0
+                    )
+                    grad_prev += tl.sum(lnk * grad_w_rows[:, None], axis=0)
+                    tl.store(vec + R * N + ci, tl.sum(lnk * grad_w[None, :], axis=1), mask=cv)
                 grad_modes = tl.where(
                     midx == 0,
                     tl.sum(grad_w * backward, axis=0),
-                    tl.where(midx == 1, tl.sum(grad_w * content, axis=0), tl.sum(grad_w * forward, axis=0)),
+                    tl.where(midx == 1, tl.sum(grad_w * content, axis=0), forward_dot),
                 )
                 grad_modes = tl.where(midx < 3, grad_modes, 0.0)
                 tl.store(
@@ -473,30 +571,44 @@ def dnc_backward_kernel(
                     modes * (grad_modes - tl.sum(modes * grad_modes, axis=0)),
                     mask=mv,
                 )
-                grad_backward = _pick(modes, midx, 0) * grad_w
-                grad_forward = _pick(modes, midx, 2) * grad_w
-                # f = L w^r_{t-1}, b = L^T w^r_{t-1}: into dL_t and d w^r_{t-1}
-                grad_links += (
-                    grad_forward[:, None] * read_prev[None, :] + read_prev[:, None] * grad_backward[None, :]
-                )
-                grad_prev = tl.sum(lnk * grad_forward[:, None], axis=0) + tl.sum(
-                    lnk * grad_backward[None, :], axis=1
+                tl.debug_barrier()  # the rows of L_t grad_w, stored above
+                grad_prev = _pick(modes, midx, 2) * grad_prev + _pick(modes, midx, 0) * tl.load(
+                    vec + R * N + nidx, mask=nv, other=0.0
                 )
                 tl.store(gwr_dst + r * N + nidx, grad_prev, mask=nv)
-                grad_key, grad_beta, grad_mem = _content_backward(
-                    _pick(modes, midx, 1) * grad_w, content, similarity, key, key_norm, beta, new, norms_new
-                )
-                tl.store(dpbase + r * W + widx, grad_key, mask=wv)
-                tl.store(dpbase + O_BETA + r, grad_beta * _sigmoid(beta_raw), mask=valid)
-                grad_new += grad_mem
-            # (ii) links: L_t = (1 - w_i - w_j) L_{t-1} + w_i p_{t-1, j}, zero diagonal
-            grad_links = tl.where(lv & (nidx[:, None] != nidx[None, :]), grad_links, 0.0)
+            # (ii) links: L_t = (1 - w_i - w_j) L_{t-1} + w_i p_{t-1, j}, zero diagonal; dL_t over
+            # slices of its rows i: what came in (g_l) and the reads' outer products
+            # pi_f grad_w_i w^r_{t-1, j} + pi_b w^r_{t-1, i} grad_w_j
+            grad_ww_cols = write_w * 0.0  # -sum_i dL_t L_{t-1}: the columns' part of d w^w
+            grad_prec_prev = write_w * 0.0
+            for i0 in range(0, N, LC):
+                ci, cv = _slice(i0, row, B, N, LC)
+                sv = cv[:, None] & nv[None, :]
+                cell = ci[:, None] * N + nidx[None, :]
+                grad_links = tl.load(g_l + row * N * N + cell, mask=sv, other=0.0)
+                for r in range(R):
+                    modes = _modes(pbase, r, midx, mv, O_MODES)
+                    grad_w = tl.load(vec + r * N + nidx, mask=nv, other=0.0)
+                    read_prev = tl.load(rws_now + r * N + nidx, mask=nv, other=0.0)
+                    grad_w_rows = tl.load(vec + r * N + ci, mask=cv, other=0.0)
+                    read_prev_rows = tl.load(rws_now + r * N + ci, mask=cv, other=0.0)
+                    grad_links += _pick(modes, midx, 2) * grad_w_rows[:, None] * read_prev[None, :]
+                    grad_links += _pick(modes, midx, 0) * read_prev_rows[:, None] * grad_w[None, :]
+                grad_links = tl.where(sv & (ci[:, None] != nidx[None, :]), grad_links, 0.0)
+                lnk_prev = _link_tile(links_prev, ci, nidx, sv, N)
+                write_rows = tl.load(ww_new + ci, mask=cv, other=0.0)
+                tl.store(
+                    vec + (R + 1) * N + ci,
+                    tl.sum(grad_links * (prec_prev[None, :] - lnk_prev), axis=1),
+                    mask=cv,
+                )  # the rows' part of d w^w
+                grad_ww_cols -= tl.sum(grad_links * lnk_prev, axis=0)
+                grad_prec_prev += tl.sum(grad_links * write_rows[:, None], axis=0)
+                keep = (1.0 - write_rows[:, None]) - write_w[None, :]
+                tl.store(g_l + row * N * N + cell, grad_links * keep, mask=sv)  # dL_{t-1}
+            tl.debug_barrier()  # the rows' part of d w^w, stored above
             grad_ww = tl.load(g_ww + (src * B + row) * N + nidx, mask=nv, other=0.0)
-            grad_ww += tl.sum(grad_links * (prec_prev[None, :] - links_prev), axis=1)
-            grad_ww -= tl.sum(grad_links * links_prev, axis=0)
-            grad_prec_prev = tl.sum(grad_links * write_w[:, None], axis=0)
-            keep = (1.0 - write_w[:, None]) - write_w[None, :]
-            tl.store(g_l + row * N * N + cell, grad_links * keep, mask=lv)  # dL_{t-1}
+            grad_ww += tl.load(vec + (R + 1) * N + nidx, mask=nv, other=0.0) + grad_ww_cols
             # precedence: p_t = (1 - sum w) p_{t-1} + w
             grad_prec = tl.load(g_p + (src * B + row) * N + nidx, mask=nv, other=0.0)
             grad_prec_prev += (1.0 - tl.sum(write_w, axis=0)) * grad_prec
@@ -512,7 +624,8 @@ def dnc_backward_kernel(
             tl.store(dpbase + O_VEC + widx, tl.sum(grad_new * write_w[:, None], axis=0), mask=wv)
             # the write weighting w = g^w (c^w + g^a (a - c^w)), c^w on M_{t-1}
             usage = tl.load(us + ((t + 1) * B + row) * N + nidx, mask=nv, other=0.0)
-            alloc = _allocation(usage, nidx, nmask)
+            before, count = _before(us + ((t + 1) * B + row) * N, usage, row, B, N, nidx, nmask, LC)
+            alloc = _allocation(before, usage, nmask)
             key = tl.load(pbase + RW + widx, mask=wv, other=0.0)
             beta_raw = tl.load(pbase + O_BETA + R, mask=valid, other=0.0)
             beta = 1.0 + _softplus(beta_raw)
@@ -533,7 +646,9 @@ def dnc_backward_kernel(
             tl.store(g_m + (dst * B + row) * N * W + slot, grad_old, mask=tv)
             # allocation (the order a constant), usage u = (u' + w' - u' w') psi, retention
             grad_usage = tl.load(g_u + (src * B + row) * N + nidx, mask=nv, other=0.0)
-            grad_usage += _allocation_backward(alloc_gate * grad_mix, usage, nidx, nmask, N)
+            grad_usage += _allocation_backward(
+                alloc_gate * grad_mix, usage, before, count, vec + (R + 2) * N, nidx, nv, N
+            )
             usage_prev = tl.load(us + (t * B + row) * N + nidx, mask=nv, other=0.0)
             write_prev = tl.load(wws + (t * B + row) * N + nidx, mask=nv, other=0.0)
             psi = _retention(pbase, rws_now, valid, nidx, nv, O_FREE, R, N)

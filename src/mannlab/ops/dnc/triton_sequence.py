@@ -31,7 +31,8 @@ def checkpoint_interval(steps: int) -> int:
 
 
 def _sizes(xp, hidden, read_heads, slots, width, params, options: DNCOptions) -> dict:
-    """The kernels' compile-time sizes, actual and padded to powers of two (tl.dot's to 16)."""
+    """The kernels' compile-time sizes, actual and padded to powers of two (tl.dot's to 16), and
+    their launch's num_warps."""
     return dict(
         D=hidden,
         G=xp.shape[-1],
@@ -49,6 +50,8 @@ def _sizes(xp, hidden, read_heads, slots, width, params, options: DNCOptions) ->
         PNR=int(options.pnr),
         BLOCK_B=kernels.BLOCK_B,
         KC=kernels.BLOCK_K,
+        LC=kernels.LINK_ROWS,
+        num_warps=kernels.NUM_WARPS,
     )
 
 
@@ -118,12 +121,13 @@ class DNCTritonSequence(torch.autograd.Function):
         )
         g_l = given(d_l, link_rec[0])
         scratch = out.new_empty(every, B, N, N)
+        vectors = out.new_empty(B, R + 5, N)
         d_xp = out.new_zeros(gates.shape)
         d_rec = out.new_zeros(gates.shape) if options.pnr else d_xp
         d_params = out.new_zeros(params.shape)
         kernels.dnc_backward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
             w_r, w_h if w_h is not None else w_r, w_xi, hs, cs, mem, rws, wws, us, ps, link_rec,
-            scratch, gates, params, out, given(d_out, out), g_h, g_c, g_r, g_m, g_wr, g_ww, g_u, g_p,
+            scratch, vectors, gates, params, out, given(d_out, out), g_h, g_c, g_r, g_m, g_wr, g_ww, g_u, g_p,
             g_l, d_xp, d_rec, d_params, B, T, every, **_sizes(gates, D, R, N, W, P, options),
         )  # fmt: skip
         need, last = ctx.needs_input_grad, T % 2

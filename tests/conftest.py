@@ -26,8 +26,12 @@ def numba_kernels_warm_up(request):
     between the workers under a file lock: each compiles some and loads the others from numba's
     disk cache, where otherwise every worker compiled every kernel at the same time. Its time
     is the setup of each worker's first test in --durations, and the summary has a line for
-    it. In one process each kernel compiles once anyway, at its first use: nothing to do."""
+    it. In one process each kernel compiles once anyway, at its first use: nothing to do.
+    MANNLAB_TEST_WARM_UP=0 leaves it out, for a run of tests that use few or none of the numba
+    kernels (benchmarks/gpu_check.sh's Triton tests), where it would cost minutes."""
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) < 2:
+        return
+    if os.environ.get("MANNLAB_TEST_WARM_UP") == "0":
         return
     start = time.perf_counter()
     families = warm_up(dtypes=(torch.float32, torch.float64))

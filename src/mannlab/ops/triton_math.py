@@ -162,21 +162,23 @@ def load_lstm(ptr, rows, rmask, G, dcol, dmask, D):
 
 @triton.jit
 def gate_pre(
-    x_rows, r_rows, h_rows, rmask, w_read, w_rec, gate: tl.constexpr, D: tl.constexpr, RW: tl.constexpr,
-    DP: tl.constexpr, RWP: tl.constexpr, RECURRENT: tl.constexpr, KC: tl.constexpr,
+    x_rows, r_rows, h_rows, rmask, w_read, w_rec, gate: tl.constexpr, o0, D: tl.constexpr,
+    RW: tl.constexpr, DP: tl.constexpr, RWP: tl.constexpr, RECURRENT: tl.constexpr, KC: tl.constexpr,
 ):  # fmt: skip
-    """Block ``gate`` of a controller's pre-activation for the tile: h'bar = x_proj_t + W_r r_{t-1}
-    and, for a ``RECURRENT`` controller, h'bar + W_h h_{t-1} (else h'bar again). Row m of x_proj_t,
-    r_{t-1} and h_{t-1} starts at x_rows[m], r_rows[m], h_rows[m]: the products read r_{t-1} and
-    h_{t-1} back from the states the kernel wrote (behind a barrier), KC columns at a time."""
-    dcol = tl.arange(0, DP)
+    """Columns o0 .. o0 + KC of block ``gate`` of a controller's pre-activation for the tile:
+    h'bar = x_proj_t + W_r r_{t-1} and, for a ``RECURRENT`` controller, h'bar + W_h h_{t-1} (else
+    h'bar again). Row m of x_proj_t, r_{t-1} and h_{t-1} starts at x_rows[m], r_rows[m],
+    h_rows[m]: the products read r_{t-1} and h_{t-1} back from the states the kernel wrote
+    (behind a barrier), KC columns at a time."""
+    col = o0 + tl.arange(0, KC)
     x = tl.load(
-        x_rows[:, None] + gate * D + dcol[None, :], mask=rmask[:, None] & (dcol[None, :] < D), other=0.0
+        x_rows[:, None] + gate * D + col[None, :], mask=rmask[:, None] & (col[None, :] < D), other=0.0
     )
-    pre_ff = x + chunked_dot(r_rows, rmask, RW, w_read + gate * D * RW, 1, RW, D, DP, RWP, KC)
+    first = gate * D + o0  # the slice's first row of W_r and W_h
+    pre_ff = x + chunked_dot(r_rows, rmask, RW, w_read + first * RW, 1, RW, D - o0, KC, RWP, KC)
     pre = pre_ff
     if RECURRENT:
-        pre = pre_ff + chunked_dot(h_rows, rmask, D, w_rec + gate * D * D, 1, D, D, DP, DP, KC)
+        pre = pre_ff + chunked_dot(h_rows, rmask, D, w_rec + first * D, 1, D, D - o0, KC, DP, KC)
     return pre_ff, pre
 
 
@@ -232,6 +234,7 @@ def controller_forward(
     x_stride,
     r_prev,
     h_prev,
+    c_prev,
     w_read,
     w_rec,
     w_head,
@@ -242,13 +245,8 @@ def controller_forward(
     out_t,
     out_stride,
     params,
-    c,
     rows,
     rmask,
-    dcol,
-    dmask,
-    pcol,
-    pmask,
     D: tl.constexpr,
     G: tl.constexpr,
     RW: tl.constexpr,
@@ -264,50 +262,66 @@ def controller_forward(
 ):
     """One step of the controller and the head layer for the tile: from x_proj_t (the tile's
     G-wide rows at ``xp_t``, ``x_stride`` apart), r_{t-1} (RW-wide rows at ``r_prev``), h_{t-1}
-    (D-wide rows at ``h_prev``) and c_{t-1} (``c``, in registers): fnn h = phi(h'bar), Elman
+    and c_{t-1} (D-wide rows at ``h_prev``, ``c_prev``): fnn h = phi(h'bar), Elman
     h = tanh(h'bar + W_h h_{t-1}) (eq. 1), LSTM eqs. 2-7 with the gates (z, i, f, o); h_out =
-    tanh(h'bar's first block) with PNR (eq. 10), else h. It stores the activated gates (h for
-    the one-block controllers) at ``gates``, h_t at ``h_next``, c_t at ``c_next``, h_out to the
-    features' column block at ``out_t`` (rows ``out_stride`` apart) and p_t at ``params``, and
-    returns c_t: without a cell zeros, or c_{t-1} with CELL_PASSES. The caller puts a barrier
-    between the stores of r_{t-1}, h_{t-1} and this, and after it before reading p_t."""
+    tanh(h'bar's first block) with PNR (eq. 10), else h. h_t, c_t and p_t are made KC columns
+    at a time (the controllers are elementwise past their products): whole (rows, D) gate tiles
+    and a (rows, P) product spilled (sm_90, benchmarks/triton_resources.py). It stores the activated
+    gates (h for the one-block controllers) at ``gates``, h_t at ``h_next``, c_t at ``c_next``
+    (without a cell zeros, or c_{t-1} with CELL_PASSES), h_out to the features' column block at
+    ``out_t`` (rows ``out_stride`` apart) and p_t at ``params``. The caller puts a barrier
+    between the stores of r_{t-1}, h_{t-1}, c_{t-1} and this, and after it before reading p_t."""
     x_rows = xp_t + rows * x_stride
     r_rows = r_prev + rows * RW
     h_rows = h_prev + rows * D
-    z_ff, z_pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 0, D, RW, DP, RWP, KIND != 0, KC)
-    if KIND == 2:
-        _, i_pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 1, D, RW, DP, RWP, True, KC)
-        _, f_pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 2, D, RW, DP, RWP, True, KC)
-        _, o_pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 3, D, RW, DP, RWP, True, KC)
-        z = tanh(z_pre)
-        i = sigmoid(i_pre)
-        f = sigmoid(f_pre)
-        o = sigmoid(o_pre)
-        c = f * c + i * z  # eq. 6
-        h = o * tanh(c)  # eq. 7
-        store_lstm(gates, rows, rmask, G, dcol, dmask, D, z, i, f, o)
-    else:
-        if KIND == 0 and ACT == 1:
-            h = sigmoid(z_pre)
-        elif KIND == 0 and ACT == 2:
-            h = tl.maximum(z_pre, 0.0)
+    for o0 in range(0, DP, KC):
+        col = o0 + tl.arange(0, KC)
+        cmask = col < D
+        z_ff, z_pre = gate_pre(
+            x_rows, r_rows, h_rows, rmask, w_read, w_rec, 0, o0, D, RW, DP, RWP, KIND != 0, KC
+        )
+        if KIND == 2:
+            z = tanh(z_pre)
+            tile_store(gates, rows, rmask, G, 0, col, cmask, z)
+            _, pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 1, o0, D, RW, DP, RWP, True, KC)
+            i = sigmoid(pre)
+            tile_store(gates, rows, rmask, G, D, col, cmask, i)
+            _, pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 2, o0, D, RW, DP, RWP, True, KC)
+            f = sigmoid(pre)
+            tile_store(gates, rows, rmask, G, 2 * D, col, cmask, f)
+            c = f * tile_load(c_prev, rows, rmask, D, 0, col, cmask) + i * z  # eq. 6
+            _, pre = gate_pre(x_rows, r_rows, h_rows, rmask, w_read, w_rec, 3, o0, D, RW, DP, RWP, True, KC)
+            o = sigmoid(pre)
+            tile_store(gates, rows, rmask, G, 3 * D, col, cmask, o)
+            h = o * tanh(c)  # eq. 7
         else:
-            h = tanh(z_pre)  # fnn-tanh, or Elman's eq. 1
-        if not CELL_PASSES:
-            c = tl.zeros_like(h)
-        tile_store(gates, rows, rmask, G, 0, dcol, dmask, h)
-    if PNR:
-        h_out = tanh(z_ff)  # eq. 10
-    else:
-        h_out = h
-    tile_store(h_next, rows, rmask, D, 0, dcol, dmask, h)
-    tile_store(c_next, rows, rmask, D, 0, dcol, dmask, c)
-    tile_store(out_t, rows, rmask, out_stride, 0, dcol, dmask, h_out)
-    tl.debug_barrier()  # the head layer's product reads h_t back
-    bias = tl.load(b_head + pcol, mask=pmask, other=0.0)
-    p = chunked_dot(h_next + rows * D, rmask, D, w_head, 1, D, P, PP, DP, KC) + bias[None, :]
-    tile_store(params, rows, rmask, P, 0, pcol, pmask, p)
-    return c
+            if KIND == 0 and ACT == 1:
+                h = sigmoid(z_pre)
+            elif KIND == 0 and ACT == 2:
+                h = tl.maximum(z_pre, 0.0)
+            else:
+                h = tanh(z_pre)  # fnn-tanh, or Elman's eq. 1
+            if CELL_PASSES:
+                c = tile_load(c_prev, rows, rmask, D, 0, col, cmask)
+            else:
+                c = tl.zeros_like(h)
+            tile_store(gates, rows, rmask, G, 0, col, cmask, h)
+        if PNR:
+            h_out = tanh(z_ff)  # eq. 10
+        else:
+            h_out = h
+        # h_{t-1}'s row is read by every slice's products: h_t goes to its own row
+        tile_store(h_next, rows, rmask, D, 0, col, cmask, h)
+        tile_store(c_next, rows, rmask, D, 0, col, cmask, c)
+        tile_store(out_t, rows, rmask, out_stride, 0, col, cmask, h_out)
+    tl.debug_barrier()  # the head layer's products read h_t back
+    for o0 in range(0, PP, KC):
+        col = o0 + tl.arange(0, KC)
+        cmask = col < P
+        p = chunked_dot(h_next + rows * D, rmask, D, w_head + o0 * D, 1, D, P - o0, KC, DP, KC)
+        tile_store(
+            params, rows, rmask, P, 0, col, cmask, p + tl.load(b_head + col, mask=cmask, other=0.0)[None, :]
+        )
 
 
 @triton.jit

@@ -311,7 +311,6 @@ def dnc_forward_kernel(
     )
     midx = tl.arange(0, 4)
     slot = nidx[:, None] * W + widx[None, :]
-    c = _tile_load(cs, rows, rmask, D, 0, dcol, dmask)
     for t in range(T):
         if KEEP:  # every step's state and records, for the backward
             now = t
@@ -321,12 +320,12 @@ def dnc_forward_kernel(
             now = t % 2
             nxt = (t + 1) % 2
             rec = 0
-        # ---- (i) the controller and the interface layer, for the tile; the products read
-        # r_{t-1} and h_{t-1} from their state rows (the previous step wrote them, behind a barrier)
-        c = _controller_forward(
-            xp + t * G, T * G, reads + now * B * RW, hs + now * B * D, w_read, w_rec, w_xi, b_xi,
-            gates_rec + rec * B * G, hs + nxt * B * D, cs + nxt * B * D, out + t * F, T * F,
-            params_rec + rec * B * P, c, rows, rmask, dcol, dmask, pcol, pmask,
+        # ---- (i) the controller and the interface layer, for the tile; it reads r_{t-1},
+        # h_{t-1} and c_{t-1} from their state rows (the previous step wrote them, behind a barrier)
+        _controller_forward(
+            xp + t * G, T * G, reads + now * B * RW, hs + now * B * D, cs + now * B * D, w_read, w_rec,
+            w_xi, b_xi, gates_rec + rec * B * G, hs + nxt * B * D, cs + nxt * B * D, out + t * F, T * F,
+            params_rec + rec * B * P, rows, rmask,
             D, G, RW, P, DP, RWP, PP, KIND, ACT, PNR, True, KC,
         )  # fmt: skip
         tl.debug_barrier()  # the rows' phase reads the interface vectors

@@ -312,7 +312,6 @@ def ntm_forward_kernel(
         pid, B, D, RW, P, DP, RWP, PP, BLOCK_B
     )
     nidx, nmask, widx, wmask, sidx, tile_mem, slot = _memory_columns(N, W, NP, WP, SP)
-    c = _tile_load(cs, rows, rmask, D, 0, dcol, dmask)
     for t in range(T):
         if KEEP:
             now = t
@@ -322,12 +321,12 @@ def ntm_forward_kernel(
             now = t % 2
             nxt = (t + 1) % 2
             rec = 0
-        # ---- (i) the controller and the head layer, for the tile; the products read r_{t-1}
-        # and h_{t-1} from their state rows (the previous step wrote them, behind a barrier)
-        c = _controller_forward(
-            xp + t * G, T * G, reads + now * B * RW, hs + now * B * D, w_read, w_rec, w_head, b_head,
-            gates_rec + rec * B * G, hs + nxt * B * D, cs + nxt * B * D, out + t * F, T * F,
-            params_rec + rec * B * P, c, rows, rmask, dcol, dmask, pcol, pmask,
+        # ---- (i) the controller and the head layer, for the tile; it reads r_{t-1}, h_{t-1}
+        # and c_{t-1} from their state rows (the previous step wrote them, behind a barrier)
+        _controller_forward(
+            xp + t * G, T * G, reads + now * B * RW, hs + now * B * D, cs + now * B * D, w_read, w_rec,
+            w_head, b_head, gates_rec + rec * B * G, hs + nxt * B * D, cs + nxt * B * D, out + t * F, T * F,
+            params_rec + rec * B * P, rows, rmask,
             D, G, RW, P, DP, RWP, PP, KIND, 0, PNR, False, KC,
         )  # fmt: skip
         tl.debug_barrier()  # the rows' phase reads p_t

@@ -42,6 +42,7 @@ import triton.language as tl
 from mannlab.ops.triton_math import BLOCK_K, INTERPRETED
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
 from mannlab.ops.triton_math import chunked_dot as _chunked_dot
+from mannlab.ops.triton_math import gate_pre as _gate_pre
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
@@ -290,26 +291,6 @@ def _tile_indices(
 
 
 @triton.jit
-def _slice_pre(
-    x_rows, phi_rows, h_rows, rmask, w_read, w_rec, gate: tl.constexpr, o0, D: tl.constexpr,
-    RW: tl.constexpr, DP: tl.constexpr, RWP: tl.constexpr, RECURRENT: tl.constexpr,
-):  # fmt: skip
-    """Columns o0 .. o0 + _KC of block ``gate`` of W x_t + b + W_r φ_{t-1} for the tile and,
-    with ``RECURRENT``, of that + W_h h_{t-1} (else it again): the products read φ_{t-1} and
-    h_{t-1} back from memory, _KC columns at a time."""
-    col = o0 + tl.arange(0, _KC)
-    x = tl.load(
-        x_rows[:, None] + gate * D + col[None, :], mask=rmask[:, None] & (col[None, :] < D), other=0.0
-    )
-    first = gate * D + o0  # the slice's first row of W_r and W_h
-    pre_ff = x + _chunked_dot(phi_rows, rmask, RW, w_read + first * RW, 1, RW, D - o0, _KC, RWP, _KC)
-    pre = pre_ff
-    if RECURRENT:
-        pre = pre_ff + _chunked_dot(h_rows, rmask, D, w_rec + first * D, 1, D, D - o0, _KC, DP, _KC)
-    return pre_ff, pre
-
-
-@triton.jit
 def _controller_forward(
     x_rows,
     phi_rows,
@@ -346,22 +327,30 @@ def _controller_forward(
         col = o0 + tl.arange(0, _KC)
         cmask = col < D
         if GRU:
-            _, pre = _slice_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, o0, D, RW, DP, RWP, True)
+            _, pre = _gate_pre(
+                x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, o0, D, RW, DP, RWP, True, _KC
+            )
             reset = _sigmoid(pre + tl.load(b_rec + col, mask=cmask, other=0.0)[None, :])
             _tile_store(gates, rows, rmask, 4 * D, 0, col, cmask, reset)
             rec_n = _chunked_dot(h_rows, rmask, D, w_rec + (2 * D + o0) * D, 1, D, D - o0, _KC, DP, _KC)
             rec_n += tl.load(b_rec + 2 * D + col, mask=cmask, other=0.0)[None, :]
             _tile_store(gates, rows, rmask, 4 * D, 3 * D, col, cmask, rec_n)
-            pre, _ = _slice_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 2, o0, D, RW, DP, RWP, False)
+            pre, _ = _gate_pre(
+                x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 2, o0, D, RW, DP, RWP, False, _KC
+            )
             new = _tanh(pre + reset * rec_n)
             _tile_store(gates, rows, rmask, 4 * D, 2 * D, col, cmask, new)
-            _, pre = _slice_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 1, o0, D, RW, DP, RWP, True)
+            _, pre = _gate_pre(
+                x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 1, o0, D, RW, DP, RWP, True, _KC
+            )
             update = _sigmoid(pre + tl.load(b_rec + D + col, mask=cmask, other=0.0)[None, :])
             _tile_store(gates, rows, rmask, 4 * D, D, col, cmask, update)
             h_prev = tl.load(h_rows[:, None] + col[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0)
             h = new + update * (h_prev - new)  # eq. 1: (1 - u) n + u h_{t-1}
         else:
-            pre, _ = _slice_pre(x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, o0, D, RW, DP, RWP, False)
+            pre, _ = _gate_pre(
+                x_rows, phi_rows, h_rows, rmask, w_read, w_rec, 0, o0, D, RW, DP, RWP, False, _KC
+            )
             h = _tanh(pre)  # eq. 2
         _tile_store(out_t, rows, rmask, out_stride, 0, col, cmask, h)
         # h_{t-1}'s row is read by every slice's products: h_t goes to its own row

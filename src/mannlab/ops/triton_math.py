@@ -229,6 +229,23 @@ def cosine_content_backward(grad_content, content, similarity, key, key_norm, be
 
 
 @triton.jit
+def head_layer(
+    h_now, w_head, b_head, params, rows, rmask, D: tl.constexpr, P: tl.constexpr, DP: tl.constexpr,
+    PP: tl.constexpr, KC: tl.constexpr,
+):  # fmt: skip
+    """The head layer p_t = W_p h_t + b_p for the tile, KC output columns at a time: reads h_t
+    (D-wide rows at ``h_now``, stored behind a barrier) back KC columns at a time and stores
+    p_t to the P-wide rows at ``params``."""
+    for o0 in range(0, PP, KC):
+        col = o0 + tl.arange(0, KC)
+        cmask = col < P
+        p = chunked_dot(h_now + rows * D, rmask, D, w_head + o0 * D, 1, D, P - o0, KC, DP, KC)
+        tile_store(
+            params, rows, rmask, P, 0, col, cmask, p + tl.load(b_head + col, mask=cmask, other=0.0)[None, :]
+        )
+
+
+@triton.jit
 def controller_forward(
     xp_t,
     x_stride,
@@ -315,13 +332,7 @@ def controller_forward(
         tile_store(c_next, rows, rmask, D, 0, col, cmask, c)
         tile_store(out_t, rows, rmask, out_stride, 0, col, cmask, h_out)
     tl.debug_barrier()  # the head layer's products read h_t back
-    for o0 in range(0, PP, KC):
-        col = o0 + tl.arange(0, KC)
-        cmask = col < P
-        p = chunked_dot(h_next + rows * D, rmask, D, w_head + o0 * D, 1, D, P - o0, KC, DP, KC)
-        tile_store(
-            params, rows, rmask, P, 0, col, cmask, p + tl.load(b_head + col, mask=cmask, other=0.0)[None, :]
-        )
+    head_layer(h_next, w_head, b_head, params, rows, rmask, D, P, DP, PP, KC)
 
 
 @triton.jit

@@ -43,6 +43,7 @@ from mannlab.ops.triton_math import BLOCK_K, INTERPRETED
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
 from mannlab.ops.triton_math import chunked_dot as _chunked_dot
 from mannlab.ops.triton_math import gate_pre as _gate_pre
+from mannlab.ops.triton_math import head_layer as _head_layer
 from mannlab.ops.triton_math import sigmoid as _sigmoid
 from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
@@ -356,13 +357,7 @@ def _controller_forward(
         # h_{t-1}'s row is read by every slice's products: h_t goes to its own row
         _tile_store(h_next, rows, rmask, D, 0, col, cmask, h)
     tl.debug_barrier()  # the head layer's products read h_t back
-    for o0 in range(0, PP, _KC):
-        col = o0 + tl.arange(0, _KC)
-        cmask = col < P
-        p = _chunked_dot(h_next + rows * D, rmask, D, w_head + o0 * D, 1, D, P - o0, _KC, DP, _KC)
-        _tile_store(
-            params, rows, rmask, P, 0, col, cmask, p + tl.load(b_head + col, mask=cmask, other=0.0)[None, :]
-        )
+    _head_layer(h_next, w_head, b_head, params, rows, rmask, D, P, DP, PP, _KC)
 
 
 @triton.jit

@@ -281,8 +281,10 @@ class Model(nn.Module):
         outputs_per_step: Optional[int] = None,
         reducer: Optional[sampling.Reducer] = None,
     ) -> torch.Tensor:
-        """Extra training terms (estimators, regularisers), a 0-dim tensor; ``reducer``: the
-        global batch's statistics under data-parallel training (SequenceModel.aux_loss)."""
+        """Extra training terms (estimators, regularisers), a 0-dim tensor; zero for fully
+        differentiable models. ``reducer``: the batch is a slice of a global batch split among
+        processes, and the estimators' batch statistics are taken over the global batch through
+        it (the trainer passes it under data-parallel training; see nn/sampling.py)."""
         return step_nll.new_zeros(())
 
 
@@ -330,19 +332,6 @@ class SequenceModel(Model):
     def initial_state(self, batch_size: int, device=None, dtype=None):
         """The state a sequence starts from (learned initial values, expanded to the batch)."""
         return self.cell.initial_state(batch_size, device=device, dtype=dtype)
-
-    def aux_loss(
-        self,
-        trace: Any,
-        step_nll: torch.Tensor,
-        outputs_per_step: Optional[int] = None,
-        reducer: Optional[sampling.Reducer] = None,
-    ) -> torch.Tensor:
-        """Extra training terms (estimators, regularisers); zero for fully differentiable models.
-        ``reducer``: the batch is a slice of a global batch split among processes, and the
-        estimators' batch statistics are taken over the global batch through it (the
-        trainer passes it under data-parallel training; see nn/sampling.py)."""
-        return step_nll.new_zeros(())
 
     def _scored_outputs(
         self,

@@ -919,7 +919,7 @@ class DNTM(CellTemperature, SequenceModel):
         default; 1 for a categorical task). The cost of section 4 sums the NLL and these
         terms over the sequence; the task loss is that NLL divided by S, so dividing the
         terms by S keeps the paper's ratio. ``reducer``: the batch statistics (S, the baselines,
-        the running moments) over the global batch (see SequenceModel.aux_loss).
+        the running moments) over the global batch (see Model.aux_loss).
         """
         scored = self._scored_outputs(trace, DNTMTrace, step_nll, outputs_per_step, reducer)  # S
         terms: dict[str, torch.Tensor] = {}

@@ -718,7 +718,7 @@ class TARDIS(CellTemperature, SequenceModel):
         S is the mean number of terms the task loss averages over per sequence: scored
         steps times ``outputs_per_step`` (output bits for a BCE task, the default; 1 for a
         categorical task), so the terms keep the paper's ratio to the NLL. ``reducer``: the
-        batch statistics (S, b_j, m and σ²) over the global batch (see SequenceModel.aux_loss).
+        batch statistics (S, b_j, m and σ²) over the global batch (see Model.aux_loss).
         """
         scored = self._scored_outputs(trace, TARDISTrace, step_nll, outputs_per_step, reducer)  # S
         sampled = trace.sampled.amax(1)  # (B,)

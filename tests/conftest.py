@@ -11,7 +11,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from mannlab.models import build_model
+from mannlab.models import base, build_model
 from mannlab.models.warm_up import warm_up
 
 # The models under test are made of many small operations: on a 2-core machine a
@@ -155,13 +155,13 @@ def assert_triton_equals_step_loop(model, x, tol):
     """A model routed to its Triton kernels (forced) against its own step loop, from the same
     draws (torch.manual_seed(5) before each): outputs, trace, final state and every parameter's
     gradient (the same parameters reached)."""
-    from mannlab.ops import dispatch, use_kernels
+    from mannlab.ops import use_kernels
 
     def outputs_and_grads(kernels):
         model.zero_grad()
         torch.manual_seed(5)
         with use_kernels(kernels):
-            assert dispatch.route(model.cell, x, None, True).backend == ("triton" if kernels else "")
+            assert base.sequence_backend(model.cell, x, None, True) == ("triton" if kernels else "")
             y, state, trace = model(x, return_trace=True)
         values = [y, *leaves(state), *(t for t in trace if isinstance(t, torch.Tensor))]
         loss = sum((v * v.sin()).sum() for v in values if v.is_floating_point())

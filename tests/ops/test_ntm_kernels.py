@@ -12,12 +12,14 @@ import torch
 import mannlab
 from conftest import leaves, small_model
 from mannlab.ops import dispatch, use_kernels
+from mannlab.ops import ntm as ntm_op
+from mannlab.ops.controller_codes import TANH
 from mannlab.ops.ntm import (
     ELMAN,
     FNN,
     LSTM,
     NTMOptions,
-    NTMSequenceState,
+    NTMState,
     NTMWeights,
     ntm_sequence,
 )
@@ -34,11 +36,11 @@ def problem(kind, pnr=False, B=2, T=3, D=5, R=1, H=1, N=7, W=3, S=3, seed=0, dty
         return torch.randn(*shape, generator=g, dtype=dtype) * scale
 
     G, P = CONTROLLER_SIZES[kind] * D, (H + R) * (W + 3 + S) + H * 2 * W
-    state = NTMSequenceState(
-        hidden=rand(B, D),
-        cell=rand(B, D) if kind == LSTM else torch.zeros(B, D, dtype=dtype),
-        reads=rand(B, R * W),
+    controller = {LSTM: (rand(B, D), rand(B, D)), ELMAN: (rand(B, D),), FNN: ()}[kind]
+    state = NTMState(
+        controller=controller,
         memory=rand(B, N, W),
+        read_vectors=rand(B, R, W),
         read_weights=torch.softmax(rand(B, R, N), -1),
         write_weights=torch.softmax(rand(B, H, N), -1),
     )
@@ -48,7 +50,9 @@ def problem(kind, pnr=False, B=2, T=3, D=5, R=1, H=1, N=7, W=3, S=3, seed=0, dty
         head_weight=rand(P, D),
         head_bias=rand(P),
     )
-    options = NTMOptions(kind=kind, pnr=pnr, width=W, num_shifts=S, backward=True, trace=True)
+    options = NTMOptions(
+        kind=kind, activation=TANH, pnr=pnr, width=W, num_shifts=S, backward=True, trace=True
+    )
     return rand(B, T, G), state, weights, options
 
 
@@ -58,13 +62,24 @@ def to_leaves(x_proj, state, weights, device, dtype):
     def leaf(t):
         return None if t is None else t.detach().to(device, dtype).clone().requires_grad_()
 
-    return leaf(x_proj), NTMSequenceState(*map(leaf, state)), NTMWeights(*map(leaf, weights))
+    state = state._replace(controller=tuple(map(leaf, state.controller)))
+    state = state._replace(**{k: leaf(v) for k, v in state._asdict().items() if k != "controller"})
+    return leaf(x_proj), state, NTMWeights(*map(leaf, weights))
+
+
+def named_leaves(record, prefix):
+    """The tensors of a record by dotted name (the controller's state by position)."""
+    named = {}
+    for key, value in record._asdict().items():
+        if isinstance(value, tuple):
+            named.update({f"{prefix}.{key}.{i}": v for i, v in enumerate(value)})
+        elif value is not None:
+            named[f"{prefix}.{key}"] = value
+    return named
 
 
 def named_inputs(x_proj, state, weights):
-    named = {"x_proj": x_proj, **{f"state.{k}": v for k, v in state._asdict().items()}}
-    named.update({f"weights.{k}": v for k, v in weights._asdict().items() if v is not None})
-    return named
+    return {"x_proj": x_proj, **named_leaves(state, "state"), **named_leaves(weights, "weights")}
 
 
 def run(backend, problem_, device, dtype):
@@ -72,9 +87,7 @@ def run(backend, problem_, device, dtype):
     x_proj, state, weights, options = problem_
     x_proj, state, weights = to_leaves(x_proj, state, weights, device, dtype)
     result = ntm_sequence(x_proj, state, weights, options, backend)
-    # the feed-forward controller has no state: its hidden and cell fields are not read on
-    read = [f for f in result.state._fields if options.kind != FNN or f not in ("hidden", "cell")]
-    outputs = [result.features] + [getattr(result.state, f) for f in read]
+    outputs = [result.features, *leaves(result.state)]
     g = torch.Generator().manual_seed(7)
     loss = sum((torch.randn(t.shape, generator=g, dtype=torch.float64).to(t) * t).sum() for t in outputs)
     named = named_inputs(x_proj, state, weights)
@@ -98,8 +111,9 @@ def assert_same(result, grads, ref, ref_grads, tol):
         )
 
     close(result.features, ref.features, "features")
-    for name in result.state._fields:
-        close(getattr(result.state, name), getattr(ref.state, name), f"state.{name}")
+    ref_state = named_leaves(ref.state, "state")
+    for name, value in named_leaves(result.state, "state").items():
+        close(value, ref_state[name], name)
     for name in result.trace._fields:
         close(getattr(result.trace, name), getattr(ref.trace, name), f"trace.{name}")
     for name, grad in ref_grads.items():
@@ -139,7 +153,7 @@ def test_chunked_run_equals_one_run(backend):
     second = ntm_sequence(x_proj[:, 2:], first.state, weights, options, backend)
     features = torch.cat([first.features, second.features], 1)
     torch.testing.assert_close(features, whole.features, atol=tol, rtol=tol)
-    for a, b in zip(second.state, whole.state):
+    for a, b in zip(leaves(second.state), leaves(whole.state)):
         torch.testing.assert_close(a, b, atol=tol, rtol=tol)
     # the gradients through the carried state too
     named = named_inputs(x_proj, state, weights)
@@ -157,7 +171,7 @@ def test_chunked_run_equals_one_run(backend):
     torch.testing.assert_close(
         torch.cat([first.features, second.features], 1), whole.features, atol=tol, rtol=tol
     )
-    for a, b in zip(second.state, whole.state):
+    for a, b in zip(leaves(second.state), leaves(whole.state)):
         torch.testing.assert_close(a, b, atol=tol, rtol=tol)
 
 
@@ -174,7 +188,8 @@ def test_model_on_triton_equals_step_loop(controller):
     def outputs_and_grads(kernels):
         model.zero_grad()
         with use_kernels(kernels):
-            assert dispatch.route(model.cell, x, None, True).backend == ("triton" if kernels else "")
+            options, weights = model.cell.op_options(True, True), model.cell.op_weights()
+            assert dispatch.choose(ntm_op, x, options, weights) == ("triton" if kernels else "")
             y, state, trace = model(x, return_trace=True)
         loss = (y * y).sum() + sum((t * t).sum() for t in leaves(state))
         loss.backward()
@@ -205,20 +220,18 @@ def test_reference_equals_the_model_step_loop():
     with use_kernels(False):
         y, final = model(x)
     start = model.initial_state(2, dtype=torch.float64)
-    state = NTMSequenceState(
-        start.controller[0], start.controller[1], start.read_vectors.flatten(1), *start[1:2], *start[3:]
-    )
+    state = start
     weights = NTMWeights(
         cell.controller.read_weight,
         cell.controller.recurrent_weight,
         cell.head_params.weight,
         cell.head_params.bias,
     )
-    options = NTMOptions(LSTM, False, cell.width, cell.num_shifts, backward=False, trace=False)
+    options = NTMOptions(LSTM, TANH, False, cell.width, cell.num_shifts, backward=False, trace=False)
     features, state, _ = ntm_sequence_reference(cell.precompute(x), state, weights, options)
     torch.testing.assert_close(features, y)
     torch.testing.assert_close(state.memory, final.memory)
 
 
-def test_cell_lists_triton():
-    assert mannlab.NTM(3, 2).cell.kernel_backends == ("numba", "triton")
+def test_op_lists_triton():
+    assert mannlab.NTM(3, 2).cell.op.BACKENDS[:2] == ("numba", "triton")

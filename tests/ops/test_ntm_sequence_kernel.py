@@ -13,6 +13,7 @@ import mannlab
 from conftest import float64_seq, leaves, small_model
 from mannlab.models import base
 from mannlab.ops import dispatch, use_kernels
+from mannlab.ops.controller_codes import TANH
 from mannlab.ops.ntm import ELMAN, LSTM, NTMOptions
 from mannlab.ops.ntm.numba_sequence import NTMSequence
 
@@ -62,7 +63,7 @@ def assert_close(a, b, tol):
 
 def compare(model, x, state=None, tol=1e-10):
     """The compiled and the tensor path on the same weights and inputs."""
-    assert dispatch.route(model.cell, x, state, True).compiled, "the compiled path should run here"
+    assert base.sequence_backend(model.cell, x, state, True), "the compiled path should run here"
     y, final, tr, grads = run(model, x, state, True)
     y_ref, final_ref, tr_ref, grads_ref = run(model, x, state, False)
     assert_close([y, *leaves(final), *tr], [y_ref, *leaves(final_ref), *tr_ref], tol)
@@ -126,7 +127,7 @@ def test_sequence_function_gradcheck(controller):
     ]
     weights = [cell.controller.read_weight, cell.controller.recurrent_weight, *cell.head_params.parameters()]
     inputs = [t.detach().clone().requires_grad_() for t in [xp, *state, *weights]]
-    options = NTMOptions(kind, pnr, W, 3, backward=True, trace=False)
+    options = NTMOptions(kind, TANH, pnr, W, 3, backward=True, trace=False)
 
     def function(*tensors):
         with use_kernels(True):
@@ -160,8 +161,8 @@ def test_outputs_are_freed_without_garbage_collection(with_trace):
 def test_dispatch(monkeypatch, controller, kernels, compiled_path):
     model = small_model("ntm", 5, 4, controller=controller)
     calls = []
-    fused = type(model.cell).run_kernels
-    monkeypatch.setattr(type(model.cell), "run_kernels", lambda *a: calls.append(1) or fused(*a))
+    fused = type(model.cell).run_op
+    monkeypatch.setattr(type(model.cell), "run_op", lambda *a: calls.append(1) or fused(*a))
     x = float64_seq(2, 3, 5, torch.randn)
     with use_kernels(kernels):
         model(x)[0].sum().backward()
@@ -171,10 +172,12 @@ def test_dispatch(monkeypatch, controller, kernels, compiled_path):
 def test_dispatch_falls_back_for_other_activations_and_autocast(monkeypatch):
     model = small_model("ntm", 5, 4, controller="fnn")
     model.cell.controller.activation = torch.relu
-    assert not model.cell.kernels_cover(False)
+    cell = model.cell
+    assert not cell.op.covers(cell.op_options(False, False), cell.op_weights(), "numba")
     x = float64_seq(2, 3, 5, torch.randn)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not dispatch.route(small_model("ntm", 5, 4).cell, x, None, False).compiled
+        cell = small_model("ntm", 5, 4).cell
+        assert not dispatch.choose(cell.op, x, cell.op_options(False, False), cell.op_weights())
     monkeypatch.setattr(base, "run_steps", lambda *a: pytest.fail("the step loop ran"))
     with use_kernels(True):
         small_model("ntm", 5, 4)(x)

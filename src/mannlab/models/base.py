@@ -143,11 +143,29 @@ class MemoryCell(nn.Module):
     """Base of the one-step cells: ``features, state = cell(x_t, state)`` on raw input.
 
     Subclasses provide ``precompute``, ``step`` and ``initial_state`` (see the top
-    of this module); the sequence module calls those directly. A cell with a compiled
-    whole-sequence path names its ops package in ``kernel_ops``, implements
-    ``run_kernels`` and narrows ``kernels_cover`` / ``kernels_pay`` where needed
-    (ops/dispatch.py's ``route`` reads them; :func:`run_sequence` follows it).
+    of this module); the sequence module calls those directly. A cell whose whole sequence
+    is also an op (``mannlab.ops.<name>``) sets ``op`` to that package and builds the op's
+    records: ``op_options`` (None where the op cannot express the configuration),
+    ``op_weights`` and ``run_op``. Which backend runs is the op's and dispatch's choice
+    (:func:`run_sequence`), never the cell's.
     """
+
+    #: the whole-sequence op package of this cell (``mannlab.ops.ntm``), or None
+    op: Any = None
+
+    def op_options(self, with_trace: bool, backward: bool) -> Any:
+        """The op's options record for a pass (``backward``: a graph is recorded), or None
+        where the op has no word for this configuration (then the step loop runs)."""
+        return None
+
+    def op_weights(self) -> Any:
+        """The op's weights record: this cell's parameters, by the op's field names."""
+        raise NotImplementedError(f"{type(self).__name__} has no op")
+
+    def run_op(self, x: torch.Tensor, state: Any, options: Any, weights: Any, backend: str):
+        """All steps of x (B, T, I) through the op on ``backend``: (features (B, T, F), final
+        state, the trace stacked over time or None)."""
+        raise NotImplementedError(f"{type(self).__name__} has no op")
 
     #: the ops package of this cell's compiled whole-sequence path ("tardis"), or None
     kernel_ops: Optional[str] = None
@@ -237,10 +255,34 @@ def run_steps(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool):
     return torch.stack(outputs, dim=1), state, stack_traces(traces)
 
 
+def _plan(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool) -> tuple[str, Any, Any]:
+    """(backend, options, weights) of a pass of ``cell`` over x: the op's backend dispatch
+    chooses for the op's records, or "" for the step loop."""
+    options = cell.op_options(with_trace, dispatch.records_graph(cell.parameters(), x, state))
+    if options is None:  # the op has no word for this configuration
+        return "", None, None
+    weights = cell.op_weights()
+    return dispatch.choose(cell.op, x, options, weights), options, weights
+
+
+def sequence_backend(cell: MemoryCell, x: torch.Tensor, state: Any = None, with_trace: bool = False) -> str:
+    """The backend a pass of ``cell`` over x (B, T, I) takes: "numba", "triton", or "" (the
+    step loop)."""
+    if cell.op is None:
+        route = dispatch.route(cell, x, state, with_trace)  # type: ignore[arg-type]
+        return route.backend if route.compiled else ""
+    return _plan(cell, x, state, with_trace)[0]
+
+
 def run_sequence(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool):
-    """A pass over x on the path ops.dispatch.route picks: the cell's compiled whole-sequence
-    path, or the step loop (the reference)."""
-    route = dispatch.route(cell, x, state, with_trace)
+    """A pass over x on the path dispatch chooses for the cell's op: the op on that backend,
+    or the step loop (the reference, which runs everywhere)."""
+    if cell.op is not None:
+        backend, options, weights = _plan(cell, x, state, with_trace)
+        if backend:
+            return cell.run_op(x, state, options, weights, backend)
+        return run_steps(cell, x, state, with_trace)
+    route = dispatch.route(cell, x, state, with_trace)  # type: ignore[arg-type]
     if route.compiled and route.backend == "triton":
         return cell.run_kernels(x, state, with_trace, route.backward, backend="triton")
     if route.compiled:
@@ -311,6 +353,9 @@ class SequenceModel(Model):
         "triton" (GPU, where Triton is installed and the kernels have run on a GPU); () for models
         without memory kernels."""
         cell = self._modules.get("cell")
+        if isinstance(cell, MemoryCell) and cell.op is not None:
+            options = cell.op_options(False, True)
+            return () if options is None else dispatch.available(cell.op, options, cell.op_weights())
         if not isinstance(cell, MemoryCell) or cell.kernel_ops is None:
             return ()
         found = ["numba"] if cell.kernels_cover(False) else []

@@ -37,7 +37,7 @@ carry no gradient.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -46,35 +46,10 @@ from mannlab.errors import ConfigError
 from mannlab.models.base import MemoryCell, SequenceModel, batched, check_positive, run_sequence
 from mannlab.models.size_check import check_model_size
 from mannlab.nn.controllers import RecurrentController, make_controller
-from mannlab.ops.controller_codes import FNN, LSTM, TANH, controller_code
-from mannlab.ops.ntm import NTMOptions, NTMSequenceState, NTMWeights, ntm_sequence
+from mannlab.ops import ntm as ntm_op
+from mannlab.ops.controller_codes import controller_code
+from mannlab.ops.ntm import NTMOptions, NTMState, NTMTrace, NTMWeights, ntm_sequence
 from mannlab.ops.ntm.memory_step import ntm_memory_step
-
-
-class NTMState(NamedTuple):
-    """Recurrent state: controller state, memory (B, N, W), read vectors (B, R, W),
-    read weightings (B, R, N) and write weightings (B, H, N) of the last step."""
-
-    controller: Any
-    memory: torch.Tensor
-    read_vectors: torch.Tensor
-    read_weights: torch.Tensor
-    write_weights: torch.Tensor
-
-
-class NTMTrace(NamedTuple):
-    """Per-step internals; stacked by the sequence module to (B, T, ...)."""
-
-    read_weights: torch.Tensor  # (B, R, N)  w^r_t
-    write_weights: torch.Tensor  # (B, H, N)  w^w_t
-    read_vectors: torch.Tensor  # (B, R, W)  r_t
-    erase_vectors: torch.Tensor  # (B, H, W)  e_t
-    add_vectors: torch.Tensor  # (B, H, W)  a_t
-    key_strengths: torch.Tensor  # (B, H + R) beta, write heads first
-    interpolation_gates: torch.Tensor  # (B, H + R) g
-    shift_weights: torch.Tensor  # (B, H + R, S) s
-    sharpening: torch.Tensor  # (B, H + R) gamma
-    memory: torch.Tensor  # (B, N, W) M_t after the write
 
 
 class NTMCell(MemoryCell):
@@ -167,79 +142,34 @@ class NTMCell(MemoryCell):
         trace = NTMTrace._make((read_w, write_w, reads, *out[4:], memory)) if with_trace else None
         return features, NTMState(ctrl, memory, reads, read_w, write_w), trace
 
-    # ------------------------------------------------------ the fused path
+    # ------------------------------------------------------ the whole-sequence op
 
-    kernel_ops = "ntm"
-    kernel_backends = ("numba", "triton")
+    op = ntm_op
 
-    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
-        """Both backends, numba and Triton, implement the feed-forward (tanh), Elman, LSTM and
-        partially non-recurrent controllers, any heads and shifts, with or without the trace;
-        the GRU (and a feed-forward controller with another activation) take the step loop."""
+    def op_options(self, with_trace: bool, backward: bool) -> Optional[NTMOptions]:
+        """The op's options; None for the GRU controller, which the op has no code for."""
         code = controller_code(self.controller)
-        return code is not None and code[1] == TANH
+        if code is None:
+            return None
+        kind, activation, pnr = code
+        return NTMOptions(kind, activation, pnr, self.width, self.num_shifts, backward, with_trace)
 
-    def run_kernels(
-        self, x: torch.Tensor, state: NTMState, with_trace: bool, backward: bool, backend: str = "numba"
-    ):
-        """All steps of x (B, T, I) in the kernels of ``backend`` (mannlab.ops.ntm.ntm_sequence):
-        (features (B, T, F), final state, the :class:`NTMTrace` stacked over time or None);
-        ``backward``: a graph is recorded (dispatch.route). The trace's fields carry no
-        gradient here."""
-        ctrl, memory, reads, read_w, write_w = state
+    def op_weights(self) -> NTMWeights:
         controller = self.controller
-        code = controller_code(controller)
-        assert code is not None  # kernels_cover
-        kind, _, pnr = code
-        zeros = x.new_zeros(x.shape[0], controller.hidden_size)
-        start = NTMSequenceState(
-            hidden=ctrl[0] if kind != FNN else zeros,
-            cell=ctrl[1] if kind == LSTM else zeros,
-            reads=reads.flatten(1),
-            memory=memory,
-            read_weights=read_w,
-            write_weights=write_w,
-        )
-        recurrent = controller.recurrent_weight if isinstance(controller, RecurrentController) else None
-        weights = NTMWeights(
+        return NTMWeights(
             read_weight=controller.read_weight,
-            recurrent_weight=recurrent,
+            recurrent_weight=controller.recurrent_weight
+            if isinstance(controller, RecurrentController)
+            else None,
             head_weight=self.head_params.weight,
             head_bias=self.head_params.bias,
         )
-        options = NTMOptions(
-            kind=kind,
-            pnr=pnr,
-            width=self.width,
-            num_shifts=self.num_shifts,
-            backward=backward,
-            trace=with_trace,
-        )
-        features, final, steps = ntm_sequence(self.precompute(x), start, weights, options, backend)
-        ctrl = () if kind == FNN else (final.hidden, final.cell) if kind == LSTM else (final.hidden,)
-        heads_and_width = (self.read_heads, self.width)
-        state = NTMState(
-            ctrl,
-            final.memory,
-            final.reads.unflatten(1, heads_and_width),
-            final.read_weights,
-            final.write_weights,
-        )
-        if steps is None:  # not with_trace
-            return features, state, None
-        trace = NTMTrace(
-            read_weights=steps.read_weights,
-            write_weights=steps.write_weights,
-            read_vectors=steps.reads.unflatten(-1, heads_and_width),
-            erase_vectors=steps.erase,
-            add_vectors=steps.add,
-            key_strengths=steps.beta,
-            interpolation_gates=steps.gate,
-            shift_weights=steps.shift,
-            sharpening=steps.gamma,
-            memory=steps.memory,
-        )
-        return features, state, trace
+
+    def run_op(
+        self, x: torch.Tensor, state: NTMState, options: NTMOptions, weights: NTMWeights, backend: str
+    ):
+        """All steps of x (B, T, I) through mannlab.ops.ntm.ntm_sequence on ``backend``."""
+        return ntm_sequence(self.precompute(x), state, weights, options, backend)
 
 
 class NTM(SequenceModel):

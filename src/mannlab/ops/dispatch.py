@@ -15,24 +15,20 @@ sequence (or a memory step) as one compiled loop, numba on the CPU, Triton on th
 A numba path runs where the switch is on, autocast is off, the tensors are CPU
 float32/float64 and the kernels of ``mannlab.ops.<name>.kernels`` import (numba present;
 they compile on first use, then load from numba's disk cache). A Triton path runs on CUDA
-tensors (or anywhere when forced) where the cell lists "triton" in ``kernel_backends`` and
+tensors (or anywhere when forced) where the op lists "triton" in its ``BACKENDS`` and
 ``mannlab.ops.<name>.triton_kernels`` imports (the ``mannlab[gpu]`` extra); without Triton the
 GPU takes the tensor path and says so once. The NTM and DNC memory steps of the step loop ask
-:func:`kernels_apply`. The whole-sequence cells (NTM, DNC, D-NTM, TARDIS, ARMIN) go through
-:func:`route`, which reads what only the cell knows (models/base.py gives the defaults):
-
-    kernel_ops                                  the name of its ops package ("tardis")
-    kernel_backends                             ("numba",) or ("numba", "triton")
-    kernels_cover(with_trace[, backend])        the configurations its kernels implement
-    kernels_pay(batch, backward)                whether numba beats the tensor path there
-    run_kernels(x, state, with_trace, backward[, backend])
+:func:`kernels_apply`. A whole-sequence pass asks :func:`choose`, handing it the op package
+(a :class:`SequenceOp`) and the records the op would run on: the op says what its backends
+cover (``covers``) and where numba beats the step loop (``pays``); this module adds the
+device, the dtype, the switch and the batch limits, and never calls back into a model.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from functools import cache
@@ -189,6 +185,66 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(item)
 
 
+class SequenceOp(Protocol):
+    """What a whole-sequence op package (``mannlab.ops.<name>``) exports for :func:`choose`:
+    its name, its backends and what each covers. The op alone decides what its kernels
+    implement; dispatch adds the device, dtype, the user's switch and batch limits."""
+
+    NAME: str
+    BACKENDS: tuple[str, ...]
+
+    def covers(self, options: Any, weights: Any, backend: str) -> bool: ...
+
+    def pays(self, options: Any, weights: Any, batch: int) -> bool: ...
+
+
+def records_graph(parameters: Iterable[torch.Tensor], x: torch.Tensor, state: Any) -> bool:
+    """Whether a pass over x from ``state`` with these ``parameters`` records a graph (then a
+    compiled pass keeps what its backward reads; otherwise only one step's scratch)."""
+    return torch.is_grad_enabled() and (
+        x.requires_grad
+        or any(p.requires_grad for p in parameters)
+        or any(t.requires_grad for t in _tensors(state))
+    )
+
+
+#: The batch from which a GPU's step loop beats the Triton kernels of ARMIN and the NTM (each
+#: program carries a 16-row tile through every step; the step loop's wide matrix products win
+#: once the batch fills the GPU: benchmarks/README.md, bench_gpu.py).
+TRITON_MAX_BATCH = 2048
+
+
+def choose(op: SequenceOp, x: torch.Tensor, options: Any, weights: Any) -> str:
+    """The backend of ``op`` a pass over x (B, T, I) takes: "triton" where its Triton kernels
+    cover ``options``/``weights`` and apply to x, below :data:`TRITON_MAX_BATCH` (at any batch
+    when forced); else "numba" where its numba kernels cover them, apply to x and pay at this
+    batch (``op.pays``); else "" (the caller's step loop)."""
+    if torch.compiler.is_compiling():  # torch.compile traces the step loop
+        return ""
+    if "triton" in op.BACKENDS and triton_applies(op.NAME, x) and op.covers(options, weights, "triton"):
+        forced = kernels_mode() == "triton"
+        return "triton" if forced or x.shape[0] < TRITON_MAX_BATCH else ""
+    if kernels_mode() == "triton" or x.device.type == "cuda":
+        return ""  # forced Triton that cannot run, or a GPU without it: the tensor path
+    numba = "numba" in op.BACKENDS and op.covers(options, weights, "numba") and kernels_apply(op.NAME, x)
+    return "numba" if numba and op.pays(options, weights, x.shape[0]) else ""
+
+
+def available(op: SequenceOp, options: Any, weights: Any) -> tuple[str, ...]:
+    """The compiled backends of ``op`` that cover ``options``/``weights`` and are usable here
+    without being forced: numba, and Triton where it is installed and its kernels have run on
+    a GPU (:func:`triton_checked`). What the device policy of ``--device auto`` reads."""
+    found = []
+    if "numba" in op.BACKENDS and op.covers(options, weights, "numba"):
+        found.append("numba")
+    if "triton" in op.BACKENDS and triton_checked(op.NAME) and op.covers(options, weights, "triton"):
+        found.append("triton")
+    return tuple(found)
+
+
+# ---- TRANSITIONAL: cells not yet moved to the op protocol (removed when all are) ----
+
+
 class KernelCell(Protocol):
     """What :func:`route` reads of a cell (models/base.py's MemoryCell has the defaults)."""
 
@@ -200,16 +256,6 @@ class KernelCell(Protocol):
     def kernels_pay(self, batch: int, backward: bool) -> bool: ...
 
     def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
-
-
-def records_graph(cell: KernelCell, x: torch.Tensor, state: Any) -> bool:
-    """Whether a pass of ``cell`` over x from ``state`` records a graph (then a compiled
-    pass keeps what its backward reads; otherwise only one step's scratch)."""
-    return torch.is_grad_enabled() and (
-        x.requires_grad
-        or any(p.requires_grad for p in cell.parameters())
-        or any(t.requires_grad for t in _tensors(state))
-    )
 
 
 class Route(NamedTuple):
@@ -242,12 +288,6 @@ def sequence_applies(cell: KernelCell, x: torch.Tensor, with_trace: bool = False
     return bool(sequence_backend(cell, x, with_trace))
 
 
-#: The batch from which a GPU's step loop beats the Triton kernels of ARMIN and the NTM (each
-#: program carries a 16-row tile through every step; the step loop's wide matrix products win
-#: once the batch fills the GPU: benchmarks/README.md, bench_gpu.py).
-TRITON_MAX_BATCH = 2048
-
-
 def route(cell: KernelCell, x: torch.Tensor, state: Any, with_trace: bool) -> Route:
     """The path of a pass of ``cell`` over x (B, T, I): Triton where its Triton kernels apply,
     below :data:`TRITON_MAX_BATCH` (at any batch when forced); numba where its kernels cover
@@ -255,7 +295,7 @@ def route(cell: KernelCell, x: torch.Tensor, state: Any, with_trace: bool) -> Ro
     backend = sequence_backend(cell, x, with_trace)
     if not backend:
         return Route(False, False)
-    backward = records_graph(cell, x, state)
+    backward = records_graph(cell.parameters(), x, state)
     if backend == "triton":
         forced = kernels_mode() == "triton"
         return Route(forced or x.shape[0] < TRITON_MAX_BATCH, backward, "triton")

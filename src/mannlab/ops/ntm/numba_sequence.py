@@ -26,10 +26,12 @@ from mannlab.ops.ntm.records import (
     LSTM,
     NTMOptions,
     NTMResult,
-    NTMSequenceState,
-    NTMSequenceTrace,
+    NTMState,
     NTMStates,
+    NTMTrace,
     NTMWeights,
+    controller_state,
+    controller_tensors,
 )
 from mannlab.ops.threads import Rows
 
@@ -40,9 +42,9 @@ _TIME_MAJOR_RECORDS = (1,) * 11
 
 class NTMSequence(torch.autograd.Function):
     """A whole NTM sequence as one autograd node over the numba kernels. Inputs: x_proj
-    (B, T, G), the fields of :class:`NTMSequenceState`, then of :class:`NTMWeights`, then
-    :class:`NTMOptions`. Outputs: the features (B, T, d_h + R W), the fields of the final
-    state, and with the trace the fields of :class:`NTMSequenceTrace` (no gradient)."""
+    (B, T, G), the kernels' state rows (the fields of :class:`NTMStates`), the fields of
+    :class:`NTMWeights`, then :class:`NTMOptions`. Outputs: the features (B, T, d_h + R W), the
+    final state rows, and with the trace the fields of :class:`NTMTrace` (no gradient)."""
 
     @staticmethod
     def forward(ctx, xp, h0, c0, r0, m0, wr0, ww0, w_read, w_rec, w_head, b_head, options):
@@ -82,7 +84,18 @@ class NTMSequence(torch.autograd.Function):
         # the kernels' arrays over time are time-major: (T, B, ...) -> (B, T, ...)
         reads, memory, read_w, write_w = (s[1:].transpose(0, 1) for s in states[2:])
         erase, add, betas, gates, shifts, gammas = (r.transpose(0, 1) for r in records[2:8])
-        trace = NTMSequenceTrace(reads, memory, read_w, write_w, erase, add, betas, gates, shifts, gammas)
+        trace = NTMTrace(
+            read_weights=read_w,
+            write_weights=write_w,
+            read_vectors=reads.unflatten(-1, (read_w.shape[2], options.width)),
+            erase_vectors=erase,
+            add_vectors=add,
+            key_strengths=betas,
+            interpolation_gates=gates,
+            shift_weights=shifts,
+            sharpening=gammas,
+            memory=memory,
+        )
         ctx.mark_non_differentiable(*trace)
         return (out, *final, *trace)
 
@@ -119,11 +132,11 @@ class NTMSequence(torch.autograd.Function):
             out.shape[0],
         )
         d_xp, d_rec, d_params = (torch.from_numpy(g) for g in (d_xp, d_rec, d_params))  # (T, B, .)
-        initial = NTMSequenceState(*(torch.from_numpy(g) for g in initial))
+        initial = NTMStates(*(torch.from_numpy(g) for g in initial))
         return weight_gradients(ctx.needs_input_grad, options, states, d_xp, d_rec, d_params, initial)
 
 
-def weight_gradients(need, options: NTMOptions, states: NTMStates, d_xp, d_rec, d_params, initial):
+def weight_gradients(need, options: NTMOptions, states: NTMStates, d_xp, d_rec, d_params, initial: NTMStates):
     """The backward's gradients of the op's inputs from the kernels' time-major gradients of
     the pre-activations: d_xp (T, B, G) of W_x x_t + W_r r_{t-1} + b, d_rec (T, B, G) of
     W_h h_{t-1} (the same tensor but for the partially non-recurrent controllers), d_params
@@ -151,15 +164,35 @@ def weight_gradients(need, options: NTMOptions, states: NTMStates, d_xp, d_rec, 
     )
 
 
-def apply_sequence(function, x_proj, state: NTMSequenceState, weights: NTMWeights, options: NTMOptions):
-    """Calls an autograd Function of the shape of :class:`NTMSequence` with the records
-    flattened, and wraps its outputs back into an :class:`NTMResult`."""
-    out = function.apply(x_proj, *state, *weights, options)
-    final = NTMSequenceState(*out[1:7])
-    trace = NTMSequenceTrace(*out[7:]) if options.trace else None
-    return NTMResult(out[0], final, trace)
+def apply_sequence(function, x_proj, state: NTMState, weights: NTMWeights, options: NTMOptions) -> NTMResult:
+    """Calls an autograd Function of the shape of :class:`NTMSequence`: the :class:`NTMState` as
+    the kernels' state rows (the controller's h and c, the reads side by side) in, the final
+    rows back into an :class:`NTMState`, the trace as the :class:`NTMTrace` it returns."""
+    hidden, cell = controller_tensors(state, options.kind, weights.head_weight.shape[1])
+    rows = NTMStates(
+        hidden,
+        cell,
+        state.read_vectors.flatten(1),
+        state.memory,
+        state.read_weights,
+        state.write_weights,
+    )
+    out = function.apply(x_proj, *rows, *weights, options)
+    final = NTMStates(*out[1:7])
+    trace = NTMTrace(*out[7:]) if options.trace else None
+    return NTMResult(
+        out[0],
+        NTMState(
+            controller_state(options.kind, final.hidden, final.cell),
+            final.memory,
+            final.reads.unflatten(1, state.read_vectors.shape[1:]),
+            final.read_weights,
+            final.write_weights,
+        ),
+        trace,
+    )
 
 
-def numba_sequence(x_proj, state: NTMSequenceState, weights: NTMWeights, options: NTMOptions) -> NTMResult:
+def numba_sequence(x_proj, state: NTMState, weights: NTMWeights, options: NTMOptions) -> NTMResult:
     """The whole-sequence op on the numba kernels (CPU float32/float64 tensors)."""
     return apply_sequence(NTMSequence, x_proj, state, weights, options)

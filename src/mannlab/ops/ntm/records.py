@@ -9,36 +9,39 @@ d_h otherwise), R read heads, H write heads, N slots, W width, S shifts, P head 
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 
-from mannlab.ops.controller_codes import ELMAN, FNN, LSTM
+from mannlab.ops.controller_codes import ELMAN, FNN, LSTM, TANH
 
 __all__ = [
     "ELMAN",
     "FNN",
+    "TANH",
     "LSTM",
     "NTMOptions",
     "NTMRecords",
     "NTMResult",
-    "NTMSequenceState",
-    "NTMSequenceTrace",
+    "NTMState",
     "NTMStates",
+    "NTMTrace",
     "NTMWeights",
 ]
 
 
-class NTMSequenceState(NamedTuple):
-    """The recurrent state between steps. ``hidden`` and ``cell`` (B, d_h) are zeros where the
-    controller has none (the feed-forward one has neither, Elman no cell)."""
+class NTMState(NamedTuple):
+    """The recurrent state between steps and segments, as the model returns it and the op,
+    every backend and the pictures read it: the controller's state (``()`` for the
+    feed-forward controller, ``(h,)`` for Elman, ``(h, c)`` for the LSTM, each (B, d_h)),
+    the memory (B, N, W), the read vectors (B, R, W), the read weightings (B, R, N) and the
+    write weightings (B, H, N) of the last step."""
 
-    hidden: torch.Tensor  # h (B, d_h)
-    cell: torch.Tensor  # c (B, d_h), the LSTM's
-    reads: torch.Tensor  # r (B, R W), the read heads' vectors side by side
-    memory: torch.Tensor  # M (B, N, W)
-    read_weights: torch.Tensor  # w^r (B, R, N)
-    write_weights: torch.Tensor  # w^w (B, H, N)
+    controller: Any
+    memory: torch.Tensor
+    read_vectors: torch.Tensor
+    read_weights: torch.Tensor
+    write_weights: torch.Tensor
 
 
 class NTMWeights(NamedTuple):
@@ -52,12 +55,13 @@ class NTMWeights(NamedTuple):
 
 
 class NTMOptions(NamedTuple):
-    """What is not a tensor: the controller ``kind`` (FNN, ELMAN, LSTM of
-    ops/controller_codes.py; the feed-forward one is tanh), whether it is partially
-    non-recurrent (eqs. 9-13), memory width W, number of shifts S, whether a backward follows
-    (``backward``: keep every step) and whether the trace is returned."""
+    """What is not a tensor: the controller ``kind`` and the feed-forward controller's
+    ``activation`` (codes of ops/controller_codes.py), whether it is partially non-recurrent
+    (eqs. 9-13), memory width W, number of shifts S, whether a backward follows (``backward``:
+    keep every step) and whether the trace is returned."""
 
     kind: int
+    activation: int
     pnr: bool
     width: int
     num_shifts: int
@@ -65,32 +69,34 @@ class NTMOptions(NamedTuple):
     trace: bool
 
 
-class NTMSequenceTrace(NamedTuple):
-    """Per-step values (B, T, ...), for inspection: they carry no gradient."""
+class NTMTrace(NamedTuple):
+    """Per-step internals (B, T, ...), stacked over time; from the op they carry no gradient."""
 
-    reads: torch.Tensor  # r_t (B, T, R W)
-    memory: torch.Tensor  # M_t (B, T, N, W) after the write
-    read_weights: torch.Tensor  # w^r_t (B, T, R, N)
-    write_weights: torch.Tensor  # w^w_t (B, T, H, N)
-    erase: torch.Tensor  # e (B, T, H, W)
-    add: torch.Tensor  # a (B, T, H, W)
-    beta: torch.Tensor  # key strengths (B, T, H + R), write heads first
-    gate: torch.Tensor  # interpolation gates g (B, T, H + R)
-    shift: torch.Tensor  # shift weightings s (B, T, H + R, S)
-    gamma: torch.Tensor  # sharpening exponents (B, T, H + R)
+    read_weights: torch.Tensor  # (B, T, R, N)  w^r_t
+    write_weights: torch.Tensor  # (B, T, H, N)  w^w_t
+    read_vectors: torch.Tensor  # (B, T, R, W)  r_t
+    erase_vectors: torch.Tensor  # (B, T, H, W)  e_t
+    add_vectors: torch.Tensor  # (B, T, H, W)  a_t
+    key_strengths: torch.Tensor  # (B, T, H + R) beta, write heads first
+    interpolation_gates: torch.Tensor  # (B, T, H + R) g
+    shift_weights: torch.Tensor  # (B, T, H + R, S) s
+    sharpening: torch.Tensor  # (B, T, H + R) gamma
+    memory: torch.Tensor  # (B, T, N, W) M_t after the write
 
 
 class NTMResult(NamedTuple):
     """``features, state, trace = ntm_sequence(...)``: H^o_t = [h_out; r_t] (B, T, d_h + R W),
-    the final :class:`NTMSequenceState`, the :class:`NTMSequenceTrace` or None."""
+    the final :class:`NTMState`, the :class:`NTMTrace` or None."""
 
     features: torch.Tensor
-    state: NTMSequenceState
-    trace: Optional[NTMSequenceTrace]
+    state: NTMState
+    trace: Optional[NTMTrace]
 
 
 class NTMStates(NamedTuple):
-    """The states over time a forward keeps for its backward, time-major (T + 1, B, ...): row 0
+    """The state as the kernels step it: the controller's h and c (zeros where it keeps none),
+    the reads side by side (B, R W), the memory and the weightings. One row (B, ...) at the
+    autograd boundary; over time (T + 1, B, ...) what a forward keeps for its backward, row 0
     the initial state, row t + 1 the state after step t."""
 
     hidden: torch.Tensor
@@ -110,3 +116,27 @@ class NTMRecords(NamedTuple):
     gates: torch.Tensor
     params: torch.Tensor
     gated: torch.Tensor
+
+
+def controller_tensors(state: NTMState, kind: int, hidden_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The controller's (h, c) (B, d_h) as the kernels step them: zeros where the controller
+    keeps none (the feed-forward one neither, Elman no c)."""
+    zeros = state.memory.new_zeros(state.memory.shape[0], hidden_size)
+    hidden = state.controller[0] if kind != FNN else zeros
+    return hidden, state.controller[1] if kind == LSTM else zeros
+
+
+def controller_state(kind: int, hidden: torch.Tensor, cell: torch.Tensor) -> tuple:
+    """The controller's state in the :class:`NTMState` from the kernels' (h, c)."""
+    return () if kind == FNN else (hidden, cell) if kind == LSTM else (hidden,)
+
+
+def covers(options: NTMOptions, weights: NTMWeights, backend: str) -> bool:
+    """Every backend implements the feed-forward (tanh), Elman, LSTM and partially
+    non-recurrent controllers, any heads and shifts, with or without the trace."""
+    return options.activation == TANH
+
+
+def pays(options: NTMOptions, weights: NTMWeights, batch: int) -> bool:
+    """The numba kernels beat the step loop at every batch measured (benchmarks/README.md)."""
+    return True

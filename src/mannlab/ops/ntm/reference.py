@@ -37,9 +37,11 @@ from mannlab.ops.ntm.records import (
     LSTM,
     NTMOptions,
     NTMResult,
-    NTMSequenceState,
-    NTMSequenceTrace,
+    NTMState,
+    NTMTrace,
     NTMWeights,
+    controller_state,
+    controller_tensors,
 )
 
 
@@ -113,28 +115,40 @@ def controller_step(pre_ff, hidden, cell, weights: NTMWeights, options: NTMOptio
 
 
 def ntm_sequence_reference(
-    x_proj: torch.Tensor, state: NTMSequenceState, weights: NTMWeights, options: NTMOptions
+    x_proj: torch.Tensor, state: NTMState, weights: NTMWeights, options: NTMOptions
 ) -> NTMResult:
     """The whole-sequence op as a loop over steps: x_proj (B, T, G) = W_x x_t + b of every step,
     the initial state, the weights -> features (B, T, d_h + R W), final state, trace (if asked;
     detached, as the kernels return it)."""
-    h, c, reads, memory, read_w, write_w = state
+    h, c = controller_tensors(state, options.kind, weights.head_weight.shape[1])
+    _, memory, step_reads, read_w, write_w = state
     write_heads, read_heads = write_w.shape[1], read_w.shape[1]
     width, num_shifts = options.width, options.num_shifts
     features, steps = [], []
     for x_t in x_proj.unbind(1):
-        pre_ff = x_t + reads @ weights.read_weight.t()
+        pre_ff = x_t + step_reads.flatten(1) @ weights.read_weight.t()
         h, c, h_out = controller_step(pre_ff, h, c, weights, options)  # (i)
         params = h @ weights.head_weight.t() + weights.head_bias
         step_reads, memory, read_w, write_w = memory_step(params, memory, read_w, write_w, width, num_shifts)
-        reads = step_reads.flatten(1)
-        features.append(torch.cat([h_out, reads], dim=-1))  # (iv)
+        features.append(torch.cat([h_out, step_reads.flatten(1)], dim=-1))  # (iv)
         if options.trace:
             heads = head_values(params, write_heads, read_heads, width, num_shifts)
-            values = (heads.erase, heads.add, heads.beta, heads.gate, heads.shift, heads.gamma)
-            steps.append((reads, memory, read_w, write_w, *values))
+            steps.append(
+                NTMTrace(
+                    read_weights=read_w,
+                    write_weights=write_w,
+                    read_vectors=step_reads,
+                    erase_vectors=heads.erase,
+                    add_vectors=heads.add,
+                    key_strengths=heads.beta,
+                    interpolation_gates=heads.gate,
+                    shift_weights=heads.shift,
+                    sharpening=heads.gamma,
+                    memory=memory,
+                )
+            )
     trace = None
     if options.trace:
-        trace = NTMSequenceTrace(*(torch.stack(field, dim=1).detach() for field in zip(*steps)))
-    final = NTMSequenceState(h, c, reads, memory, read_w, write_w)
+        trace = NTMTrace(*(torch.stack(field, dim=1).detach() for field in zip(*steps)))
+    final = NTMState(controller_state(options.kind, h, c), memory, step_reads, read_w, write_w)
     return NTMResult(torch.stack(features, dim=1), final, trace)

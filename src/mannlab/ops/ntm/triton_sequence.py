@@ -22,9 +22,9 @@ from mannlab.ops.ntm.records import (
     NTMOptions,
     NTMRecords,
     NTMResult,
-    NTMSequenceState,
-    NTMSequenceTrace,
+    NTMState,
     NTMStates,
+    NTMTrace,
     NTMWeights,
 )
 from mannlab.ops.ntm.reference import head_values
@@ -57,21 +57,32 @@ def _sizes(batch_shape, hidden, read_heads, write_heads, slots, params, options:
     )
 
 
-def _trace(states: NTMStates, params: torch.Tensor, write_heads, read_heads, options) -> NTMSequenceTrace:
+def _trace(states: NTMStates, params: torch.Tensor, write_heads, read_heads, options) -> NTMTrace:
     """The per-step values (B, T, ...) from the kept states and raw head parameters."""
     steps, batch = params.shape[:2]
     heads = head_values(params.flatten(0, 1), write_heads, read_heads, options.width, options.num_shifts)
     values = [v.unflatten(0, (steps, batch)).transpose(0, 1) for v in heads[1:]]
     erase, add, beta, gate, shift, gamma = values[4], values[5], *values[:4]
     reads, memory, read_w, write_w = (s[1:].transpose(0, 1) for s in states[2:])
-    return NTMSequenceTrace(reads, memory, read_w, write_w, erase, add, beta, gate, shift, gamma)
+    return NTMTrace(
+        read_weights=read_w,
+        write_weights=write_w,
+        read_vectors=reads.unflatten(-1, (read_heads, options.width)),
+        erase_vectors=erase,
+        add_vectors=add,
+        key_strengths=beta,
+        interpolation_gates=gate,
+        shift_weights=shift,
+        sharpening=gamma,
+        memory=memory,
+    )
 
 
 class NTMTritonSequence(torch.autograd.Function):
-    """Inputs and outputs as sequence.NTMSequence: x_proj (B, T, G), the fields of
-    :class:`NTMSequenceState`, then of :class:`NTMWeights`, then :class:`NTMOptions`; the
-    features, the fields of the final state and with the trace those of
-    :class:`NTMSequenceTrace` (no gradient)."""
+    """Inputs and outputs as numba_sequence.NTMSequence: x_proj (B, T, G), the kernels' state
+    rows (:class:`NTMStates`), the fields of :class:`NTMWeights`, then :class:`NTMOptions`; the
+    features, the final state rows and with the trace the fields of :class:`NTMTrace` (no
+    gradient)."""
 
     @staticmethod
     def forward(ctx, xp, h0, c0, r0, m0, wr0, ww0, w_read, w_rec, w_head, b_head, options):
@@ -170,11 +181,11 @@ class NTMTritonSequence(torch.autograd.Function):
             **sizes,
         )
         last = steps % 2
-        initial = NTMSequenceState(g_h, g_c, g_r, g_m[last], g_wr[last], g_ww[last])
+        initial = NTMStates(g_h, g_c, g_r, g_m[last], g_wr[last], g_ww[last])
         return weight_gradients(ctx.needs_input_grad, options, states, d_xp, d_rec, d_params, initial)
 
 
-def triton_sequence(x_proj, state: NTMSequenceState, weights: NTMWeights, options: NTMOptions) -> NTMResult:
+def triton_sequence(x_proj, state: NTMState, weights: NTMWeights, options: NTMOptions) -> NTMResult:
     """The whole-sequence op on the Triton kernels (CUDA float32 tensors; any device in
     Triton's interpreter)."""
     return apply_sequence(NTMTritonSequence, x_proj, state, weights, options)

@@ -269,7 +269,7 @@ def sequence_backend(cell: MemoryCell, x: torch.Tensor, state: Any = None, with_
     """The backend a pass of ``cell`` over x (B, T, I) takes: "numba", "triton", or "" (the
     step loop)."""
     if cell.op is None:
-        route = dispatch.route(cell, x, state, with_trace)  # type: ignore[arg-type]
+        route = dispatch.route(cell, x, state, with_trace)
         return route.backend if route.compiled else ""
     return _plan(cell, x, state, with_trace)[0]
 
@@ -282,7 +282,7 @@ def run_sequence(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool
         if backend:
             return cell.run_op(x, state, options, weights, backend)
         return run_steps(cell, x, state, with_trace)
-    route = dispatch.route(cell, x, state, with_trace)  # type: ignore[arg-type]
+    route = dispatch.route(cell, x, state, with_trace)
     if route.compiled and route.backend == "triton":
         return cell.run_kernels(x, state, with_trace, route.backward, backend="triton")
     if route.compiled:

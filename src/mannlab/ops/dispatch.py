@@ -8,9 +8,12 @@ sequence (or a memory step) as one compiled loop, numba on the CPU, Triton on th
     MANNLAB_KERNELS=triton                   force the Triton kernels, on CPU tensors too
                                              (with TRITON_INTERPRET=1: Triton's interpreter,
                                              how the GPU kernels are tested without a GPU)
+    MANNLAB_KERNELS=compiled                 force the "compiled" backend: the op's step
+                                             under torch.compile (ops/compiled.py)
     with mannlab.ops.use_kernels(False):     this thread's calls inside the block take the
         y, state = model(x)                  tensor paths (True: the kernels, "triton": force
-                                             Triton); the backward follows its forward's path
+                                             Triton, "compiled": force the compiled step); the
+                                             backward follows its forward's path
 
 A numba path runs where the switch is on, autocast is off, the tensors are CPU
 float32/float64 and the kernels of ``mannlab.ops.<name>.kernels`` import (numba present;
@@ -41,8 +44,9 @@ from mannlab.ops import notice
 
 ENV_VAR = "MANNLAB_KERNELS"
 
-#: the switch's settings: "on" (the kernels where they apply), "off", "triton" (forced)
-MODES = ("on", "off", "triton")
+#: the switch's settings: "on" (the kernels where they apply), "off", "triton" and "compiled"
+#: (those backends forced)
+MODES = ("on", "off", "triton", "compiled")
 
 
 def _mode_of(value: bool | str) -> str:
@@ -50,10 +54,11 @@ def _mode_of(value: bool | str) -> str:
         return "on"
     if value is False or value in ("0", "off"):
         return "off"
-    if value == "triton":
-        return "triton"
+    if value in ("triton", "compiled"):
+        return str(value)
     raise ValueError(
-        f"the kernels switch takes True, False or 'triton' ({ENV_VAR}=1, 0 or triton), got {value!r}"
+        f"the kernels switch takes True, False, 'triton' or 'compiled' ({ENV_VAR}=1, 0, triton or "
+        f"compiled), got {value!r}"
     )
 
 
@@ -67,14 +72,14 @@ def kernels_enabled() -> bool:
 
 
 def kernels_mode() -> str:
-    """The switch as it stands here: "on", "off" or "triton" (see :data:`MODES`)."""
+    """The switch as it stands here: one of :data:`MODES`."""
     return _mode.get()
 
 
 @contextmanager
 def use_kernels(enabled: bool | str = True) -> Iterator[None]:
-    """Turn the kernels on (True), off (False) or force the Triton kernels ("triton") for the
-    calls inside the block."""
+    """Turn the kernels on (True), off (False) or force the Triton kernels ("triton") or the
+    compiled step ("compiled") for the calls inside the block."""
     token = _mode.set(_mode_of(enabled))
     try:
         yield
@@ -115,7 +120,7 @@ def triton_applies(name: str, tensor: torch.Tensor) -> bool:
     if torch.compiler.is_compiling():
         return False
     mode = kernels_mode()
-    if mode == "off" or autocast_active(tensor):
+    if mode in ("off", "compiled") or autocast_active(tensor):
         return False
     if mode == "on" and tensor.device.type != "cuda":
         return False
@@ -215,12 +220,16 @@ TRITON_MAX_BATCH = 2048
 
 
 def choose(op: SequenceOp, x: torch.Tensor, options: Any, weights: Any) -> str:
-    """The backend of ``op`` a pass over x (B, T, I) takes: "triton" where its Triton kernels
+    """The backend of ``op`` a pass over x (B, T, I) takes: "compiled" where forced and
+    covered (autocast off); "triton" where its Triton kernels
     cover ``options``/``weights`` and apply to x, below :data:`TRITON_MAX_BATCH` (at any batch
     when forced); else "numba" where its numba kernels cover them, apply to x and pay at this
     batch (``op.pays``); else "" (the caller's step loop)."""
     if torch.compiler.is_compiling():  # torch.compile traces the step loop
         return ""
+    if kernels_mode() == "compiled":
+        covered = "compiled" in op.BACKENDS and op.covers(options, weights, "compiled")
+        return "compiled" if covered and not autocast_active(x) else ""
     if "triton" in op.BACKENDS and triton_applies(op.NAME, x) and op.covers(options, weights, "triton"):
         forced = kernels_mode() == "triton"
         return "triton" if forced or x.shape[0] < TRITON_MAX_BATCH else ""

@@ -8,18 +8,20 @@ product before the time loop), ``state`` the model's own :class:`NTMState`, ``we
 (records.py). The backends compute ops/ntm/reference.py's loop, each as one autograd node:
 "numba" the CPU kernels (numba_sequence.py over kernels.py), "triton" the GPU kernels
 (triton_sequence.py over triton_kernels.py; on CPU tensors in Triton's interpreter),
-"reference" the loop itself. What each covers: records.covers.
+"compiled" that loop with its step under torch.compile (ops/compiled.py), "reference" the
+loop itself. What each covers: records.covers.
 """
 
 from __future__ import annotations
 
 import torch
 
+from mannlab.ops.compiled import compiled_step
 from mannlab.ops.ntm.records import NTMOptions, NTMResult, NTMState, NTMWeights
 
 #: the ops package's name (mannlab.ops.ntm) and its backends, compiled ones first
 NAME = "ntm"
-BACKENDS = ("numba", "triton", "reference")
+BACKENDS = ("numba", "triton", "compiled", "reference")
 
 
 def _check(x_proj: torch.Tensor, state: NTMState, weights: NTMWeights, options: NTMOptions) -> None:
@@ -54,10 +56,13 @@ def ntm_sequence(
         from mannlab.ops.ntm.triton_sequence import triton_sequence
 
         return triton_sequence(x_proj, state, weights, options)
-    if backend == "reference":
-        from mannlab.ops.ntm.reference import ntm_sequence_reference
+    if backend in ("reference", "compiled"):
+        from mannlab.ops.ntm.reference import ntm_sequence_reference, sequence_step
 
-        return ntm_sequence_reference(x_proj, state, weights, options)
+        step = sequence_step
+        if backend == "compiled":
+            step = compiled_step(sequence_step, options, x_proj.device.type)
+        return ntm_sequence_reference(x_proj, state, weights, options, step)
     raise ValueError(
         f"ntm_sequence's backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
     )

@@ -26,7 +26,7 @@ sharpening (w = w~^gamma / sum w~^gamma), the primitives of mannlab.nn.addressin
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +38,7 @@ from mannlab.ops.ntm.records import (
     NTMOptions,
     NTMResult,
     NTMState,
+    NTMStates,
     NTMTrace,
     NTMWeights,
     controller_state,
@@ -114,41 +115,65 @@ def controller_step(pre_ff, hidden, cell, weights: NTMWeights, options: NTMOptio
     return h, c, h_out
 
 
+def sequence_step(x_t, row: NTMStates, weights: NTMWeights, options: NTMOptions):
+    """Steps (i)-(iv) once, from x_proj_t (B, G) and the kernels' state row: (H^o_t
+    (B, d_h + R W), the next row, the raw head parameters p_t (B, P)). The reference loop runs
+    it as it is; the "compiled" backend runs it under torch.compile (ops/compiled.py)."""
+    pre_ff = x_t + row.reads @ weights.read_weight.t()
+    h, c, h_out = controller_step(pre_ff, row.hidden, row.cell, weights, options)  # (i)
+    params = h @ weights.head_weight.t() + weights.head_bias
+    reads, memory, read_w, write_w = memory_step(
+        params, row.memory, row.read_weights, row.write_weights, options.width, options.num_shifts
+    )
+    reads = reads.flatten(1)
+    features = torch.cat([h_out, reads], dim=-1)  # (iv)
+    return features, NTMStates(h, c, reads, memory, read_w, write_w), params
+
+
 def ntm_sequence_reference(
-    x_proj: torch.Tensor, state: NTMState, weights: NTMWeights, options: NTMOptions
+    x_proj: torch.Tensor,
+    state: NTMState,
+    weights: NTMWeights,
+    options: NTMOptions,
+    step: Callable = sequence_step,
 ) -> NTMResult:
     """The whole-sequence op as a loop over steps: x_proj (B, T, G) = W_x x_t + b of every step,
     the initial state, the weights -> features (B, T, d_h + R W), final state, trace (if asked;
-    detached, as the kernels return it)."""
+    detached, as the kernels return it). ``step``: :func:`sequence_step`, or the same under
+    torch.compile."""
     h, c = controller_tensors(state, options.kind, weights.head_weight.shape[1])
-    _, memory, step_reads, read_w, write_w = state
+    _, memory, reads, read_w, write_w = state
+    row = NTMStates(h, c, reads.flatten(1), memory, read_w, write_w)
+    heads_and_width = reads.shape[1:]
     write_heads, read_heads = write_w.shape[1], read_w.shape[1]
-    width, num_shifts = options.width, options.num_shifts
     features, steps = [], []
     for x_t in x_proj.unbind(1):
-        pre_ff = x_t + step_reads.flatten(1) @ weights.read_weight.t()
-        h, c, h_out = controller_step(pre_ff, h, c, weights, options)  # (i)
-        params = h @ weights.head_weight.t() + weights.head_bias
-        step_reads, memory, read_w, write_w = memory_step(params, memory, read_w, write_w, width, num_shifts)
-        features.append(torch.cat([h_out, step_reads.flatten(1)], dim=-1))  # (iv)
+        features_t, row, params = step(x_t, row, weights, options=options)
+        features.append(features_t)
         if options.trace:
-            heads = head_values(params, write_heads, read_heads, width, num_shifts)
+            heads = head_values(params, write_heads, read_heads, options.width, options.num_shifts)
             steps.append(
                 NTMTrace(
-                    read_weights=read_w,
-                    write_weights=write_w,
-                    read_vectors=step_reads,
+                    read_weights=row.read_weights,
+                    write_weights=row.write_weights,
+                    read_vectors=row.reads.unflatten(1, heads_and_width),
                     erase_vectors=heads.erase,
                     add_vectors=heads.add,
                     key_strengths=heads.beta,
                     interpolation_gates=heads.gate,
                     shift_weights=heads.shift,
                     sharpening=heads.gamma,
-                    memory=memory,
+                    memory=row.memory,
                 )
             )
     trace = None
     if options.trace:
         trace = NTMTrace(*(torch.stack(field, dim=1).detach() for field in zip(*steps)))
-    final = NTMState(controller_state(options.kind, h, c), memory, step_reads, read_w, write_w)
+    final = NTMState(
+        controller_state(options.kind, row.hidden, row.cell),
+        row.memory,
+        row.reads.unflatten(1, heads_and_width),
+        row.read_weights,
+        row.write_weights,
+    )
     return NTMResult(torch.stack(features, dim=1), final, trace)

@@ -15,7 +15,6 @@ from typing import Any
 
 import griffe
 
-
 #: a Google-style section title ("Args:"), whose indented entries griffe reads as a table
 SECTION = re.compile(
     r"(Args|Arguments|Parameters|Keyword Args|Other Parameters|Returns|Yields|Raises|Warns|"

@@ -15,13 +15,25 @@ from typing import Any
 
 import griffe
 
+#: a Google-style section title ("Args:"), whose indented entries griffe reads as a table
+SECTION = re.compile(
+    r"(Args|Arguments|Parameters|Keyword Args|Other Parameters|Returns|Yields|Raises|Warns|"
+    r"Attributes|Examples?|Notes?|Warnings?):\s*"
+)
+
 
 def separate_indented_blocks(text: str) -> str:
-    """A blank line before every indented block that directly follows a text line."""
+    """A blank line before every indented block that directly follows a text line, except
+    the entries of a section ("Args:"), which griffe parses itself."""
     out: list[str] = []
     for line in text.split("\n"):
         previous = out[-1] if out else ""
-        if line.startswith("    ") and previous.strip() and not previous.startswith("    "):
+        if (
+            line.startswith("    ")
+            and previous.strip()
+            and not previous.startswith("    ")
+            and not SECTION.fullmatch(previous.strip())
+        ):
             out.append("")
         out.append(line)
     return "\n".join(out)

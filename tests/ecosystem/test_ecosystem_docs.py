@@ -26,6 +26,12 @@ def test_sphinx_roles_become_code_spans():
     assert plain(":func:`run_sequence` and :meth:`~x.Y.z`") == "`run_sequence` and `x.Y.z`"
 
 
+def test_indented_blocks_are_separated_but_sections_are_left_to_griffe():
+    separate = hooks().separate_indented_blocks
+    assert separate("Glossary\n    x  input") == "Glossary\n\n    x  input"
+    assert separate("Args:\n    x (int): input.") == "Args:\n    x (int): input."
+
+
 def test_mathjax_is_bundled_and_internal_methods_are_filtered():
     config = (ROOT / "mkdocs.yml").read_text()
     scripts = config.split("extra_javascript:", 1)[1].split("\n\n", 1)[0]

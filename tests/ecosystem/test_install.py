@@ -139,6 +139,7 @@ def test_progress_bar_rate_starts_after_the_warm_up_step():
     from mannlab.training.bar import WarmupBar
 
     out = io.StringIO()
+    out.isatty = lambda: True  # a terminal: into a file the bar is off
     bar = WarmupBar(total=100, file=out, mininterval=0)
     time.sleep(0.3)  # the warm-up step (a compile) before the first update
     bar.set_postfix({"loss": "0.5"}, refresh=False)

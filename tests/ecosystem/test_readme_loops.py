@@ -1,4 +1,5 @@
-"""The README's "Your own training loop" and "Lightning" snippets run as written (fewer steps)."""
+"""The README's Python snippet, and the "Your own training loop" and "Lightning" snippets of
+docs/python.md, run as written (fewer steps)."""
 
 import importlib.util
 import re
@@ -8,17 +9,27 @@ import pytest
 
 from mannlab.ops import use_kernels
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+PYTHON_PAGE = ROOT / "docs" / "python.md"
 
 
-def snippet(heading):
-    """The first python block after ``heading`` in the README."""
-    text = README.read_text(encoding="utf-8")
+def snippet(heading, page=PYTHON_PAGE):
+    """The first python block after ``heading`` in ``page``."""
+    text = page.read_text(encoding="utf-8")
     return re.search(r"```python\n(.*?)```", text[text.index(heading) :], re.DOTALL).group(1)
 
 
+def test_readme_snippet_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # it writes copy.png
+    namespace = {}
+    with use_kernels(False):
+        exec(snippet("## Use it from Python", README), namespace)
+    assert (tmp_path / "copy.png").is_file() and namespace["loss"].isfinite()
+
+
 def test_own_loop_snippet_runs():
-    code = snippet("### Your own training loop").replace("range(1000)", "range(2)")
+    code = snippet("## Your own training loop").replace("range(1000)", "range(2)")
     namespace = {}
     with use_kernels(False):
         exec(code, namespace)
@@ -31,7 +42,7 @@ def test_own_loop_snippet_runs():
 )
 def test_lightning_snippet_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # lightning_logs/ and checkpoints land here
-    code = snippet("### Lightning").replace(
+    code = snippet("## Lightning").replace(
         "max_steps=5000, val_check_interval=500",
         "max_steps=2, val_check_interval=1, enable_progress_bar=False",
     )

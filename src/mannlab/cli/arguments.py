@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 
 def add_override(
@@ -145,6 +146,57 @@ def add_device(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def device_changes(args: argparse.Namespace) -> dict[str, str]:
-    """The train.* values --device and --precision set."""
-    return {k: v for k, v in (("device", args.device), ("precision", args.precision)) if v}
+def add_compute(parser: argparse.ArgumentParser) -> None:
+    """--threads and --max-minutes, the shortcuts of train.threads and train.max_minutes."""
+    parser.add_argument(
+        "--threads",
+        type=non_negative_int,
+        metavar="N",
+        help="torch CPU threads for the run (train.threads; default 1, the fastest for these "
+        "small recurrent models; 0 keeps torch's default)",
+    )
+    parser.add_argument(
+        "--max-minutes",
+        type=non_negative_float,
+        metavar="M",
+        help="also stop after M minutes (train.max_minutes; train.budget_clock=cpu counts CPU "
+        "time); the run ends at train.steps or M minutes, whichever comes first",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved run config (TOML) and exit without training",
+    )
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def shortcut_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The train.* values --device, --precision, --threads and --max-minutes set."""
+    given = {
+        "device": args.device,
+        "precision": args.precision,
+        "threads": args.threads,
+        "max_minutes": args.max_minutes,
+    }
+    return {k: v for k, v in given.items() if v is not None}

@@ -10,16 +10,18 @@ from typing import Any
 from mannlab import recipes
 from mannlab.cli import arguments
 from mannlab.cli.arguments import (
+    add_compute,
     add_device,
     add_logger,
     add_set,
-    device_changes,
     int_list,
     path,
     positive_int,
+    shortcut_changes,
 )
 from mannlab.config import (
     RunConfig,
+    config_toml,
     default_config_dict,
     default_run_dir,
     load_config,
@@ -44,7 +46,8 @@ Sections: model (its keyword arguments), task (its parameters), train (see Train
 in mannlab/config.py: optimizer, lr, batch_size, steps, val_every, clip_grad_norm,
 lr_decay_steps (the lr times lr_decay_factor, 0.1, after each of those steps), ...;
 device and precision, also --device and --precision; threads, the torch threads, default 1:
-these small recurrent models run fastest on one CPU thread).
+these small recurrent models run fastest on one CPU thread, also --threads; max_minutes, a
+time budget, also --max-minutes). --print-config shows the result without training.
 """
 
 TRAIN_EXAMPLES = """\
@@ -52,10 +55,11 @@ examples:
   mannlab train --model ntm --task copy
   mannlab train --model lstm --task copy --steps 5000 --set model.hidden_size=256
   mannlab train --config my.toml --seed 3
+  mannlab train --model ntm --task copy --print-config > my.toml   # every option, to edit
   mannlab train --run-dir runs/ntm-copy-seed0 --resume --steps 4000   # continue a run
-  mannlab train --model dntm --task copy --set train.max_minutes=20 --set train.budget_clock=cpu
+  mannlab train --model dntm --task copy --max-minutes 20 --set train.budget_clock=cpu
       (stop at 20 CPU minutes or train.steps, whichever comes first)
-  mannlab train --model armin --task ptb-char --data-dir DIR --set train.max_minutes=30
+  mannlab train --model armin --task ptb-char --data-dir DIR --max-minutes 30
       (char-level LM with truncated BPTT; tasks ptb-char, text8, enwik8-char; the task
       section takes data_dir, bptt, valid_batch_size, test_batch_size, valid_symbols,
       test_symbols; the model section also embedding_size, input_dropout, output_dropout)
@@ -75,9 +79,15 @@ else the recipe's `seeds = [...]`, else its `seed`. run_dir defaults to runs/<re
 
 
 def add_commands(command) -> None:
+    from mannlab.models import MODELS
+    from mannlab.tasks import names as task_names
+
     train = command("train", "train one model on one task", TRAIN_HELP, TRAIN_EXAMPLES)
-    train.add_argument("--model", help="model name (e.g. ntm, lstm)")
-    train.add_argument("--task", help="task name (e.g. copy, repeat_copy, associative_recall, ptb-char)")
+    train.add_argument("--model", help=f"model name: {', '.join(sorted(MODELS))}")
+    train.add_argument(
+        "--task",
+        help=f"task name ('-' and '_' are the same: repeat-copy is repeat_copy): {', '.join(task_names())}",
+    )
     train.add_argument(
         "--config", type=path, metavar="FILE.toml", help="start from this run config instead of the defaults"
     )
@@ -103,6 +113,7 @@ def add_commands(command) -> None:
     train.add_argument("--no-progress", action="store_true", help="no progress bar (train.progress=false)")
     add_logger(train)
     add_device(train)
+    add_compute(train)
     train.set_defaults(func=cmd_train)
 
     run = command(
@@ -134,6 +145,7 @@ def add_commands(command) -> None:
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_logger(run)
     add_device(run)
+    add_compute(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -148,14 +160,20 @@ def _say(*lines: str) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from mannlab.training import distributed, prepare_run, train
     from mannlab.training.loop import finished_run
+    from mannlab.training.run_dir import prepare_run_dir
 
     config = train_config(args)
+    if args.print_config:
+        print(config_toml(config), end="")
+        return 0
     # built once, for the run: a typo in a model or task argument, or a device or precision this
     # machine lacks, fails now, before any file is written; under torchrun the process group opens
     prepared = prepare_run(config)
     if args.resume and (done := distributed.main_only(lambda: finished_run(config))) is not None:
         _say(finished_line(config.run_dir or default_run_dir(config), done))
         return 0
+    if not (args.resume or args.force):  # refuse a directory holding a run before announcing it
+        distributed.main_only(lambda: prepare_run_dir(Path(config.run_dir or default_run_dir(config)), False))
     _say(
         f"training {config.model} on {config.task} (seed {config.seed}) into {config.run_dir}"
         + (" (resuming)" if args.resume else "")
@@ -175,6 +193,8 @@ def finished_line(run_dir: str | Path, summary: dict[str, Any]) -> str:
 
 def train_config(args: argparse.Namespace) -> RunConfig:
     """The RunConfig of `mannlab train` from its arguments (see TRAIN_HELP for the layers)."""
+    if args.task:
+        args.task = canonical_task(args.task)
     if args.config:
         base = read_toml(args.config)
     else:
@@ -215,13 +235,22 @@ def train_config(args: argparse.Namespace) -> RunConfig:
     train_changes = {k: v for k, v in train_changes.items() if v is not None}
     if args.no_progress:
         train_changes["progress"] = False
-    train_changes.update(device_changes(args))
+    train_changes.update(shortcut_changes(args))
     if train_changes:
         changes["train"] = type(config.train).from_dict({**config.train.to_dict(), **train_changes})
-    config = config.replace(**changes)
+    config = config.replace(task=canonical_task(config.task), **changes)
     if config.run_dir is None:
         config = config.replace(run_dir=default_run_dir(config))
     return config
+
+
+def canonical_task(name: str) -> str:
+    """The registered spelling of task ``name`` ("repeat-copy" -> "repeat_copy"); an unknown
+    name unchanged, for the config's own error that lists the valid ones."""
+    from mannlab.tasks.registry import BY_KEY, key
+
+    found = BY_KEY.get(key(name) or "")
+    return found.name if found is not None else name
 
 
 def _valid_names_hint() -> str:
@@ -240,13 +269,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     recipe = recipes.resolve(args.recipe)
     config = load_config(recipe, args.overrides)
+    config = config.replace(task=canonical_task(config.task))
     seeds = args.seeds or list(config.seeds or [config.seed])
     parent = Path(args.run_dir or config.run_dir or Path("runs") / recipe.stem)
-    run_changes = {**({"progress": False} if args.no_progress else {}), **device_changes(args)}
+    run_changes = {**({"progress": False} if args.no_progress else {}), **shortcut_changes(args)}
     if run_changes:
         config = config.replace(train=type(config.train).from_dict({**config.train.to_dict(), **run_changes}))
+    if args.print_config:
+        print(config_toml(config.replace(seeds=tuple(seeds), run_dir=str(parent))), end="")
+        return 0
 
     def report(seed: int, what: str, seed_dir: Path, done: dict[str, Any] | None) -> None:
+        if what == "training" and not args.force:  # refuse a seed's earlier run before announcing it
+            from mannlab.training.run_dir import prepare_run_dir
+
+            distributed.main_only(lambda: prepare_run_dir(seed_dir, False))
         line = finished_line(seed_dir, done) if done is not None else f"{what} into {seed_dir}"
         _say(f"[{recipe.name}] seed {seed}: {line}")
 

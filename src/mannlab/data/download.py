@@ -18,12 +18,15 @@ else ``mannlab`` in the user's cache directory: ``$XDG_CACHE_HOME``, else ``~/.c
    which names the files, their canonical addresses and where to put them. Nothing is
    downloaded unless asked for, as in torchvision's data sets.
 
-A download goes to a temporary file in the same directory, is checked against the
-published SHA-256 (or MD5 where only that is published) and only then renamed into
-place, so a failed, interrupted or corrupt download leaves no file behind. Files
-that are found are used as they are, not re-hashed: re-compressed or partial copies
-of the public archives are common (the bAbI copy on this project's machines lacks one
-file), and the parsers check the formats and name the file and line that is wrong.
+A download says in one line what it fetches, from where, how big and into which directory,
+shows a progress bar on a terminal (``mannlab.data.http_fetch``: retries that resume, a total
+deadline and a minimum rate, so a stalled server ends the download with a message), goes to
+a temporary file in the same directory, is checked against the size and the SHA-256 pinned
+in the loader's table (and the MD5 where one is published) and only then renamed into
+place, so a failed, interrupted or corrupt download leaves no file behind. Files that are
+found are used as they are, not re-hashed: re-compressed or partial copies of the public
+archives are common (a bAbI copy without one of its files, MNIST re-gzipped), and the
+parsers check the formats and name the file and line that is wrong.
 
 Everything found is kept inside the data directory: a file, or a member of an unpacked
 directory, that resolves (through symlinks) outside it is refused, so a crafted directory
@@ -37,10 +40,11 @@ that cannot be read (permissions) is a DataError naming it.
 
 Errors are ``DataError`` and say what to do (offline: where to put a copy).
 
-Not pooch: the download itself (``download``, ``urlretrieve``, ``verify``) is the small part
-and the standard library does it; what the loaders need besides (local copies in the user's
-own layout, archives read in place under size limits, nothing read from outside the data
-directory) is not what pooch does (it extracts archives to disk, without limits).
+Not pooch: pooch verifies hashes and retries as this module does, but its downloads have only
+a per-read timeout (a server sending a byte every 20 s never ends them) and it extracts
+archives to disk without size limits; what the loaders need besides (local copies in the
+user's own layout, archives read in place under size limits, nothing read from outside the
+data directory) is this module's, and the download itself is the small part.
 """
 
 from __future__ import annotations
@@ -50,15 +54,16 @@ import http.client
 import lzma
 import os
 import stat
+import sys
 import tarfile
 import tempfile
-import urllib.request
 import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from mannlab.data.http_fetch import FetchError, fetch_url, human_bytes
 from mannlab.errors import DataError
 from mannlab.file_kinds import file_problem, is_broken_link, kind_of, kind_of_mode
 
@@ -88,7 +93,8 @@ MAX_TOTAL_BYTES = 2 << 30
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """A file at its canonical address with its published checksum (None: not published).
+    """A file at its canonical address with its pinned SHA-256 and size in bytes (None: not
+    known), and the MD5 its publisher gives, if any.
 
     ``name`` defaults to the last part of the URL.
     """
@@ -97,6 +103,7 @@ class RemoteFile:
     sha256: Optional[str] = None
     md5: Optional[str] = None
     name: str = ""
+    size: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -235,11 +242,13 @@ def download_file(remote: RemoteFile, target: Path, fetch: Callable[[str, Path],
             f"directory, or put a copy of {remote.url} there"
         ) from None
     temp = Path(temp_name)
+    size = f" ({human_bytes(remote.size)})" if remote.size else ""
+    print(f"mannlab: downloading {remote.name}{size} from {remote.url} into {target.parent}", file=sys.stderr)
     try:
         try:
             fetch(remote.url, temp)
         # URLError, timeouts, refused connections are OSErrors; a connection cut mid-file is not
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, FetchError) as exc:
             raise DataError(
                 f"could not download {remote.url} ({exc}). If this machine is offline, download "
                 f"the file elsewhere and put it at {target}, or point data_dir (--data-dir, "
@@ -254,11 +263,8 @@ def download_file(remote: RemoteFile, target: Path, fetch: Callable[[str, Path],
 
 
 def urlretrieve(url: str, path: Path) -> None:
-    """Write the bytes at ``url`` to ``path`` (standard library only)."""
-    request = urllib.request.Request(url, headers={"User-Agent": "mannlab"})
-    with urllib.request.urlopen(request, timeout=60) as response, open(path, "wb") as out:
-        for block in iter(lambda: response.read(CHUNK), b""):
-            out.write(block)
+    """Write the bytes at ``url`` to ``path``: ``http_fetch.fetch_url`` with its default limits."""
+    fetch_url(url, path)
 
 
 def file_hash(path: Path, algorithm: str) -> str:
@@ -271,18 +277,30 @@ def file_hash(path: Path, algorithm: str) -> str:
 
 
 def verify(path: Path, remote: RemoteFile, shown_as: str | None = None) -> None:
-    """Raise DataError if ``path`` does not have the published checksum of ``remote``."""
+    """Raise DataError if ``path`` does not have the size and checksums pinned for ``remote``;
+    with no SHA-256 pinned, say so and print the file's, so that it can be checked by hand."""
+    shown = shown_as or str(path)
+    remedy = (
+        f"(a corrupt or changed file; it was not kept). Try again, or put a good copy of "
+        f"{remote.name} in the data directory"
+    )
+    actual_size = path.stat().st_size
+    if remote.size is not None and actual_size != remote.size:
+        raise DataError(f"{shown}: {actual_size:,} bytes, expected {remote.size:,} {remedy}")
     for algorithm in ("sha256", "md5"):
         expected = getattr(remote, algorithm)
         if expected:
             actual = file_hash(path, algorithm)
             if actual != expected.lower():
                 raise DataError(
-                    f"{shown_as or path}: {algorithm.upper()} {actual} does not match the published "
-                    f"{expected} (a corrupt or changed file; it was not kept). Try again, or put a "
-                    f"good copy of {remote.name} in the data directory"
+                    f"{shown}: {algorithm.upper()} {actual} does not match the expected {expected} {remedy}"
                 )
-            return
+    if not remote.sha256:
+        print(
+            f"mannlab: {remote.name} is not verified: no SHA-256 is pinned for it (this copy's is "
+            f"{file_hash(path, 'sha256')})",
+            file=sys.stderr,
+        )
 
 
 # ------------------------------------------------------------ reading archives

@@ -27,19 +27,31 @@ from mannlab.data.download import MissingData, RemoteFile, locate_all, open_data
 from mannlab.errors import DataError
 
 MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
-# MD5s of the .gz files as published with torchvision's MNIST; no SHA-256 is published.
+# The .gz files' SHA-256s and sizes as torchvision's MNIST pins them, and the MD5s it publishes.
 FILES = {
     ("train", "images"): RemoteFile(
-        MIRROR + "train-images-idx3-ubyte.gz", md5="f68b3c2dcbeaaa9fbdd348bbdeb94873"
+        MIRROR + "train-images-idx3-ubyte.gz",
+        sha256="440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+        md5="f68b3c2dcbeaaa9fbdd348bbdeb94873",
+        size=9_912_422,
     ),
     ("train", "labels"): RemoteFile(
-        MIRROR + "train-labels-idx1-ubyte.gz", md5="d53e105ee54ea40749a09fcbcd1e9432"
+        MIRROR + "train-labels-idx1-ubyte.gz",
+        sha256="3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+        md5="d53e105ee54ea40749a09fcbcd1e9432",
+        size=28_881,
     ),
     ("test", "images"): RemoteFile(
-        MIRROR + "t10k-images-idx3-ubyte.gz", md5="9fb629c4189551a2d022fa330f9573f3"
+        MIRROR + "t10k-images-idx3-ubyte.gz",
+        sha256="8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+        md5="9fb629c4189551a2d022fa330f9573f3",
+        size=1_648_877,
     ),
     ("test", "labels"): RemoteFile(
-        MIRROR + "t10k-labels-idx1-ubyte.gz", md5="ec29112dd5afa0611ce80d1b7f02629c"
+        MIRROR + "t10k-labels-idx1-ubyte.gz",
+        sha256="f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+        md5="ec29112dd5afa0611ce80d1b7f02629c",
+        size=4_542,
     ),
 }
 #: the largest IDX file read, decompressed (train images: 47,040,016 bytes)

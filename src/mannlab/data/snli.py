@@ -21,8 +21,12 @@ from typing import Iterable
 from mannlab.data.download import RemoteFile, decode_text, locate, read_members
 from mannlab.errors import DataError
 
-# No checksum is published with the archive; none is pinned.
-ARCHIVE = RemoteFile("https://nlp.stanford.edu/projects/snli/snli_1.0.zip")
+# SHA-256 and size as TensorFlow Datasets pins them (the authors publish none).
+ARCHIVE = RemoteFile(
+    "https://nlp.stanford.edu/projects/snli/snli_1.0.zip",
+    sha256="afb3d70a5af5d8de0d9d81e2637e0fb8c22d1235c2749d83125ca43dab0dbd3e",
+    size=94_550_081,
+)
 LABELS = ("entailment", "neutral", "contradiction")
 SPLIT_FILES = {"train": "snli_1.0_train.jsonl", "valid": "snli_1.0_dev.jsonl", "test": "snli_1.0_test.jsonl"}
 #: the largest split file read (the published train .jsonl is a few hundred MB)

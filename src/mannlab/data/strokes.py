@@ -45,12 +45,21 @@ from mannlab.data.download import (
 from mannlab.errors import DataError
 
 REPO = "https://github.com/edwin-de-jong/mnist-digits-stroke-sequence-data/raw/master/"
-# No checksums are published for these files; none is pinned.
-NUMPY_FILES = {
-    (split, kind): RemoteFile(f"{REPO}numpy-encoded/{split}-{kind}.tar.gz")
-    for split in ("train", "test")
-    for kind in ("padded-leading", "labels")
+# No checksums are published for these files: SHA-256s and sizes of verified copies.
+_NUMPY_PINS = {
+    ("train", "padded-leading"): (
+        "7ad3a368e3608d9adf3e7bd6105ff609f760c5d8a60a6cc74bcf79d84db28250",
+        3_511_689,
+    ),
+    ("train", "labels"): ("7f9d2c4c69dcb98ce0cdbc9b7255e8e660ad005ef3fe286efae8315c593e3b61", 34_372),
+    ("test", "padded-leading"): ("0beaf9be441f4efa5497f0accd0c0423eaad9f6ad353f991a28ec99f5c71b404", 578_129),
+    ("test", "labels"): ("2fe59743940ee6dc3c69c847504d380f603666a621bb81235b900f8c4f4dba86", 5_953),
 }
+NUMPY_FILES = {
+    (split, kind): RemoteFile(f"{REPO}numpy-encoded/{split}-{kind}.tar.gz", sha256=sha256, size=size)
+    for (split, kind), (sha256, size) in _NUMPY_PINS.items()
+}
+# the per-digit text files: no verified copy was at hand, so the download prints its SHA-256
 SEQUENCES = RemoteFile(REPO + "sequences.tar.gz")
 #: size limits: one .npy array (the largest published, train-padded-leading.npy, has
 #: 224,640,080 bytes), one digit's text file (a few hundred bytes), all text files at once

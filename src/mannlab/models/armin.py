@@ -496,18 +496,57 @@ class ARMINCell(TemperatureCell):
 
 
 class ARMIN(CellTemperature, SequenceModel):
-    """ARMIN shaped like torch.nn.LSTM: ``y, state = ARMIN(input_size, output_size)(x)``.
+    """ARMIN (auto-addressing memory, ICLR 2019 submission), shaped like torch.nn.LSTM.
 
-    x (B, T, input_size) (batch_first=True, the default) -> logits y (B, T, output_size)
-    from o_t (eq. 8); with ``output_size=None`` y is o_t (d_h + d_r features).
-    Sizes (table 5 defaults): hidden_size d_h 100, memory_slots n_mem 50, memory_width
-    d_r (default d_h; a linear map writes h_t when they differ). ``addressing``
-    "gumbel" | "gumbel-relaxed" | "soft" | "argmax"; ``read`` "auto" | "random" | "tardis";
-    ``write`` "tied" | "queue" | "independent"; ``control_gates``, ``layer_norm``, ``zoneout`` p.
-    Temperature (appendix C): 1/τ = 1 at the start, +1 every ``temperature_every``
-    training steps up to n_mem - 1, set by mannlab.training.schedules (0: fixed at 1).
-    ``address_size``, ``read_mlp_size``: TARDIS addressing only (read="tardis"); address_size
-    defaults to d_r / 5, or more when that has too few different sparse rows for n_mem slots.
+    ``y, state = model(x)`` runs a whole sequence; the memory starts from its learned
+    initial value M_0 at every call unless a ``state`` is passed in. Evaluation reads
+    the argmax (except ``addressing="soft"``) through the fast inference path of
+    section 5. 1/τ is 1 at the start and grows by 1 every ``temperature_every``
+    training steps up to n_mem - 1, set by ``mannlab.training.schedules`` (appendix C).
+
+    Shapes (B batch, T steps; with ``batch_first=False`` x and y are (T, B, ...)):
+
+    - x: (B, T, input_size)
+    - y: logits (B, T, output_size) from o_t (eq. 8); with ``output_size=None`` o_t
+      itself, (B, T, hidden_size + memory_width)
+    - state: :class:`ARMINState`: h (B, d_h); memory M (B, n_mem, d_r); read counts and
+      last read (B, n_mem), for TARDIS addressing; steps since M was empty (B,)
+
+    Args:
+        input_size (int): features per step of x.
+        output_size (int | None): logits per step of y, from a linear layer on o_t;
+            None returns o_t itself. Default: None.
+        hidden_size (int): d_h, the recurrent cell's units. Default: 100 (table 5).
+        memory_slots (int): n_mem, the memory's slots (past hidden states).
+            Default: 50.
+        memory_width (int | None): d_r, a slot's width; None: hidden_size (a linear
+            map writes h_t when they differ). Default: None.
+        addressing (str): "gumbel" (eq. 9, straight-through), "gumbel-relaxed" (the
+            relaxed sample as the read and write weights), "soft" (plain softmax reads
+            and writes, table 7's smooth read/write; what the authors' code runs) or
+            "argmax". Default: "gumbel".
+        read (str): "auto" (auto-addressing, eq. 9), "random" (a uniformly random slot,
+            a table-7 ablation) or "tardis" (TARDIS's read MLP, appendix B.2).
+            Default: "auto".
+        write (str): "tied" (into the next empty slot, then the slot just read),
+            "queue" (slot n mod n_mem) or "independent" (a second auto-addressing head
+            picks the slot). Default: "tied".
+        control_gates (bool): the control gates of eqs. 3-5; False feeds [x_t, h_{t-1},
+            r_t] ungated (a table-7 ablation). Default: True.
+        layer_norm (bool): layer norm on eqs. 3, 6 and 7 (appendix C). Default: True.
+        zoneout (float): probability p of keeping a unit of h_{t-1} (its expectation at
+            evaluation). Default: 0.0.
+        temperature_every (int): training steps per increase of 1/τ (0 keeps it at 1).
+            Default: 200.
+        address_size (int | None): with ``read="tardis"`` only: the width of the fixed
+            random addresses; None: memory_width / 5 (rounded), or more when that gives too few
+            different rows for n_mem slots. Default: None.
+        read_mlp_size (int | None): with ``read="tardis"`` only: width of the read MLP's
+            hidden layer; None: hidden_size // 4. Default: None.
+        address_seed (int): with ``read="tardis"`` only: the seed of the random
+            addresses. Default: 0.
+        batch_first (bool): True: x and y are (B, T, features); False: (T, B, features).
+            Default: True.
     """
 
     cell: ARMINCell

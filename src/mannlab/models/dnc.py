@@ -252,19 +252,37 @@ class DNCCell(MemoryCell):
 
 
 class DNC(SequenceModel):
-    """Differentiable Neural Computer shaped like torch.nn.LSTM.
+    """Differentiable Neural Computer (Graves et al. 2016), shaped like torch.nn.LSTM.
 
-    ``y, state = DNC(input_size, output_size)(x)`` with x (B, T, input_size)
-    (batch_first=True, the default) gives logits y (B, T, output_size); with
-    ``output_size=None`` y is the feature sequence H^o (B, T, controller_size +
-    read_heads * memory_width). Every call starts from the zero state (empty
-    memory, no usage, no links) unless a ``state`` is passed in (to carry memory
-    over segments). ``return_trace=True`` also returns a :class:`DNCTrace`
-    stacked over time: read weightings (B, T, R, N), write weighting
-    (B, T, 1, N), usage, allocation, links (B, T, N, N), read modes, gates and
-    the memory after each write.
+    ``y, state = model(x)`` runs a whole sequence; every call starts from the zero state
+    (empty memory, no usage, no links) unless a ``state`` is passed in (to carry memory
+    over segments). ``model(x, return_trace=True)`` also returns a :class:`DNCTrace`
+    stacked over time: read weightings (B, T, R, N), write weighting (B, T, 1, N), usage,
+    allocation, links (B, T, N, N), read modes, gates and the memory after each write.
 
-    controller: any name in mannlab.nn.controllers.CONTROLLERS ("lstm", "fnn", ...).
+    Shapes (B batch, T steps; with ``batch_first=False`` x and y are (T, B, ...)):
+
+    - x: (B, T, input_size)
+    - y: logits (B, T, output_size); with ``output_size=None`` the features
+      H^o = [h_t; r_t], (B, T, controller_size + read_heads * memory_width)
+    - state: :class:`DNCState`: controller state, memory (B, N, W), read vectors
+      (B, R, W), read and write weightings, usage, precedence and links (B, N, N)
+
+    Args:
+        input_size (int): features per step of x.
+        output_size (int | None): logits per step of y, from a linear layer on H^o;
+            None returns H^o itself. Default: None.
+        controller (str): the controller network, any name of
+            ``mannlab.nn.controllers.CONTROLLERS``: "lstm", "fnn", "elman", "gru",
+            "pnr-elman", "pnr-lstm". Default: "lstm".
+        controller_size (int): the controller's units (h_t). Default: 128.
+        memory_slots (int): N, the memory's rows; the links are N x N. Default: 128.
+        memory_width (int): W, the width of a memory row and of a read vector.
+            Default: 20.
+        read_heads (int): R, read heads (each with its read modes: backward, content,
+            forward); one write head. Default: 1.
+        batch_first (bool): True: x and y are (B, T, features); False: (T, B, features).
+            Default: True.
     """
 
     def __init__(

@@ -681,56 +681,85 @@ def read_write_consistency(
 
 
 class DNTM(CellTemperature, SequenceModel):
-    """Dynamic Neural Turing Machine shaped like torch.nn.LSTM.
+    """Dynamic Neural Turing Machine (Gulcehre et al. 2016), shaped like torch.nn.LSTM.
 
-    ``y, state = DNTM(input_size, output_size)(x)`` with x (B, T, input_size)
-    (batch_first=True, the default) gives logits y (B, T, output_size); with
-    ``output_size=None`` y is the feature sequence [h_t; φ_t]. The content part
-    of the memory starts from zero for every call unless a ``state`` is passed in
-    (to carry memory over segments). ``return_trace=True`` adds a :class:`DNTMTrace`.
+    ``y, state = model(x)`` runs a whole sequence; the content part of the memory starts
+    from zero at every call unless a ``state`` is passed in (to carry memory over
+    segments). ``model(x, return_trace=True)`` adds a :class:`DNTMTrace` (weightings,
+    samples and what ``aux_loss`` needs). The memory is [A; C]: a learned address part A
+    (N' x d_a), never written, and a content part C (N' x d_c); N' = N + 1 with the NOP
+    cell. The module docstring gives the equations.
 
-    Architecture (``DNTMCell``): controller "gru" (eq. 1) or "fnn" (eq. 2; any name
-    of mannlab.nn.controllers works), memory_slots N, address_size d_a,
-    content_size d_c, read_heads, write_heads, addressing_steps J, lru (section 3.3),
-    nop (one extra NOP cell), addressing "soft" | "reinforce" | "argmax" | "gumbel"
-    (straight-through Gumbel-softmax, 1/τ +1 every ``temperature_every`` training steps up
-    to N' - 1; 0 keeps it at 1), write_keys
-    "memory" (eq. 10: write keys over m_i = [a_i; c_i], like read keys) or "content" (keys
-    over C alone, as the text before eq. 10 sizes them: while C is zero every write
-    weighting is then uniform and carries no gradient, so writes cannot learn where to go),
-    location_shifts r (0, the paper's D-NTM; r > 0 adds NTM-style interpolation, shifts by
-    -r..r and sharpening after eq. 13, as an option of the authors' code does: see the
-    module docstring; the per-step tensor path only), writes "learned" (the paper's write
-    head) or "sequential" (not learned, not in the paper: cell n for the n-th write while
-    cells remain unwritten, as TARDIS fills its memory, then the cell read least so far; one
-    write head).
+    Shapes (B batch, T steps; with ``batch_first=False`` x and y are (T, B, ...)):
 
-    Training terms (``aux_loss``; zero when all are off): reinforce_weight (1 = the
-    paper's cost; smaller values damp the estimator's noise in the shared controller),
-    entropy_weight λ_H,
-    input_baseline, reward_momentum (running reward moments), reward "sequence" (section
-    4: every sample scored by R = log p(y|x)) or "to_go" (each step's samples by the
-    log-likelihood of the outputs from that step on, less a per-step leave-one-out
-    baseline: same expected gradient, lower variance; not in the paper) or "samples" (R
-    less the mean R of the other samples of the same input in the minibatch, which
-    train.samples_per_input >= 2 provides: unbiased, and blind to differences between
-    inputs such as their length; not in the paper) or "step_samples" (each read scored by
-    its own step's log-likelihood less that of the input's other samples, learned writes as
-    "samples"; biased, since a read also feeds the controller, and far less noisy; not in the
-    paper: with writes="sequential", the REINFORCE with the credit it needs),
-    read_discount (with "to_go": the read samples' returns discounted by this factor per step,
-    while the write samples keep the undiscounted return; 0 scores a read by its own step's
-    output alone, as the authors' input-based baseline code scores each step by that step's
-    cost. Below 1 it is biased, since a read also feeds the controller, and far less noisy),
-    curriculum_p0 (p_0 of the soft-to-discrete curriculum, 0 = off; "reinforce" only),
-    curriculum_every (the curriculum's t counts blocks of this many minibatches, e.g. an
-    epoch; the paper does not say what t counts; 1 = every minibatch),
-    sharpen_weight λ_S (an entropy penalty λ_S (H(w) + H(u)) on the sequences that use
-    the soft weightings, scaled as the entropy bonus: it drives a soft-trained solution
-    towards one cell per head, so that it survives the curriculum's switch to discrete
-    weights or argmax at test time; not in the paper),
-    read_write_consistency λ of eq. 15, next_input_prediction weight with
-    next_input_distribution "bernoulli" (binary inputs) or "gaussian".
+    - x: (B, T, input_size)
+    - y: logits (B, T, output_size); with ``output_size=None`` the features
+      [h_t; φ_t], (B, T, controller_size + read_heads * (address_size + content_size))
+    - state: :class:`DNTMState`: controller state, content C (B, N', d_c), read vectors
+      φ (B, R, d_a + d_c), the LRU averages of the read and write heads, and the
+      location or write-count state of the options that need one
+
+    Args:
+        input_size (int): features per step of x.
+        output_size (int | None): logits per step of y, from a linear layer on
+            [h_t; φ_t]; None returns the features. Default: None.
+        controller (str): "gru" (eq. 1) or "fnn" (eq. 2); any name of
+            ``mannlab.nn.controllers.CONTROLLERS`` works. Default: "gru".
+        controller_size (int): the controller's units (h_t). Default: 100.
+        memory_slots (int): N, the memory's cells. Default: 128.
+        address_size (int): d_a, the learned address part's width. Default: 8.
+        content_size (int): d_c, the content part's width. Default: 8.
+        read_heads (int): R, read heads. Default: 1.
+        write_heads (int): write heads. Default: 1.
+        addressing_steps (int): J, addressing steps per time step (the same heads
+            applied again, like a memory network's hops). Default: 1.
+        lru (bool): least-recently-used addressing (section 3.3). Default: True.
+        nop (bool): one extra NOP cell whose reads return nothing and whose writes are
+            dropped. Default: False.
+        addressing (str): "soft" (continuous weightings), "reinforce" (one-hot samples
+            while training, section 4; argmax at evaluation), "argmax" (a soft-trained
+            model tested discretely) or "gumbel" (one-hot samples learned by
+            straight-through Gumbel-softmax; not in the paper). Default: "soft".
+        write_keys (str): "memory" (write keys over [a_i; c_i], eq. 10) or "content"
+            (over C alone: while C is zero every write weighting is uniform, so writes
+            cannot learn where to go). Default: "memory".
+        location_shifts (int): r > 0 adds NTM-style interpolation, shifts by -r..r and
+            sharpening after eq. 13 (an option of the authors' code; per-step tensor
+            path only); 0 is the paper's D-NTM. Default: 0.
+        writes (str): "learned" (the paper's write head) or "sequential" (not learned:
+            cell n for the n-th write while cells remain unwritten, then the cell read
+            least so far; one write head). Default: "learned".
+        curriculum_p0 (float): p_0 of the soft-to-discrete curriculum (eq. 14), 0 = off;
+            "reinforce" only. Default: 0.0.
+        curriculum_every (int): the curriculum's t counts blocks of this many
+            minibatches. Default: 1.
+        reinforce_weight (float): weight of the REINFORCE term (1 = the paper's cost).
+            Default: 1.0.
+        entropy_weight (float): λ_H, the entropy bonus. Default: 0.0.
+        input_baseline (bool): an input-based baseline for REINFORCE, trained with the
+            Huber loss. Default: False.
+        reward_momentum (float): momentum of the running reward moments that normalise
+            the reward. Default: 0.9.
+        reward (str): what scores a sample: "sequence" (R = log p(y|x), section 4),
+            "to_go" (the log-likelihood from that step on, less a leave-one-out
+            baseline), "samples" (R less the mean R of the same input's other samples;
+            needs train.samples_per_input >= 2) or "step_samples" (each read by its own
+            step's log-likelihood). Default: "sequence".
+        read_discount (float): with reward="to_go", the read samples' returns discounted
+            by this factor per step (0: a read scored by its own step alone).
+            Default: 1.0.
+        sharpen_weight (float): λ_S, an entropy penalty on the soft weightings that
+            drives a soft-trained solution towards one cell per head. Default: 0.0.
+        read_write_consistency (float): λ of the read-write consistency regulariser,
+            eq. 15. Default: 0.0.
+        next_input_prediction (float): weight of the next-input prediction loss
+            (section 5). Default: 0.0.
+        next_input_distribution (str): "bernoulli" (binary inputs) or "gaussian".
+            Default: "bernoulli".
+        temperature_every (int): with addressing="gumbel", training steps per +1 of 1/τ
+            (up to N' - 1; 0 keeps it at 1). Default: 200.
+        batch_first (bool): True: x and y are (B, T, features); False: (T, B, features).
+            Default: True.
     """
 
     cell: DNTMCell

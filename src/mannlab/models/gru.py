@@ -39,11 +39,29 @@ class GRUTrace(NamedTuple):
 
 
 class GRU(SequenceModel):
-    """``y, state = GRU(input_size, output_size, hidden_size=100)(x)``; x (B, T, input_size).
+    """GRU baseline (Cho et al. 2014; SST's encoder), shaped like torch.nn.LSTM.
 
-    The initial state is a learned bias (zero at initialisation), reset for every call
-    unless a state is passed in. ``dropout`` drops the features entering the output head
-    (training only). ``num_layers`` stacks GRU layers as torch.nn.GRU does.
+    ``y, state = model(x)``; the initial state is a learned bias (zero at
+    initialisation), reset at every call unless a ``state`` is passed in. It runs the
+    fused torch.nn.GRU.
+
+    Shapes (B batch, T steps; with ``batch_first=False`` x and y are (T, B, ...)):
+
+    - x: (B, T, input_size)
+    - y: logits (B, T, output_size); with ``output_size=None`` the last layer's h_t,
+      (B, T, hidden_size)
+    - state: :class:`GRUState`: hidden, (num_layers, B, hidden_size) as in torch.nn.GRU
+
+    Args:
+        input_size (int): features per step of x.
+        output_size (int | None): logits per step of y, from a linear layer on h_t;
+            None returns h_t itself. Default: None.
+        hidden_size (int): units per layer. Default: 100.
+        num_layers (int): stacked GRU layers, as torch.nn.GRU's. Default: 1.
+        dropout (float): dropout on the features entering the output head (training
+            only). Default: 0.0.
+        batch_first (bool): True: x and y are (B, T, features); False: (T, B, features).
+            Default: True.
     """
 
     def __init__(

@@ -75,13 +75,41 @@ def _cpu_autocast_off(x: torch.Tensor):
 
 
 class LSTM(SequenceModel):
-    """``y, state = LSTM(input_size, output_size, hidden_size=100)(x)``; x (B, T, input_size).
+    """LSTM baseline with the library's calling convention and output head.
 
-    The initial state is a learned bias (zero at initialisation), reset for
-    every call unless a state is passed in. Options (see the module docstring):
-    ``layer_norm``, ``zoneout`` (p for h and c), ``recurrent_dropout`` (on g),
-    ``dropout`` (on the features entering the output head), ``fused`` (None: nn.LSTM
-    unless layer_norm, zoneout or recurrent_dropout is on).
+    ``y, state = model(x)``; the initial state is a learned bias (zero at
+    initialisation), reset at every call unless a ``state`` is passed in. With its
+    options off it runs the fused torch.nn.LSTM; ``layer_norm``, ``zoneout`` or
+    ``recurrent_dropout`` step the same parameters in a Python cell loop (the module
+    docstring gives the equations).
+
+    Shapes (B batch, T steps; with ``batch_first=False`` x and y are (T, B, ...)):
+
+    - x: (B, T, input_size)
+    - y: logits (B, T, output_size); with ``output_size=None`` the last layer's h_t,
+      (B, T, hidden_size)
+    - state: :class:`LSTMState`: hidden and cell, each (num_layers, B, hidden_size) as
+      in torch.nn.LSTM
+
+    Args:
+        input_size (int): features per step of x.
+        output_size (int | None): logits per step of y, from a linear layer on h_t;
+            None returns h_t itself. Default: None.
+        hidden_size (int): units per layer. Default: 100.
+        num_layers (int): stacked LSTM layers, as torch.nn.LSTM's. Default: 1.
+        layer_norm (bool): layer norm on the four gates' pre-activations and on the
+            cell state before its tanh (Ba et al. 2016; ARMIN eqs. 6-7). Default: False.
+        zoneout (float): probability p of keeping a unit's previous h and c
+            (Krueger et al. 2016); its expectation at evaluation. Default: 0.0.
+        dropout (float): dropout on the features entering the output head (training
+            only). Default: 0.0.
+        recurrent_dropout (float): dropout on the candidate g (Semeniuta et al. 2016;
+            TARDIS 8.1). Default: 0.0.
+        fused (bool | None): None runs torch.nn.LSTM unless an option above needs the
+            cell loop; False forces the cell loop; True forces nn.LSTM (an error with
+            those options on). Default: None.
+        batch_first (bool): True: x and y are (B, T, features); False: (T, B, features).
+            Default: True.
     """
 
     def __init__(

@@ -173,19 +173,41 @@ class NTMCell(MemoryCell):
 
 
 class NTM(SequenceModel):
-    """Neural Turing Machine shaped like torch.nn.LSTM.
+    """Neural Turing Machine (Graves et al. 2014), shaped like torch.nn.LSTM.
 
-    ``y, state = NTM(input_size, output_size)(x)`` with x (B, T, input_size)
-    (batch_first=True, the default) gives logits y (B, T, output_size); with
-    ``output_size=None`` y is the feature sequence H^o (B, T, controller_size +
-    read_heads * memory_width). The memory starts from the learned initial
-    state for every call unless a ``state`` is passed in (to carry memory over
-    segments). ``return_trace=True`` also returns an :class:`NTMTrace` stacked
-    over time: read/write weightings (B, T, heads, N), read vectors, erase/add
-    vectors, head parameters and the memory after each write.
+    ``y, state = model(x)`` runs a whole sequence; the memory starts from the learned
+    initial state at every call unless a ``state`` is passed in (to carry memory over
+    segments: ``model(x2, mannlab.detach_state(state))``). ``model(x, return_trace=True)``
+    also returns an :class:`NTMTrace` stacked over time: read/write weightings (B, T,
+    heads, N), read vectors, erase/add vectors, head parameters and the memory after
+    each write.
 
-    controller: any name of mannlab.nn.controllers.CONTROLLERS ("lstm", "fnn", "elman",
-    "gru", "pnr-elman", "pnr-lstm"); shift_range r allows shifts -r..r.
+    Shapes (B batch, T steps; with ``batch_first=False`` x and y are (T, B, ...)):
+
+    - x: (B, T, input_size)
+    - y: logits (B, T, output_size); with ``output_size=None`` the features
+      H^o = [h_t; r_t], (B, T, controller_size + read_heads * memory_width)
+    - state: :class:`NTMState`: controller state, memory (B, N, W), read vectors
+      (B, R, W), read weightings (B, R, N), write weightings (B, H, N)
+
+    Args:
+        input_size (int): features per step of x.
+        output_size (int | None): logits per step of y, from a linear layer on H^o;
+            None returns H^o itself (to put the NTM inside a network of your own).
+            Default: None.
+        controller (str): the controller network, any name of
+            ``mannlab.nn.controllers.CONTROLLERS``: "lstm", "fnn", "elman", "gru",
+            "pnr-elman", "pnr-lstm". Default: "lstm".
+        controller_size (int): the controller's units (h_t). Default: 100.
+        memory_slots (int): N, the memory's rows (cells). Default: 128.
+        memory_width (int): W, the width of a memory row and of a read vector.
+            Default: 20.
+        read_heads (int): R, read heads; each adds W features to H^o. Default: 1.
+        write_heads (int): H, write heads (each erases, then adds). Default: 1.
+        shift_range (int): r of the location shift: a head may move its weighting by
+            -r..r cells per step (circular). Default: 1.
+        batch_first (bool): True: x and y are (B, T, features); False: (T, B, features),
+            as torch.nn.LSTM's option. Default: True.
     """
 
     def __init__(

@@ -581,21 +581,62 @@ class TARDISCell(TemperatureCell):
 
 
 class TARDIS(CellTemperature, SequenceModel):
-    """TARDIS shaped like torch.nn.LSTM: ``y, state = TARDIS(input_size, output_size)(x)``.
+    """TARDIS (Gulcehre et al. 2017, wormhole connections), shaped like torch.nn.LSTM.
 
-    x (B, T, input_size) (batch_first=True, the default) -> logits y (B, T, output_size)
-    from the fusion g(h_t, r_t) (eq. 11); with ``output_size=None`` y is g itself.
-    Sizes (section 8.3 defaults): hidden_size d_h 120, memory_slots k 16, address_size
-    4, content_size 32 (d_m < d_h), read_mlp_size (width of a, default d_h / 4),
-    fusion_size (default d_h). ``addressing`` "gumbel" | "reinforce" | "argmax";
-    ``temperature`` "learned" (eq. 18) or "scheduled" (1/τ from the training step:
-    +1 every ``temperature_every`` steps up to k - 1).
+    ``y, state = model(x)`` runs a whole sequence; the memory starts empty (its learned
+    initial content C_0) at every call unless a ``state`` is passed in.
+    ``model(x, return_trace=True)`` also returns the read weightings and what REINFORCE's
+    ``aux_loss`` needs. Evaluation (``model.eval()``) reads the argmax and drops the
+    gate noise, so a trained model is deterministic.
 
-    REINFORCE (``aux_loss``): ``discount`` γ of eq. 16 (0.95, our choice: the paper
-    gives no value), ``reward_momentum`` of the running return moments,
-    ``reinforce_weight`` (1 = the paper's cost), ``aux_weight`` of the auxiliary
-    predictor's loss (eq. 17). ``layer_norm`` and ``recurrent_dropout`` (probability of
-    dropping a unit of c̃_t) are the language-modelling options of section 8.1.
+    Shapes (B batch, T steps; with ``batch_first=False`` x and y are (T, B, ...)):
+
+    - x: (B, T, input_size)
+    - y: logits (B, T, output_size) from the fusion g(h_t, r_t) (eq. 11); with
+      ``output_size=None`` g itself, (B, T, fusion_size)
+    - state: :class:`TARDISState`: LSTM h, c (B, hidden_size); content C (B, k,
+      content_size); read counts and last read (B, k); steps since the memory was
+      empty (B,)
+
+    Args:
+        input_size (int): features per step of x.
+        output_size (int | None): logits per step of y, from a linear layer on g;
+            None returns g itself. Default: None.
+        hidden_size (int): d_h, the LSTM controller's units. Default: 120 (section 8.3).
+        memory_slots (int): k, the memory's cells. Default: 16.
+        address_size (int): a, the width of each cell's fixed random sparse address.
+            Default: 4.
+        content_size (int): c, the width of each cell's content (a micro-state W_m h_t,
+            d_m < d_h). Default: 32.
+        read_mlp_size (int | None): width of the read MLP's hidden layer (a of eq. 4);
+            None: hidden_size // 4. Default: None.
+        fusion_size (int | None): width of the output fusion g (eq. 11); None:
+            hidden_size. Default: None.
+        addressing (str): "gumbel" (gumbel-softmax with straight-through, eqs. 18-19),
+            "reinforce" (a one-hot sample; the read MLP learns through ``aux_loss``) or
+            "argmax". Default: "gumbel".
+        temperature (str): "learned" (1/τ from h, eq. 18) or "scheduled" (1/τ = 1,
+            +1 every ``temperature_every`` training steps, up to k - 1). Default:
+            "learned".
+        temperature_every (int): training steps per increase of the scheduled 1/τ
+            (0 keeps it at 1). Default: 200.
+        address_nonzeros (int | None): nonzero entries per address row; None: half of
+            address_size. Default: None.
+        address_seed (int): the seed of the fixed random addresses. Default: 0.
+        discount (float): γ of the discounted returns, eq. 16 (the paper gives no
+            value). Default: 0.95.
+        reward_momentum (float): momentum of the running return moments that normalise
+            REINFORCE's reward. Default: 0.9.
+        reinforce_weight (float): weight of the REINFORCE term (1 = the paper's cost).
+            Default: 1.0.
+        aux_weight (float): weight of the auxiliary predictor's loss (eq. 17).
+            Default: 1.0.
+        layer_norm (bool): layer norm on the gates' pre-activations and on c_t (section
+            8.1's language-modelling option). Default: False.
+        recurrent_dropout (float): probability of dropping a unit of the candidate c̃_t
+            (Semeniuta et al.; training only). Default: 0.0.
+        batch_first (bool): True: x and y are (B, T, features); False: (T, B, features).
+            Default: True.
     """
 
     cell: TARDISCell

@@ -319,6 +319,9 @@ def learning_curve(
 
     if metric is None:
         metric = next((k for k in ("bce", "ce") if any(k in r for r in train_rows + val_rows)), "bce")
+    if not val_rows and not any(metric in r for r in train_rows):
+        where = f"{metrics_path_or_rows}: " if isinstance(metrics_path_or_rows, (str, os.PathLike)) else ""
+        raise DataError(f"{where}no '{metric}' curve to draw: the run stopped before its first validation")
     if not any(metric in r for r in train_rows + val_rows):
         keys = sorted({k for r in rows for k in r} - {"step", "split", "length"})
         where = f"{metrics_path_or_rows}: " if isinstance(metrics_path_or_rows, (str, os.PathLike)) else ""

@@ -9,9 +9,9 @@ section 8.1. Corpora by name (``CORPORA``):
                each line separated by spaces, "_" between words, every line ended by
                " \\n ". So the word files' canonical address (with MD5s) is enough.
                A local directory or archive may hold either the word or the char files.
-    text8      http://mattmahoney.net/dc/text8.zip, split 90M / 5M / 5M characters
-    enwik8     http://mattmahoney.net/dc/enwik8.zip, split 90M / 5M / 5M bytes
-               (text8 and enwik8: no checksum is published, none is pinned)
+    text8      https://mattmahoney.net/dc/text8.zip, split 90M / 5M / 5M characters
+    enwik8     https://mattmahoney.net/dc/enwik8.zip, split 90M / 5M / 5M bytes
+               (text8 and enwik8: no checksum is published; the size is checked)
 Files are found and downloaded by mannlab.data.download (shared with the data-set loaders);
 nothing is downloaded unless asked for (``download=True``, ``--download``).
 
@@ -59,10 +59,25 @@ PTB_MD5 = {
     "valid": "aa0affc06ff7c36e977d7cd49e3839bf",
     "test": "8b80168b89c18661a38ef683c0dc3721",
 }
+#: SHA-256s and sizes of copies verified against the published MD5s
+PTB_SHA256 = {
+    "train": ("fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf", 5_101_618),
+    "valid": ("c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2", 399_782),
+    "test": ("dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0", 449_945),
+}
 SPLITS = ("train", "valid", "test")
 CORPORA = {
-    "ptb-char": {split: RemoteFile(PTB_URL + f"ptb.{split}.txt", md5=PTB_MD5[split]) for split in SPLITS},
-    "text8": {"archive": RemoteFile("http://mattmahoney.net/dc/text8.zip")},
+    "ptb-char": {
+        split: RemoteFile(
+            PTB_URL + f"ptb.{split}.txt",
+            sha256=PTB_SHA256[split][0],
+            md5=PTB_MD5[split],
+            size=PTB_SHA256[split][1],
+        )
+        for split in SPLITS
+    },
+    # no checksum published, no verified copy at hand: the size is checked, the SHA-256 printed
+    "text8": {"archive": RemoteFile("https://mattmahoney.net/dc/text8.zip", size=31_344_016)},
     "enwik8": {"archive": enwik8.ARCHIVE},
 }
 #: the largest PTB file read (ptb.char.train.txt: 10,034,964 bytes); larger is refused unread

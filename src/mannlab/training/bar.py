@@ -7,6 +7,7 @@ one; a bar opened after that warm-up step measures only the steps that follow.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -17,6 +18,8 @@ class WarmupBar:
     as already done, so its rate and ETA start after the warm-up step."""
 
     def __init__(self, **options: Any):
+        if not options.get("disable") and "ipykernel" not in sys.modules:
+            options["disable"] = None  # tqdm's "auto": no bar when stderr is not a terminal (a log file)
         self._options = options
         self._bar: tqdm | None = None
         self._postfix: dict[str, Any] | None = None

@@ -9,6 +9,8 @@ outputs; 9 input and 8 output bits), on:
             not yet marked GPU_CHECKED are measured too), else the tensor path
   tensor    the same model with the kernels switched off (use_kernels(False)): the
             step-by-step tensor path, launch-bound on a GPU
+  compiled  the op's "compiled" backend (use_kernels("compiled")): its one-step function under
+            torch.compile with CUDA graphs; "compiled-nographs" the same without them
   cuDNN     torch.nn.LSTM(9, width) + Linear(width, 8), width = the model's controller
             (hidden) width: the reference every ratio is against
 
@@ -38,7 +40,7 @@ import torch
 from torch import nn
 
 import mannlab
-from mannlab.ops import dispatch, use_kernels
+from mannlab.ops import compiled, dispatch, use_kernels
 
 T, INPUT, OUTPUT = 41, 9, 8
 
@@ -60,15 +62,25 @@ def build(name: str, **options) -> nn.Module:
     return mannlab.models.build_model(family, INPUT, OUTPUT, **{**kwargs, **options})
 
 
+def op_covers(model: nn.Module, backend: str) -> bool:
+    """Whether the model's op has ``backend`` and it covers the model's training pass."""
+    cell = model._modules.get("cell")
+    op = getattr(cell, "op", None)
+    if op is None or backend not in op.BACKENDS:
+        return False
+    options = cell.op_options(False, True)
+    return options is not None and op.covers(options, cell.op_weights(), backend)
+
+
 def kernels_setting(model: nn.Module, device: torch.device) -> bool | str:
     """The kernels switch of the "kernels" path: the Triton kernels forced on a GPU where the
     model's configuration has them, whether or not they are marked checked there (running
     them here is the check), else the switch on."""
     cell = model._modules.get("cell")
-    if device.type != "cuda" or cell is None or cell.kernel_ops is None:
+    if device.type != "cuda" or getattr(cell, "op", None) is None:
         return True
-    has = "triton" in cell.kernel_backends and dispatch.load_triton(cell.kernel_ops) is not None
-    return "triton" if has and cell.kernels_cover(False, "triton") else True
+    has = dispatch.load_triton(cell.op.NAME) is not None and op_covers(model, "triton")
+    return "triton" if has else True
 
 
 class CuDNNLSTM(nn.Module):
@@ -136,11 +148,17 @@ def measure(args: argparse.Namespace) -> list[dict]:
             paths = {"cuDNN": (lambda w=width: CuDNNLSTM(w), True), "kernels": (lambda: build(name), True)}
             if not args.no_tensor_path:
                 paths["tensor"] = (lambda: build(name), False)
+            if not args.no_compiled and op_covers(build(name), "compiled"):
+                paths["compiled"] = (lambda: build(name), "compiled")
+                if device.type == "cuda":
+                    paths["compiled-nographs"] = (lambda: build(name), "compiled")
             row = {"model": name, "batch": batch, "device": str(device)}
             for path, (make, kernels) in paths.items():
                 torch.manual_seed(0)
                 model = make().to(device).train()
-                with use_kernels(kernels and kernels_setting(model, device)):
+                compiled.CUDA_GRAPHS = path != "compiled-nographs"
+                setting = kernels if isinstance(kernels, str) else kernels and kernels_setting(model, device)
+                with use_kernels(setting):
                     step = training_step(model, x, y)
                     try:
                         seconds, rounds = median_seconds(step, device, args.warmup, args.repeats, args.budget)
@@ -151,7 +169,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 row[path] = {"ms": 1e3 * seconds, "rounds": rounds, "sequences_per_s": batch / seconds}
                 del model, step
             base = row["cuDNN"]["ms"] if row.get("cuDNN") else None
-            for path in ("kernels", "tensor"):
+            for path in ("kernels", "tensor", "compiled", "compiled-nographs"):
                 if row.get(path) and base:
                     row[path]["x_cudnn"] = row[path]["ms"] / base
             if row.get("kernels") and row.get("tensor"):
@@ -169,7 +187,8 @@ def line(row: dict) -> str:
         ratio = f" ({value['x_cudnn']:.1f}x cuDNN)" if "x_cudnn" in value else ""
         return f"{path} {value['ms']:.2f} ms{ratio}"
 
-    parts = [f"{row['model']:>15} B={row['batch']:<5}", cell("kernels"), cell("tensor"), cell("cuDNN")]
+    paths = ("kernels", "compiled", "compiled-nographs", "tensor", "cuDNN")
+    parts = [f"{row['model']:>15} B={row['batch']:<5}", *(cell(path) for path in paths)]
     if "speedup_over_tensor" in row:
         parts.append(f"kernels {row['speedup_over_tensor']:.1f}x faster than tensor")
     return " | ".join(p for p in parts if p)
@@ -179,15 +198,19 @@ def table(records: list[dict]) -> str:
     """The records as a Markdown table."""
     nan = float("nan")
     lines = [
-        "| model | batch | kernels ms | tensor ms | cuDNN ms | kernels x cuDNN | tensor / kernels | seq/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | batch | kernels ms | compiled ms | compiled, no graphs ms | tensor ms | cuDNN ms "
+        "| kernels x cuDNN | compiled x cuDNN | tensor / kernels | seq/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in records:
-        k, t, c = (row.get(path) or {} for path in ("kernels", "tensor", "cuDNN"))
-        ms = [f"{v['ms']:.2f}" if v else "-" for v in (k, t, c)]
+        k, g, n, t, c = (
+            row.get(p) or {} for p in ("kernels", "compiled", "compiled-nographs", "tensor", "cuDNN")
+        )
+        ms = [f"{v['ms']:.2f}" if v else "-" for v in (k, g, n, t, c)]
         lines.append(
             f"| {row['model']} | {row['batch']} | {' | '.join(ms)} | {k.get('x_cudnn', nan):.1f}x | "
-            f"{row.get('speedup_over_tensor', nan):.1f}x | {k.get('sequences_per_s', nan):.0f} |"
+            f"{g.get('x_cudnn', nan):.1f}x | {row.get('speedup_over_tensor', nan):.1f}x | "
+            f"{k.get('sequences_per_s', nan):.0f} |"
         )
     return "\n".join(lines)
 
@@ -224,6 +247,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=10, help="timed steps; the median is reported")
     parser.add_argument("--budget", type=float, default=5.0, help="seconds per measurement at most")
     parser.add_argument("--no-tensor-path", action="store_true", help="leave out the models' tensor paths")
+    parser.add_argument("--no-compiled", action="store_true", help="leave out the compiled step")
     parser.add_argument("--json", type=Path, help="also write the records and settings as JSON")
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]

@@ -9,23 +9,34 @@ tensor path there; on the CPU inductor fuses the step's elementwise work.
 
 It runs where asked for: ``MANNLAB_KERNELS=compiled`` or ``use_kernels("compiled")``
 (ops/dispatch.py). Its first call compiles (tens of seconds on a CPU core).
+``MANNLAB_CUDA_GRAPHS=0`` (or :data:`CUDA_GRAPHS` = False) compiles without CUDA graphs, to
+measure what they bring (benchmarks/bench_gpu.py).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Callable
 
 import torch
 
+#: whether the compiled step runs under CUDA graphs on a GPU
+CUDA_GRAPHS = os.environ.get("MANNLAB_CUDA_GRAPHS", "1") != "0"
+
+
+def compiled_step(step: Callable, options: Any, device_type: str) -> Callable:
+    """``step(*tensors, options)`` under torch.compile with these options fixed (see
+    :func:`_compiled_step`), CUDA graphs on a GPU where :data:`CUDA_GRAPHS`."""
+    return _compiled_step(step, options, device_type == "cuda" and CUDA_GRAPHS)
+
 
 @functools.cache
-def compiled_step(step: Callable, options: Any, device_type: str) -> Callable:
-    """``step(*tensors, options)`` under torch.compile with these options fixed: one graph, no
-    breaks (``fullgraph``), static shapes; CUDA graphs on a GPU. The result is called as the
-    step is (the ``options`` it is given are these). Cached per (step, options, device type),
-    so every call of one configuration shares one compiled function."""
-    mode = "reduce-overhead" if device_type == "cuda" else None
+def _compiled_step(step: Callable, options: Any, cuda_graphs: bool) -> Callable:
+    """One graph, no breaks (``fullgraph``), static shapes; ``cuda_graphs``: under CUDA graphs
+    (``mode="reduce-overhead"``). The result is called as the step is (the ``options`` it is
+    given are these). Cached, so every call of one configuration shares one compiled function."""
+    mode = "reduce-overhead" if cuda_graphs else None
     fast = torch.compile(functools.partial(step, options=options), fullgraph=True, dynamic=False, mode=mode)
 
     def call(*tensors: Any, options: Any) -> Any:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mannlab.errors import ConfigError
-from mannlab.file_kinds import file_problem, kind_of_mode
+from mannlab.file_kinds import file_problem, kind_of, kind_of_mode
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 # how open() modes map to flags; only the modes mannlab writes with
@@ -37,8 +37,10 @@ def link_refused(path: str | os.PathLike, error: type[Exception] = ConfigError) 
         target = f" to {os.readlink(path)}"
     except OSError:
         target = ""
+    kind = kind_of(path)  # what it leads to: "a file", "a device", "a symbolic link loop", ...
+    what = "which does not exist" if kind.startswith("a symbolic link to") else kind
     return error(
-        f"refusing to write through {path}: it is a symbolic link{target}, and mannlab never "
+        f"refusing to write through {path}: it is a symbolic link{target} ({what}), and mannlab never "
         "follows a link at a name it writes (someone may have planted it to redirect the write). "
         "Remove the link, or choose another directory"
     )

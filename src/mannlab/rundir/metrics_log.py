@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from mannlab.errors import DataError
 from mannlab.file_kinds import read_regular
 from mannlab.rundir.files import UNREADABLE, replacing
-from mannlab.safe_writes import open_for_writing
+from mannlab.safe_writes import open_for_writing, refuse_link
 
 # a row is a few hundred bytes: a million logged steps fit many times over
 MAX_BYTES = 1 << 30
@@ -30,7 +30,7 @@ class MetricsLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._loggers = list(loggers)
-        # rows written; a link to nowhere is refused by read_metrics, not written through
+        refuse_link(self.path)  # before reading it: a planted link is neither read nor written
         self.rows = len(read_metrics(self.path)) if os.path.lexists(self.path) else 0
         self._file = open_for_writing(self.path, "a")  # never through a link planted there
 

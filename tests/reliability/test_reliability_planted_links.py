@@ -63,7 +63,20 @@ def test_the_run_directory_lock(tmp_path, precious, capsys):
     with pytest.raises(ConfigError, match=LINK):
         RunDirLock(run).acquire()
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", "--model", "lstm", "--task", "copy", "--steps", "1", "--no-progress", "--run-dir", str(run)])
+        main(
+            [
+                "train",
+                "--model",
+                "lstm",
+                "--task",
+                "copy",
+                "--steps",
+                "1",
+                "--no-progress",
+                "--run-dir",
+                str(run),
+            ]
+        )
     assert exit_info.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(errors) == 1 and "symbolic link" in errors[0] and ".lock" in errors[0]

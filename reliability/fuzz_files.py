@@ -207,7 +207,8 @@ def _run_targets() -> list[Target]:
         # (a link to a directory without one is removed as the run starts over, never followed)
         Target("run", "run/checkpoints", "resume", NONE, DIRECTORY_CONTENT, directory=True, written=True),
         Target("run", "run/checkpoints", "load", tolerates=truncated, directory=True),
-        Target("run", "run/checkpoints/last", "resume", NONE, directory=True, written=True),
+        # a link at last itself is replaced by the new checkpoint, its target left alone
+        Target("run", "run/checkpoints/last", "resume", directory=True, written=True),
         # loading a model needs no training state: without it the last checkpoint still loads
         Target("run", "run/checkpoints/last", "load_last", tolerates=truncated, directory=True),
     ]
@@ -239,7 +240,7 @@ def _written_targets() -> list[Target]:
             for name in ("config.toml", "metrics.jsonl", "summary.json")
         ),
         planted("run", "run/checkpoints/.last.tmp", "resume", directory=True),
-        planted("run", "run/checkpoints/best", "resume", directory=True),
+        planted("run", "run/checkpoints/best", "resume", directory=True),  # replaced, not followed
         planted("run", "run/metrics.csv", "resume_csv"),
         planted("run", "run/figures", "plot", directory=True),
         planted("run", "run/figures/learning_curve.png", "plot"),

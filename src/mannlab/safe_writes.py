@@ -34,7 +34,7 @@ def link_refused(path: str | os.PathLike, error: type[Exception] = ConfigError) 
     """The error for a symbolic link where mannlab writes: one line naming the link and where it
     points."""
     try:
-        target = f" to {os.readlink(path)}"
+        target = f" to {os.readlink(os.fspath(path))}"
     except OSError:
         target = ""
     kind = kind_of(path)  # what it leads to: "a file", "a device", "a symbolic link loop", ...

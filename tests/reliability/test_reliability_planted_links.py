@@ -97,12 +97,19 @@ def test_atomic_writes_at_the_file_and_at_its_temporary_name(tmp_path, precious,
     assert untouched(precious) and os.path.islink(tmp_path / "run" / name)
 
 
-@pytest.mark.parametrize("where", ["checkpoints", "checkpoints/last", "checkpoints/.last.tmp"])
+@pytest.mark.parametrize("where", ["checkpoints", "checkpoints/.last.tmp"])
 def test_checkpoints(tmp_path, precious_dir, where):
     run = tmp_path / "run"
     plant(run / where, precious_dir)
     with pytest.raises(CheckpointError, match="refusing to write through .*: it is a symbolic link"):
         save_checkpoint(run / "checkpoints" / "last", torch.nn.Linear(2, 2), {"step": 1}, {"step": 1})
+    assert untouched(precious_dir)
+
+
+def test_a_link_at_the_checkpoint_itself_is_replaced_not_written_through(tmp_path, precious_dir):
+    last = plant(tmp_path / "checkpoints" / "last", precious_dir)
+    save_checkpoint(last, torch.nn.Linear(2, 2), {"step": 1}, {"step": 1})
+    assert not last.is_symlink() and (last / "weights.safetensors").is_file()
     assert untouched(precious_dir)
 
 

@@ -45,14 +45,14 @@ FILES = (WEIGHTS, META, TRAIN_STATE)
 def save_checkpoint(
     directory: str | Path, model: torch.nn.Module, meta: dict[str, Any], train_state: dict[str, Any]
 ) -> None:
-    """Write the checkpoint into ``directory``, replacing any previous one atomically.
-    CheckpointError naming a symbolic link at ``directory``, its parent (``checkpoints/``) or
-    its temporary sibling: a checkpoint is never written through a link."""
+    """Write the checkpoint into ``directory``, replacing any previous one atomically. It is
+    never written through a symbolic link: one at its parent (``checkpoints/``) or at its
+    temporary sibling is a CheckpointError naming it; one at ``directory`` itself (a user's
+    ``last -> elsewhere``) is replaced by the new checkpoint, its target left as it is."""
     directory = Path(directory)
     make_directory(directory.parent, CheckpointError)
     tmp, old = _sibling(directory, "tmp"), _sibling(directory, "old")
-    for path in (directory, tmp):
-        refuse_link(path, CheckpointError)
+    refuse_link(tmp, CheckpointError)
     if os.path.lexists(tmp):  # left by a save that crashed: never complete, safe to drop
         remove_tree(tmp)
     tmp.mkdir()

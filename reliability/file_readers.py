@@ -187,6 +187,13 @@ def _load(checkpoint: str) -> Callable[[Path], Any]:
     return act
 
 
+def _save(folder: Path) -> Any:
+    """mannlab.save of the run's model into saved/."""
+    import mannlab
+
+    return mannlab.save(mannlab.load("run"), "saved") and None
+
+
 def _ptb(folder: Path) -> Any:
     from mannlab.tasks import charlm
 
@@ -265,9 +272,13 @@ ACTS: dict[tuple[str, str], Callable[[Path], Any]] = {
     ("config", "train"): _cli("train", "--config", "config.toml", "--run-dir", "out"),
     ("config", "run"): _cli("run", "recipe.toml", "--run-dir", "out", "--no-progress"),
     ("run", "resume"): _cli("train", "--run-dir", "run", "--resume", "--steps", "3", "--no-progress"),
+    ("run", "resume_csv"): _cli(
+        "train", "--run-dir", "run", "--resume", "--steps", "3", "--no-progress", "--logger", "csv"
+    ),
     ("run", "eval"): _cli("eval", "run", "--batches", "1", "--lengths", "2"),
     ("run", "plot"): _cli("plot", "run", "--length", "2"),
     ("run", "report"): _cli("report", "."),
     ("run", "load"): _load("best"),
     ("run", "load_last"): _load("last"),
+    ("run", "save"): _save,
 }

@@ -21,6 +21,14 @@ or the function behind it. A case passes when it ends as its target says it must
 and no case may take longer than its time limit (a FIFO must not be waited on, a device
 not read to its end). Cases of a file without read permission are skipped as root.
 
+Where mannlab writes (WRITTEN targets: the run directory's lock, config, metrics, summary,
+checkpoints, figures, their temporary names, metrics.csv, mannlab.save's files), a symbolic
+link is never written through: a link to a valid file there is refused, and one more kind,
+"planted", puts a link to a file or directory outside the case (its "victim") at the name.
+A planted case passes when the victim is unchanged afterwards and the act either succeeded
+(it removed or replaced the link without following it) or failed with a clear error naming
+the entry.
+
     python reliability/fuzz_files.py --cases 500 --seed 1
     python reliability/fuzz_files.py --case 'run/metrics.jsonl@resume,fifo,7'    # one case again
 
@@ -69,6 +77,9 @@ WORDS = {
     "unreadable": ("permission",),
 }
 DEVICES = ("/dev/zero", "/dev/urandom", "/dev/null")
+# the kind of the written targets: a link to a file (or directory) outside the case
+PLANTED = "planted"
+VICTIM = b"a file of the user's outside the run directory, which a planted link points to\n"
 
 
 @dataclass(frozen=True)
@@ -85,13 +96,18 @@ class Target:
     limit: str = ""  # "module:NAME", the size limit a sparse file passes (else 1 TiB)
     sized: bool = True  # whether a sparse file is refused for its size (not first as corrupt)
     directory: bool = False
+    written: bool = False  # the act writes the entry too: a link there is refused, "planted" added
+    planted_only: bool = False  # a name only written (nothing there to damage): "planted" alone
 
     @property
     def name(self) -> str:
         return f"{self.entry}@{self.act}"
 
     def kinds(self) -> tuple[str, ...]:
-        return tuple(k for k in KINDS if not (self.directory and k == "directory"))
+        if self.planted_only:
+            return (PLANTED,)
+        kinds = tuple(k for k in KINDS if not (self.directory and k == "directory"))
+        return (*kinds, PLANTED) if self.written else kinds
 
     def content_kinds(self) -> frozenset:
         """The kinds that damage what a file (or directory) holds, not what it is: their
@@ -103,7 +119,10 @@ class Target:
 
 
 ALL = frozenset(KINDS)
+NONE: frozenset = frozenset()
 CONTENT = frozenset({"empty", "truncated", "random"})
+# the kinds laid as a symbolic link (a device is a link to /dev/zero and the like)
+LINKS = frozenset({"symlink", "dangling", "symlink_dir", "symlink_loop", "device"})
 # for a directory: empty, a file missing from it, or a link to an empty one
 DIRECTORY_CONTENT = frozenset({"empty", "truncated", "symlink_dir"})
 CONFIG_LIMIT = "mannlab.config:MAX_CONFIG_BYTES"
@@ -155,35 +174,41 @@ def _run_targets() -> list[Target]:
     out = [
         Target("config", "config.toml", "train", tolerates=truncated, limit=CONFIG_LIMIT),
         Target("config", "recipe.toml", "run", tolerates=truncated, limit=CONFIG_LIMIT),
+        # a resume reads config.toml and writes it again: never through a link
+        Target("run", "run/config.toml", "resume", NONE, truncated, CONFIG_LIMIT, written=True),
         *(
             Target("run", "run/config.toml", act, tolerates=truncated, limit=CONFIG_LIMIT)
-            for act in ("resume", "eval", "load")
+            for act in ("eval", "load")
         ),
         # metrics.jsonl: a crash can cut its last line, which readers skip
-        Target("run", "run/metrics.jsonl", "resume", tolerates=CONTENT, limit=METRICS_LIMIT),
+        Target("run", "run/metrics.jsonl", "resume", NONE, CONTENT, METRICS_LIMIT, written=True),
         Target("run", "run/metrics.jsonl", "plot", tolerates=CONTENT, limit=METRICS_LIMIT),
         # a resume rewrites the summary (a directory in its place is refused before training),
         # eval reads it only for a warning, report reads it
-        Target("run", "run/summary.json", "resume", tolerates=ALL - {"directory"}, limit=JSON_LIMIT),
+        Target(
+            "run", "run/summary.json", "resume", NONE, ALL - {"directory"} - LINKS, JSON_LIMIT, written=True
+        ),
         Target("run", "run/summary.json", "eval", accepts=ALL, limit=JSON_LIMIT),
         Target("run", "run/summary.json", "report", tolerates=CONTENT, limit=JSON_LIMIT),
-        # the lock file's contents are only the holder's process id; a link to nowhere is
-        # followed and the file made
+        # the lock file's contents are only the holder's process id; it is opened for writing,
+        # so a link of any kind is refused
         Target(
             "run",
             "run/.lock",
             "resume",
-            accepts=frozenset({"symlink", "empty", "sparse", "truncated", "random"}),
-            tolerates=frozenset({"dangling"}),
+            accepts=frozenset({"empty", "sparse", "truncated", "random"}),
+            written=True,
         ),
         # a file missing from a run directory may be one the command does not need
         Target("run", "run", "resume", tolerates=truncated, directory=True),
         Target("run", "run", "eval", tolerates=truncated, directory=True),
         # no last checkpoint at all (an empty directory, or a link to one): a resume starts the
         # run again
-        Target("run", "run/checkpoints", "resume", tolerates=DIRECTORY_CONTENT, directory=True),
+        # (a link to a directory without one is removed as the run starts over, never followed)
+        Target("run", "run/checkpoints", "resume", NONE, DIRECTORY_CONTENT, directory=True, written=True),
         Target("run", "run/checkpoints", "load", tolerates=truncated, directory=True),
-        Target("run", "run/checkpoints/last", "resume", directory=True),
+        # a link at last itself is replaced by the new checkpoint, its target left alone
+        Target("run", "run/checkpoints/last", "resume", directory=True, written=True),
         # loading a model needs no training state: without it the last checkpoint still loads
         Target("run", "run/checkpoints/last", "load_last", tolerates=truncated, directory=True),
     ]
@@ -198,7 +223,31 @@ def _run_targets() -> list[Target]:
             out.append(
                 Target("run", f"run/checkpoints/{where}/{name}", act, accepts, limit=limit, sized=sized)
             )
-    return out
+    return out + _written_targets()
+
+
+def _written_targets() -> list[Target]:
+    """Names mannlab only writes, where nothing stands before: the lock of a new run, the
+    temporary names of the atomic writes, the figures, metrics.csv, mannlab.save's files."""
+
+    def planted(fixture: str, entry: str, act: str, directory: bool = False) -> Target:
+        return Target(fixture, entry, act, NONE, directory=directory, planted_only=True)
+
+    return [
+        planted("config", "out/.lock", "train"),
+        *(
+            planted("run", f"run/.{name}.tmp", "resume")
+            for name in ("config.toml", "metrics.jsonl", "summary.json")
+        ),
+        planted("run", "run/checkpoints/.last.tmp", "resume", directory=True),
+        planted("run", "run/checkpoints/best", "resume", directory=True),  # replaced, not followed
+        planted("run", "run/metrics.csv", "resume_csv"),
+        planted("run", "run/figures", "plot", directory=True),
+        planted("run", "run/figures/learning_curve.png", "plot"),
+        planted("run", "saved/model.safetensors", "save"),
+        planted("run", "saved/config.json", "save"),
+        planted("run", "saved/sha256.json", "save"),
+    ]
 
 
 TARGETS = {target.name: target for target in _data_targets() + _run_targets()}
@@ -229,13 +278,14 @@ def suite_cases(target: str, seed: int = 0) -> list[str]:
     several acts read, each kind with one of them in turn (every act meets several kinds,
     every kind the entry); of a run file, not the kinds that damage its contents (the
     run-level fuzz corpus does); and for an act that trains or draws, only the kinds that
-    must fail (they stop before any training) and a symbolic link to a valid file."""
+    must fail (they stop before any training) and a symbolic link to a valid file. A link
+    planted where an act writes runs with that act always."""
     spec = TARGETS[target]
     acts = [t.act for t in TARGETS.values() if t.entry == spec.entry]
     kinds = [
         kind
         for number, kind in enumerate(spec.kinds())
-        if acts[number % len(acts)] == spec.act
+        if (kind == PLANTED or acts[number % len(acts)] == spec.act)
         and not (spec.fixture == "run" and not spec.directory and kind in CONTENT)
         and (spec.act not in SLOW_ACTS or kind == "symlink" or kind not in spec.accepts | spec.tolerates)
     ]
@@ -253,6 +303,8 @@ def judge(case: str, outcome: dict[str, Any]) -> str:
     status = outcome["status"]
     if status == "skip":
         return ""
+    if kind == PLANTED:
+        return _judge_planted(target, outcome)
     if kind in target.accepts:
         return "" if status == "ok" else f"refused a valid file: {_error(outcome)}"
     if status == "ok":
@@ -271,12 +323,27 @@ def judge(case: str, outcome: dict[str, Any]) -> str:
     return ""
 
 
+def _judge_planted(target: Target, outcome: dict[str, Any]) -> str:
+    """A planted link: the victim untouched, and success or a clear error naming the entry."""
+    if outcome.get("victim") != "intact":
+        return f"wrote through the planted link: the file outside {outcome.get('victim')}"
+    if outcome["status"] == "ok":
+        return ""
+    if not outcome.get("clear"):
+        return f"not one of mannlab's errors: {_error(outcome)}"
+    if Path(target.entry).name.lower() not in outcome.get("message", "").lower():
+        return f"the message does not name {Path(target.entry).name}: {_error(outcome)}"
+    return ""
+
+
 def expected_words(target: Target, kind: str) -> tuple[str, ...]:
     """What a clear error about ``kind`` in the place of ``target`` says (any of them)."""
     if target.directory and kind in ("sparse", "random"):  # a regular file where a directory is
         return ("not a directory", "is a file")
     if kind == "sparse" and not target.sized:
         return ()
+    if target.written and kind in LINKS:  # refused as a link (or, read first, as what it leads to)
+        return (*WORDS.get(kind, ()), "symbolic link")
     return WORDS.get(kind, ())
 
 
@@ -383,8 +450,41 @@ def run(case: str, folder: Path) -> dict[str, Any]:
     shutil.copytree(FIXTURES[target.fixture], folder, dirs_exist_ok=True, symlinks=True)
     os.chdir(folder)
     limit = limit_of(target) if kind == "sparse" else 0
+    if kind == PLANTED:
+        victim = folder.parent / f"{folder.name}-victim"
+        plant(folder / target.entry, victim, target.directory)
+        result = outcome(lambda: file_readers.ACTS[target.fixture, target.act](folder))
+        return {**result, "victim": victim_state(victim)}
     lay(kind, folder / target.entry, random.Random(seed), limit, target.directory)
     return outcome(lambda: file_readers.ACTS[target.fixture, target.act](folder))
+
+
+def plant(path: Path, victim: Path, directory: bool) -> None:
+    """A link at ``path`` (whatever stood there removed) to ``victim``, outside the case: a
+    file, or a directory holding one file."""
+    if directory:
+        victim.mkdir()
+        (victim / "keep").write_bytes(VICTIM)
+    else:
+        victim.write_bytes(VICTIM)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(victim)
+
+
+def victim_state(victim: Path) -> str:
+    """ "intact", or what changed in the file (or directory) a planted link pointed to."""
+    if victim.is_dir():
+        names = sorted(p.name for p in victim.iterdir())
+        if names != ["keep"]:
+            return f"{victim} now holds {names[:5]}"
+        victim = victim / "keep"
+    if not victim.is_file() or victim.read_bytes() != VICTIM:
+        return f"{victim} was overwritten or removed"
+    return "intact"
 
 
 def outcome(act: Callable[[], Any]) -> dict[str, Any]:

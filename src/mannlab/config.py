@@ -367,11 +367,42 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     data = _read_regular(path, MAX_CONFIG_BYTES)
     try:
-        return tomllib.loads(data.decode("utf-8").removeprefix("\ufeff"))  # editors may write a BOM
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        table = tomllib.loads(data.decode("utf-8").removeprefix("\ufeff"))  # editors may write a BOM
+    except RecursionError:  # inline tables or arrays inside each other, thousands deep
+        raise ConfigError(too_deep(path)) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"{path} is not valid TOML in UTF-8 ({type(exc).__name__}: {str(exc)[:200]})"
         ) from None
+    if nesting_depth(table) > MAX_NESTING:  # [a.b.c...] headers parse, but copying recurses
+        raise ConfigError(too_deep(path))
+    return table
+
+
+# A run config nests two levels ([train] lr = ...; a recipe's table of runs three or four).
+MAX_NESTING = 32
+
+
+def too_deep(path: Path) -> str:
+    return (
+        f"{path} is too deeply nested (tables or arrays more than {MAX_NESTING} levels inside "
+        "each other); a run config has sections such as [model] and [train] holding values"
+    )
+
+
+def nesting_depth(value: Any) -> int:
+    """How many tables and arrays ``value`` nests inside each other (without recursion)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_NESTING:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 # A run config is a few hundred bytes; more than this is not one (and is not read further).

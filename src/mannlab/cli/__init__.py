@@ -44,7 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from mannlab.training.update import DivergedError  # torch loads with the command, not for --help
+    # torch loads with the command, not for --help
+    from mannlab.training.interrupts import caused_by_interrupt
+    from mannlab.training.update import DivergedError
 
     try:
         return args.func(args)
@@ -55,12 +57,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DivergedError as exc:
         _fail(exc, 1, args.debug)
     except KeyboardInterrupt:
-        print(
-            "\nmannlab: interrupted; continue a run with --resume (from its last checkpoint)", file=sys.stderr
-        )
-        raise SystemExit(130) from None
+        _interrupted()
     except Exception as exc:  # noqa: BLE001 - a bug or the system (disk full): one line still
+        if caused_by_interrupt(exc):  # Ctrl-C inside a compiled kernel (eval, gradflow, ...)
+            _interrupted()
         _fail(exc, 1, args.debug, unexpected=True)
+
+
+def _interrupted() -> NoReturn:
+    print("\nmannlab: interrupted; continue a run with --resume (from its last checkpoint)", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 def _reader_gone() -> NoReturn:

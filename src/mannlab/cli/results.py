@@ -266,9 +266,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from mannlab.loading import load_run, use_run_threads
     from mannlab.reporting import figures, read_figures
     from mannlab.reporting.run_figures import draw_memory_access
+    from mannlab.safe_writes import refuse_link
 
     run_dir = Path(args.run_dir)
     out = Path(args.out) if args.out else run_dir / "figures"
+    if not args.out:
+        refuse_link(out)  # mannlab's name in the run directory: never written through a link
     saved = run_dir / "config.toml"
     if saved.is_file() and tasks.batching(load_config(saved).task) == "streams":
         # a char-LM run has a learning curve (BPC), no memory picture

@@ -97,6 +97,8 @@ def parse(text: str, source: str, task: int) -> list[Question]:
         if not line.strip():
             continue
         where = f"{source}, line {lineno}"
+        if "\x00" in line:  # a damaged copy; the tokenizer would silently drop it
+            raise DataError(f"{where}: a NUL byte (\\x00) in the line; a bAbI file is plain text")
         match = _LINE.fullmatch(line.rstrip("\r"))
         if match is None:
             raise DataError(f"{where}: expected '<number> <sentence>', got {line!r}")
@@ -185,7 +187,13 @@ def load_babi(
             )
         name = sorted(names)[0]
         where = f"{Path(source) / name}"
-        out[split].extend(parse(decode_text(files[name], where), where, task))
+        questions = parse(decode_text(files[name], where), where, task)
+        if not questions:
+            raise DataError(
+                f"{where}: no questions (a bAbI file has lines '<number> <question>\\t<answer>\\t"
+                f"<supporting ids>' among the facts of each story); restore it from a copy of {ARCHIVE.name}"
+            )
+        out[split].extend(questions)
     return out
 
 

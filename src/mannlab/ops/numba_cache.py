@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from types import ModuleType
 
 import numba
+from filelock import lock_descriptor, unlock_descriptor
 from numba.core.caching import (
     CompileResultCacheImpl,
     FunctionCache,
@@ -32,6 +33,9 @@ from numba.core.caching import (
     UserProvidedCacheLocator,
     UserWideCacheLocator,
 )
+
+from mannlab.errors import ConfigError
+from mannlab.safe_writes import open_descriptor
 
 #: The sources every kernel may depend on besides its own file.
 SHARED_SOURCES = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "numba_math.py"),)
@@ -105,23 +109,32 @@ def cache_directory(kernels: ModuleType) -> str:
 
 @contextmanager
 def compile_lock(kernels: ModuleType, blocking: bool = True) -> Iterator[bool]:
-    """Hold an exclusive OS lock (fcntl.flock) on a file beside the kernel module's cache while
-    the block compiles its kernels. Yields True once held; with ``blocking=False`` it yields
-    False at once where another process holds it. Where fcntl is missing (Windows) nothing is
-    locked and it yields True."""
-    try:
-        import fcntl
-    except ImportError:
-        yield True
-        return
+    """Hold an exclusive OS lock (filelock's: flock on Unix, LockFileEx on Windows) on a file
+    beside the kernel module's cache while the block compiles its kernels. Yields True once
+    held; with ``blocking=False`` it yields False at once where another process holds it.
+    Where the lock file cannot be made (a read-only cache directory) or the system has no
+    lock, nothing is locked and it yields True. The lock file is never opened through a
+    symbolic link: one planted there is refused with a ConfigError naming it."""
     path = os.path.join(cache_directory(kernels), f"{kernels.__name__}.lock")
-    with open(path, "a") as lock_file:
+    try:
+        fd = open_descriptor(path, os.O_RDWR | os.O_CREAT)
+    except ConfigError:
+        if os.path.islink(path):
+            raise
+        yield True  # read-only or unusable: compile without sharing the work
+        return
+    try:
         try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
+            held = lock_descriptor(fd, blocking=blocking)
+        except OSError:  # no lock on this system or file system
+            held = None
+        if held is False:
             yield False
             return
         try:
             yield True
         finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
+            if held:
+                unlock_descriptor(fd)
+    finally:
+        os.close(fd)

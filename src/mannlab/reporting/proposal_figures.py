@@ -25,6 +25,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from mannlab.reporting.figures import finish_figure
+from mannlab.safe_writes import make_directory
 
 __all__ = ["plot_recall_vs_proposals", "plot_recall_vs_tiou", "draw_evaluation_figures"]
 
@@ -82,6 +83,7 @@ def draw_evaluation_figures(
     name (the keys of EVALUATION_FIGURES)."""
     split, curves = evaluation["split"], evaluation["curves"]
     paths = {name: str(Path(out_dir) / path.format(split=split)) for name, path in EVALUATION_FIGURES.items()}
+    make_directory(Path(out_dir) / "figures")  # mannlab's name: never a link planted there
     plot_recall_vs_proposals({label: curves["recall_vs_proposals"]}, paths["recall_vs_proposals"])
     plot_recall_vs_tiou({label: curves["recall_vs_tiou"]}, paths["recall_vs_tiou"])
     return paths

@@ -14,6 +14,7 @@ import torch
 from mannlab.config import RunConfig
 from mannlab.evaluation import loss_key
 from mannlab.reporting import figures
+from mannlab.safe_writes import make_directory
 
 PICTURE_SEED_OFFSET = 10**9 - 1  # the pictured sequence is no training or validation batch
 
@@ -72,6 +73,7 @@ def draw_run_figures(
     out = run_dir / "figures"
     drawn = {}
     try:
+        make_directory(out)  # mannlab's name: never a link planted there
         drawn["learning_curve"] = str(draw_learning_curve(run_dir, config, task, out))
         path = out / "memory_access.png"
         if task.batching == "samples" and draw_memory_access(

@@ -27,12 +27,14 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
 from mannlab.errors import CheckpointError, DataError
 from mannlab.file_kinds import directory_problem, file_problem
 from mannlab.rundir.files import fsync, read_json
 from mannlab.rundir.sums import MAX_FILE_BYTES, SUMS, check_sums, sha256, write_sums
+from mannlab.safe_writes import make_directory, open_for_writing, refuse_link
 
 WEIGHTS = "weights.safetensors"
 META = "meta.json"
@@ -43,21 +45,26 @@ FILES = (WEIGHTS, META, TRAIN_STATE)
 def save_checkpoint(
     directory: str | Path, model: torch.nn.Module, meta: dict[str, Any], train_state: dict[str, Any]
 ) -> None:
-    """Write the checkpoint into ``directory``, replacing any previous one atomically."""
+    """Write the checkpoint into ``directory``, replacing any previous one atomically. It is
+    never written through a symbolic link: one at its parent (``checkpoints/``) or at its
+    temporary sibling is a CheckpointError naming it; one at ``directory`` itself (a user's
+    ``last -> elsewhere``) is replaced by the new checkpoint, its target left as it is."""
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(directory.parent, CheckpointError)
     tmp, old = _sibling(directory, "tmp"), _sibling(directory, "old")
-    if tmp.exists():  # left by a save that crashed: never complete, safe to drop
+    refuse_link(tmp, CheckpointError)
+    if os.path.lexists(tmp):  # left by a save that crashed: never complete, safe to drop
         remove_tree(tmp)
     tmp.mkdir()
     try:
         # clones: safetensors refuses tensors that share storage (tied weights, views)
         weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-        save_file(weights, str(tmp / WEIGHTS))
-        _default_mode(tmp / WEIGHTS)  # safetensors writes 0600; a run is shared like its other files
-        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
-        torch.save(train_state, tmp / TRAIN_STATE)
-        (tmp / SUMS).write_text(json.dumps({name: sha256(tmp / name) for name in FILES}, indent=2))
+        _write_new(tmp / WEIGHTS, safetensors_bytes(weights))
+        _write_new(tmp / META, json.dumps(meta, indent=2, sort_keys=True).encode())
+        with open_for_writing(tmp / TRAIN_STATE, "xb", CheckpointError) as handle:
+            torch.save(train_state, handle)
+        sums = json.dumps({name: sha256(tmp / name) for name in FILES}, indent=2)
+        _write_new(tmp / SUMS, sums.encode())
         for name in (*FILES, SUMS):
             fsync(tmp / name)
         fsync(tmp)
@@ -79,6 +86,12 @@ def save_checkpoint(
     fsync(directory.parent)
     if old.exists() or old.is_symlink():
         remove_tree(old)
+
+
+def _write_new(path: Path, content: bytes) -> None:
+    """Create ``path`` (never through a link: it must not exist) holding ``content``."""
+    with open_for_writing(path, "xb", CheckpointError) as handle:
+        handle.write(content)
 
 
 def remove_tree(path: Path) -> None:
@@ -228,13 +241,6 @@ def _existing(directory: Path) -> Path:
 
 def _sibling(directory: Path, kind: str) -> Path:
     return directory.parent / f".{directory.name}.{kind}"
-
-
-def _default_mode(path: Path) -> None:
-    """The mode open() gives a new file (0666 less the umask), e.g. group-readable."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
 
 
 def _short(items: list[str], limit: int = 5) -> str:

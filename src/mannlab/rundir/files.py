@@ -2,7 +2,9 @@
 
 Every file of a run directory but the metrics log (appended line by line) is replaced
 whole: written to a temporary sibling, fsynced, then renamed over the old file, so a
-reader (or a resume) sees either the old or the new content, never a mix.
+reader (or a resume) sees either the old or the new content, never a mix. A symbolic link at
+the file's name (or the temporary one's) is refused, never written through or replaced
+(mannlab.safe_writes).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import IO, Any, Iterator
 
 from mannlab.errors import DataError
 from mannlab.file_kinds import read_regular
+from mannlab.safe_writes import open_for_writing, refuse_link
 
 # what a damaged or hostile text file raises when read: bytes that are not UTF-8, broken JSON,
 # nesting deeper than the parser's recursion
@@ -26,21 +29,24 @@ MAX_JSON_BYTES = 64 << 20
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike, mode: str = "w", **open_args: Any) -> Iterator[IO]:
     """Open a temporary sibling of ``path`` for writing; on a clean exit it replaces
-    ``path`` atomically, on an exception it is removed and ``path`` is left as it was."""
+    ``path`` atomically, on an exception it is removed and ``path`` is left as it was.
+    ConfigError naming a symbolic link at ``path`` or at the temporary name."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_link(path)
     tmp = path.with_name(f".{path.name}.tmp")  # one writer per run directory
-    if "b" not in mode:
-        open_args.setdefault("encoding", "utf-8")
+    if os.path.lexists(tmp) and not os.path.islink(tmp) and not os.path.isdir(tmp):
+        os.unlink(tmp)  # left by a crash; a link there is refused below, not removed
     try:
-        with open(tmp, mode, **open_args) as handle:
+        with open_for_writing(tmp, mode.replace("w", "x"), **open_args) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if not os.path.islink(tmp):  # never ours
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise
     fsync(path.parent)  # the rename itself survives a power cut
 

@@ -21,7 +21,10 @@ from typing import Any
 
 from mannlab.config import TrainConfig
 from mannlab.errors import ConfigError
+from mannlab.file_kinds import read_regular
+from mannlab.rundir.files import replacing, write_atomic
 from mannlab.rundir.metrics_log import read_metrics
+from mannlab.safe_writes import make_directory, open_for_writing, refuse_link
 
 
 def logger_names(train: TrainConfig) -> list[str]:
@@ -45,7 +48,7 @@ def open_loggers(config: Any, run_dir: str | Path) -> list[Any]:
     opened: list[Any] = []
     for name in logger_names(config.train):
         if name == "tensorboard":
-            opened.append(TensorBoardLogger(run_dir / "tensorboard"))
+            opened.append(TensorBoardLogger(make_directory(run_dir / "tensorboard")))
         elif name == "csv":
             opened.append(CsvLogger(run_dir / "metrics.csv", run_dir / "metrics.jsonl"))
         else:
@@ -85,19 +88,17 @@ class CsvLogger:
     def log(self, row: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
         self.rows.append(dict(row))
         if set(row) <= set(self.columns):
-            with self.path.open("a", newline="", encoding="utf-8") as fh:
+            with open_for_writing(self.path, "a", newline="") as fh:
                 csv.DictWriter(fh, self.columns).writerow(row)
         else:
             self._rewrite()
 
     def _rewrite(self) -> None:
         self.columns = list(dict.fromkeys(["step", "split", *(k for r in self.rows for k in r)]))
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", newline="", encoding="utf-8") as fh:
+        with replacing(self.path, "w", newline="") as fh:
             writer = csv.DictWriter(fh, self.columns)
             writer.writeheader()
             writer.writerows(self.rows)
-        os.replace(tmp, self.path)
 
     def close(self) -> None:
         """Every row is on disk when log returns."""
@@ -126,11 +127,11 @@ class WandbLogger:
 
 def _wandb_id(run_dir: Path) -> str:
     """A wandb run id kept in the run directory, so a resumed run continues the same one."""
-    path = run_dir / "wandb" / "run_id"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(os.urandom(6).hex())
-    return path.read_text().strip()
+    path = make_directory(run_dir / "wandb") / "run_id"
+    refuse_link(path)  # read as well as written: a link would send another file's start to wandb
+    if not os.path.lexists(path):
+        write_atomic(path, os.urandom(6).hex())
+    return read_regular(path, ConfigError, 1 << 10).decode("ascii", "replace").strip()
 
 
 def _summary_writer_class():

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from mannlab.errors import DataError
 from mannlab.file_kinds import read_regular
 from mannlab.rundir.files import UNREADABLE, replacing
+from mannlab.safe_writes import open_for_writing, refuse_link
 
 # a row is a few hundred bytes: a million logged steps fit many times over
 MAX_BYTES = 1 << 30
@@ -29,9 +30,9 @@ class MetricsLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._loggers = list(loggers)
-        # rows written; a link to nowhere is refused by read_metrics, not written through
+        refuse_link(self.path)  # before reading it: a planted link is neither read nor written
         self.rows = len(read_metrics(self.path)) if os.path.lexists(self.path) else 0
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = open_for_writing(self.path, "a")  # never through a link planted there
 
     def log(self, step: int, split: str, metrics: Mapping[str, Any], wall: float, **extra: Any) -> None:
         row = {

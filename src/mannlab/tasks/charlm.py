@@ -195,10 +195,21 @@ def _ptb_chars(source, fetch, download: bool) -> dict[str, str]:
     )
     return {
         split: ptb_words_to_chars(
-            decode_text(read_file(paths[split], PTB_MAX_BYTES, _PTB_EXPECTED), str(paths[split]))
+            ptb_text(read_file(paths[split], PTB_MAX_BYTES, _PTB_EXPECTED), str(paths[split]))
         )
         for split in SPLITS
     }
+
+
+def ptb_text(data: bytes, where: str) -> str:
+    """A PTB file's bytes as text; DataError naming the file and line of a byte that is not
+    UTF-8 or is NUL (a damaged copy: the files are plain text, and a NUL would become a
+    character of the vocabulary)."""
+    text = decode_text(data, where)
+    if (at := text.find("\x00")) >= 0:
+        line = text.count("\n", 0, at) + 1
+        raise DataError(f"{where}, line {line}: a NUL byte (\\x00); the PTB files are plain text")
+    return text
 
 
 def _ptb_texts_in(source: Path) -> Optional[dict[str, str]]:
@@ -211,7 +222,7 @@ def _ptb_texts_in(source: Path) -> Optional[dict[str, str]]:
         PTB_MAX_BYTES,
         _PTB_EXPECTED,
     )
-    by_name = {Path(k).name: decode_text(v, f"{source}/{k}") for k, v in members.items()}
+    by_name = {Path(k).name: ptb_text(v, f"{source}/{k}") for k, v in members.items()}
     if all(n in by_name for n in char_names):
         return {split: by_name[n] for n, split in char_names.items()}
     if all(n in by_name for n in word_names):

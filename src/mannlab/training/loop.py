@@ -65,6 +65,7 @@ from mannlab.training.device import (
     on_device,
     say_auto_choice,
 )
+from mannlab.training.interrupts import interrupts_as_keyboard_interrupt
 from mannlab.training.optimizer import make_optimizer
 from mannlab.training.prepared import PreparedRun, prepare_run
 from mannlab.training.progress import Progress
@@ -154,7 +155,8 @@ def train(
             f"{prepared.config.task}, seed {prepared.config.seed}; training {config.model} on "
             f"{config.task}, seed {config.seed})"
         )
-    with RunDirLock(Path(run_dir)) as lock:
+    # Ctrl-C inside a compiled kernel is a KeyboardInterrupt too; the last checkpoint resumes
+    with RunDirLock(Path(run_dir)) as lock, interrupts_as_keyboard_interrupt():
         # bad names or arguments fail here, before any file is touched
         return _train(config, resume, force, lock, prepared or prepare_run(config))
 

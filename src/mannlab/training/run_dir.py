@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import lock_descriptor
 
 from mannlab.config import RunConfig
 from mannlab.errors import CheckpointError, ConfigError
-from mannlab.file_kinds import directory_problem, file_problem, kind_of_mode
+from mannlab.file_kinds import directory_problem
 from mannlab.rundir import load_checkpoint
+from mannlab.safe_writes import NOFOLLOW, open_descriptor
 from mannlab.training import distributed
 from mannlab.training.optimizer import hyperparameters
 
@@ -35,28 +37,27 @@ LOCK = ".lock"  # in the run directory; kept between runs (removing it would rac
 
 
 class RunDirLock:
-    """One training writes a run directory at a time: an exclusive OS lock (flock) on
-    ``run_dir/.lock``, held from ``acquire`` to ``release`` (or the end of the ``with``
-    block). The OS drops it when the process ends, a crash or a kill included, so a stale
-    lock never blocks a resume. Where fcntl does not exist (Windows) nothing is locked."""
+    """One training writes a run directory at a time: an exclusive OS lock on
+    ``run_dir/.lock`` (filelock's, flock on Unix and LockFileEx on Windows), held from
+    ``acquire`` to ``release`` (or the end of the ``with`` block). The OS drops it when the
+    process ends, a crash or a kill included, so a stale lock never blocks a resume. The
+    lock file is never opened through a symbolic link (one planted there would make the
+    holder's process id overwrite the file it points to)."""
 
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        try:
-            import fcntl
-        except ImportError:
-            return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         fd = self._open()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # BlockingIOError: another process holds it
-            holder = os.read(fd, 64).decode("ascii", "replace").strip()
+            locked = lock_descriptor(fd, blocking=False)
+        except OSError:  # no lock on this system or file system: one writer is up to the user
+            locked = True
+        if not locked:
             os.close(fd)
-            raise in_use(self.run_dir, holder) from None
+            raise in_use(self.run_dir, _holder(self.run_dir / LOCK))
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
@@ -66,43 +67,32 @@ class RunDirLock:
         """What another process holding ``run_dir``'s lock wrote in it (its process id), or
         None if no process holds it. Creates nothing; for a command that must say the
         directory is in use before it gets as far as taking the lock."""
+        path = Path(run_dir) / LOCK
         try:
-            import fcntl
-
-            fd = os.open(Path(run_dir) / LOCK, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        except (ImportError, OSError):
+            fd = os.open(path, os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
             return None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                return os.read(fd, 64).decode("ascii", "replace").strip()
-            return None  # closing the descriptor drops the lock this probe took
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or lock_descriptor(fd, blocking=False):
+                return None  # closing the descriptor drops the lock this probe took
+            return _holder(path)
+        except OSError:
+            return None
         finally:
             os.close(fd)
 
     def _open(self) -> int:
-        """The lock file, created if missing; ConfigError if something else is in its place
-        (a FIFO or a device would not hold the holder's process id, a directory cannot be
-        opened for writing)."""
+        """The lock file, created if missing; ConfigError if a symbolic link or something else
+        is in its place (a FIFO or a device would not hold the holder's process id, a
+        directory cannot be opened for writing)."""
         path = self.run_dir / LOCK
         remedy = "; remove it (mannlab makes a new one) or choose another --run-dir"
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
-        except OSError as exc:
-            problem = file_problem(path) or f"{path} cannot be opened ({(exc.strerror or str(exc)).lower()})"
-            raise ConfigError(f"the lock file of run directory {self.run_dir}: {problem}{remedy}") from None
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            raise ConfigError(
-                f"the lock file of run directory {self.run_dir}: {path} is {kind_of_mode(mode)}, "
-                f"not a regular file{remedy}"
-            )
-        os.set_blocking(fd, True)
-        return fd
+            return open_descriptor(path, os.O_RDWR | os.O_CREAT)
+        except ConfigError as exc:
+            if os.path.islink(path):  # the message names the link and what to do
+                raise
+            raise ConfigError(f"the lock file of run directory {self.run_dir}: {exc}{remedy}") from None
 
     def release(self) -> None:
         if self.fd is not None:
@@ -114,6 +104,21 @@ class RunDirLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _holder(path: Path) -> str:
+    """What the holder of the lock file ``path`` wrote in it: its process id, or "" where it
+    cannot be read (Windows keeps a locked byte from other processes)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, 64).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def in_use(run_dir: Path, holder: str) -> ConfigError:

@@ -13,7 +13,8 @@ import torch
 
 from mannlab.building import build_run
 from mannlab.config import RunConfig, run_threads
-from mannlab.loading.saved import Device, load_saved
+from mannlab.loading.devices import Device, target_device
+from mannlab.loading.saved import load_saved
 from mannlab.rundir.run_files import load_run_weights, read_run_config
 from mannlab.rundir.saved_model import is_saved_model
 
@@ -54,6 +55,7 @@ def load(
     another ("cuda", "cuda:1", a ``torch.device``), whatever device the run trained on, as
     ``torch.load``'s ``map_location`` does. A directory written by ``mannlab.save`` loads
     too (then ``checkpoint`` and ``overrides`` do not apply)."""
+    target = target_device(device)  # a device this machine lacks fails before any file is read
     if is_saved_model(path):
         if checkpoint != "best" or overrides:
             raise ValueError(f"{path} holds a model written by mannlab.save: no checkpoints, no overrides")
@@ -63,4 +65,4 @@ def load(
     config, _, model, _ = load_run(path, checkpoint, overrides)
     # torch's stub types Module.__setattr__ for tensors and modules only; any value is kept
     model.config = config  # type: ignore[assignment]
-    return model.to(torch.device(device if device is not None else "cpu")).eval()
+    return model.to(target).eval()

@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from mannlab.errors import CheckpointError, DataError
 from mannlab.file_kinds import directory_problem, file_problem
 from mannlab.rundir.files import fsync, read_json
+from mannlab.rundir.meta_fields import check_meta
+from mannlab.rundir.safetensors_file import read_safetensors
 from mannlab.rundir.sums import MAX_FILE_BYTES, SUMS, check_sums, sha256, write_sums
+from mannlab.rundir.weights_check import weight_problems
 
 WEIGHTS = "weights.safetensors"
 META = "meta.json"
@@ -154,30 +156,12 @@ def seal_checkpoint(directory: str | Path) -> None:
 
 
 def load_weights(path: str | Path, model: torch.nn.Module) -> None:
-    """Load a weights.safetensors file into ``model``; any mismatch raises CheckpointError."""
+    """Load a weights.safetensors file into ``model``; any mismatch (a name, shape or dtype
+    that is not the model's) raises CheckpointError."""
     path = Path(path)
-    try:
-        weights = load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(
-            f"{path} is truncated or not a safetensors file ({exc}). Restore it from a copy or retrain."
-        ) from None
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    wrong_shape = [
-        f"{k}: checkpoint {tuple(weights[k].shape)} vs model {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in weights and weights[k].shape != v.shape
-    ]
-    if missing or unexpected or wrong_shape:
-        problems = []
-        if missing:
-            problems.append(f"missing keys {_short(missing)}")
-        if unexpected:
-            problems.append(f"unexpected keys {_short(unexpected)}")
-        if wrong_shape:
-            problems.append(f"shape mismatch {_short(wrong_shape)}")
+    weights = read_safetensors(path, "Restore it from a copy or retrain.")
+    problems = weight_problems(model.state_dict(), weights)
+    if problems:
         raise CheckpointError(
             f"{path} does not match the model ({'; '.join(problems)}). "
             "Build the model with the config saved in the run (config.toml / meta.json)."
@@ -192,7 +176,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{exc}. Restore it from a copy or start the run again.") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path} should hold a JSON object, found {type(meta).__name__}")
-    return meta
+    return check_meta(meta, path)
 
 
 def _read_train_state(path: Path) -> dict[str, Any]:
@@ -235,8 +219,3 @@ def _default_mode(path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o666 & ~umask)
-
-
-def _short(items: list[str], limit: int = 5) -> str:
-    more = f" and {len(items) - limit} more" if len(items) > limit else ""
-    return ", ".join(items[:limit]) + more

@@ -94,7 +94,7 @@ class MannModule(L.LightningModule):
                 "model must be a registered model's name, a module or a mannlab.save description, "
                 f"got {model!r}"
             )
-        if not isinstance(task, str) and not hasattr(task, "sample"):
+        if not isinstance(task, str) and not (hasattr(task, "name") and hasattr(task, "params")):
             raise TypeError(f"task must be a task or a task's name, got {task!r}")
         if isinstance(task, str):
             task = tasks.make(task, **(task_args or {}))

@@ -3,6 +3,7 @@ resume one exactly."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -92,6 +93,8 @@ class RunDirLock:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
         except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and not os.access(self.run_dir, os.W_OK):
+                raise read_only(self.run_dir, exc) from None
             problem = file_problem(path) or f"{path} cannot be opened ({(exc.strerror or str(exc)).lower()})"
             raise ConfigError(f"the lock file of run directory {self.run_dir}: {problem}{remedy}") from None
         mode = os.fstat(fd).st_mode
@@ -114,6 +117,17 @@ class RunDirLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def read_only(run_dir: Path, exc: OSError) -> ConfigError:
+    """The error of a training in a run directory it cannot write (a read-only mount, no
+    write permission): removing the lock file is no remedy there."""
+    return ConfigError(
+        f"run directory {run_dir} is read-only ({(exc.strerror or str(exc)).lower()}): a training "
+        "writes its checkpoints and metrics there. Copy the run to a writable directory and "
+        "resume it there (--run-dir COPY --resume), or make the directory writable; "
+        "`mannlab eval` and mannlab.load read a read-only run as it is"
+    )
 
 
 def in_use(run_dir: Path, holder: str) -> ConfigError:

@@ -70,7 +70,10 @@ def first(state):
 CASES = {
     "empty": (lambda p, c: p.write_bytes(b""), "is empty"),
     "random bytes": (lambda p, c: p.write_bytes(os.urandom(300)), "not a checkpoint torch.save wrote"),
-    "a plain pickle": (lambda p, c: p.write_bytes(pickle.dumps({"a": 1})), "not a checkpoint torch.save wrote"),
+    "a plain pickle": (
+        lambda p, c: p.write_bytes(pickle.dumps({"a": 1})),
+        "not a checkpoint torch.save wrote",
+    ),
     "safetensors": (lambda p, c: save_file({"a": torch.zeros(2)}, str(p)), "is a safetensors file"),
     "no state_dict": (lambda p, c: torch.save(changed(c, lambda x: x.pop("state_dict")), p), "no state_dict"),
     "no hyper_parameters": (
@@ -93,7 +96,8 @@ CASES = {
     ),
     "a tensor of another dtype": (
         lambda p, c: torch.save(
-            changed(c, lambda x: x["state_dict"].update({k: v.double() for k, v in x["state_dict"].items()})), p
+            changed(c, lambda x: x["state_dict"].update({k: v.double() for k, v in x["state_dict"].items()})),
+            p,
         ),
         "dtype mismatch .*float64 vs model float32",
     ),

@@ -137,7 +137,7 @@ class MannModule(L.LightningModule):
         )
 
     @classmethod
-    def load_from_checkpoint(  # type: ignore[override]
+    def load_from_checkpoint(
         cls,
         checkpoint_path: str | Any | IO[bytes],
         map_location: Any = None,
@@ -150,14 +150,16 @@ class MannModule(L.LightningModule):
         on every PyTorch (``weights_only=False`` is refused: mannlab never unpickles code)
         and checking it first (see the module); ``kwargs`` replace saved hyperparameters."""
         if weights_only is False:
-            raise ValueError("mannlab never unpickles code: MannModule checkpoints load with weights_only=True")
+            raise ValueError(
+                "mannlab never unpickles code: MannModule checkpoints load with weights_only=True"
+            )
         data, checkpoint = read_lightning_checkpoint(checkpoint_path)
         name = str(checkpoint_path) if not hasattr(checkpoint_path, "read") else "the checkpoint"
         if hparams_file is None:  # else Lightning merges the file's hyperparameters in
             _check_checkpoint(cls, checkpoint, name, strict is not False, kwargs)
         try:
             with weights_only_globals():
-                return super().load_from_checkpoint(  # type: ignore[return-value]
+                return super().load_from_checkpoint(
                     io.BytesIO(data),
                     map_location=map_location,
                     hparams_file=hparams_file,
@@ -167,7 +169,9 @@ class MannModule(L.LightningModule):
                 )
         except (RuntimeError, KeyError, TypeError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            raise CheckpointError(f"{name} does not load into a MannModule ({type(exc).__name__}: {first})") from None
+            raise CheckpointError(
+                f"{name} does not load into a MannModule ({type(exc).__name__}: {first})"
+            ) from None
 
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         return self.model(x, state)

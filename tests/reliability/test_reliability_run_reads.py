@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 
 import mannlab

@@ -57,7 +57,12 @@ def check_recorded_config(run_dir: Path, config: RunConfig, checkpoint: str) -> 
             "recorded. Restore config.toml, or pass a deliberate change with --set (overrides)"
         )
     if warned:
-        log.warning("mannlab: %s differs from %s in %s; evaluating as config.toml says", where, source, "; ".join(warned))
+        log.warning(
+            "mannlab: %s differs from %s in %s; evaluating as config.toml says",
+            where,
+            source,
+            "; ".join(warned),
+        )
 
 
 def differences(config: RunConfig, recorded: RunConfig) -> tuple[list[str], list[str]]:
@@ -73,7 +78,9 @@ def differences(config: RunConfig, recorded: RunConfig) -> tuple[list[str], list
         for key in sorted(set(now) | set(then)):
             if now.get(key) != then.get(key):
                 harmless = section == "task" and key in HARMLESS_TASK_KEYS
-                (warned if harmless else refused).append(_change(f"{section}.{key}", now.get(key), then.get(key)))
+                (warned if harmless else refused).append(
+                    _change(f"{section}.{key}", now.get(key), then.get(key))
+                )
     if config.seed != recorded.seed:
         warned.append(_change("seed", config.seed, recorded.seed))
     for key in EVAL_TRAIN_KEYS:

@@ -36,6 +36,7 @@ from mannlab.rundir.saved_model import (
     write_saved,
 )
 
+
 def save(model: torch.nn.Module, directory: str | Path) -> Path:
     """Write ``model`` into ``directory`` (made if missing; the three files are replaced, other
     files are left alone): its config, its weights as safetensors and their SHA-256 sums.
@@ -108,7 +109,9 @@ def _described_run(config: dict[str, Any], source: str) -> RunConfig | None:
     if config.get("run") is None:
         return None
     if not isinstance(config["run"], dict):
-        raise CheckpointError(f"{source}: its run must be a run config (a JSON object), got {config['run']!r}")
+        raise CheckpointError(
+            f"{source}: its run must be a run config (a JSON object), got {config['run']!r}"
+        )
     try:
         return RunConfig.from_dict(config["run"])
     except ConfigError as exc:
@@ -119,7 +122,9 @@ def _check_described_model(described: Any, run: RunConfig | None, source: str) -
     """CheckpointError unless ``described`` is {"name": a string, "args": an object}, of the
     same model as ``run`` (when there is one) with the same values of the arguments both give."""
     if not isinstance(described, dict) or set(described) != {"name", "args"}:
-        raise CheckpointError(f"{source}: its model must be {{\"name\": ..., \"args\": {{...}}}}, got {described!r}")
+        raise CheckpointError(
+            f'{source}: its model must be {{"name": ..., "args": {{...}}}}, got {described!r}'
+        )
     name, args = described["name"], described["args"]
     if not isinstance(name, str):
         raise CheckpointError(f"{source}: its model.name must be a string, got {name!r}")

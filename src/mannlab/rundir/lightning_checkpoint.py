@@ -45,13 +45,19 @@ def check_structure(checkpoint: Any, name: str) -> None:
     """CheckpointError unless ``checkpoint`` is a dict with a ``state_dict`` of named tensors
     and a ``hyper_parameters`` dict."""
     if not isinstance(checkpoint, dict):
-        raise CheckpointError(f"{name} holds a {type(checkpoint).__name__}, not a Lightning checkpoint; {REMEDY}")
+        raise CheckpointError(
+            f"{name} holds a {type(checkpoint).__name__}, not a Lightning checkpoint; {REMEDY}"
+        )
     state = checkpoint.get("state_dict")
     if not isinstance(state, dict):
-        raise CheckpointError(f"{name} has no state_dict (the module's weights): not a Lightning checkpoint; {REMEDY}")
+        raise CheckpointError(
+            f"{name} has no state_dict (the module's weights): not a Lightning checkpoint; {REMEDY}"
+        )
     wrong = [str(k) for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
     if wrong:
-        raise CheckpointError(f"{name}: its state_dict holds entries that are not named tensors ({', '.join(wrong[:3])})")
+        raise CheckpointError(
+            f"{name}: its state_dict holds entries that are not named tensors ({', '.join(wrong[:3])})"
+        )
     if not isinstance(checkpoint.get("hyper_parameters"), dict):
         raise CheckpointError(
             f"{name} has no hyper_parameters: it was not saved from a MannModule (which saves the "

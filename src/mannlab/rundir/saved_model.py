@@ -76,10 +76,10 @@ def read_saved(directory: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
         raise CheckpointError(f"{exc}. {REMEDY}") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"{directory / CONFIG} is not the config of a saved mannlab model")
-    if config.get("version") != VERSION:
+    version = config.get("version")
+    if isinstance(version, bool) or version != VERSION:  # True == 1 in Python
         raise CheckpointError(
-            f"{directory} was saved in format version {config.get('version')!r}; this mannlab "
-            f"reads version {VERSION}"
+            f"{directory} was saved in format version {version!r}; this mannlab reads version {VERSION}"
         )
     return config, read_safetensors(directory / WEIGHTS, REMEDY)
 

@@ -705,14 +705,6 @@ class DNTM(CellTemperature, SequenceModel):
     cells remain unwritten, as TARDIS fills its memory, then the cell read least so far; one
     write head).
 
-    Gradient with ``lru=True`` (the default): the LRU average v of the logits is a constant
-    to the backward pass, so the gradient is the exact derivative of the model with each v
-    held at the value it took, not of the outputs as functions of the inputs and weights:
-    ``torch.autograd.gradcheck`` of a DNTM fails past its first step (the finite differences
-    move v too), and passes with ``lru=False``. The authors' code differs here: its LRU
-    (``smoothed_diff_weights``: 0.96 of the new similarities plus 0.04 of the old average,
-    by default) is not cut from the graph.
-
     Training terms (``aux_loss``; zero when all are off): reinforce_weight (1 = the
     paper's cost; smaller values damp the estimator's noise in the shared controller),
     entropy_weight λ_H,

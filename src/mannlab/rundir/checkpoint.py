@@ -34,6 +34,7 @@ from mannlab.rundir.files import fsync, read_json
 from mannlab.rundir.meta_fields import check_meta
 from mannlab.rundir.safetensors_file import read_safetensors
 from mannlab.rundir.sums import MAX_FILE_BYTES, SUMS, check_sums, sha256, write_sums
+from mannlab.rundir.torch_files import load_problem
 from mannlab.rundir.weights_check import weight_problems
 
 WEIGHTS = "weights.safetensors"
@@ -184,9 +185,7 @@ def _read_train_state(path: Path) -> dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for truncated or foreign files
         raise CheckpointError(
-            f"{path} is truncated, corrupt or holds objects other than tensors and plain "
-            f"containers ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
-            "Restore it from a copy or start the run again without --resume."
+            f"{path} {load_problem(exc)}. Restore it from a copy or start the run again without --resume."
         ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} should hold a dict, found {type(state).__name__}")

@@ -18,6 +18,7 @@ import torch
 from mannlab.errors import CheckpointError
 from mannlab.file_kinds import read_regular
 from mannlab.rundir.sums import MAX_FILE_BYTES
+from mannlab.rundir.torch_files import load_problem
 
 REMEDY = "MannModule.load_from_checkpoint reads checkpoints a Lightning Trainer saved of a MannModule"
 
@@ -36,7 +37,7 @@ def read_lightning_checkpoint(source: str | os.PathLike | IO[bytes]) -> tuple[by
             warnings.simplefilter("ignore")  # torch's notes on foreign pickle protocols: the error says it
             checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for foreign bytes
-        raise CheckpointError(f"{name} {_unreadable(data, exc)}; {REMEDY}") from None
+        raise CheckpointError(f"{name} {load_problem(exc, data)}; {REMEDY}") from None
     check_structure(checkpoint, name)
     return data, checkpoint
 
@@ -81,29 +82,3 @@ def weights_only_globals() -> Iterator[None]:
         return
     with safe_globals(allowed):
         yield
-
-
-def _unreadable(data: bytes, exc: Exception) -> str:
-    """What the bytes are instead of a checkpoint, for the error."""
-    if _is_safetensors(data):
-        return "is a safetensors file (weights without their model), not a Lightning checkpoint"
-    text = str(exc)
-    if "Unsupported global" in text or "GLOBAL" in text:
-        return (
-            "holds pickled objects other than tensors and plain containers (classes or code); "
-            "mannlab never unpickles code, so it does not load this file"
-        )
-    if "WeightsUnpickler" in text or "Weights only load failed" in text:
-        return (
-            "is not a checkpoint torch.save wrote (other bytes, or a pickle that only running "
-            "code would read; mannlab never unpickles code)"
-        )
-    first = text.splitlines()[0][:200] if text else ""
-    return f"is truncated or not a PyTorch checkpoint ({type(exc).__name__}: {first})"
-
-
-def _is_safetensors(data: bytes) -> bool:
-    if len(data) < 10:
-        return False
-    length = int.from_bytes(data[:8], "little")
-    return 0 < length <= len(data) - 8 and data[8:9] == b"{"

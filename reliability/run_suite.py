@@ -7,9 +7,9 @@
   command lines, damaged run directories and model inputs (tests/reliability/test_fuzz_run.py), the
   constructor-argument corpus (tests/reliability/test_fuzz_constructors.py) and the damaged-state
   corpus (tests/models/test_state_validation.py) with MANNLAB_FUZZ_EXAMPLES cases per target;
-- the special-file sweep (fuzz_files.py) with --examples cases and the sweep of two
-  commands on one run directory (fuzz_concurrency.py) with a tenth of them (each case trains
-  a run), both drawn from --seed;
+- the special-file sweep (fuzz_files.py) and the tampered-file sweep (fuzz_tampered.py) with
+  --examples cases each and the sweep of two commands on one run directory
+  (fuzz_concurrency.py) with a tenth of them (each case trains a run), all drawn from --seed;
 - with --bounds-check, the same plus the models' kernel-equality tests run with numba's
   bounds checking on (NUMBA_BOUNDSCHECK=1, a fresh kernel cache so nothing compiled without
   it is reused): an out-of-bounds access in a compiled kernel is then an IndexError that
@@ -76,6 +76,7 @@ def main() -> int:
     env = {**os.environ, "MANNLAB_FUZZ_EXAMPLES": str(args.examples)}
     status = run(FUZZ, env)
     status = sweep("fuzz_files.py", args.examples, args.seed) or status
+    status = sweep("fuzz_tampered.py", args.examples, args.seed) or status
     status = sweep("fuzz_concurrency.py", max(1, args.examples // 10), args.seed) or status
     if args.bounds_check:
         with tempfile.TemporaryDirectory() as cache:

@@ -23,12 +23,16 @@ A checkpoint reloads with ``MannModule.load_from_checkpoint(path)``: the module 
 hyperparameters that build its model and task again (the model's name and arguments, or a
 module's ``mannlab.save`` description; the task's name and parameters). A module mannlab
 cannot describe (not a registered model) is passed again: ``load_from_checkpoint(path,
-model=module)``.
+model=module)``. The file is read with ``torch.load(weights_only=True)`` whatever the
+PyTorch version (no pickled code runs), and checked before it loads: a file that is not a
+MannModule's checkpoint, hyperparameters that build no module, or weights of another name,
+shape or dtype, or not finite, are a CheckpointError in one line.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+import io
+from typing import IO, Any, cast
 
 import lightning as L
 import torch
@@ -37,9 +41,12 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from mannlab import tasks
 from mannlab.config import RunConfig, TrainConfig
+from mannlab.errors import CheckpointError, ConfigError
 from mannlab.evaluation.bpc import LN2
 from mannlab.loading.saved import build_described, describe
 from mannlab.models.base import Model
+from mannlab.rundir.lightning_checkpoint import read_lightning_checkpoint, weights_only_globals
+from mannlab.rundir.weights_check import check_finite, weight_problems
 from mannlab.state import detach_state
 from mannlab.tasks.torch_data import TaskBatches, TextSegments
 from mannlab.training.optimizer import make_optimizer
@@ -82,6 +89,13 @@ class MannModule(L.LightningModule):
         **model_args: Any,
     ):
         super().__init__()
+        if not isinstance(model, (str, torch.nn.Module, dict, type(None))):
+            raise TypeError(
+                "model must be a registered model's name, a module or a mannlab.save description, "
+                f"got {model!r}"
+            )
+        if not isinstance(task, str) and not (hasattr(task, "name") and hasattr(task, "params")):
+            raise TypeError(f"task must be a task or a task's name, got {task!r}")
         if isinstance(task, str):
             task = tasks.make(task, **(task_args or {}))
         elif task_args:
@@ -108,7 +122,7 @@ class MannModule(L.LightningModule):
             except TypeError:
                 described = None  # load_from_checkpoint then needs model= again
         self.model, self.task = model, task
-        self.optimizer_config = TrainConfig(optimizer=optimizer, lr=lr)
+        self.optimizer_config = TrainConfig.from_dict({"optimizer": optimizer, "lr": lr})  # types checked
         self.carried: dict[str, Any] = {}  # TBPTT state per split, detached
         # what load_from_checkpoint passes back to __init__ (and loggers write as hparams)
         self.save_hyperparameters(
@@ -121,6 +135,43 @@ class MannModule(L.LightningModule):
                 **model_args,
             }
         )
+
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | Any | IO[bytes],
+        map_location: Any = None,
+        hparams_file: Any = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> "MannModule":
+        """Lightning's ``load_from_checkpoint``, reading the file with ``weights_only=True``
+        on every PyTorch (``weights_only=False`` is refused: mannlab never unpickles code)
+        and checking it first (see the module); ``kwargs`` replace saved hyperparameters."""
+        if weights_only is False:
+            raise ValueError(
+                "mannlab never unpickles code: MannModule checkpoints load with weights_only=True"
+            )
+        data, checkpoint = read_lightning_checkpoint(checkpoint_path)
+        name = str(checkpoint_path) if not hasattr(checkpoint_path, "read") else "the checkpoint"
+        if hparams_file is None:  # else Lightning merges the file's hyperparameters in
+            _check_checkpoint(cls, checkpoint, name, strict is not False, kwargs)
+        try:
+            with weights_only_globals():
+                return super().load_from_checkpoint(
+                    io.BytesIO(data),
+                    map_location=map_location,
+                    hparams_file=hparams_file,
+                    strict=strict,
+                    weights_only=True,
+                    **kwargs,
+                )
+        except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise CheckpointError(
+                f"{name} does not load into a MannModule ({type(exc).__name__}: {first})"
+            ) from None
 
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         return self.model(x, state)
@@ -163,6 +214,33 @@ class MannModule(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self.carried.pop("val", None)
+
+
+def _check_checkpoint(
+    cls: type[MannModule], checkpoint: dict[str, Any], name: str, strict: bool, kwargs: dict[str, Any]
+) -> None:
+    """CheckpointError unless the checkpoint's hyperparameters (with ``kwargs`` over them)
+    build a module whose weights its state_dict holds: every name (when ``strict``), shape
+    and dtype the module's, every value finite."""
+    try:
+        module = cls(**{**checkpoint["hyper_parameters"], **kwargs})
+    except CheckpointError as exc:
+        raise CheckpointError(f"{name}: {exc}") from None
+    except (ConfigError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(
+            f"{name}: its hyper_parameters do not build a MannModule ({type(exc).__name__}: "
+            f"{str(exc)[:300]}); was it saved from another module?"
+        ) from None
+    expected, found = module.state_dict(), checkpoint["state_dict"]
+    if not strict:  # Lightning then loads the names both have
+        expected = {k: v for k, v in expected.items() if k in found}
+        found = {k: v for k, v in found.items() if k in expected}
+    problems = weight_problems(expected, found)
+    if problems:
+        raise CheckpointError(
+            f"{name}: its weights do not fit the module its hyper_parameters build ({'; '.join(problems)})"
+        )
+    check_finite(found, name)
 
 
 class TaskDataModule(L.LightningDataModule):

@@ -87,6 +87,12 @@ def test_dimensions_whose_product_overflows_int64_are_refused():
         mnist.parse_idx(idx_header(0x08, (65536, 65536, 65536, 65536)), "f.idx")
 
 
+def test_more_dimensions_than_numpy_holds_names_the_file():
+    data = idx_header(0x08, (1,) * 255) + b"\x07"
+    with pytest.raises(DataError, match="f.idx: its IDX header says 255 dimensions"):
+        mnist.parse_idx(data, "f.idx")
+
+
 @pytest.mark.parametrize(
     "labels, what",
     [

@@ -204,6 +204,12 @@ def train_config(args: argparse.Namespace) -> RunConfig:
         saved = Path(run_dir) / "config.toml" if run_dir else None
         if args.resume and run_dir and os.path.lexists(run_dir) and (problem := directory_problem(run_dir)):
             raise ConfigError(f"cannot resume {run_dir}: {problem}; expected a run directory")
+        if args.resume and run_dir and not os.path.lexists(run_dir) and not (args.model and args.task):
+            raise ConfigError(
+                f"cannot resume {run_dir}: the directory does not exist (a run stopped before it "
+                "wrote anything leaves none); start the run without --resume: mannlab train "
+                f"--model MODEL --task TASK (or --config FILE) --run-dir {run_dir}"
+            )
         if args.resume and saved is not None and os.path.lexists(saved):  # read_toml names a non-file
             base = read_toml(saved)
         elif args.resume and saved is not None and saved.parent.is_dir() and not (args.model and args.task):

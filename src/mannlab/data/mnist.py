@@ -85,7 +85,13 @@ def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
             f"{source}: IDX shape {shape} needs {expected} bytes, the file has {len(data)} "
             f"(truncated or corrupt: delete it to download again, or replace it)"
         )
-    return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+    try:
+        return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+    except ValueError as exc:  # numpy holds at most 64 dimensions (32 before numpy 2)
+        raise DataError(
+            f"{source}: its IDX header says {ndim} dimensions, which cannot be read ({exc}); MNIST's "
+            "files have 3 (images) and 1 (labels): the file is corrupt, delete it to download again"
+        ) from None
 
 
 def read_idx(path: Path) -> np.ndarray:

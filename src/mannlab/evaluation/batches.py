@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -14,10 +14,15 @@ BatchSet = tuple[Any, int, list]
 
 
 def validate(
-    model: torch.nn.Module, task: Any, sets: list[BatchSet], reads: bool = False
+    model: torch.nn.Module,
+    task: Any,
+    sets: list[BatchSet],
+    reads: bool = False,
+    on_batch: Callable[[Any], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Mean task metrics per (multiple, length, batches) set, in eval mode without gradients
-    and without moving torch's RNG; with ``reads``, where the reads land too (reads.py)."""
+    and without moving torch's RNG; with ``reads``, where the reads land too (reads.py);
+    ``on_batch(inputs)`` after each batch (a progress bar)."""
     was_training = model.training
     model.eval()
     rows = []
@@ -25,14 +30,24 @@ def validate(
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             for multiple, length, batches in sets:
                 rows.append(
-                    {"multiple": multiple, "length": length, **mean_metrics(model, task, batches, reads)}
+                    {
+                        "multiple": multiple,
+                        "length": length,
+                        **mean_metrics(model, task, batches, reads, on_batch),
+                    }
                 )
     finally:
         model.train(was_training)
     return rows
 
 
-def mean_metrics(model: torch.nn.Module, task: Any, batches: list, reads: bool = False) -> dict[str, float]:
+def mean_metrics(
+    model: torch.nn.Module,
+    task: Any,
+    batches: list,
+    reads: bool = False,
+    on_batch: Callable[[Any], None] | None = None,
+) -> dict[str, float]:
     """Task metrics averaged over equally sized batches. A batch may carry a fourth item, the
     group of each example (data-set tasks): the task's ``group_metrics`` (error per group,
     their mean, failed groups) are then added, pooled over the batches. With ``reads`` (a
@@ -55,6 +70,8 @@ def mean_metrics(model: torch.nn.Module, task: Any, batches: list, reads: bool =
             seen[key] = seen.get(key, 0) + 1
         if groups:
             count_group_errors(logits, targets, mask, groups[0], counts)
+        if on_batch is not None:
+            on_batch(inputs)
     # a read-target key is absent from a batch where no step qualifies: mean over those that had it
     out = {key: value / seen[key] for key, value in totals.items()}
     if counts:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable
 
 import torch
+from tqdm.auto import tqdm
 
 from mannlab.evaluation.batches import validate
 from mannlab.models.size_check import check_batch_memory
 
 EVAL_SEED_OFFSET = 2 * 10**9  # evaluation batches never coincide with training or validation ones
+# sequence steps (sequences x length, over every batch) past which an evaluation shows a bar
+# with its progress and the time left: long lengths take minutes, and say so from the first batch
+PROGRESS_STEPS = 200_000
 
 
 def evaluate_lengths(
@@ -37,7 +42,18 @@ def evaluate_lengths(
         )
         for length in lengths
     ]
-    rows = validate(model, task, sets, reads)
+    total = sum(batch[0].shape[0] * batch[0].shape[1] for _, _, drawn in sets for batch in drawn)
+    with tqdm(
+        total=total,
+        desc=f"evaluating at lengths up to {max(lengths)}",
+        unit="step",
+        unit_scale=True,
+        disable=total < PROGRESS_STEPS,
+        leave=False,
+        file=sys.stderr,
+        mininterval=2.0,
+    ) as bar:
+        rows = validate(model, task, sets, reads, on_batch=lambda x: bar.update(x.shape[0] * x.shape[1]))
     for row in rows:
         del row["multiple"]
     return rows

@@ -13,7 +13,9 @@ import torch
 
 from mannlab.building import build_run
 from mannlab.config import RunConfig, run_threads
-from mannlab.loading.saved import Device, load_saved
+from mannlab.loading.devices import Device, target_device
+from mannlab.loading.recorded import check_recorded_config
+from mannlab.loading.saved import load_saved
 from mannlab.rundir.run_files import load_run_weights, read_run_config
 from mannlab.rundir.saved_model import is_saved_model
 
@@ -33,9 +35,13 @@ def load_run(
 
     ``checkpoint`` is "best" or "last"; "best" falls back to "last" if the run has none.
     ``overrides`` ("model.addressing=argmax", ...) change the run's config before the
-    weights load into the model it builds.
+    weights load into the model it builds. config.toml itself must say what the checkpoint
+    recorded (loading/recorded.py): an edit of the model or task is refused, naming the keys.
     """
-    config = read_run_config(run_dir, overrides)
+    config = read_run_config(run_dir)
+    check_recorded_config(Path(run_dir), config, checkpoint)  # overrides are deliberate: not compared
+    if overrides:
+        config = config.with_overrides(overrides)
     task, model = build_run(config)
     meta = load_run_weights(run_dir, model, checkpoint)
     return config, task, model, meta
@@ -54,6 +60,7 @@ def load(
     another ("cuda", "cuda:1", a ``torch.device``), whatever device the run trained on, as
     ``torch.load``'s ``map_location`` does. A directory written by ``mannlab.save`` loads
     too (then ``checkpoint`` and ``overrides`` do not apply)."""
+    target = target_device(device)  # a device this machine lacks fails before any file is read
     if is_saved_model(path):
         if checkpoint != "best" or overrides:
             raise ValueError(f"{path} holds a model written by mannlab.save: no checkpoints, no overrides")
@@ -63,4 +70,4 @@ def load(
     config, _, model, _ = load_run(path, checkpoint, overrides)
     # torch's stub types Module.__setattr__ for tensors and modules only; any value is kept
     model.config = config  # type: ignore[assignment]
-    return model.to(torch.device(device if device is not None else "cpu")).eval()
+    return model.to(target).eval()

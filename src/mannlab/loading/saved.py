@@ -24,6 +24,7 @@ import torch
 from mannlab.building import build_run
 from mannlab.config import RunConfig
 from mannlab.errors import CheckpointError, ConfigError
+from mannlab.loading.devices import Device, target_device
 from mannlab.models import MODELS, build_model
 from mannlab.rundir.saved_model import (
     CONFIG,
@@ -34,8 +35,6 @@ from mannlab.rundir.saved_model import (
     read_saved,
     write_saved,
 )
-
-Device = str | torch.device | None
 
 
 def save(model: torch.nn.Module, directory: str | Path) -> Path:
@@ -73,30 +72,78 @@ def load_saved(directory: str | Path, device: Device = None) -> torch.nn.Module:
     the CPU, whatever device it was saved from); a run's model has its config as
     ``model.config``."""
     directory = Path(directory)
+    target = target_device(device)  # a device this machine lacks fails before any file is read
     config, weights = read_saved(directory)
     model, run = build_described(config, str(directory / CONFIG))
     load_saved_weights(model, weights, directory)
     if run is not None:
         # torch's stub types Module.__setattr__ for tensors and modules only; any value is kept
         model.config = run  # type: ignore[assignment]
-    return model.to(torch.device(device if device is not None else "cpu")).eval()
+    return model.to(target).eval()
 
 
 def build_described(
     config: dict[str, Any], source: str = "the config"
 ) -> tuple[torch.nn.Module, RunConfig | None]:
     """(a freshly initialised model, the run config or None) of a :func:`describe` object;
-    ``source`` names where it was read, for the error."""
-    run = RunConfig.from_dict(config["run"]) if isinstance(config.get("run"), dict) else None
+    ``source`` names where it was read, for the error. Every field is checked as a fresh
+    config is: a run config that is not one, a model name that is not a string, or a model
+    and a run config that describe two different models is a CheckpointError."""
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{source} should be a JSON object, got {type(config).__name__}")
+    run = _described_run(config, source)
     described = config.get("model")
+    if described is not None:
+        _check_described_model(described, run, source)
     try:
         if isinstance(described, dict):
             return build_model(described["name"], **described["args"]), run
         if run is not None:
             return build_run(run)[1], run
-    except (ConfigError, KeyError, TypeError) as exc:
+    except (ConfigError, KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{source} does not build a model: {exc}") from None
     raise CheckpointError(f"{source} names neither a model nor a run config")
+
+
+def _described_run(config: dict[str, Any], source: str) -> RunConfig | None:
+    if config.get("run") is None:
+        return None
+    if not isinstance(config["run"], dict):
+        raise CheckpointError(
+            f"{source}: its run must be a run config (a JSON object), got {config['run']!r}"
+        )
+    try:
+        return RunConfig.from_dict(config["run"])
+    except ConfigError as exc:
+        raise CheckpointError(f"{source}: its run config is not valid ({exc})") from None
+
+
+def _check_described_model(described: Any, run: RunConfig | None, source: str) -> None:
+    """CheckpointError unless ``described`` is {"name": a string, "args": an object}, of the
+    same model as ``run`` (when there is one) with the same values of the arguments both give."""
+    if not isinstance(described, dict) or set(described) != {"name", "args"}:
+        raise CheckpointError(
+            f'{source}: its model must be {{"name": ..., "args": {{...}}}}, got {described!r}'
+        )
+    name, args = described["name"], described["args"]
+    if not isinstance(name, str):
+        raise CheckpointError(f"{source}: its model.name must be a string, got {name!r}")
+    if not isinstance(args, dict):
+        raise CheckpointError(f"{source}: its model.args must be a JSON object, got {args!r}")
+    if run is None:
+        return
+    key = name.lower().replace("-", "_")
+    if key != run.model.lower().replace("-", "_") and key in MODELS:
+        raise CheckpointError(
+            f"{source}: its model is {name!r} but its run config's is {run.model!r}; the file "
+            "was changed after mannlab wrote it"
+        )
+    differ = [k for k, v in run.model_args.items() if k in args and args[k] != v]
+    if differ:
+        raise CheckpointError(
+            f"{source}: model.args and the run config's model differ in {', '.join(sorted(differ))}; "
+            "the file was changed after mannlab wrote it"
+        )
 
 
 def _json_values(values: dict[str, Any], what: str) -> dict[str, Any]:

@@ -26,14 +26,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
 from mannlab.errors import CheckpointError, DataError
 from mannlab.file_kinds import directory_problem, file_problem
 from mannlab.rundir.files import fsync, read_json
+from mannlab.rundir.meta_fields import check_meta
+from mannlab.rundir.safetensors_file import read_safetensors
 from mannlab.rundir.sums import MAX_FILE_BYTES, SUMS, check_sums, sha256, write_sums
+from mannlab.rundir.torch_files import load_problem
+from mannlab.rundir.weights_check import weight_problems
 from mannlab.safe_writes import make_directory, open_for_writing, refuse_link
 
 WEIGHTS = "weights.safetensors"
@@ -167,30 +169,12 @@ def seal_checkpoint(directory: str | Path) -> None:
 
 
 def load_weights(path: str | Path, model: torch.nn.Module) -> None:
-    """Load a weights.safetensors file into ``model``; any mismatch raises CheckpointError."""
+    """Load a weights.safetensors file into ``model``; any mismatch (a name, shape or dtype
+    that is not the model's) raises CheckpointError."""
     path = Path(path)
-    try:
-        weights = load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(
-            f"{path} is truncated or not a safetensors file ({exc}). Restore it from a copy or retrain."
-        ) from None
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    wrong_shape = [
-        f"{k}: checkpoint {tuple(weights[k].shape)} vs model {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in weights and weights[k].shape != v.shape
-    ]
-    if missing or unexpected or wrong_shape:
-        problems = []
-        if missing:
-            problems.append(f"missing keys {_short(missing)}")
-        if unexpected:
-            problems.append(f"unexpected keys {_short(unexpected)}")
-        if wrong_shape:
-            problems.append(f"shape mismatch {_short(wrong_shape)}")
+    weights = read_safetensors(path, "Restore it from a copy or retrain.")
+    problems = weight_problems(model.state_dict(), weights)
+    if problems:
         raise CheckpointError(
             f"{path} does not match the model ({'; '.join(problems)}). "
             "Build the model with the config saved in the run (config.toml / meta.json)."
@@ -205,7 +189,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{exc}. Restore it from a copy or start the run again.") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path} should hold a JSON object, found {type(meta).__name__}")
-    return meta
+    return check_meta(meta, path)
 
 
 def _read_train_state(path: Path) -> dict[str, Any]:
@@ -213,9 +197,7 @@ def _read_train_state(path: Path) -> dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for truncated or foreign files
         raise CheckpointError(
-            f"{path} is truncated, corrupt or holds objects other than tensors and plain "
-            f"containers ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
-            "Restore it from a copy or start the run again without --resume."
+            f"{path} {load_problem(exc)}. Restore it from a copy or start the run again without --resume."
         ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} should hold a dict, found {type(state).__name__}")
@@ -241,8 +223,3 @@ def _existing(directory: Path) -> Path:
 
 def _sibling(directory: Path, kind: str) -> Path:
     return directory.parent / f".{directory.name}.{kind}"
-
-
-def _short(items: list[str], limit: int = 5) -> str:
-    more = f" and {len(items) - limit} more" if len(items) > limit else ""
-    return ", ".join(items[:limit]) + more

@@ -12,17 +12,19 @@ This module reads and writes them; building the model they describe is loading/'
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
 from mannlab.errors import CheckpointError, DataError
+from mannlab.file_kinds import file_problem
 from mannlab.rundir.files import read_json, write_atomic
-from mannlab.rundir.sums import check_sums, write_sums
+from mannlab.rundir.safetensors_file import read_safetensors
+from mannlab.rundir.sums import MAX_FILE_BYTES, check_sums, write_sums
+from mannlab.rundir.weights_check import check_finite, weight_problems
 
 FORMAT = "mannlab-model"
 VERSION = 1
@@ -52,16 +54,21 @@ def write_saved(directory: Path, config: dict[str, Any], model: torch.nn.Module)
 
 
 def is_saved_model(directory: str | Path) -> bool:
-    """Whether ``directory`` holds a model written by ``mannlab.save``."""
-    return (Path(directory) / CONFIG).is_file() and not (Path(directory) / "config.toml").exists()
+    """Whether ``directory`` holds a model written by ``mannlab.save``: something named
+    config.json (a FIFO or a loop of links too, which reading it then names) and no run's
+    config.toml."""
+    directory = Path(directory)
+    return os.path.lexists(directory / CONFIG) and not os.path.lexists(directory / "config.toml")
 
 
 def read_saved(directory: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(config.json's object, the weights) of a saved model, each file checked against its
     sum; CheckpointError names what is missing, damaged or of another format version."""
     for name in FILES:
-        if not (directory / name).is_file():
+        if not os.path.lexists(directory / name):
             raise CheckpointError(f"{directory} is not a saved mannlab model: {name} is missing")
+        if problem := file_problem(directory / name, MAX_FILE_BYTES):
+            raise CheckpointError(f"{directory} is not a saved mannlab model: {problem}. {REMEDY}")
     check_sums(directory, FILES, REMEDY, required=True)
     try:
         config = read_json(directory / CONFIG)
@@ -69,39 +76,25 @@ def read_saved(directory: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
         raise CheckpointError(f"{exc}. {REMEDY}") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"{directory / CONFIG} is not the config of a saved mannlab model")
-    if config.get("version") != VERSION:
+    version = config.get("version")
+    if isinstance(version, bool) or version != VERSION:  # True == 1 in Python
         raise CheckpointError(
-            f"{directory} was saved in format version {config.get('version')!r}; this mannlab "
-            f"reads version {VERSION}"
+            f"{directory} was saved in format version {version!r}; this mannlab reads version {VERSION}"
         )
-    try:
-        weights = load_file(str(directory / WEIGHTS))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"{directory / WEIGHTS} is not a safetensors file ({exc}). {REMEDY}") from None
-    return config, weights
+    return config, read_safetensors(directory / WEIGHTS, REMEDY)
 
 
 def load_saved_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], directory: Path) -> None:
     """Load the weights :func:`read_saved` gave into ``model`` (built from its config.json),
     in their dtype when they all share one (a float64 model comes back in float64);
-    CheckpointError if they do not fit it."""
+    CheckpointError if they do not fit it (a name, shape or dtype that is not the model's)
+    or are not finite."""
     dtypes = {v.dtype for v in weights.values() if v.is_floating_point()}
     if len(dtypes) == 1:
         model.to(dtypes.pop())
-    _check_keys(model, weights, directory / WEIGHTS)
-    model.load_state_dict(weights)
-
-
-def _check_keys(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
-    expected = model.state_dict()
-    problems = [f"missing {k}" for k in expected if k not in weights]
-    problems += [f"unexpected {k}" for k in weights if k not in expected]
-    problems += [
-        f"{k}: saved {tuple(weights[k].shape)}, model {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in weights and weights[k].shape != v.shape
-    ]
+    path = directory / WEIGHTS
+    problems = weight_problems(model.state_dict(), weights)
     if problems:
-        more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
-        listed = "; ".join(problems[:5]) + more
-        raise CheckpointError(f"{path} does not fit the model its config builds: {listed}")
+        raise CheckpointError(f"{path} does not fit the model its config builds: {'; '.join(problems)}")
+    check_finite(weights, str(path))
+    model.load_state_dict(weights)

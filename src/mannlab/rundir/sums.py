@@ -29,6 +29,14 @@ def sha256(path: Path, remedy: str = "") -> str:
     return digest.hexdigest()
 
 
+def is_hex_sum(value: object) -> bool:
+    """Whether ``value`` is a SHA-256 written in hexadecimal, in either case."""
+    return isinstance(value, str) and len(value) == 64 and all(c in HEX for c in value)
+
+
+HEX = frozenset("0123456789abcdefABCDEF")
+
+
 def write_sums(directory: Path, names: tuple[str, ...]) -> None:
     """Write sha256.json for the files ``names`` of ``directory`` (after them: a crash in
     between leaves sums that fail to match, not files that pass unchecked)."""
@@ -51,7 +59,12 @@ def check_sums(directory: Path, names: tuple[str, ...], remedy: str, required: b
         expected = sums.get(name) if isinstance(sums, dict) else None
         if required and expected is None:
             raise CheckpointError(f"{directory / SUMS} has no sum for {name}. {remedy}")
-        if expected is not None and expected != sha256(directory / name, remedy):
+        if expected is not None and not is_hex_sum(expected):
+            raise CheckpointError(
+                f"{directory / SUMS}: the sum of {name} is not a SHA-256 (64 hexadecimal digits), "
+                f"got {str(expected)[:80]!r}. {remedy}"
+            )
+        if expected is not None and expected.lower() != sha256(directory / name, remedy):
             raise CheckpointError(
                 f"{directory / name} does not match its SHA-256 in {SUMS}: the file was damaged "
                 f"after it was written. {remedy}"

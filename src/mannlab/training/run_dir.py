@@ -92,6 +92,8 @@ class RunDirLock:
         except ConfigError as exc:
             if os.path.islink(path):  # the message names the link and what to do
                 raise
+            if not os.access(self.run_dir, os.W_OK):
+                raise read_only(self.run_dir, exc) from None
             raise ConfigError(f"the lock file of run directory {self.run_dir}: {exc}{remedy}") from None
 
     def release(self) -> None:
@@ -119,6 +121,17 @@ def _holder(path: Path) -> str:
         return ""
     finally:
         os.close(fd)
+
+
+def read_only(run_dir: Path, exc: Exception) -> ConfigError:
+    """The error of a training in a run directory it cannot write (a read-only mount, no
+    write permission): removing the lock file is no remedy there."""
+    return ConfigError(
+        f"run directory {run_dir} is read-only ({exc}): a training "
+        "writes its checkpoints and metrics there. Copy the run to a writable directory and "
+        "resume it there (--run-dir COPY --resume), or make the directory writable; "
+        "`mannlab eval` and mannlab.load read a read-only run as it is"
+    )
 
 
 def in_use(run_dir: Path, holder: str) -> ConfigError:

@@ -280,7 +280,7 @@ def test_reference_trace_equals_the_module_step_loop(addressing, zoneout):
         features, final, trace = model.run(x, cell.initial_state(B), True)
         torch.manual_seed(2)
         result = cell.run_op(x, cell.initial_state(B), options, cell.op_weights(), "reference")
-    torch.testing.assert_close(result.outputs, features)
+    torch.testing.assert_close(result.features, features)
     for name, value in final._asdict().items():
         torch.testing.assert_close(getattr(result.state, name), value, msg=name)
     for name, value in trace._asdict().items():

@@ -1,6 +1,6 @@
 """ARMIN's whole-sequence op, the one entry to its kernels:
 
-    outputs, state, trace = armin_sequence(inputs, state, weights, options, backend="numba")
+    features, state, trace = armin_sequence(inputs, state, weights, options, backend="numba")
 
 over typed records (records.py): ``inputs`` the :class:`ARMINInputs` (the projected input, the
 draws), ``state`` the model's own :class:`ARMINState`, ``weights`` the :class:`ARMINWeights`,
@@ -88,7 +88,7 @@ def armin_sequence(
         from mannlab.ops.armin.numba_sequence import ARMINSequence
 
         function = ARMINSequence
-    outputs, hidden, memory = function.apply(
+    features, hidden, memory = function.apply(
         options,
         inputs.projected,
         inputs.noise,
@@ -99,4 +99,4 @@ def armin_sequence(
         *weights,
     )
     final = state._replace(hidden=hidden, memory=memory, steps=state.steps + inputs.projected.shape[1])
-    return ARMINResult(outputs, final, None)
+    return ARMINResult(features, final, None)

@@ -93,11 +93,11 @@ class ARMINOptions(NamedTuple):
 
 
 class ARMINResult(NamedTuple):
-    """``outputs, state, trace = armin_sequence(...)``: o_t (B, T, d_h + d_r), the final
+    """``features, state, trace = armin_sequence(...)``: o_t (B, T, d_h + d_r), the final
     :class:`ARMINState` and the :class:`ARMINTrace` stacked over time where ``options.trace``,
     else None."""
 
-    outputs: torch.Tensor
+    features: torch.Tensor
     state: ARMINState
     trace: Optional[ARMINTrace]
 

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 import mannlab
 from conftest import float64_seq, small_model
-from mannlab.models import ARMINState, ARMINTrace, build_model
-from mannlab.ops import dispatch, use_kernels
-from mannlab.ops.armin.numba_sequence import kernels_pay
+from mannlab.models import ARMINState, ARMINTrace, base, build_model
+from mannlab.ops import armin as armin_op
+from mannlab.ops import use_kernels
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
 
@@ -315,7 +315,7 @@ def test_compiled_sequence_equals_tensor_path(mode, width, zoneout):
     model = randomise(small_armin(addressing=mode, memory_width=width, zoneout=zoneout))
     model.inverse_temperature = 3.0
     x = seq(t=11)
-    assert dispatch.sequence_applies(model.cell, x)
+    assert base.sequence_backend(model.cell, x) == "numba"
     results = []
     for kernels in (False, True):
         model.zero_grad()
@@ -357,22 +357,24 @@ def test_compiled_inference_without_intermediates_equals_tensor_path(mode, train
 
 
 def test_compiled_path_only_where_it_pays(monkeypatch):
-    """Large batch x hidden runs the tensor path (the measured policy of ops/armin/numba_sequence.py)."""
-    cell = mannlab.ARMIN(5, 3, hidden_size=100, memory_slots=4).cell
-    assert cell.kernels_pay(1, True) and cell.kernels_pay(40, True)
-    assert not cell.kernels_pay(41, True)
-    assert cell.kernels_pay(1, False) and cell.kernels_pay(32, False)
-    assert not cell.kernels_pay(33, False)
-    wide = mannlab.ARMIN(5, 3, hidden_size=256, memory_slots=4).cell
-    assert wide.kernels_pay(16, True) and not wide.kernels_pay(17, True)
-    assert wide.kernels_pay(1, False) and not wide.kernels_pay(2, False)
-    assert kernels_pay(16, 256, True) and not kernels_pay(17, 256, True)
+    """Large batch x hidden runs the tensor path (the measured policy of ops/armin/records.py)."""
+
+    def pays(hidden_size, batch, backward):
+        cell = mannlab.ARMIN(5, 3, hidden_size=hidden_size, memory_slots=4).cell
+        return armin_op.pays(cell.op_options(False, backward), cell.op_weights(), batch)
+
+    assert pays(100, 1, True) and pays(100, 40, True)
+    assert not pays(100, 41, True)
+    assert pays(100, 1, False) and pays(100, 32, False)
+    assert not pays(100, 33, False)
+    assert pays(256, 16, True) and not pays(256, 17, True)
+    assert pays(256, 1, False) and not pays(256, 2, False)
     model = small_armin(hidden_size=2048)  # 3 rows x 2048 > 4096: tensor path
 
     def fail(*args):
         raise AssertionError("the compiled path ran")
 
-    monkeypatch.setattr(model.cell, "run_kernels", fail)
+    monkeypatch.setattr(model.cell, "run_op", fail)
     model(seq(t=3))
     with torch.no_grad():
         model(seq(t=3))
@@ -380,9 +382,9 @@ def test_compiled_path_only_where_it_pays(monkeypatch):
 
 def test_compiled_path_only_for_the_papers_configuration():
     x = seq()
-    assert dispatch.sequence_applies(small_armin().cell, x)
-    assert dispatch.sequence_applies(small_armin(zoneout=0.1).cell, x)
-    assert not dispatch.sequence_applies(small_armin().cell, x, with_trace=True)
+    assert base.sequence_backend(small_armin().cell, x)
+    assert base.sequence_backend(small_armin(zoneout=0.1).cell, x)
+    assert not base.sequence_backend(small_armin().cell, x, with_trace=True)
     for kw in (
         dict(read="tardis"),
         dict(read="random"),
@@ -391,7 +393,8 @@ def test_compiled_path_only_for_the_papers_configuration():
         dict(control_gates=False),
         dict(layer_norm=False),
     ):
-        assert not dispatch.sequence_applies(small_armin(**kw).cell, x), kw
+        assert small_armin(**kw).cell.op_options(False, True) is None, kw
+        assert not base.sequence_backend(small_armin(**kw).cell, x), kw
 
 
 def test_shapes_state_and_trace():

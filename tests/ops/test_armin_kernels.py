@@ -1,16 +1,18 @@
 """ARMIN's whole-sequence op (mannlab.ops.armin.armin_sequence): the numba and the Triton
 kernels against the plain tensor loop of reference.py (outputs, final state and every gradient
 by name, each addressing mode, zoneout, the write map, rows starting mid-fill), a chunked run
-with carried state against one run, and the ARMIN module on the Triton path against its tensor
-path. The Triton kernels run in Triton's interpreter where there is no GPU (tiny sizes)."""
+with carried state against one run, the reference's trace against the module's step loop, and
+the ARMIN module on the Triton path against its tensor path. The Triton kernels run in Triton's
+interpreter where there is no GPU (tiny sizes)."""
 
 import pytest
 import torch
 
 from conftest import triton_device
-from mannlab.models import build_model
-from mannlab.ops import dispatch, use_kernels
-from mannlab.ops.armin import ARMINCarry, ARMINInputs, ARMINOptions, ARMINWeights, armin_sequence
+from mannlab.models import base, build_model
+from mannlab.ops import armin as armin_op
+from mannlab.ops import use_kernels
+from mannlab.ops.armin import ARMINInputs, ARMINOptions, ARMINState, ARMINWeights, armin_sequence
 from mannlab.ops.armin.records import MODES, NOISY_MODES
 
 B, T, DH, N = 3, 6, 5, 3  # N < T: every row's writes pass the filling phase
@@ -32,7 +34,8 @@ def problem(mode, width=3, zoneout=False, dtype=torch.float64, device="cpu", see
         noise = -torch.log(torch.empty(t, B, N, dtype=torch.float64).exponential_(generator=gen)).to(dtype)
     zone = (torch.rand(t, B, DH, generator=gen, dtype=torch.float64) < 0.4).to(dtype) if zoneout else None
     inputs = ARMINInputs(rand(B, t, C + G + N + 2, scale=1.0), noise, zone)  # 2 unused columns
-    state = ARMINCarry(rand(B, DH), rand(B, N, width), torch.tensor(STEPS0))
+    counts = torch.rand(B, N, generator=gen, dtype=torch.float64).to(dtype)  # passed through
+    state = ARMINState(rand(B, DH), rand(B, N, width), counts, counts.round(), torch.tensor(STEPS0))
     weights = ARMINWeights(
         control_h=rand(C + N, DH),
         control_r=rand(C, width),
@@ -51,7 +54,13 @@ def problem(mode, width=3, zoneout=False, dtype=torch.float64, device="cpu", see
         return None if v is None else v.to(device).requires_grad_(v.is_floating_point())
 
     inputs = ARMINInputs(leaf(inputs.projected), *(None if v is None else v.to(device) for v in inputs[1:]))
-    state = ARMINCarry(leaf(state.hidden), leaf(state.memory), state.steps.to(device))
+    state = state._replace(
+        hidden=leaf(state.hidden),
+        memory=leaf(state.memory),
+        read_counts=state.read_counts.to(device),
+        last_read=state.last_read.to(device),
+        steps=state.steps.to(device),
+    )
     weights = ARMINWeights(*(leaf(w) for w in weights))
     return inputs, state, weights
 
@@ -63,10 +72,10 @@ def differentiable(inputs, state, weights):
     return named
 
 
-def run(inputs, state, weights, options, seed=5):
+def run(inputs, state, weights, options, backend, seed=5):
     """Outputs, final state and the gradient of every differentiable argument (by name) of a
     loss that reaches every output."""
-    out, carry = armin_sequence(inputs, state, weights, options)
+    out, carry, _ = armin_sequence(inputs, state, weights, options, backend)
     gen = torch.Generator().manual_seed(seed)
     loss = sum(
         (v * torch.randn(v.shape, generator=gen, dtype=torch.float64).to(v)).sum()
@@ -95,6 +104,8 @@ def assert_same(got, want, atol, rtol=0.0):
     torch.testing.assert_close(carry.hidden.double().cpu(), carry_ref.hidden, atol=atol, rtol=rtol)
     torch.testing.assert_close(carry.memory.double().cpu(), carry_ref.memory, atol=atol, rtol=rtol)
     assert torch.equal(carry.steps.cpu(), carry_ref.steps)
+    for passed in ("read_counts", "last_read"):  # the op passes them through
+        torch.testing.assert_close(getattr(carry, passed).double().cpu(), getattr(carry_ref, passed))
     assert grads.keys() == grads_ref.keys()
     for name, grad in grads.items():
         ref = grads_ref[name]
@@ -113,8 +124,8 @@ def assert_same(got, want, atol, rtol=0.0):
 def test_numba_matches_reference(mode, width, zoneout):
     records = problem(mode, width, zoneout)
     options = ARMINOptions(mode=mode, inverse_temperature=2.0)
-    got = run(*records, options._replace(backend="numba"))
-    want = run(*records, options._replace(backend="reference"))
+    got = run(*records, options, "numba")
+    want = run(*records, options, "reference")
     assert_same(got, want, atol=1e-10)
 
 
@@ -123,7 +134,9 @@ def test_bad_records_get_clear_errors():
     with pytest.raises(ValueError, match="mode must be one of"):
         armin_sequence(inputs, state, weights, ARMINOptions(mode="hard"))
     with pytest.raises(ValueError, match="backend must be one of"):
-        armin_sequence(inputs, state, weights, ARMINOptions(mode="soft", backend="cuda"))
+        armin_sequence(inputs, state, weights, ARMINOptions(mode="soft"), "cuda")
+    with pytest.raises(ValueError, match="does not cover"):
+        armin_sequence(inputs, state, weights, ARMINOptions(mode="soft", trace=True), "numba")
     with pytest.raises(ValueError, match="Gumbel draws"):
         armin_sequence(inputs, state, weights, ARMINOptions(mode="gumbel"))
     with pytest.raises(ValueError, match="zoneout must be"):
@@ -143,22 +156,20 @@ def test_triton_matches_reference(mode, width, zoneout):
     """Every mode, the write map and its absence, zoneout and none, all gradients by name."""
     records = problem(mode, width, zoneout, dtype=torch.float32, device=triton_device())
     options = ARMINOptions(mode=mode, inverse_temperature=2.0)
-    got = run(*records, options._replace(backend="triton"))
-    want = run(*(as_double(r) for r in records), options._replace(backend="reference"))
+    got = run(*records, options, "triton")
+    want = run(*(as_double(r) for r in records), options, "reference")
     assert_same(got, want, **TRITON_TOL)
 
 
 @pytest.mark.parametrize("mode", ["gumbel", "soft"])
 def test_triton_inference_without_records(mode):
-    """keep=False: the memory updated in place (one-hot reads: only the slot written), no
+    """backward=False: the memory updated in place (one-hot reads: only the slot written), no
     per-step records; the same outputs."""
     records = problem(mode, 3, True, dtype=torch.float32, device=triton_device())
-    options = ARMINOptions(mode=mode, inverse_temperature=2.0, keep=False, backend="triton")
+    options = ARMINOptions(mode=mode, inverse_temperature=2.0, backward=False)
     with torch.no_grad():
-        out, carry = armin_sequence(*records, options)
-        out_ref, carry_ref = armin_sequence(
-            *(as_double(r) for r in records), options._replace(backend="reference")
-        )
+        out, carry, _ = armin_sequence(*records, options, "triton")
+        out_ref, carry_ref, _ = armin_sequence(*(as_double(r) for r in records), options, "reference")
     torch.testing.assert_close(out.double().cpu(), out_ref, **TRITON_TOL)
     torch.testing.assert_close(carry.hidden.double().cpu(), carry_ref.hidden, **TRITON_TOL)
     torch.testing.assert_close(carry.memory.double().cpu(), carry_ref.memory, **TRITON_TOL)
@@ -168,15 +179,15 @@ def test_triton_chunked_run_with_carried_state_equals_one_run():
     """Two segments, the second from the first's state (TBPTT with the memory carried): the
     outputs, final state and gradients of one run over both."""
     inputs, state, weights = problem("gumbel", 3, True, dtype=torch.float32, device=triton_device())
-    options = ARMINOptions(mode="gumbel", inverse_temperature=2.0, backend="triton")
-    whole = run(inputs, state, weights, options)
+    options = ARMINOptions(mode="gumbel", inverse_temperature=2.0)
+    whole = run(inputs, state, weights, options, "triton")
     cut = 2
 
     def chunked(options):
         first = ARMINInputs(inputs.projected[:, :cut], inputs.noise[:cut], inputs.zoneout[:cut])
         rest = ARMINInputs(inputs.projected[:, cut:], inputs.noise[cut:], inputs.zoneout[cut:])
-        out_a, carry = armin_sequence(first, state, weights, options)
-        out_b, carry = armin_sequence(rest, carry, weights, options)
+        out_a, carry, _ = armin_sequence(first, state, weights, options, "triton")
+        out_b, carry, _ = armin_sequence(rest, carry, weights, options, "triton")
         return torch.cat([out_a, out_b], 1), carry
 
     gen = torch.Generator().manual_seed(5)
@@ -213,7 +224,7 @@ def test_armin_on_triton_equals_its_tensor_path(addressing, zoneout):
     model.inverse_temperature = 2.0
     x = torch.rand(B, T, 4, generator=torch.Generator().manual_seed(1)).to(device)
     with use_kernels("triton"):
-        assert dispatch.sequence_backend(model.cell, x) == "triton"
+        assert base.sequence_backend(model.cell, x) == "triton"
     results = []
     for setting in (False, "triton"):
         model.zero_grad()
@@ -241,12 +252,36 @@ def test_armin_on_triton_equals_its_tensor_path(addressing, zoneout):
 
 
 def test_triton_covers_the_papers_configuration_up_to_its_sizes():
-    def cell(**kw):
-        return build_model("armin", 4, 3, **{"hidden_size": DH, "memory_slots": N, **kw}).cell
+    def covers(with_trace=False, backend="triton", **kw):
+        cell = build_model("armin", 4, 3, **{"hidden_size": DH, "memory_slots": N, **kw}).cell
+        options = cell.op_options(with_trace, True)
+        return options is not None and armin_op.covers(options, cell.op_weights(), backend)
 
-    assert cell().kernels_cover(False, "triton") and cell(zoneout=0.2).kernels_cover(False, "triton")
-    assert not cell().kernels_cover(True, "triton")
-    assert not cell(write="queue").kernels_cover(False, "triton")
-    assert cell(hidden_size=128, memory_slots=128).kernels_cover(False, "triton")
-    assert not cell(hidden_size=129).kernels_cover(False, "triton")
-    assert cell(hidden_size=129).kernels_cover(False)  # numba takes any size
+    assert covers() and covers(zoneout=0.2)
+    assert not covers(with_trace=True)  # the trace: the step loop
+    assert not covers(write="queue")  # the op has no word for it
+    assert covers(hidden_size=128, memory_slots=128)
+    assert not covers(hidden_size=129)
+    assert covers(backend="numba", hidden_size=129)  # numba takes any size
+
+
+@pytest.mark.parametrize("addressing, zoneout", [("gumbel", 0.3), ("soft", 0.0)])
+def test_reference_trace_equals_the_module_step_loop(addressing, zoneout):
+    """The reference backend's outputs, final state and trace: the module's own step loop's
+    (the same draws)."""
+    torch.manual_seed(0)
+    model = build_model(
+        "armin", 4, 3, hidden_size=DH, memory_slots=N, memory_width=3, addressing=addressing, zoneout=zoneout
+    ).double()
+    cell, x = model.cell, torch.rand(B, T, 4, dtype=torch.float64)
+    options = cell.op_options(with_trace=True, backward=False)
+    with torch.no_grad(), use_kernels(False):
+        torch.manual_seed(2)
+        features, final, trace = model.run(x, cell.initial_state(B), True)
+        torch.manual_seed(2)
+        result = cell.run_op(x, cell.initial_state(B), options, cell.op_weights(), "reference")
+    torch.testing.assert_close(result.features, features)
+    for name, value in final._asdict().items():
+        torch.testing.assert_close(getattr(result.state, name), value, msg=name)
+    for name, value in trace._asdict().items():
+        torch.testing.assert_close(getattr(result.trace, name), value, msg=name)

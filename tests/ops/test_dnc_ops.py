@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from conftest import leaves, small_model, triton_setup
+from mannlab.models import base
 from mannlab.models.dnc import DNCCell
-from mannlab.ops import dispatch, use_kernels
+from mannlab.ops import dnc as dnc_op
+from mannlab.ops import use_kernels
 from mannlab.ops.dnc import (
     ELMAN,
     FNN,
@@ -21,7 +23,7 @@ from mannlab.ops.dnc import (
     SIGMOID,
     TANH,
     DNCOptions,
-    DNCSequenceState,
+    DNCState,
     DNCWeights,
     dnc_sequence,
 )
@@ -58,34 +60,58 @@ def problem(kind, seed=0, t=T):
         return torch.softmax(rand(*shape, scale=2.0), -1) * 0.9
 
     links = simplex(B, N, N) * (1 - torch.eye(N, dtype=torch.float64))
-    state = DNCSequenceState(
-        rand(B, H),
-        rand(B, H),
-        rand(B, R * W),
-        rand(B, N, W, scale=1.0),
-        simplex(B, R, N),
-        simplex(B, N),
-        torch.rand(B, N, generator=gen, dtype=torch.float64),
-        simplex(B, N),
-        links,
+    controller = {LSTM: (rand(B, H), rand(B, H)), ELMAN: (rand(B, H),), FNN: ()}[kind]
+    state = DNCState(
+        controller=controller,
+        memory=rand(B, N, W, scale=1.0),
+        read_vectors=rand(B, R, W),
+        read_weights=simplex(B, R, N),
+        write_weights=simplex(B, 1, N),
+        usage=torch.rand(B, N, generator=gen, dtype=torch.float64),
+        precedence=simplex(B, N),
+        links=links,
     )
     P = sum(interface_sizes(R, W))
     weights = DNCWeights(rand(G, R * W), rand(G, H) if kind != FNN else None, rand(P, H), rand(P))
     x_proj = rand(B, t, G, scale=1.0)
-    leaf = lambda v: None if v is None else v.requires_grad_()  # noqa: E731
-    return leaf(x_proj), DNCSequenceState(*map(leaf, state)), DNCWeights(*map(leaf, weights))
+    return leaf_records(x_proj, state, weights, lambda v: v.requires_grad_())
+
+
+def map_state(state, fn):
+    """The state with ``fn`` applied to every tensor (the controller's state too)."""
+    state = state._replace(controller=tuple(map(fn, state.controller)))
+    return state._replace(**{k: fn(v) for k, v in state._asdict().items() if k != "controller"})
+
+
+def leaf_records(x_proj, state, weights, leaf):
+    """The records with ``leaf`` applied to every tensor."""
+    return (
+        leaf(x_proj),
+        map_state(state, leaf),
+        DNCWeights(*(None if w is None else leaf(w) for w in weights)),
+    )
+
+
+def named_tensors(record, prefix):
+    """The tensors of a record by dotted name (the controller's state by position)."""
+    named = {}
+    for key, value in record._asdict().items():
+        if isinstance(value, tuple):
+            named.update({f"{prefix}.{key}.{i}": v for i, v in enumerate(value)})
+        elif value is not None:
+            named[f"{prefix}.{key}"] = value
+    return named
 
 
 def named_leaves(x_proj, state, weights):
-    named = {"x_proj": x_proj, **{f"state.{k}": v for k, v in state._asdict().items()}}
-    named.update({f"weights.{k}": v for k, v in weights._asdict().items() if v is not None})
-    return named
+    return {"x_proj": x_proj, **named_tensors(state, "state"), **named_tensors(weights, "weights")}
 
 
 def loss_of(features, final, seed=5):
     gen = torch.Generator().manual_seed(seed)
     return sum(
-        (v * torch.randn(v.shape, generator=gen, dtype=torch.float64)).sum() for v in (features, *final)
+        (v * torch.randn(v.shape, generator=gen, dtype=torch.float64)).sum()
+        for v in (features, *leaves(final))
     )
 
 
@@ -96,7 +122,7 @@ def grads_by_name(loss, named):
 
 
 def run(problem_records, options, backend):
-    features, final = dnc_sequence(*problem_records, options, backend=backend)
+    features, final, _ = dnc_sequence(*problem_records, options, backend=backend)
     named = named_leaves(*problem_records)
     grads = grads_by_name(loss_of(features, final), named)
     return features, final, grads
@@ -105,8 +131,9 @@ def run(problem_records, options, backend):
 def assert_same(got, want, atol=1e-10):
     (features, final, grads), (features_ref, final_ref, grads_ref) = got, want
     torch.testing.assert_close(features, features_ref, atol=atol, rtol=0)
-    for name, value in final._asdict().items():
-        torch.testing.assert_close(value, getattr(final_ref, name), atol=atol, rtol=0, msg=name)
+    want = named_tensors(final_ref, "state")
+    for name, value in named_tensors(final, "state").items():
+        torch.testing.assert_close(value, want[name], atol=atol, rtol=0, msg=name)
     assert grads.keys() == grads_ref.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(grad, grads_ref[name], atol=atol, rtol=0, msg=lambda m: f"{name}: {m}")
@@ -124,9 +151,9 @@ def test_inference_without_records_gives_the_same_values():
     records = problem(LSTM)
     options = DNCOptions(LSTM, TANH, False, backward=False)
     with torch.no_grad():
-        features, final = dnc_sequence(*records, options)
-        features_ref, final_ref = dnc_sequence(*records, options, backend="reference")
-    for value, ref in zip((features, *final), (features_ref, *final_ref)):
+        features, final, _ = dnc_sequence(*records, options)
+        features_ref, final_ref, _ = dnc_sequence(*records, options, backend="reference")
+    for value, ref in zip((features, *leaves(final)), (features_ref, *leaves(final_ref)), strict=True):
         torch.testing.assert_close(value, ref, atol=1e-10, rtol=0)
 
 
@@ -135,8 +162,8 @@ def test_chunked_run_with_carried_state_equals_one_run():
     x_proj, state, weights = records
     options = DNCOptions(LSTM, TANH, False, backward=True)
     whole = run(records, options, "numba")
-    first, carry = dnc_sequence(x_proj[:, :3], state, weights, options)
-    rest, final = dnc_sequence(x_proj[:, 3:], carry, weights, options)
+    first, carry, _ = dnc_sequence(x_proj[:, :3], state, weights, options)
+    rest, final, _ = dnc_sequence(x_proj[:, 3:], carry, weights, options)
     features = torch.cat([first, rest], 1)
     named = named_leaves(*records)
     grads = grads_by_name(loss_of(features, final), named)
@@ -157,10 +184,7 @@ def test_unknown_backend_is_a_clear_error():
 def on_device(records, device, dtype):
     """The records as fresh leaves on ``device`` in ``dtype``."""
 
-    def move(value):
-        return None if value is None else value.detach().to(device, dtype).requires_grad_()
-
-    return (move(records[0]), *(type(r)(*map(move, r)) for r in records[1:]))
+    return leaf_records(*records, lambda value: value.detach().to(device, dtype).requires_grad_())
 
 
 def run_triton(records, options):
@@ -169,7 +193,7 @@ def run_triton(records, options):
     features, final, grads = run(on_device(records, device, dtype), options, "triton")
     return (
         features.double().cpu(),
-        type(final)(*(v.double().cpu() for v in final)),
+        map_state(final, lambda v: v.double().cpu()),
         {name: g.double().cpu() for name, g in grads.items()},
     )
 
@@ -205,14 +229,14 @@ def test_triton_chunked_run_equals_one_run():
     records = on_device(problem(ELMAN, seed=3, t=4), device, dtype)
     x_proj, state, weights = records
     whole = run(records, options, "triton")
-    first, carry = dnc_sequence(x_proj[:, :1], state, weights, options, backend="triton")
-    rest, final = dnc_sequence(x_proj[:, 1:], carry, weights, options, backend="triton")
+    first, carry, _ = dnc_sequence(x_proj[:, :1], state, weights, options, backend="triton")
+    rest, final, _ = dnc_sequence(x_proj[:, 1:], carry, weights, options, backend="triton")
     features = torch.cat([first, rest], 1)
     grads = grads_by_name(loss_of(features, final), named_leaves(*records))
     assert_same((features, final, grads), whole, atol=tol)
     with torch.no_grad():
-        quick, final = dnc_sequence(*records, options._replace(backward=False), backend="triton")
-    for value, want in zip((quick, *final), (whole[0], *whole[1]), strict=True):
+        quick, final, _ = dnc_sequence(*records, options._replace(backward=False), backend="triton")
+    for value, want in zip((quick, *leaves(final)), (whole[0], *leaves(whole[1])), strict=True):
         torch.testing.assert_close(value, want, atol=tol, rtol=0)
 
 
@@ -232,7 +256,7 @@ def test_model_on_triton_equals_step_loop(controller, read_heads, training):
     def outputs_and_grads(kernels):
         model.zero_grad()
         with use_kernels(kernels):
-            assert dispatch.route(model.cell, x, None, False).backend == ("triton" if kernels else "")
+            assert base.sequence_backend(model.cell, x) == ("triton" if kernels else "")
             y, state = model(x)
         values = [y, *leaves(state)]
         loss = sum((v * v.sin()).sum() for v in values)
@@ -248,16 +272,43 @@ def test_model_on_triton_equals_step_loop(controller, read_heads, training):
         torch.testing.assert_close(grads[name], grad, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
 
 
-def test_triton_refuses_what_it_does_not_cover():
-    pytest.importorskip("triton")
+def test_every_backend_refuses_what_it_does_not_cover():
     options = DNCOptions(3, TANH, False, backward=True)  # no such controller kind
-    with pytest.raises(ValueError, match="Triton kernels implement"):
-        dnc_sequence(*problem(LSTM), options, backend="triton")
+    for backend in ("numba", "reference"):
+        with pytest.raises(ValueError, match="implements the controller kinds"):
+            dnc_sequence(*problem(LSTM), options, backend=backend)
+    with pytest.raises(ValueError, match="the trace only the reference"):
+        dnc_sequence(*problem(LSTM), options._replace(kind=LSTM, trace=True), backend="numba")
 
 
-def test_cell_lists_triton_for_the_controllers_it_covers():
+def test_inputs_of_the_wrong_shape_are_a_clear_error():
+    x_proj, state, weights = problem(LSTM)
+    options = DNCOptions(LSTM, TANH, False, backward=True)
+    with pytest.raises(ValueError, match="x_proj must be"):
+        dnc_sequence(x_proj[..., 1:], state, weights, options)
+    with pytest.raises(ValueError, match="the state must be for batch"):
+        dnc_sequence(x_proj[1:], state, weights, options)
+
+
+def test_reference_trace_equals_the_model_step_loop():
+    """The reference backend's trace and final state: the model's own step loop's."""
+    model = small_model("dnc", 3, 2, controller="elman", read_heads=2).double()
+    cell, x = model.cell, torch.randn(2, 4, 3, dtype=torch.float64)
+    with use_kernels(False), torch.no_grad():
+        _, final, trace = model(x, return_trace=True)
+        state = cell.initial_state(2, dtype=torch.float64)
+        options = cell.op_options(with_trace=True, backward=False)
+        result = dnc_sequence(cell.precompute(x), state, cell.op_weights(), options, backend="reference")
+    for name, value in trace._asdict().items():
+        torch.testing.assert_close(getattr(result.trace, name), value, msg=name)
+    for a, b in zip(leaves(result.state), leaves(final), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_op_lists_triton_for_the_controllers_it_covers():
     cell = DNCCell(3, controller="pnr-lstm", controller_size=4, memory_slots=4)
-    assert cell.kernel_backends == ("numba", "triton")
-    assert cell.kernels_cover(False, "triton")
-    assert not cell.kernels_cover(True, "triton")  # the trace takes the step loop
-    assert not DNCCell(3, controller="gru", controller_size=4, memory_slots=4).kernels_cover(False, "triton")
+    assert cell.op is dnc_op and dnc_op.BACKENDS[:2] == ("numba", "triton")
+    weights = cell.op_weights()
+    assert dnc_op.covers(cell.op_options(False, True), weights, "triton")
+    assert not dnc_op.covers(cell.op_options(True, True), weights, "triton")  # the trace: step loop
+    assert DNCCell(3, controller="gru", controller_size=4, memory_slots=4).op_options(False, True) is None

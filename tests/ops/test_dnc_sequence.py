@@ -9,12 +9,14 @@ import pytest
 import torch
 
 import mannlab
+from mannlab.models import base
 from mannlab.models.dnc import DNCCell
 from mannlab.nn import addressing
 from mannlab.nn.controllers import CONTROLLERS
 from mannlab.ops import dispatch, use_kernels
-from mannlab.ops.dnc import numba_sequence
-from mannlab.ops.dnc.numba_sequence import DNCSequence, controller_code
+from mannlab.ops.controller_codes import LSTM, TANH, controller_code
+from mannlab.ops.dnc import DNCOptions, numba_sequence
+from mannlab.ops.dnc.numba_sequence import DNCSequence
 
 SIZES = dict(controller_size=5, memory_slots=6, memory_width=3)
 
@@ -126,7 +128,7 @@ def test_gradcheck_of_the_function(B, T, H, N, W, R, every, monkeypatch):
     inputs = [t.clone().requires_grad_(True) for t in inputs]
 
     def function(*tensors):
-        return DNCSequence.apply(*tensors, (2, 0, False, True))
+        return DNCSequence.apply(*tensors, DNCOptions(LSTM, TANH, False, backward=True))
 
     assert torch.autograd.gradcheck(function, inputs, eps=1e-6, atol=1e-6)
 
@@ -137,14 +139,14 @@ def test_every_controller_is_covered_or_takes_the_step_loop(name, monkeypatch):
     x = torch.randn(2, 4, 4)
     covered = name != "gru"
     assert (controller_code(dnc.cell.controller) is not None) == covered
-    assert dispatch.route(dnc.cell, x, None, False).compiled == covered
+    assert bool(base.sequence_backend(dnc.cell, x)) == covered
     if not covered:  # the step loop, never the kernels
-        monkeypatch.setattr(DNCCell, "run_kernels", lambda *args: pytest.fail("compiled path taken"))
+        monkeypatch.setattr(DNCCell, "run_op", lambda *args: pytest.fail("compiled path taken"))
     assert_close(run(dnc, x)[1], run(dnc, x, kernels=False)[1], 1e-4)
 
 
 def test_trace_switch_dtype_and_subclasses_take_the_step_loop(monkeypatch):
-    monkeypatch.setattr(DNCCell, "run_kernels", lambda *args: pytest.fail("compiled path taken"))
+    monkeypatch.setattr(DNCCell, "run_op", lambda *args: pytest.fail("compiled path taken"))
     dnc = model()
     x = torch.randn(2, 4, 4)
     y, _, trace = dnc(x, return_trace=True)  # the trace: step loop

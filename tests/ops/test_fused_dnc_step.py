@@ -12,6 +12,15 @@ from mannlab.nn import addressing as A
 from mannlab.ops import use_kernels
 from mannlab.ops.dnc.memory_step import dnc_memory_step, interface_sizes
 
+#: the memory step's outputs with a gradient, in the order of ``reference`` below
+STEP = ("read_vectors", "memory", "read_weights", "write_weights", "usage", "precedence", "links")
+
+
+def fused_step(*tensors):
+    """The memory step's outputs with a gradient, as a tuple."""
+    step = dnc_memory_step(*tensors)
+    return tuple(getattr(step, name) for name in STEP)
+
 
 @pytest.fixture(params=["kernels", "tensors"], autouse=True)
 def path(request):
@@ -69,7 +78,7 @@ def assert_close(got, want, atol):
 
 
 def assert_same_step(tensors, outputs=slice(None)):
-    fused = dnc_memory_step(*tensors)[outputs]
+    fused = fused_step(*tensors)[outputs]
     ref = reference(*tensors)[outputs]
     assert_close(fused, ref, 1e-12)
     upstream = [torch.randn_like(t) for t in ref]
@@ -103,7 +112,7 @@ def test_zero_initial_state(read_heads):
         for shape in ((N, W), (read_heads, N), (1, N), (N,), (N,), (N, N))
     ]
     assert_same_step([raw, *zeros])
-    alloc = dnc_memory_step(raw, *zeros, with_trace=True)[7]
+    alloc = dnc_memory_step(raw, *zeros, with_trace=True).trace.allocation
     assert torch.equal(alloc, torch.eye(N, dtype=torch.float64)[[0] * B])
 
 
@@ -111,12 +120,12 @@ def test_zero_initial_state(read_heads):
 def test_fused_step_gradcheck(shape):
     # No ties: at a tie in u_t the allocation jumps, so finite differences are meaningless.
     tensors = inputs(seed=3, **shape)
-    assert torch.autograd.gradcheck(lambda *t: dnc_memory_step(*t), tensors)
+    assert torch.autograd.gradcheck(fused_step, tensors)
 
 
 def test_float32_matches_composition():
     tensors = [t.detach().float().requires_grad_() for t in inputs(R=2, ties=True)]
-    fused, ref = dnc_memory_step(*tensors), reference(*tensors)
+    fused, ref = fused_step(*tensors), reference(*tensors)
     assert_close(fused, ref, 1e-5)
     upstream = [torch.randn_like(t) for t in ref]
     for a, b in zip(
@@ -136,19 +145,20 @@ def test_non_contiguous_inputs():
 
 def test_trace_values_have_no_gradient():
     tensors = inputs(R=2)
-    outputs = dnc_memory_step(*tensors, with_trace=True)
-    alloc, modes, free, alloc_gate, write_gate = outputs[7:]
+    step = dnc_memory_step(*tensors, with_trace=True)
+    alloc, modes, free, alloc_gate, write_gate = step.trace
     assert alloc.shape == (2, 7) and modes.shape == (2, 2, 3) and free.shape == (2, 2)
     assert alloc_gate.shape == write_gate.shape == (2,)
-    assert not any(t.requires_grad for t in outputs[7:])
-    assert torch.allclose(alloc, A.allocation(outputs[4]), atol=1e-12)
+    assert not any(t.requires_grad for t in step.trace)
+    assert dnc_memory_step(*tensors).trace is None
+    assert torch.allclose(alloc, A.allocation(step.usage), atol=1e-12)
     assert torch.allclose(modes.sum(-1), torch.ones(2, 2, dtype=torch.float64))
     assert all(((t > 0) & (t < 1)).all() for t in (free, alloc_gate, write_gate))
 
 
 def test_kernel_path_records_one_node(path):
-    outputs = dnc_memory_step(*inputs())
-    fused = type(outputs[0].grad_fn).__name__ == "DNCMemoryStepBackward"
+    step = dnc_memory_step(*inputs())
+    fused = type(step.read_vectors.grad_fn).__name__ == "DNCMemoryStepBackward"
     assert fused == (path == "kernels")
 
 
@@ -174,10 +184,11 @@ def test_outputs_are_freed_without_garbage_collection(with_trace):
     tensors = inputs()
     gc.disable()
     try:
-        outputs = dnc_memory_step(*tensors, with_trace=with_trace)
+        step = dnc_memory_step(*tensors, with_trace=with_trace)
+        outputs = [getattr(step, name) for name in STEP] + list(step.trace or ())
         refs = [weakref.ref(t) for t in outputs]
-        sum(t.sum() for t in outputs[:7]).backward()
-        del outputs
+        sum(getattr(step, name).sum() for name in STEP).backward()
+        del outputs, step
         assert all(ref() is None for ref in refs)
     finally:
         gc.enable()

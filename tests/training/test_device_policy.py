@@ -4,7 +4,7 @@ kernels switch and its Triton setting. A GPU is faked where the choice is all th
 import pytest
 import torch
 
-from mannlab.models import build_model
+from mannlab.models import base, build_model
 from mannlab.ops import dispatch, use_kernels
 from mannlab.training import device as devices
 
@@ -72,11 +72,10 @@ def test_triton_runs_below_its_batch_limit_and_always_when_forced(monkeypatch):
     monkeypatch.setattr(dispatch, "triton_applies", lambda name, x: True)
     small, large = torch.zeros(2, 3, 3), torch.zeros(dispatch.TRITON_MAX_BATCH, 1, 3)
     with torch.no_grad():
-        assert dispatch.route(model.cell, small, None, False).backend == "triton"
-        assert dispatch.route(model.cell, small, None, False).compiled
-        assert not dispatch.route(model.cell, large, None, False).compiled
+        assert base.sequence_backend(model.cell, small) == "triton"
+        assert not base.sequence_backend(model.cell, large)
         with use_kernels("triton"):
-            assert dispatch.route(model.cell, large, None, False).compiled
+            assert base.sequence_backend(model.cell, large) == "triton"
 
 
 def test_kernels_switch_settings():

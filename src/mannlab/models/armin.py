@@ -55,7 +55,7 @@ sparse address part A of ``address_size`` features and the last-read penalty).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -84,46 +84,14 @@ from mannlab.models.tardis import (
     write_rows,
 )
 from mannlab.nn import sampling
-from mannlab.ops.armin import ARMINCarry, ARMINInputs, ARMINOptions, ARMINWeights, armin_sequence
-from mannlab.ops.armin import numba_sequence as compiled
-from mannlab.ops.armin.records import triton_sizes_fit
+from mannlab.ops import armin as armin_op
+from mannlab.ops.armin import ARMINInputs, ARMINOptions, ARMINState, ARMINTrace, ARMINWeights, armin_sequence
+
+__all__ = ["ARMIN", "ARMINCell", "ARMINState", "ARMINTrace"]
 
 ADDRESSING_MODES = ("gumbel", "gumbel-relaxed", "soft", "argmax")
 READ_MODES = ("auto", "random", "tardis")
 WRITE_MODES = ("tied", "queue", "independent")
-
-
-class ARMINState(NamedTuple):
-    """Recurrent state: h (B, d_h); memory M (B, n_mem, d_r); read counts (B, n_mem) and
-    last read one-hot (B, n_mem) (for TARDIS addressing); steps since M was empty (B,) long."""
-
-    hidden: torch.Tensor
-    memory: torch.Tensor
-    read_counts: torch.Tensor
-    last_read: torch.Tensor
-    steps: torch.Tensor
-
-
-class ARMINStepTrace(NamedTuple):
-    read_weights: torch.Tensor  # (B, 1, n_mem)  s_t
-    write_weights: torch.Tensor  # (B, 1, n_mem)  slot written
-    read_logits: torch.Tensor  # (B, 1, n_mem)  W_s [x_t, h_{t-1}] + b_s (or eq. 21)
-    read_vectors: torch.Tensor  # (B, d_r)  r_t
-    control_gates: torch.Tensor  # (B, d_h + d_r)  [g^h; g^r]
-    gates: torch.Tensor  # (B, 4 d_h + d_r)  [i; f; g; o^h; o^r] after activation
-    hidden: torch.Tensor  # (B, d_h)  h_t
-
-
-class ARMINTrace(NamedTuple):
-    """:class:`ARMINStepTrace` stacked over time (B, T, ...)."""
-
-    read_weights: torch.Tensor
-    write_weights: torch.Tensor
-    read_logits: torch.Tensor
-    read_vectors: torch.Tensor
-    control_gates: torch.Tensor
-    gates: torch.Tensor
-    hidden: torch.Tensor
 
 
 def _orthogonal_blocks(weight: torch.Tensor, block: int) -> None:
@@ -373,51 +341,39 @@ class ARMINCell(TemperatureCell):
             dh = self.hidden_size
             gates = torch.cat([sig[:, : 2 * dh], g, sig[:, 3 * dh :]], dim=-1)
             assert read_w is not None  # no fast path with the trace
-            trace = ARMINStepTrace(
+            trace = ARMINTrace(
                 read_w.unsqueeze(1), write_w.unsqueeze(1), logits.unsqueeze(1), r, control, gates, h_new
             )
         return out, state, trace
 
-    # ------------------------------------------------------ the fused path
+    # ------------------------------------------------------ the whole-sequence op
 
-    kernel_ops = "armin"
-    kernel_backends = ("numba", "triton")
+    op = armin_op
 
-    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
-        """Both kernels run trace-free passes of the paper's configuration (auto read, tied
-        write, control gates, layer norm; zoneout or not; every addressing mode); the Triton
-        kernels while d_h, d_r and n_mem are at most records.TRITON_MAX_SIZE (their weight
-        tiles must fit a GPU's shared memory)."""
-        papers = (
-            not with_trace
-            and self.read_mode == "auto"
-            and self.write_mode == "tied"
-            and self.control_gates
-            and self.layer_norm
-        )
-        if backend == "triton":
-            return papers and triton_sizes_fit(self.hidden_size, self.width, self.slots)
-        return papers
-
-    def kernels_pay(self, batch: int, backward: bool) -> bool:
-        return compiled.kernels_pay(batch, self.hidden_size, backward)
-
-    def run_kernels(
-        self, x: torch.Tensor, state: ARMINState, with_trace: bool, backward: bool, backend: str = "numba"
-    ):
-        """All steps of x (B, T, I) through mannlab.ops.armin's op on ``backend``: (o (B, T, C),
-        final state, None); ``backward``: a graph is recorded (dispatch.route), else the kernels
-        keep no per-step intermediates."""
+    def op_options(self, with_trace: bool, backward: bool) -> Optional[ARMINOptions]:
+        """The op's options; None outside the paper's configuration (auto read, tied write,
+        control gates, layer norm), which is all the op expresses."""
+        papers = self.read_mode == "auto" and self.write_mode == "tied" and self.control_gates
+        if not (papers and self.layer_norm and self.ln_gates is not None):
+            return None
         if self.addressing == "soft":
             mode = "soft"
         elif self.discrete_eval():
             mode = "argmax"
         else:
             mode = self.addressing
-        noise, zone = self._fused_draws(x, mode)
+        return ARMINOptions(
+            mode=mode,
+            inverse_temperature=float(self.inverse_temperature),
+            eps=self.ln_gates.eps,
+            backward=backward,
+            trace=with_trace,
+        )
+
+    def op_weights(self) -> ARMINWeights:
         ln_control, ln_gates, ln_hidden = self.ln_control, self.ln_gates, self.ln_hidden
-        assert ln_control is not None and ln_gates is not None and ln_hidden is not None  # kernels_cover
-        weights = ARMINWeights(
+        assert ln_control is not None and ln_gates is not None and ln_hidden is not None  # op_options
+        return ARMINWeights(
             control_h=self.control_h.weight,
             control_r=self.control_r.weight,
             gates_h=self.gates_h.weight,
@@ -430,20 +386,15 @@ class ARMINCell(TemperatureCell):
             ln_hidden_weight=ln_hidden.weight,
             ln_hidden_bias=ln_hidden.bias,
         )
-        options = ARMINOptions(
-            mode=mode,
-            inverse_temperature=float(self.inverse_temperature),
-            eps=ln_gates.eps,
-            keep=backward,
-            backend=backend,
-        )
-        out, carry = armin_sequence(
-            ARMINInputs(self.precompute(x), noise, zone),
-            ARMINCarry(state.hidden, state.memory, state.steps),
-            weights,
-            options,
-        )
-        return out, state._replace(hidden=carry.hidden, memory=carry.memory, steps=carry.steps), None
+
+    def run_op(
+        self, x: torch.Tensor, state: ARMINState, options: ARMINOptions, weights: ARMINWeights, backend: str
+    ):
+        """All steps of x (B, T, I) through mannlab.ops.armin.armin_sequence on ``backend``, with
+        the Gumbel noise and zoneout masks drawn as the step loop draws them."""
+        noise, zone = self._fused_draws(x, options.mode)
+        inputs = ARMINInputs(self.precompute(x), noise, zone)
+        return armin_sequence(inputs, state, weights, options, backend)
 
     def _fused_draws(
         self, x: torch.Tensor, mode: str
@@ -606,5 +557,5 @@ class ARMIN(CellTemperature, SequenceModel):
         return self.temperature_every, max(1, self.cell.slots - 1)
 
     def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        features, state, steps = run_sequence(self.cell, x, state, with_trace)
-        return features, state, (ARMINTrace(*steps) if with_trace else None)
+        """The op on the backend dispatch chooses where it covers the pass, else the step loop."""
+        return run_sequence(self.cell, x, state, with_trace)

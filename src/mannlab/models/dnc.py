@@ -56,7 +56,7 @@ each way), tested in Triton's interpreter only: they run only when forced
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -64,41 +64,13 @@ from torch import nn
 from mannlab.models.base import MemoryCell, SequenceModel, check_positive, run_sequence
 from mannlab.models.size_check import check_model_size
 from mannlab.nn.controllers import RecurrentController, make_controller
+from mannlab.ops import dnc as dnc_op
 from mannlab.ops.controller_codes import controller_code
-from mannlab.ops.dnc import FNN, LSTM, DNCOptions, DNCSequenceState, DNCWeights, dnc_sequence, triton_covers
+from mannlab.ops.dnc import DNCOptions, DNCState, DNCTrace, DNCWeights, dnc_sequence
 from mannlab.ops.dnc.memory_step import dnc_memory_step, interface_sizes
+from mannlab.ops.dnc.records import step_state, step_trace
 
-
-class DNCState(NamedTuple):
-    """Recurrent state of the last step: controller state, memory M (B, N, W),
-    read vectors r (B, R, W), read weightings w^r (B, R, N), write weighting
-    w^w (B, 1, N), usage u (B, N), precedence p (B, N) and links L (B, N, N)."""
-
-    controller: Any
-    memory: torch.Tensor
-    read_vectors: torch.Tensor
-    read_weights: torch.Tensor
-    write_weights: torch.Tensor
-    usage: torch.Tensor
-    precedence: torch.Tensor
-    links: torch.Tensor
-
-
-class DNCTrace(NamedTuple):
-    """Per-step internals; stacked by the sequence module to (B, T, ...)."""
-
-    read_weights: torch.Tensor  # (B, R, N)  w^r_t
-    write_weights: torch.Tensor  # (B, 1, N)  w^w_t
-    read_vectors: torch.Tensor  # (B, R, W)  r_t
-    usage: torch.Tensor  # (B, N)     u_t
-    allocation: torch.Tensor  # (B, N)     a_t
-    precedence: torch.Tensor  # (B, N)     p_t
-    links: torch.Tensor  # (B, N, N)  L_t
-    read_modes: torch.Tensor  # (B, R, 3)  pi_t over (backward, content, forward)
-    free_gates: torch.Tensor  # (B, R)     f_t
-    allocation_gate: torch.Tensor  # (B,)       g^a_t
-    write_gate: torch.Tensor  # (B,)       g^w_t
-    memory: torch.Tensor  # (B, N, W)  M_t after the write
+__all__ = ["DNC", "DNCCell", "DNCState", "DNCTrace"]
 
 
 class DNCCell(MemoryCell):
@@ -162,93 +134,52 @@ class DNCCell(MemoryCell):
 
     def step(self, x_proj: torch.Tensor, state: DNCState, with_trace: bool = False):
         """One step from the precomputed input projection; returns (H^o_t, state, trace or None)."""
-        ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
-        h, h_out, ctrl = self.controller.step(x_proj, reads.flatten(1), ctrl)  # (i)
+        h, h_out, ctrl = self.controller.step(x_proj, state.read_vectors.flatten(1), state.controller)  # (i)
         # (ii) retention, usage, allocation, write weighting, write, links, precedence;
         # (iii) forward/backward/content read weightings and reads: one fused step
         # (mannlab.ops.dnc) from the raw interface vector W_xi h_t + b_i
-        out = dnc_memory_step(
-            self.interface(h), memory, read_w, write_w, usage, precedence, links, with_trace
+        step = dnc_memory_step(
+            self.interface(h),
+            state.memory,
+            state.read_weights,
+            state.write_weights,
+            state.usage,
+            state.precedence,
+            state.links,
+            with_trace,
         )
-        reads, memory, read_w, write_w, usage, precedence, links = out[:7]
-        features = torch.cat([h_out, reads.flatten(1)], dim=-1)  # (iv)
-        trace = None
-        if with_trace:
-            alloc, modes, free, alloc_gate, write_gate = out[7:]
-            trace = DNCTrace(
-                read_w,
-                write_w,
-                reads,
-                usage,
-                alloc,
-                precedence,
-                links,
-                modes,
-                free,
-                alloc_gate,
-                write_gate,
-                memory,
-            )
-        state = DNCState(ctrl, memory, reads, read_w, write_w, usage, precedence, links)
-        return features, state, trace
+        features = torch.cat([h_out, step.read_vectors.flatten(1)], dim=-1)  # (iv)
+        return features, step_state(ctrl, step), step_trace(step) if with_trace else None
 
-    # ------------------------------------------------------ the kernels
+    # ------------------------------------------------------ the whole-sequence op
 
-    kernel_ops = "dnc"
-    kernel_backends = ("numba", "triton")
+    op = dnc_op
 
-    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
-        """Both backends, numba and Triton, implement the fnn (tanh, sigmoid, relu), elman, lstm,
-        pnr-elman and pnr-lstm controllers, without the trace; the GRU and the trace take the
-        step loop."""
+    def op_options(self, with_trace: bool, backward: bool) -> Optional[DNCOptions]:
+        """The op's options; None for the GRU controller (and subclasses, unknown activations),
+        which the op has no code for."""
         code = controller_code(self.controller)
-        if with_trace or code is None:
-            return False
-        return backend != "triton" or triton_covers(DNCOptions(*code, backward=False))
-
-    def run_kernels(
-        self, x: torch.Tensor, state: DNCState, with_trace: bool, backward: bool, backend: str = "numba"
-    ):
-        """All steps of x (B, T, I) in the kernels of ``backend`` (mannlab.ops.dnc.dnc_sequence):
-        (features (B, T, F), final state, None); ``backward``: a graph is recorded."""
-        ctrl, memory, reads, read_w, write_w, usage, precedence, links = state
-        controller = self.controller
-        code = controller_code(controller)
-        assert code is not None  # kernels_cover
+        if code is None:
+            return None
         kind, activation, pnr = code
-        zeros = x.new_zeros(x.shape[0], controller.hidden_size)
-        start = DNCSequenceState(
-            hidden=ctrl[0] if kind != FNN else zeros,
-            cell=ctrl[1] if kind == LSTM else zeros,
-            reads=reads.flatten(1),
-            memory=memory,
-            read_weights=read_w,
-            write_weights=write_w.squeeze(1),
-            usage=usage,
-            precedence=precedence,
-            links=links,
-        )
-        recurrent = controller.recurrent_weight if isinstance(controller, RecurrentController) else None
-        weights = DNCWeights(
+        return DNCOptions(kind, activation, pnr, backward, with_trace)
+
+    def op_weights(self) -> DNCWeights:
+        controller = self.controller
+        return DNCWeights(
             read_weight=controller.read_weight,
-            recurrent_weight=recurrent,
+            recurrent_weight=controller.recurrent_weight
+            if isinstance(controller, RecurrentController)
+            else None,
             interface_weight=self.interface.weight,
             interface_bias=self.interface.bias,
         )
-        options = DNCOptions(kind=kind, activation=activation, pnr=pnr, backward=backward)
-        features, final = dnc_sequence(self.precompute(x), start, weights, options, backend=backend)
-        ctrl = () if kind == FNN else (final.hidden, final.cell) if kind == LSTM else (final.hidden,)
-        state = DNCState(
-            ctrl,
-            final.memory,
-            final.reads.unflatten(1, (self.read_heads, self.width)),
-            final.read_weights,
-            final.write_weights.unsqueeze(1),
-            final.usage,
-            final.precedence,
-            final.links,
-        )
-        return features, state, None
+
+    def run_op(
+        self, x: torch.Tensor, state: DNCState, options: DNCOptions, weights: DNCWeights, backend: str
+    ):
+        """All steps of x (B, T, I) through mannlab.ops.dnc.dnc_sequence on ``backend``."""
+        return dnc_sequence(self.precompute(x), state, weights, options, backend)
 
 
 class DNC(SequenceModel):

@@ -1,5 +1,5 @@
 """ARMIN's numba path: a whole sequence of steps (eqs. 3-10, the write of section 3.3) as one
-autograd node over the kernels of ops/armin/kernels.py, and where that pays. Reached through
+autograd node over the kernels of ops/armin/kernels.py (where that pays: records.pays). Reached through
 mannlab.ops.armin.armin_sequence (backend "numba"); tests/models/test_armin.py checks values, samples
 and every gradient against the cell's per-step tensor path, tests/ops/ against reference.py.
 """
@@ -14,28 +14,16 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
 from mannlab.ops.armin.gradients import parameter_grads
-from mannlab.ops.armin.records import MODES, ARMINOptions, ARMINWeights, PreactivationGrads, WeightRecords
+from mannlab.ops.armin.records import (
+    MODES,
+    ARMINOptions,
+    ARMINWeights,
+    PreactivationGrads,
+    WeightRecords,
+    split_records,
+)
 from mannlab.ops.bridge import as_array
 from mannlab.ops.threads import KEEP, Blocks, Rows
-
-#: Where the compiled path pays: the kernels' per-row work is scalar (no vectorised exp/tanh)
-#: and their BLAS (SciPy's OpenBLAS) is slower than torch's for few rows, so large batches
-#: times hidden sizes run faster on the tensor path. Training (a backward follows): kernels
-#: while batch * d_h <= 4096. Inference: at batch 1, else while batch * d_h <= 3200 and
-#: d_h <= 128. The measurements: benchmarks/README.md, bench_armin.py.
-KERNEL_MAX_TRAIN_ROWS_X_HIDDEN = 4096
-KERNEL_MAX_INFER_ROWS_X_HIDDEN, KERNEL_MAX_INFER_HIDDEN = 3200, 128
-
-
-def kernels_pay(batch: int, hidden_size: int, backward: bool) -> bool:
-    """Whether the compiled path is expected to be faster than the tensor path for this
-    batch and d_h (see KERNEL_MAX_* above); ``backward``: a training pass."""
-    rows_x_hidden = batch * hidden_size
-    if backward:
-        return rows_x_hidden <= KERNEL_MAX_TRAIN_ROWS_X_HIDDEN
-    return batch == 1 or (
-        rows_x_hidden <= KERNEL_MAX_INFER_ROWS_X_HIDDEN and hidden_size <= KERNEL_MAX_INFER_HIDDEN
-    )
 
 
 class NumbaRecords(NamedTuple):
@@ -65,8 +53,8 @@ class NumbaRecords(NamedTuple):
 class ARMINSequence(torch.autograd.Function):
     """A whole sequence of ARMIN steps (eqs. 3-10, the write of section 3.3) as one autograd
     node whose forward and backward are single calls of ops/armin/kernels.py. Called by
-    mannlab.ops.armin.armin_sequence with the fields of its records in order (options, the
-    ARMINInputs, the ARMINCarry, the ARMINWeights); returns o (B, T, C), h_T, M_T. The weight
+    mannlab.ops.armin.armin_sequence with the options, the fields of the ARMINInputs, h_0, M_0,
+    the steps taken, and the fields of the ARMINWeights; returns o (B, T, C), h_T, M_T. The weight
     gradients are one matrix product each over all B * T steps (gradients.py)."""
 
     @staticmethod
@@ -107,13 +95,13 @@ class ARMINSequence(torch.autograd.Function):
                 options.eps,
                 options.inverse_temperature,
                 mode,
-                options.keep,
+                options.backward,
             ),
             (0, 0, 0, KEEP),  # what the backward reads stays in its row blocks: never copied
             xp.shape[0],
         )
         # everything through save_for_backward (a tensor kept on ctx would make a cycle)
-        if options.keep:
+        if options.backward:
             ctx.save_for_backward(
                 steps0, *weights, *(torch.from_numpy(v) for block in saved.values for v in block)
             )
@@ -125,8 +113,7 @@ class ARMINSequence(torch.autograd.Function):
     def backward(ctx, d_out, d_h, d_m):
         use_map, use_zone, inv_tau, mode, width, parts = ctx.options
         steps0, *rest = ctx.saved_tensors
-        weights = ARMINWeights(*rest[: len(ARMINWeights._fields)])
-        flat = rest[len(ARMINWeights._fields) :]
+        weights, flat = split_records(rest, ARMINWeights)
         a = as_array
         map_w = a(weights.write_map) if use_map else np.zeros((1, 1), a(weights.control_h).dtype)
         n = len(flat) // len(parts)

@@ -1,8 +1,14 @@
-"""ARMIN's whole-sequence op, the one entry to its kernels: ``armin_sequence(inputs, state,
-weights, options) -> (outputs, state)`` over typed records (records.py). The backend named in
-the options runs it: the numba autograd Function (numba_sequence.py, CPU), the Triton one
-(triton_sequence.py, GPU or Triton's interpreter) or the plain tensor loop (reference.py);
-callers build the records by name and never see a kernel's argument order.
+"""ARMIN's whole-sequence op, the one entry to its kernels:
+
+    features, state, trace = armin_sequence(inputs, state, weights, options, backend="numba")
+
+over typed records (records.py): ``inputs`` the :class:`ARMINInputs` (the projected input, the
+draws), ``state`` the model's own :class:`ARMINState`, ``weights`` the :class:`ARMINWeights`,
+``options`` the :class:`ARMINOptions`. ``backend`` runs it: "numba" the autograd Function over
+the CPU kernels (numba_sequence.py), "triton" the one over the GPU kernels (triton_sequence.py;
+GPU or Triton's interpreter), "reference" the plain tensor loop (reference.py). What each covers:
+records.covers (else a ValueError). Callers build the records by name and never see a kernel's
+argument order.
 """
 
 from __future__ import annotations
@@ -10,21 +16,33 @@ from __future__ import annotations
 import torch
 
 from mannlab.ops.armin.records import (
-    BACKENDS,
     MODES,
     NOISY_MODES,
-    ARMINCarry,
     ARMINInputs,
     ARMINOptions,
+    ARMINResult,
+    ARMINState,
     ARMINWeights,
+    covers,
 )
 
+#: the ops package's name (mannlab.ops.armin) and its backends, compiled ones first
+NAME = "armin"
+BACKENDS = ("numba", "triton", "reference")
 
-def _check(inputs: ARMINInputs, state: ARMINCarry, weights: ARMINWeights, options: ARMINOptions) -> None:
+
+def _check(
+    inputs: ARMINInputs, state: ARMINState, weights: ARMINWeights, options: ARMINOptions, backend: str
+) -> None:
     if options.mode not in MODES:
         raise ValueError(f"ARMINOptions.mode must be one of {MODES}, got {options.mode!r}")
-    if options.backend not in BACKENDS:
-        raise ValueError(f"ARMINOptions.backend must be one of {BACKENDS}, got {options.backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"armin_sequence's backend must be one of {BACKENDS}, got {backend!r}")
+    if not covers(options, weights, backend):
+        raise ValueError(
+            f"armin_sequence: the {backend} backend does not cover {options} at these sizes (the "
+            "trace: the reference only; Triton: d_h, d_r, n_mem up to records.TRITON_MAX_SIZE)"
+        )
     B, T = inputs.projected.shape[:2]
     n = state.memory.shape[1]
     if (inputs.noise is not None) != (options.mode in NOISY_MODES):
@@ -44,20 +62,25 @@ def _check(inputs: ARMINInputs, state: ARMINCarry, weights: ARMINWeights, option
 
 
 def armin_sequence(
-    inputs: ARMINInputs, state: ARMINCarry, weights: ARMINWeights, options: ARMINOptions = ARMINOptions()
-) -> tuple[torch.Tensor, ARMINCarry]:
+    inputs: ARMINInputs,
+    state: ARMINState,
+    weights: ARMINWeights,
+    options: ARMINOptions = ARMINOptions(),
+    backend: str = "numba",
+) -> ARMINResult:
     """A whole sequence of ARMIN steps (eqs. 3-10, the write of section 3.3; auto-addressing
-    read, tied write, control gates, layer norm, optional zoneout): o (B, T, d_h + d_r) and the
-    final state (h_T, M_T, steps + T). Differentiable in the projected input, h_0, M_0 and
-    every weight (not in the noise or zoneout weights, which are drawn, not learned)."""
-    _check(inputs, state, weights, options)
+    read, tied write, control gates, layer norm, optional zoneout): o (B, T, d_h + d_r), the
+    final state (h_T, M_T, steps + T; the read counts and last read passed through) and the trace
+    or None. Differentiable in the projected input, h_0, M_0 and every weight (not in the noise
+    or zoneout weights, which are drawn, not learned); the trace carries no gradient."""
+    _check(inputs, state, weights, options, backend)
     options = options._replace(inverse_temperature=float(options.inverse_temperature))
-    if options.backend == "reference":
+    if backend == "reference":
         from mannlab.ops.armin.reference import armin_reference
 
         return armin_reference(inputs, state, weights, options)
     function: type[torch.autograd.Function]
-    if options.backend == "triton":
+    if backend == "triton":
         from mannlab.ops.armin.triton_sequence import ARMINTritonSequence
 
         function = ARMINTritonSequence
@@ -65,5 +88,15 @@ def armin_sequence(
         from mannlab.ops.armin.numba_sequence import ARMINSequence
 
         function = ARMINSequence
-    out, h, memory = function.apply(options, *inputs, *state, *weights)
-    return out, ARMINCarry(h, memory, state.steps + inputs.projected.shape[1])
+    features, hidden, memory = function.apply(
+        options,
+        inputs.projected,
+        inputs.noise,
+        inputs.zoneout,
+        state.hidden,
+        state.memory,
+        state.steps,
+        *weights,
+    )
+    final = state._replace(hidden=hidden, memory=memory, steps=state.steps + inputs.projected.shape[1])
+    return ARMINResult(features, final, None)

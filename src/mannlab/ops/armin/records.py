@@ -1,11 +1,13 @@
 """The typed records of ARMIN's whole-sequence op (mannlab.ops.armin.armin_sequence): what goes
-in, what comes out, and what its backward passes round, by name. Paper symbols as in
-mannlab.models.armin; C = d_h + d_r (eq. 3's rows), G = 4 d_h + d_r (eq. 6's rows).
+in, what comes out, and what its backward passes round, by name. The state and trace are the
+model's own (mannlab.models.armin re-exports them). Paper symbols as in mannlab.models.armin;
+C = d_h + d_r (eq. 3's rows), G = 4 d_h + d_r (eq. 6's rows).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Optional
 
 import torch
 
@@ -13,9 +15,32 @@ import torch
 MODES = ("soft", "gumbel-relaxed", "gumbel", "argmax")
 #: the modes whose reads take Gumbel noise
 NOISY_MODES = ("gumbel-relaxed", "gumbel")
-#: which implementation runs the op: the numba kernels (CPU), the Triton kernels (GPU, or
-#: Triton's interpreter), or the plain tensor loop of reference.py
-BACKENDS = ("numba", "triton", "reference")
+
+
+class ARMINState(NamedTuple):
+    """The recurrent state between steps and segments, as the model returns it and the op and
+    every backend read it: h (B, d_h); the memory M (B, n_mem, d_r); the read counts (B, n_mem)
+    and last read one-hot (B, n_mem) of TARDIS addressing (the op, auto-addressing only, passes
+    them through); the steps taken since M was empty (B,) long (the write fills empty slots
+    while steps < n_mem)."""
+
+    hidden: torch.Tensor
+    memory: torch.Tensor
+    read_counts: torch.Tensor
+    last_read: torch.Tensor
+    steps: torch.Tensor
+
+
+class ARMINTrace(NamedTuple):
+    """Per-step internals: one step's (B, ...), stacked over time (B, T, ...); no gradient."""
+
+    read_weights: torch.Tensor  # (B, 1, n_mem)  s_t
+    write_weights: torch.Tensor  # (B, 1, n_mem)  slot written
+    read_logits: torch.Tensor  # (B, 1, n_mem)  W_s [x_t, h_{t-1}] + b_s (or eq. 21)
+    read_vectors: torch.Tensor  # (B, d_r)  r_t
+    control_gates: torch.Tensor  # (B, d_h + d_r)  [g^h; g^r]
+    gates: torch.Tensor  # (B, 4 d_h + d_r)  [i; f; g; o^h; o^r] after activation
+    hidden: torch.Tensor  # (B, d_h)  h_t
 
 
 class ARMINInputs(NamedTuple):
@@ -31,15 +56,6 @@ class ARMINInputs(NamedTuple):
     projected: torch.Tensor
     noise: Optional[torch.Tensor] = None
     zoneout: Optional[torch.Tensor] = None
-
-
-class ARMINCarry(NamedTuple):
-    """What one segment hands the next: h (B, d_h), the memory M (B, n_mem, d_r) and the steps
-    taken since M was empty (B,) long (the write fills empty slots while steps < n_mem)."""
-
-    hidden: torch.Tensor
-    memory: torch.Tensor
-    steps: torch.Tensor
 
 
 class ARMINWeights(NamedTuple):
@@ -66,14 +82,24 @@ class ARMINWeights(NamedTuple):
 
 class ARMINOptions(NamedTuple):
     """mode: one of :data:`MODES`; inverse_temperature: 1/τ of the Gumbel reads; eps: the layer
-    norms' epsilon; keep: keep what the backward reads (False: inference, one step's scratch);
-    backend: one of :data:`BACKENDS`."""
+    norms' epsilon; backward: a backward follows (keep what it reads; False: inference, one
+    step's scratch); trace: return the :class:`ARMINTrace` (the reference backend's only)."""
 
     mode: str = "gumbel"
     inverse_temperature: float = 1.0
     eps: float = 1e-5
-    keep: bool = True
-    backend: str = "numba"
+    backward: bool = True
+    trace: bool = False
+
+
+class ARMINResult(NamedTuple):
+    """``features, state, trace = armin_sequence(...)``: o_t (B, T, d_h + d_r), the final
+    :class:`ARMINState` and the :class:`ARMINTrace` stacked over time where ``options.trace``,
+    else None."""
+
+    features: torch.Tensor
+    state: ARMINState
+    trace: Optional[ARMINTrace]
 
 
 class PreactivationGrads(NamedTuple):
@@ -106,11 +132,54 @@ class WeightRecords(NamedTuple):
     hs: torch.Tensor
 
 
+def sizes(weights: ARMINWeights) -> tuple[int, int, int]:
+    """(d_h, d_r, n_mem) of the weights."""
+    hidden, width = weights.gates_h.shape[1], weights.control_r.shape[1]
+    return hidden, width, weights.control_h.shape[0] - weights.control_r.shape[0]
+
+
 #: the largest d_h, d_r and n_mem the Triton kernels take: a block of each is padded to the
 #: next power of two and its weight tiles must fit a GPU's shared memory
 TRITON_MAX_SIZE = 128
 
 
-def triton_sizes_fit(hidden_size: int, memory_width: int, memory_slots: int) -> bool:
-    """Whether the Triton kernels take these sizes (see :data:`TRITON_MAX_SIZE`)."""
-    return max(hidden_size, memory_width, memory_slots) <= TRITON_MAX_SIZE
+def covers(options: ARMINOptions, weights: ARMINWeights, backend: str) -> bool:
+    """Every backend runs the paper's configuration, which is all the op expresses (auto read,
+    tied write, control gates, layer norm; zoneout or not; every addressing mode); the trace
+    only the reference (the model's step loop returns it otherwise); the Triton kernels while
+    d_h, d_r and n_mem are at most :data:`TRITON_MAX_SIZE`."""
+    if options.mode not in MODES or (options.trace and backend != "reference"):
+        return False
+    return backend != "triton" or max(sizes(weights)) <= TRITON_MAX_SIZE
+
+
+#: Where the numba kernels pay: their per-row work is scalar (no vectorised exp/tanh) and their
+#: BLAS (SciPy's OpenBLAS) is slower than torch's for few rows, so large batches times hidden
+#: sizes run faster on the tensor path. Training (a backward follows): kernels while
+#: batch * d_h <= 4096. Inference: at batch 1, else while batch * d_h <= 3200 and d_h <= 128.
+#: The measurements: benchmarks/README.md, bench_armin.py.
+KERNEL_MAX_TRAIN_ROWS_X_HIDDEN = 4096
+KERNEL_MAX_INFER_ROWS_X_HIDDEN, KERNEL_MAX_INFER_HIDDEN = 3200, 128
+
+
+def pays(options: ARMINOptions, weights: ARMINWeights, batch: int) -> bool:
+    """Whether the numba kernels are expected to beat the step loop for this batch and d_h
+    (see KERNEL_MAX_* above); ``options.backward``: a training pass."""
+    hidden = sizes(weights)[0]
+    rows_x_hidden = batch * hidden
+    if options.backward:
+        return rows_x_hidden <= KERNEL_MAX_TRAIN_ROWS_X_HIDDEN
+    return batch == 1 or (
+        rows_x_hidden <= KERNEL_MAX_INFER_ROWS_X_HIDDEN and hidden <= KERNEL_MAX_INFER_HIDDEN
+    )
+
+
+def split_records(values: Sequence[Any], *records: Any) -> list[Any]:
+    """A backward's flat saved tensors back into the given record types, in order, each taking as
+    many values as it has fields; the values left over follow as one list."""
+    taken, start = [], 0
+    for record in records:
+        count = len(record._fields)
+        taken.append(record(*values[start : start + count]))
+        start += count
+    return [*taken, list(values[start:])]

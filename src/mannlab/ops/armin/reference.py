@@ -12,7 +12,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mannlab.ops.armin.records import ARMINCarry, ARMINInputs, ARMINOptions, ARMINWeights
+from mannlab.ops.armin.records import (
+    ARMINInputs,
+    ARMINOptions,
+    ARMINResult,
+    ARMINState,
+    ARMINTrace,
+    ARMINWeights,
+)
 
 
 def read_weights(logits: torch.Tensor, noise, options: ARMINOptions) -> torch.Tensor:
@@ -32,10 +39,11 @@ def read_weights(logits: torch.Tensor, noise, options: ARMINOptions) -> torch.Te
 
 
 def armin_reference(
-    inputs: ARMINInputs, state: ARMINCarry, weights: ARMINWeights, options: ARMINOptions
-) -> tuple[torch.Tensor, ARMINCarry]:
-    """o (B, T, d_h + d_r) and the final (h_T, M_T, steps + T) of a whole sequence."""
-    h, memory, steps = state
+    inputs: ARMINInputs, state: ARMINState, weights: ARMINWeights, options: ARMINOptions
+) -> ARMINResult:
+    """o (B, T, d_h + d_r), the final state (h_T, M_T, steps + T; the read counts and last read
+    passed through) and, with ``options.trace``, the trace (detached) of a whole sequence."""
+    h, memory, steps = state.hidden, state.memory, state.steps
     dh, dr, n = h.shape[-1], memory.shape[-1], memory.shape[1]
     C, G = dh + dr, 4 * dh + dr
     x = inputs.projected
@@ -45,7 +53,7 @@ def armin_reference(
     def layer_norm(a, gain, bias):
         return F.layer_norm(a, a.shape[-1:], gain, bias, options.eps)
 
-    outputs = []
+    outputs, traces = [], []
     for t in range(x.shape[1]):
         h_prev = h
         logits = x_s[:, t] + h_prev @ w_s_h.T  # eq. 9
@@ -77,5 +85,10 @@ def armin_reference(
         fill = F.one_hot(step.clamp(max=n - 1), n).to(s.dtype)
         w = torch.where((step < n).unsqueeze(-1), fill, s)
         memory = memory + w.unsqueeze(-1) * (value.unsqueeze(1) - memory)
-    out = torch.stack(outputs, 1)
-    return out, ARMINCarry(h, memory, steps + x.shape[1])
+        if options.trace:
+            gates = torch.cat([i, f, cand, o_h, o_r], -1)
+            step_trace = (s.unsqueeze(1), w.unsqueeze(1), logits.unsqueeze(1), r, control, gates, h)
+            traces.append(ARMINTrace(*(value.detach() for value in step_trace)))
+    trace = ARMINTrace(*(torch.stack(field, 1) for field in zip(*traces))) if options.trace else None
+    final = state._replace(hidden=h, memory=memory, steps=steps + x.shape[1])
+    return ARMINResult(torch.stack(outputs, 1), final, trace)

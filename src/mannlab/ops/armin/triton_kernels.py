@@ -19,22 +19,20 @@ g^h, g^r; eq. 6: i, f, g, o^h, o^r), its layer norm a sum over the blocks, so no
 than the widest of d_h, d_r, n_mem (records.TRITON_MAX_SIZE bounds them: the weight tiles of
 tl.dot must fit shared memory).
 
-The forward keeps, per step, what the backward reads (``keep``; else no records and the memory
-updated in place); the backward runs the steps in reverse from those records and returns the
-same pre-activation gradients as kernels.py's numba backward (records.PreactivationGrads);
-gradients.py makes the weight gradients of them. Random draws (Gumbel noise, zoneout masks) are
-inputs, drawn by torch before the call.
+The forward keeps, per step, what the backward reads (``KEEP``: a backward follows; else no
+records and the memory updated in place); the backward runs the steps in reverse from those
+records and returns the same pre-activation gradients as kernels.py's numba backward
+(records.PreactivationGrads); gradients.py makes the weight gradients of them. Random draws
+(Gumbel noise, zoneout masks) are inputs, drawn by torch before the call. The launchers are in
+triton_sequence.py.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple, Optional
 
 import torch
 import triton
 import triton.language as tl
 
-from mannlab.ops.armin.records import MODES, ARMINWeights, PreactivationGrads
 from mannlab.ops.triton_math import BLOCK_K as BLOCK_K  # the columns of each product's chunks
 from mannlab.ops.triton_math import chunked_dot
 from mannlab.ops.triton_math import row_argmax as _row_argmax
@@ -47,31 +45,6 @@ DTYPES = (torch.float32,)
 GPU_CHECKED = False  # products split into K chunks (spills cut) after that check: not run on a GPU yet
 #: batch rows per program: tl.dot needs at least 16 rows
 BLOCK_B = 16
-
-
-class TritonRecords(NamedTuple):
-    """What the forward keeps for the backward, (B, T, .) each: h_{t-1}, s_t, the relaxed sample
-    y (zeros for argmax), r_t, [g^h; g^r], h^g, r^g, the normalised inputs x̂ of the three layer
-    norms, their 1/σ (B, T, 3), the gate activations [i, f, g, o^h, o^r], h_t (after zoneout),
-    the written value v, the write weights w and the memory before each step (B, T + 1, n, d_r:
-    the last is M_T)."""
-
-    hprev: torch.Tensor
-    s: torch.Tensor
-    y: torch.Tensor
-    r: torch.Tensor
-    c: torch.Tensor
-    hg: torch.Tensor
-    rg: torch.Tensor
-    xhat_c: torch.Tensor
-    xhat_g: torch.Tensor
-    xhat_h: torch.Tensor
-    rstd: torch.Tensor
-    act: torch.Tensor
-    hs: torch.Tensor
-    v: torch.Tensor
-    w: torch.Tensor
-    memory: torch.Tensor
 
 
 # ------------------------------------------------------------------ small helpers
@@ -216,7 +189,7 @@ def _preactivation(
 
 
 @triton.jit
-def _forward_kernel(
+def forward_kernel(
     xp_ptr,  # (B, T, P): [x_c | x_g | x_s | ...]
     noise_ptr,  # (T, B, N) Gumbel draws (noisy modes)
     zone_ptr,  # (T, B, H) zoneout weights (USE_ZONE)
@@ -446,7 +419,7 @@ def _forward_kernel(
 
 
 @triton.jit
-def _backward_kernel(
+def backward_kernel(
     d_out_ptr,  # (B, T, C)
     d_ht_ptr,  # (B, H)
     dm_ptr,  # (B, N, R): d M_T in, d M_0 out (updated in place)
@@ -633,185 +606,3 @@ def _backward_kernel(
         dh = tl.where(mh, dh, 0.0)
         tl.debug_barrier()  # this step's dm, before the next step's write loop reads it
     tl.store(d_h0_ptr + rows64[:, None] * H + ch[None, :], dh, mask=mh)
-
-
-# ------------------------------------------------------------------------ launchers
-
-
-def _launch(hidden: int, width: int, slots: int, mode: str, zone, write_map) -> dict:
-    """What both kernels are compiled for: the sizes, padded block sizes (powers of two, at
-    least 16), the mode and flags, and the warps and stages of a program."""
-    blocks = {
-        name: max(16, triton.next_power_of_2(n)) for name, n in (("BH", hidden), ("BR", width), ("BN", slots))
-    }
-    return dict(
-        H=hidden,
-        R=width,
-        N=slots,
-        **blocks,
-        BLOCK_B=BLOCK_B,
-        MODE=MODES.index(mode),
-        USE_ZONE=zone is not None,
-        USE_MAP=write_map is not None,
-        KC=BLOCK_K,
-        num_warps=8 if max(blocks.values()) >= 128 else 4,
-        num_stages=1,
-    )
-
-
-def sequence_forward(
-    xp: torch.Tensor,
-    noise: Optional[torch.Tensor],
-    zone: Optional[torch.Tensor],
-    h0: torch.Tensor,
-    m0: torch.Tensor,
-    steps0: torch.Tensor,
-    weights: ARMINWeights,
-    mode: str,
-    inv_tau: float,
-    eps: float,
-    keep: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[TritonRecords]]:
-    """o (B, T, C), h_T, M_T and (with ``keep``) the records of the backward."""
-    xp = xp.contiguous()
-    B, T, P = xp.shape
-    H, N, R = h0.shape[1], m0.shape[1], m0.shape[2]
-    C, G = H + R, 4 * H + R
-    new = xp.new_empty
-    memory = new(B, T + 1 if keep else 1, N, R)
-    memory[:, 0] = m0
-    out, h_t = new(B, T, C), new(B, H)
-    if keep:
-        records = TritonRecords(
-            hprev=new(B, T, H),
-            s=new(B, T, N),
-            y=new(B, T, N),
-            r=new(B, T, R),
-            c=new(B, T, C),
-            hg=new(B, T, H),
-            rg=new(B, T, R),
-            xhat_c=new(B, T, C),
-            xhat_g=new(B, T, G),
-            xhat_h=new(B, T, H),
-            rstd=new(B, T, 3),
-            act=new(B, T, G),
-            hs=new(B, T, H),
-            v=new(B, T, R),
-            w=new(B, T, N),
-            memory=memory,
-        )
-    else:
-        records = None
-    placeholder = out  # never read: its flag is off
-    fields = records[:-1] if records is not None else (placeholder,) * (len(TritonRecords._fields) - 1)
-    write_map = weights.write_map
-    launch = _launch(H, R, N, mode, zone, write_map)
-    scratch = new(triton.cdiv(B, BLOCK_B) * BLOCK_B, launch["BH"] + launch["BR"])
-    _forward_kernel[(triton.cdiv(B, BLOCK_B),)](
-        xp,
-        placeholder if noise is None else noise.contiguous(),
-        placeholder if zone is None else zone.contiguous(),
-        h0.contiguous(),
-        steps0.contiguous(),
-        weights.control_h.contiguous(),
-        weights.control_r.contiguous(),
-        weights.gates_h.contiguous(),
-        weights.gates_r.contiguous(),
-        placeholder if write_map is None else write_map.contiguous(),
-        weights.ln_control_weight.contiguous(),
-        weights.ln_control_bias.contiguous(),
-        weights.ln_gates_weight.contiguous(),
-        weights.ln_gates_bias.contiguous(),
-        weights.ln_hidden_weight.contiguous(),
-        weights.ln_hidden_bias.contiguous(),
-        out,
-        h_t,
-        memory,
-        *fields,
-        scratch,
-        B,
-        T,
-        P,
-        memory.shape[1] * N * R,
-        N * R if keep else 0,
-        float(eps),
-        float(inv_tau),
-        KEEP=keep,
-        GATHER_READ=mode in ("gumbel", "argmax"),
-        SCATTER_WRITE=mode in ("gumbel", "argmax") and not keep,
-        **launch,
-    )
-    return out, h_t, memory[:, -1].clone(), records  # a copy: the record stays as the backward reads it
-
-
-def sequence_backward(
-    records: TritonRecords,
-    zone: Optional[torch.Tensor],
-    steps0: torch.Tensor,
-    weights: ARMINWeights,
-    mode: str,
-    inv_tau: float,
-    d_out: torch.Tensor,
-    d_ht: torch.Tensor,
-    d_mt: torch.Tensor,
-) -> PreactivationGrads:
-    """The pre-activation gradients (records.PreactivationGrads) from the forward's records and
-    the gradients of o, h_T and M_T."""
-    B, T, H = records.hprev.shape
-    N, R = records.memory.shape[2], records.memory.shape[3]
-    C, G = H + R, 4 * H + R
-    new = d_out.new_empty
-    grads = PreactivationGrads(
-        d_xc=new(B, T, C),
-        d_xg=new(B, T, G),
-        d_xs=new(B, T, N),
-        d_v=new(B, T, R),
-        d_yc=new(B, T, C),
-        d_yg=new(B, T, G),
-        d_yh=new(B, T, H),
-        d_h0=new(B, H),
-        d_m0=d_mt.contiguous().clone(),
-    )
-    write_map = weights.write_map
-    _backward_kernel[(triton.cdiv(B, BLOCK_B),)](
-        d_out.contiguous(),
-        d_ht.contiguous(),
-        grads.d_m0,
-        grads.d_xc if zone is None else zone.contiguous(),
-        steps0.contiguous(),
-        weights.control_h.contiguous(),
-        weights.control_r.contiguous(),
-        weights.gates_h.contiguous(),
-        weights.gates_r.contiguous(),
-        grads.d_xc if write_map is None else write_map.contiguous(),
-        weights.ln_control_weight.contiguous(),
-        weights.ln_gates_weight.contiguous(),
-        weights.ln_hidden_weight.contiguous(),
-        weights.ln_hidden_bias.contiguous(),
-        records.hprev,
-        records.s,
-        records.y,
-        records.r,
-        records.c,
-        records.xhat_c,
-        records.xhat_g,
-        records.xhat_h,
-        records.rstd,
-        records.act,
-        records.v,
-        records.w,
-        records.memory,
-        grads.d_xc,
-        grads.d_xg,
-        grads.d_xs,
-        grads.d_v,
-        grads.d_yc,
-        grads.d_yg,
-        grads.d_yh,
-        grads.d_h0,
-        B,
-        T,
-        float(inv_tau),
-        **_launch(H, R, N, mode, zone, write_map),
-    )
-    return grads

@@ -3,8 +3,9 @@
 op.py               ``dnc_sequence``, the whole sequence, steps (i)-(iv): numba kernels on
                     the CPU (numba_sequence.py over kernels.py), Triton kernels on the GPU
                     (triton_sequence.py over triton_kernels.py)
-records.py          DNCSequenceState, DNCWeights, DNCOptions, DNCResult, BACKENDS,
-                    triton_covers
+records.py          DNCState, DNCTrace (the model's own), DNCWeights, DNCOptions, DNCResult,
+                    DNCStepResult; ``covers`` and ``pays``: what each backend implements
+                    (ops/dispatch.py)
 reference.py        the plain tensor code every kernel is tested against: the whole sequence
                     and the memory step, steps (ii)-(iii), as the composition of
                     mannlab.nn.addressing
@@ -12,7 +13,7 @@ memory_step.py      ``dnc_memory_step``, one memory step, (ii)-(iii), as an auto
                     for the step loop
 """
 
-from mannlab.ops.dnc.op import BACKENDS, dnc_sequence
+from mannlab.ops.dnc.op import BACKENDS, NAME, dnc_sequence
 from mannlab.ops.dnc.records import (
     ELMAN,
     FNN,
@@ -22,9 +23,13 @@ from mannlab.ops.dnc.records import (
     TANH,
     DNCOptions,
     DNCResult,
-    DNCSequenceState,
+    DNCState,
+    DNCStepResult,
+    DNCStepTrace,
+    DNCTrace,
     DNCWeights,
-    triton_covers,
+    covers,
+    pays,
 )
 
 __all__ = [
@@ -32,13 +37,18 @@ __all__ = [
     "ELMAN",
     "FNN",
     "LSTM",
+    "NAME",
     "RELU",
     "SIGMOID",
     "TANH",
     "DNCOptions",
     "DNCResult",
-    "DNCSequenceState",
+    "DNCState",
+    "DNCStepResult",
+    "DNCStepTrace",
+    "DNCTrace",
     "DNCWeights",
+    "covers",
     "dnc_sequence",
-    "triton_covers",
+    "pays",
 ]

@@ -27,8 +27,7 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
-from mannlab.ops.controller_codes import ELMAN, FNN, LSTM, controller_code  # noqa: F401 -- re-exported
-from mannlab.ops.dnc.records import DNCOptions, DNCResult, DNCSequenceState, DNCWeights
+from mannlab.ops.dnc.records import DNCOptions, DNCResult, DNCState, DNCWeights, apply_sequence
 from mannlab.ops.threads import Rows
 
 
@@ -130,16 +129,16 @@ class DNCSequence(torch.autograd.Function):
     """Inputs: xp (B, T, G) = W_x x_t + b of the controller, the initial state h_0, c_0 (B, H)
     (zeros where the controller has none), r_0 (B, R W), M_0 (B, N, W), w^r_0 (B, R, N),
     w^w_0 (B, N), u_0, p_0 (B, N), L_0 (B, N, N), the controller's W_r and W_h (None for
-    fnn), the interface layer's weight and bias, and options (kind, activation, pnr, keep);
-    the links and memories are checkpointed every ``checkpoint_interval(B, T)`` steps for
-    the backward.
-    Outputs: the features (B, T, H + R W) and the final state in the same order."""
+    fnn), the interface layer's weight and bias, and the :class:`DNCOptions`: the kernels'
+    state rows (records.DNCStates), then the fields of :class:`DNCWeights`. The links and
+    memories are checkpointed every ``checkpoint_interval(B, T)`` steps for the backward.
+    Outputs: the features (B, T, H + R W) and the final state rows in the same order."""
 
     @staticmethod
     def forward(
         ctx, xp, h0, c0, r0, memory, read_w, write_w, usage, prec, links, w_r, w_h, w_xi, b_xi, options
     ):
-        kind, activation, pnr, keep = options
+        keep = options.backward
         a = as_array
         w_h_t = a(w_h.t()) if w_h is not None else a(xp.new_zeros(1, 1))
         state = (h0, c0, r0, memory, read_w, write_w, usage, prec, links)
@@ -159,9 +158,9 @@ class DNCSequence(torch.autograd.Function):
                 w_h_t,
                 a(w_xi.t()),
                 a(b_xi),
-                kind,
-                activation,
-                pnr,
+                options.kind,
+                options.activation,
+                options.pnr,
                 keep,
                 every,
                 tuple(Rows(v) for v in records),
@@ -173,13 +172,13 @@ class DNCSequence(torch.autograd.Function):
         if keep:
             # everything through save_for_backward (a tensor kept on ctx would make a cycle)
             ctx.save_for_backward(r0, w_r, w_h, w_xi, out, *(torch.from_numpy(v) for v in records))
-        ctx.options = options + (every,)
+        ctx.options, ctx.every = options, every
         return (out, *(torch.from_numpy(v) for v in finals))
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, *d_finals):
-        kind, activation, pnr, _, every = ctx.options
+        options, every = ctx.options, ctx.every
         r0, w_r, w_h, w_xi, out, *saved = ctx.saved_tensors
         records = DNCRecords(*saved)
         a = as_array
@@ -192,9 +191,9 @@ class DNCSequence(torch.autograd.Function):
                 a(w_r),
                 w_h_array,
                 a(w_xi),
-                kind,
-                activation,
-                pnr,
+                options.kind,
+                options.activation,
+                options.pnr,
                 every,
                 Rows(a(d_out)),
                 tuple(Rows(a(g)) for g in d_finals),
@@ -226,7 +225,6 @@ class DNCSequence(torch.autograd.Function):
         )
 
 
-def numba_sequence(x_proj, state: DNCSequenceState, weights: DNCWeights, options: DNCOptions) -> DNCResult:
+def numba_sequence(x_proj, state: DNCState, weights: DNCWeights, options: DNCOptions) -> DNCResult:
     """The whole-sequence op on the numba kernels (CPU float32/float64 tensors)."""
-    features, *final = DNCSequence.apply(x_proj, *state, *weights, options)
-    return DNCResult(features, DNCSequenceState(*final))
+    return apply_sequence(DNCSequence, x_proj, state, weights, options)

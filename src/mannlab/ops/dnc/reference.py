@@ -25,8 +25,15 @@ from mannlab.ops.dnc.records import (
     SIGMOID,
     DNCOptions,
     DNCResult,
-    DNCSequenceState,
+    DNCState,
+    DNCStepResult,
+    DNCStepTrace,
+    DNCTrace,
     DNCWeights,
+    controller_state,
+    controller_tensors,
+    step_state,
+    step_trace,
 )
 
 
@@ -58,12 +65,12 @@ def activate_interface(raw: torch.Tensor, read_heads: int, width: int):
     )
 
 
-def memory_step(raw, memory, read_w, write_w, usage, precedence, links):
+def memory_step(raw, memory, read_w, write_w, usage, precedence, links) -> DNCStepResult:
     """Steps (ii)-(iii) from the raw interface vector (B, P), M_{t-1} (B, N, W),
     w^r_{t-1} (B, R, N), w^w_{t-1} (B, 1, N), u_{t-1}, p_{t-1} (B, N), L_{t-1} (B, N, N).
 
-    Returns (r_t, M_t, w^r_t, w^w_t (B, 1, N), u_t, p_t, L_t) and the trace values
-    (a_t, pi_t, f_t, g^a_t, g^w_t).
+    Returns r_t, M_t, w^r_t, w^w_t (B, 1, N), u_t, p_t, L_t and their trace (a_t, pi_t, f_t,
+    g^a_t, g^w_t; still in the graph).
     """
     read_heads, width = read_w.shape[1], memory.shape[2]
     (
@@ -92,8 +99,16 @@ def memory_step(raw, memory, read_w, write_w, usage, precedence, links):
     read_content = addressing.content_weights(read_keys, memory, read_strengths)  # c^r
     read_w = addressing.read_weighting(backward, read_content, forward, modes)
     reads = addressing.read(memory, read_w)
-    outputs = (reads, memory, read_w, write_vec.unsqueeze(1), usage, precedence, links)
-    return outputs, (alloc, modes, free, alloc_gate, write_gate)
+    return DNCStepResult(
+        read_vectors=reads,
+        memory=memory,
+        read_weights=read_w,
+        write_weights=write_vec.unsqueeze(1),
+        usage=usage,
+        precedence=precedence,
+        links=links,
+        trace=DNCStepTrace(alloc, modes, free, alloc_gate, write_gate),
+    )
 
 
 _FEED_FORWARD = {RELU: torch.relu, SIGMOID: torch.sigmoid}
@@ -122,20 +137,31 @@ def controller_step(h_bar, hidden, cell, weights: DNCWeights, options: DNCOption
 
 
 def dnc_sequence_reference(
-    x_proj: torch.Tensor, state: DNCSequenceState, weights: DNCWeights, options: DNCOptions
+    x_proj: torch.Tensor, state: DNCState, weights: DNCWeights, options: DNCOptions
 ) -> DNCResult:
     """The whole-sequence op as a loop over steps: x_proj (B, T, G) = W_x x_t + b of every step,
-    the initial state, the weights -> features (B, T, H + R W) and the final state."""
-    h, c, reads, memory, read_w, write_w, usage, precedence, links = state
-    write_w = write_w.unsqueeze(1)
-    features = []
+    the initial state, the weights -> features (B, T, H + R W), the final state and the trace
+    (if asked; detached, as the kernels would return it)."""
+    h, c = controller_tensors(state, options.kind, weights.interface_weight.shape[1])
+    features, steps = [], []
     for x_t in x_proj.unbind(1):
-        h, c, h_out = controller_step(x_t + reads @ weights.read_weight.t(), h, c, weights, options)  # (i)
+        h_bar = x_t + state.read_vectors.flatten(1) @ weights.read_weight.t()
+        h, c, h_out = controller_step(h_bar, h, c, weights, options)  # (i)
         raw = h @ weights.interface_weight.t() + weights.interface_bias
-        (step_reads, memory, read_w, write_w, usage, precedence, links), _ = memory_step(
-            raw, memory, read_w, write_w, usage, precedence, links
+        step = memory_step(
+            raw,
+            state.memory,
+            state.read_weights,
+            state.write_weights,
+            state.usage,
+            state.precedence,
+            state.links,
         )  # (ii)-(iii)
-        reads = step_reads.flatten(1)
-        features.append(torch.cat([h_out, reads], dim=-1))  # (iv)
-    final = DNCSequenceState(h, c, reads, memory, read_w, write_w.squeeze(1), usage, precedence, links)
-    return DNCResult(torch.stack(features, dim=1), final)
+        state = step_state(controller_state(options.kind, h, c), step)
+        features.append(torch.cat([h_out, step.read_vectors.flatten(1)], dim=-1))  # (iv)
+        if options.trace:
+            steps.append(step_trace(step))
+    trace = None
+    if options.trace:
+        trace = DNCTrace(*(torch.stack(field, dim=1).detach() for field in zip(*steps)))
+    return DNCResult(torch.stack(features, dim=1), state, trace)

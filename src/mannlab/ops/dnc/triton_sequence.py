@@ -18,7 +18,7 @@ import triton
 from torch.autograd.function import once_differentiable
 
 from mannlab.ops.dnc import triton_kernels as kernels
-from mannlab.ops.dnc.records import DNCOptions, DNCResult, DNCSequenceState, DNCWeights, triton_covers
+from mannlab.ops.dnc.records import DNCOptions, DNCResult, DNCState, DNCWeights, apply_sequence
 from mannlab.ops.triton_math import padded
 
 
@@ -61,9 +61,9 @@ def _outer(grad: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
 
 
 class DNCTritonSequence(torch.autograd.Function):
-    """Inputs and outputs as numba_sequence.DNCSequence: x_proj (B, T, G), the fields of
-    :class:`DNCSequenceState`, then of :class:`DNCWeights`, then :class:`DNCOptions`; the
-    features (B, T, H + R W) and the fields of the final state."""
+    """Inputs and outputs as numba_sequence.DNCSequence: x_proj (B, T, G), the kernels' state
+    rows (records.DNCStates), the fields of :class:`DNCWeights`, then :class:`DNCOptions`; the
+    features (B, T, H + R W) and the final state rows."""
 
     @staticmethod
     def forward(ctx, xp, h0, c0, r0, m0, wr0, ww0, u0, p0, l0, w_r, w_h, w_xi, b_xi, options):
@@ -100,9 +100,7 @@ class DNCTritonSequence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_out, d_h, d_c, d_r, d_m, d_wr, d_ww, d_u, d_p, d_l):
         options, every = ctx.options, ctx.every
-        w_r, w_h, w_xi, out, *rest = ctx.saved_tensors
-        states, (link_rec, gates, params) = rest[:8], rest[8:]
-        hs, cs, reads, mem, rws, wws, us, ps = states
+        w_r, w_h, w_xi, out, hs, cs, reads, mem, rws, wws, us, ps, link_rec, gates, params = ctx.saved_tensors
         T, B = gates.shape[:2]
         D, (R, N), W, P = hs.shape[2], rws.shape[2:], mem.shape[3], params.shape[2]
 
@@ -146,14 +144,7 @@ class DNCTritonSequence(torch.autograd.Function):
         )
 
 
-def triton_sequence(x_proj, state: DNCSequenceState, weights: DNCWeights, options: DNCOptions) -> DNCResult:
+def triton_sequence(x_proj, state: DNCState, weights: DNCWeights, options: DNCOptions) -> DNCResult:
     """The whole-sequence op on the Triton kernels (CUDA float32 tensors; any device in Triton's
-    interpreter), for the options :func:`records.triton_covers`."""
-    if not triton_covers(options):
-        raise ValueError(
-            "the DNC's Triton kernels implement the controller kinds FNN, ELMAN, LSTM (pnr for the "
-            f"recurrent two) and the activations TANH, SIGMOID, RELU, got {options}: take backend "
-            "'numba' or 'reference'"
-        )
-    features, *final = DNCTritonSequence.apply(x_proj, *state, *weights, options)
-    return DNCResult(features, DNCSequenceState(*final))
+    interpreter)."""
+    return apply_sequence(DNCTritonSequence, x_proj, state, weights, options)

@@ -46,13 +46,16 @@ from mannlab.ops import dispatch, use_kernels  # noqa: E402
 
 
 def triton_models() -> list[str]:
-    """bench_gpu.py's models whose cell has Triton kernels covering its configuration."""
+    """bench_gpu.py's models whose op has Triton kernels covering their configuration."""
     names = []
     for name in bench_gpu.MODELS:
-        cell = bench_gpu.build(name)._modules.get("cell")
-        if cell is None or cell.kernel_ops is None or "triton" not in cell.kernel_backends:
-            continue
-        if dispatch.load_triton(cell.kernel_ops) is not None and cell.kernels_cover(False, "triton"):
+        model = bench_gpu.build(name)
+        op = getattr(model._modules.get("cell"), "op", None)
+        if (
+            op is not None
+            and dispatch.load_triton(op.NAME) is not None
+            and bench_gpu.op_covers(model, "triton")
+        ):
             names.append(name)
     return names
 

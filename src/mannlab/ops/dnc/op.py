@@ -7,19 +7,21 @@ product before the time loop), ``state`` the model's own :class:`DNCState`, ``we
 :class:`DNCWeights` the time loop multiplies by and ``options`` the :class:`DNCOptions`
 (records.py). The backends compute ops/dnc/reference.py's loop: "numba" as one autograd node
 over the CPU kernels (numba_sequence.py over kernels.py), "triton" as one over the GPU kernels
-(triton_sequence.py over triton_kernels.py; on CPU tensors in Triton's interpreter), "reference"
-the loop itself. What each covers: records.covers (else a ValueError).
+(triton_sequence.py over triton_kernels.py; on CPU tensors in Triton's interpreter), "compiled"
+that loop with its step under torch.compile (ops/compiled.py), "reference" the loop itself.
+What each covers: records.covers (else a ValueError).
 """
 
 from __future__ import annotations
 
 import torch
 
+from mannlab.ops.compiled import compiled_step
 from mannlab.ops.dnc.records import DNCOptions, DNCResult, DNCState, DNCWeights, covers
 
 #: the ops package's name (mannlab.ops.dnc) and its backends, compiled ones first
 NAME = "dnc"
-BACKENDS = ("numba", "triton", "reference")
+BACKENDS = ("numba", "triton", "compiled", "reference")
 
 
 def _check(
@@ -67,6 +69,9 @@ def dnc_sequence(
         from mannlab.ops.dnc.triton_sequence import triton_sequence
 
         return triton_sequence(x_proj, state, weights, options)
-    from mannlab.ops.dnc.reference import dnc_sequence_reference
+    from mannlab.ops.dnc.reference import dnc_sequence_reference, sequence_step
 
+    if backend == "compiled":
+        step = compiled_step(sequence_step, options, x_proj.device.type)
+        return dnc_sequence_reference(x_proj, state, weights, options, step)
     return dnc_sequence_reference(x_proj, state, weights, options)

@@ -223,10 +223,11 @@ def model_state(rows: DNCStates, options: DNCOptions, width: int) -> DNCState:
 
 def covers(options: DNCOptions, weights: DNCWeights, backend: str) -> bool:
     """Every backend implements the fnn (tanh, sigmoid, relu), Elman and LSTM controllers, each
-    partially non-recurrent or not, any read heads; the trace only the reference (the model's
-    step loop returns it otherwise). An unknown controller or activation code is refused."""
+    partially non-recurrent or not, any read heads; the trace only the reference and compiled
+    backends (the model's step loop returns it otherwise). An unknown controller or activation
+    code is refused."""
     known = options.kind in (FNN, ELMAN, LSTM) and options.activation in (TANH, SIGMOID, RELU)
-    return known and (backend == "reference" or not options.trace)
+    return known and (backend in ("reference", "compiled") or not options.trace)
 
 
 def pays(options: DNCOptions, weights: DNCWeights, batch: int) -> bool:

@@ -14,6 +14,8 @@ Layout of the raw interface vector (B, P), grouped by activation:
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -136,29 +138,42 @@ def controller_step(h_bar, hidden, cell, weights: DNCWeights, options: DNCOption
     return h, cell, h_out
 
 
+def sequence_step(x_t, hidden, cell, state: DNCState, weights: DNCWeights, options: DNCOptions):
+    """Steps (i)-(iv) once, from x_proj_t (B, G), the controller's (h, c) and the state: (H^o_t
+    (B, H + R W), h_t, c_t, the memory step's :class:`DNCStepResult`). The reference loop runs it
+    as it is; the "compiled" backend runs it under torch.compile (ops/compiled.py)."""
+    h_bar = x_t + state.read_vectors.flatten(1) @ weights.read_weight.t()
+    h, c, h_out = controller_step(h_bar, hidden, cell, weights, options)  # (i)
+    raw = h @ weights.interface_weight.t() + weights.interface_bias
+    step = memory_step(
+        raw,
+        state.memory,
+        state.read_weights,
+        state.write_weights,
+        state.usage,
+        state.precedence,
+        state.links,
+    )  # (ii)-(iii)
+    return torch.cat([h_out, step.read_vectors.flatten(1)], dim=-1), h, c, step  # (iv)
+
+
 def dnc_sequence_reference(
-    x_proj: torch.Tensor, state: DNCState, weights: DNCWeights, options: DNCOptions
+    x_proj: torch.Tensor,
+    state: DNCState,
+    weights: DNCWeights,
+    options: DNCOptions,
+    step_function: Callable = sequence_step,
 ) -> DNCResult:
     """The whole-sequence op as a loop over steps: x_proj (B, T, G) = W_x x_t + b of every step,
     the initial state, the weights -> features (B, T, H + R W), the final state and the trace
-    (if asked; detached, as the kernels would return it)."""
+    (if asked; detached, as the kernels would return it). ``step_function``:
+    :func:`sequence_step`, or the same under torch.compile."""
     h, c = controller_tensors(state, options.kind, weights.interface_weight.shape[1])
     features, steps = [], []
     for x_t in x_proj.unbind(1):
-        h_bar = x_t + state.read_vectors.flatten(1) @ weights.read_weight.t()
-        h, c, h_out = controller_step(h_bar, h, c, weights, options)  # (i)
-        raw = h @ weights.interface_weight.t() + weights.interface_bias
-        step = memory_step(
-            raw,
-            state.memory,
-            state.read_weights,
-            state.write_weights,
-            state.usage,
-            state.precedence,
-            state.links,
-        )  # (ii)-(iii)
+        features_t, h, c, step = step_function(x_t, h, c, state, weights, options=options)
         state = step_state(controller_state(options.kind, h, c), step)
-        features.append(torch.cat([h_out, step.read_vectors.flatten(1)], dim=-1))  # (iv)
+        features.append(features_t)
         if options.trace:
             steps.append(step_trace(step))
     trace = None

@@ -15,6 +15,7 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
+from mannlab.ops.fields import split_records
 from mannlab.ops.tardis.records import (
     MODES,
     TARDISInputs,
@@ -24,7 +25,6 @@ from mannlab.ops.tardis.records import (
     TARDISState,
     TARDISWeights,
     sequence_result,
-    split_records,
 )
 from mannlab.ops.threads import KEEP, SUM, Blocks, Rows
 

@@ -8,8 +8,7 @@ per slot (address | content), m the read MLP's width, G = 4 d + 2 (the pre-activ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -199,17 +198,6 @@ def sequence_result(
         sampled=out.hidden.new_full((B, T), float(train and options.mode == "reinforce")),
     )
     return TARDISResult(features, final, trace)
-
-
-def split_records(flat: Sequence[Any], *kinds: type) -> tuple:
-    """The records of ``kinds`` (NamedTuple classes) from their fields side by side, as an
-    autograd Function receives them, then the tuple of what follows them."""
-    records, at = [], 0
-    for kind in kinds:
-        fields = len(kind._fields)  # type: ignore[attr-defined]
-        records.append(kind._make(flat[at : at + fields]))  # type: ignore[attr-defined]
-        at += fields
-    return (*records, tuple(flat[at:]))
 
 
 def sizes(weights: TARDISWeights) -> tuple[int, int, int, int]:

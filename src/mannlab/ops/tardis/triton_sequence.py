@@ -19,6 +19,7 @@ import torch
 import triton
 from torch.autograd.function import once_differentiable
 
+from mannlab.ops.fields import split_records
 from mannlab.ops.tardis import triton_kernels as kernels
 from mannlab.ops.tardis.records import (
     MODES,
@@ -31,7 +32,6 @@ from mannlab.ops.tardis.records import (
     TARDISWeights,
     covers,
     sequence_result,
-    split_records,
 )
 from mannlab.ops.triton_math import padded
 

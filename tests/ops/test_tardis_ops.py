@@ -330,9 +330,16 @@ def test_triton_refuses_what_it_does_not_cover():
     from mannlab.ops.tardis.records import TRITON_MAX_SIZE
 
     inputs, state, weights = problem()
-    wide = weights._replace(read_memory=torch.zeros(TRITON_MAX_SIZE + 1, A + C, dtype=torch.float64))
+    m = TRITON_MAX_SIZE + 1
+
+    def zeros(*shape):
+        return torch.zeros(*shape, dtype=torch.float64)
+
+    wide = weights._replace(
+        read_memory=zeros(m, A + C), read_hidden=zeros(m, D), read_usage=zeros(m, K), read_score=zeros(1, m)
+    )
     with pytest.raises(ValueError, match="Triton kernels implement sizes"):
-        tardis_sequence(inputs, state, wide, backend="triton")
+        tardis_sequence(inputs._replace(read=zeros(B, T, m)), state, wide, backend="triton")
 
     def covered(cell, backend, with_trace=False):
         return cell.op.covers(cell.op_options(with_trace, True), cell.op_weights(), backend)

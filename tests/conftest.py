@@ -139,12 +139,14 @@ def triton_setup() -> tuple[str, torch.dtype, float]:
 
 
 def on_device(records, device, dtype):
-    """The records (NamedTuples of tensors or None) as fresh leaves on ``device`` in ``dtype``
-    (the draws and counts as values)."""
+    """The records (NamedTuples of tensors, None or nested tuples of them) as fresh leaves on
+    ``device`` in ``dtype`` (the draws and counts as values)."""
 
     def move(value):
         if value is None:
             return None
+        if isinstance(value, tuple):  # a record inside a record, or a controller's state
+            return type(value)(*map(move, value)) if hasattr(value, "_fields") else tuple(map(move, value))
         moved = value.detach().to(device, dtype if value.is_floating_point() else value.dtype)
         return moved.requires_grad_() if value.requires_grad else moved
 

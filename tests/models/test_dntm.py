@@ -14,9 +14,10 @@ from conftest import float64_seq, leaves, small_model
 from mannlab.errors import ConfigError
 from mannlab.models import DNTMState, DNTMTrace, build_model
 from mannlab.models import dntm as dntm_module
+from mannlab.models.base import sequence_backend
 from mannlab.models.dntm import DNTMWriteCounts, read_write_consistency
 from mannlab.nn import sampling
-from mannlab.ops import dispatch, use_kernels
+from mannlab.ops import use_kernels
 from mannlab.ops.dntm.reference import lru_address, similarity
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
@@ -722,7 +723,7 @@ AUX = dict(entropy_weight=0.1, read_write_consistency=0.3, next_input_prediction
 @pytest.mark.parametrize("mode", ["soft", "reinforce", "argmax", "gumbel"])
 @pytest.mark.parametrize("controller, writes", [("gru", "learned"), ("fnn", "sequential")])
 def test_compiled_path_equals_tensor_path(mode, controller, writes):
-    """The model on its kernels (DNTMCell.run_kernels, mannlab.ops.dntm.dntm_sequence) gives its
+    """The model on its kernels (DNTMCell.run_op, mannlab.ops.dntm.dntm_sequence) gives its
     per-step tensor path's outputs, final state, every trace field and every gradient
     (parameters and initial state, through the task loss, the trace and aux_loss: REINFORCE,
     entropy, read-write consistency, next-input prediction), with the same one-hot samples for
@@ -741,7 +742,7 @@ def test_compiled_path_equals_tensor_path(mode, controller, writes):
     )
     model.inverse_temperature = 2.5  # straight-through's 1/τ (the other modes ignore it)
     x = seq(t=7)
-    assert dispatch.sequence_applies(model.cell, x)
+    assert sequence_backend(model.cell, x) == "numba"
     assert_paths_equal(both_paths(model, x))
     results = both_paths(model, x, random_state(model, 3))
     assert_paths_equal(results)
@@ -785,24 +786,24 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
     """Other controllers and the kernels switched off (use_kernels(False), as
     MANNLAB_KERNELS=0) run the tensor path; GRU and FNN run the kernels."""
     calls = []
-    original = dntm_module.DNTMCell.run_kernels
+    original = dntm_module.DNTMCell.run_op
 
     def spy(self, *args):
         calls.append(type(self.controller).__name__)
         return original(self, *args)
 
-    monkeypatch.setattr(dntm_module.DNTMCell, "run_kernels", spy)
+    monkeypatch.setattr(dntm_module.DNTMCell, "run_op", spy)
     x = seq()
     for controller in ("gru", "fnn", "lstm", "elman", "pnr-lstm"):
         model = small_dntm(controller=controller)
-        assert dispatch.sequence_applies(model.cell, x) == (controller in ("gru", "fnn"))
+        assert bool(sequence_backend(model.cell, x)) == (controller in ("gru", "fnn"))
         model(x)
         with torch.no_grad():
             model(x, return_trace=True)
     assert calls == ["GRUController"] * 2 + ["FNNController"] * 2
     model = small_dntm()
     with use_kernels(False):
-        assert not dispatch.sequence_applies(model.cell, x)
+        assert not sequence_backend(model.cell, x)
         model(x)
         model(x, return_trace=True)
     assert len(calls) == 4

@@ -13,8 +13,9 @@ from mannlab.building import build_run
 from mannlab.config import RunConfig, apply_overrides
 from mannlab.models import DNTMState, build_model
 from mannlab.models import dntm as dntm_module
+from mannlab.models.base import sequence_backend
 from mannlab.models.dntm import DNTMLocation, location_address
-from mannlab.ops import dispatch, use_kernels
+from mannlab.ops import use_kernels
 
 SLOTS = 5  # conftest's SMALL D-NTM: 5 cells, controller 6, d_a 2, d_c 3
 
@@ -200,16 +201,16 @@ def test_a_hand_set_shift_moves_a_one_hot_pointer_one_cell_per_step(mode):
 
 def test_shifts_run_the_tensor_path(monkeypatch):
     calls = []
-    monkeypatch.setattr(dntm_module.DNTMCell, "run_kernels", lambda *a: calls.append(a))
+    monkeypatch.setattr(dntm_module.DNTMCell, "run_op", lambda *a: calls.append(a))
     model = shifted()
     x = seq()
-    assert not model.cell.kernels_cover(False) and not model.cell.kernels_cover(True)
+    assert model.cell.op_options(False, True) is None and model.cell.op_options(True, True) is None
     with use_kernels(True):
-        assert not dispatch.sequence_applies(model.cell, x)
+        assert not sequence_backend(model.cell, x)
         model(x)
         model(x, return_trace=True)
     assert calls == []
-    assert small_model("dntm", 4, 3).cell.kernels_cover(True)
+    assert small_model("dntm", 4, 3).cell.op_options(True, True) is not None
 
 
 # ------------------------------------------------------------------ state and options

@@ -12,9 +12,11 @@ from conftest import SMALL as SMALL_CONFIGS
 from conftest import float64_seq, small_model
 from mannlab import ConfigError, detach_state
 from mannlab.models import TARDISState, TARDISTrace, build_model
+from mannlab.models.base import sequence_backend
 from mannlab.models.tardis import LAST_READ_PENALTY, TardisAddressing, normalise_usage, sparse_addresses
 from mannlab.nn import sampling
-from mannlab.ops import dispatch, use_kernels
+from mannlab.ops import tardis as tardis_op
+from mannlab.ops import use_kernels
 from mannlab.tasks.base import step_nll
 from mannlab.training import schedules
 from tiny_copy import tiny_copy_losses
@@ -521,7 +523,7 @@ def test_compiled_sequence_equals_tensor_path(mode, train, layer_norm, dropout):
     model.train(train)
     model.inverse_temperature = 2.5
     x = seq(t=11)
-    assert dispatch.sequence_applies(model.cell, x)
+    assert sequence_backend(model.cell, x) == "numba"
     assert_same(both_paths(model, x, state_loss))
 
 
@@ -617,7 +619,7 @@ def test_chunked_run_equals_one_run_on_both_paths(compiled, kw):
     model = randomise(small_tardis(**kw))
     x = seq(t=10)
     with use_kernels(compiled):
-        assert dispatch.sequence_applies(model.cell, x) == compiled
+        assert bool(sequence_backend(model.cell, x)) == compiled
         torch.manual_seed(5)
         y, final = model(x)
         torch.manual_seed(5)
@@ -675,36 +677,36 @@ def test_compiled_path_only_where_it_applies(monkeypatch):
     they pay; else the tensor path."""
     model = small_tardis()
     x = seq()
-    assert dispatch.sequence_applies(model.cell, x)
-    assert dispatch.sequence_applies(model.cell, x.float())
-    assert not dispatch.sequence_applies(model.cell, x.to(torch.bfloat16))
+    assert sequence_backend(model.cell, x) == "numba"
+    assert sequence_backend(model.cell, x.float()) == "numba"
+    assert not sequence_backend(model.cell, x.to(torch.bfloat16))
     calls = []
-    original = model.cell.run_kernels
-    monkeypatch.setattr(model.cell, "run_kernels", lambda *a: calls.append(1) or original(*a))
+    original = model.cell.run_op
+    monkeypatch.setattr(model.cell, "run_op", lambda *a: calls.append(1) or original(*a))
     model(x)
     model(x, return_trace=True)
     assert len(calls) == 2
     with use_kernels(False):
-        assert not dispatch.sequence_applies(model.cell, x)
+        assert not sequence_backend(model.cell, x)
         model(x)
         model(x, return_trace=True)
     assert len(calls) == 2
     bf16 = small_tardis().to(torch.bfloat16)
-    monkeypatch.setattr(bf16.cell, "run_kernels", lambda *a: calls.append(1))
+    monkeypatch.setattr(bf16.cell, "run_op", lambda *a: calls.append(1))
     bf16(x.to(torch.bfloat16))
     assert len(calls) == 2
 
 
 @pytest.mark.usefixtures("kernels_enabled")
 def test_tensor_path_where_the_kernels_do_not_pay(monkeypatch):
-    """kernels_pay (always True as measured so far) is consulted: where it says no, the tensor
-    path runs, with the same draws."""
+    """The op's ``pays`` (always True as measured so far) is consulted: where it says no, the
+    tensor path runs, with the same draws."""
     model = randomise(small_tardis())
     x = seq()
     torch.manual_seed(1)
     y_kernels, _ = model(x)
-    monkeypatch.setattr(model.cell, "kernels_pay", lambda batch, backward: False)
-    monkeypatch.setattr(model.cell, "run_kernels", lambda *a: pytest.fail("compiled path ran"))
+    monkeypatch.setattr(tardis_op, "pays", lambda options, weights, batch: False)
+    monkeypatch.setattr(model.cell, "run_op", lambda *a: pytest.fail("compiled path ran"))
     torch.manual_seed(1)
     y_tensor, _ = model(x)
     assert torch.allclose(y_kernels, y_tensor, atol=1e-12)

@@ -16,13 +16,17 @@ import torch
 
 from conftest import assert_triton_equals_step_loop, on_device, small_model, triton_setup
 from mannlab.ops import use_kernels
+from mannlab.ops.controller_codes import RELU
 from mannlab.ops.dntm import (
     MODES,
     NOISY_MODES,
-    DNTMCarry,
     DNTMInputs,
+    DNTMLocation,
     DNTMOptions,
+    DNTMResult,
+    DNTMState,
     DNTMWeights,
+    DNTMWriteCounts,
     dntm_sequence,
     head_sizes,
 )
@@ -58,19 +62,19 @@ def problem(options, controller="gru", reads=2, writes=1, seed=0, t=T, dtype=tor
             generator=gen
         )
     inputs = DNTMInputs(rand(batch, t, pc + writes * (DC + 1), scale=1.0), draws)
-    counts = (None, None)
+    counts = ()
     if sequential:
-        counts = (
+        counts = DNTMWriteCounts(
             torch.tensor(WRITTEN0, dtype=dtype),
             torch.randint(0, 3, (batch, N), generator=gen).to(dtype),
         )
-    state = DNTMCarry(
-        rand(batch, D) if gru else None,
-        rand(batch, N, DC),
-        rand(batch, reads, W),
-        rand(batch, reads, N),
-        rand(batch, writes, N),
-        *counts,
+    state = DNTMState(
+        controller=(rand(batch, D),) if gru else (),
+        content=rand(batch, N, DC),
+        read_vectors=rand(batch, reads, W),
+        read_lru=rand(batch, reads, N),
+        write_lru=rand(batch, writes, N),
+        counts=counts,
     )
     weights = DNTMWeights(
         rand(pc, reads * W),
@@ -83,18 +87,38 @@ def problem(options, controller="gru", reads=2, writes=1, seed=0, t=T, dtype=tor
     return inputs, state, weights
 
 
-def differentiable(inputs, state, weights):
-    """The op's differentiable arguments by name."""
-    named = {"projected": inputs.projected}
-    for record in (state, weights):
-        named.update({name: v for name, v in record._asdict().items() if v is not None and v.requires_grad})
+def tensors_by_name(value, prefix, named=None):
+    """The tensors of a (nested) record by dotted name; tuples without field names by
+    position (the controller's state)."""
+    named = {} if named is None else named
+    if isinstance(value, torch.Tensor):
+        named[prefix] = value
+    elif isinstance(value, tuple):
+        for key, item in zip(getattr(value, "_fields", range(len(value))), value):
+            tensors_by_name(item, f"{prefix}.{key}", named)
     return named
 
 
-def loss_of(steps, final, seed=5):
+def by_name(result):
+    """The op's result (features, final state, trace) by dotted name."""
+    named = {"features": result.features}
+    tensors_by_name(result.state, "state", named)
+    return tensors_by_name(result.trace, "trace", named)
+
+
+def differentiable(inputs, state, weights):
+    """The op's differentiable arguments by name."""
+    named = {"projected": inputs.projected}
+    for name, value in {**tensors_by_name(state, "state"), **tensors_by_name(weights, "weights")}.items():
+        if value.requires_grad:
+            named[name] = value
+    return named
+
+
+def loss_of(result, seed=5):
     """A loss that reaches every output (with random weights, so no gradient cancels)."""
     gen = torch.Generator().manual_seed(seed)
-    values = [v for v in (*steps, *final) if v is not None and v.is_floating_point()]
+    values = [v for v in by_name(result).values() if v.is_floating_point()]
     return sum((v * torch.randn(v.shape, generator=gen, dtype=v.dtype)).sum() for v in values)
 
 
@@ -105,21 +129,20 @@ def grads_by_name(loss, named):
 
 
 def run(records, options, backend):
-    """Per-step values, final state and the gradient of every differentiable argument by name."""
-    steps, final = dntm_sequence(*records, options, backend=backend)
-    grads = grads_by_name(loss_of(steps, final), differentiable(*records))
-    return steps, final, grads
+    """The op's result and the gradient of every differentiable argument by name."""
+    result = dntm_sequence(*records, options, backend=backend)
+    grads = grads_by_name(loss_of(result), differentiable(*records))
+    return result, grads
 
 
 def assert_same(got, want, atol=1e-10):
-    (steps, final, grads), (steps_ref, final_ref, grads_ref) = got, want
-    for record, ref in ((steps, steps_ref), (final, final_ref)):
-        for name, value in record._asdict().items():
-            other = getattr(ref, name)
-            assert (value is None) == (other is None), name
-            if value is not None:
-                torch.testing.assert_close(value, other, atol=atol, rtol=0, msg=lambda m: f"{name}: {m}")
-                assert value.requires_grad == other.requires_grad, name
+    (result, grads), (result_ref, grads_ref) = got, want
+    values, values_ref = by_name(result), by_name(result_ref)
+    assert values.keys() == values_ref.keys()
+    for name, value in values.items():
+        other = values_ref[name]
+        torch.testing.assert_close(value, other, atol=atol, rtol=0, msg=lambda m: f"{name}: {m}")
+        assert value.requires_grad == other.requires_grad, name
     assert grads.keys() == grads_ref.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(grad, grads_ref[name], atol=atol, rtol=0, msg=lambda m: f"{name}: {m}")
@@ -145,9 +168,13 @@ def test_numba_matches_reference(mode, writes, lru, nop, steps, trace):
     records = problem(options)
     got = run(records, options, "numba")
     assert_same(got, run(records, options, "reference"))
+    assert (got[0].trace is None) == (not trace)
     if trace and mode != "soft":  # one-hots
-        read_w = got[0].read_weights
+        read_w = got[0].trace.read_weights
         assert torch.equal(read_w.sum(-1), torch.ones_like(read_w[..., 0]))
+    if trace:
+        sampled = torch.full((B, T), float(mode == "sample"), dtype=torch.float64)
+        assert torch.equal(got[0].trace.sampled, sampled)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -184,12 +211,11 @@ def test_inference_without_records_gives_the_same_values(mode):
         options = DNTMOptions(mode=mode, addressing_steps=2, nop=True, keep=False, trace=trace)
         records = problem(options)
         with torch.no_grad():
-            steps, final = dntm_sequence(*records, options)
-            steps_ref, final_ref = dntm_sequence(*records, options, backend="reference")
-        for value, ref in zip((*steps, *final), (*steps_ref, *final_ref)):
-            assert (value is None) == (ref is None)
-            if value is not None:
-                torch.testing.assert_close(value, ref, atol=1e-12, rtol=0)
+            values = by_name(dntm_sequence(*records, options))
+            values_ref = by_name(dntm_sequence(*records, options, backend="reference"))
+        assert values.keys() == values_ref.keys()
+        for name, value in values.items():
+            torch.testing.assert_close(value, values_ref[name], atol=1e-12, rtol=0, msg=name)
 
 
 @pytest.mark.parametrize("controller", ["gru", "fnn"])
@@ -201,27 +227,31 @@ def test_gradcheck_numba(controller):
     inputs, state, weights = problem(options, controller, writes=2, t=3)
 
     def op(projected, content, read_vectors, address, *hidden):
-        start = state._replace(
-            content=content, read_vectors=read_vectors, hidden=hidden[0] if hidden else None
-        )
-        steps, final = dntm_sequence(
+        start = state._replace(content=content, read_vectors=read_vectors, controller=hidden)
+        result = dntm_sequence(
             inputs._replace(projected=projected), start, weights._replace(address=address), options
         )
-        return steps.features, steps.read_probs, final.content
+        return result.features, result.trace.read_probs, result.state.content
 
     args = (inputs.projected, state.content, state.read_vectors, weights.address)
-    assert torch.autograd.gradcheck(op, args + ((state.hidden,) if controller == "gru" else ()))
+    assert torch.autograd.gradcheck(op, args + state.controller)
     for mode in ("sample", "argmax"):
         hard = options._replace(mode=mode)
         inputs, state, weights = problem(hard, controller, t=3)
 
         def op_hard(projected, head_weight):
-            steps, _ = dntm_sequence(
+            result = dntm_sequence(
                 inputs._replace(projected=projected), state, weights._replace(head_weight=head_weight), hard
             )
-            return steps.features, steps.read_probs, steps.write_probs
+            return result.features, result.trace.read_probs, result.trace.write_probs
 
         assert torch.autograd.gradcheck(op_hard, (inputs.projected, weights.head_weight))
+
+
+def joined_result(first, rest):
+    """Two segments' results as one run's: features and trace over both, the second's state."""
+    trace = type(first.trace)(*(torch.cat(pair, 1) for pair in zip(first.trace, rest.trace)))
+    return DNTMResult(torch.cat([first.features, rest.features], 1), rest.state, trace)
 
 
 @pytest.mark.parametrize("mode", ["soft", "sample", "gumbel"])
@@ -239,11 +269,11 @@ def test_chunked_run_with_carried_state_equals_one_run(mode, writes):
         draws = None if inputs.draws is None else inputs.draws[start * J : stop * J]
         return DNTMInputs(inputs.projected[:, start:stop], draws)
 
-    first, carry = dntm_sequence(part(0, cut), *records[1:], options)
-    rest, final = dntm_sequence(part(cut, T), carry, records[2], options)
-    steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
-    grads = grads_by_name(loss_of(steps, final), differentiable(*records))
-    assert_same((steps, final, grads), whole, atol=1e-12)
+    first = dntm_sequence(part(0, cut), *records[1:], options)
+    rest = dntm_sequence(part(cut, T), first.state, records[2], options)
+    joined = joined_result(first, rest)
+    grads = grads_by_name(loss_of(joined), differentiable(*records))
+    assert_same((joined, grads), whole, atol=1e-12)
 
 
 @pytest.mark.parametrize("trace", [False, True])
@@ -253,11 +283,11 @@ def test_outputs_are_freed_without_garbage_collection(trace):
     records = problem(options)
     gc.disable()
     try:
-        steps, final = dntm_sequence(*records, options)
-        outputs = [v for v in (*steps, *final) if v is not None]
+        result = dntm_sequence(*records, options)
+        outputs = list(by_name(result).values())
         refs = [weakref.ref(v) for v in outputs]
-        loss = loss_of(steps, final)
-        del outputs, steps, final
+        loss = loss_of(result)
+        del outputs, result
         loss.backward()
         del loss
         assert all(ref() is None for ref in refs)
@@ -279,9 +309,16 @@ def test_bad_records_get_clear_errors():
     with pytest.raises(ValueError, match=r"draws must be \(6, 45\)"):
         dntm_sequence(inputs._replace(draws=inputs.draws[:, 1:]), state, weights, options)
     with pytest.raises(ValueError, match="feed-forward"):
-        dntm_sequence(inputs, state._replace(hidden=None), weights, options)
-    with pytest.raises(ValueError, match="written and .reads"):
+        dntm_sequence(inputs, state._replace(controller=()), weights, options)
+    with pytest.raises(ValueError, match="DNTMState.counts"):
         dntm_sequence(inputs, state, weights, options._replace(writes="sequential"))
+    with pytest.raises(ValueError, match="tanh feed-forward controller"):
+        dntm_sequence(inputs, state, weights, options._replace(activation=RELU))
+    location = DNTMLocation(state.read_lru, state.write_lru)
+    with pytest.raises(ValueError, match="no location-based addressing"):
+        dntm_sequence(inputs, state._replace(location=location), weights, options)
+    with pytest.raises(ValueError, match=r"DNTMState.read_vectors must be \(3, 2, 7\)"):
+        dntm_sequence(inputs, state._replace(read_vectors=state.read_vectors[:, :1]), weights, options)
 
 
 # ---------------------------------------------------------------- Triton vs reference
@@ -306,16 +343,14 @@ TRITON_CASES = {
 def run_triton(records, options, device, dtype):
     """``run`` on the Triton backend, its values and gradients back on the CPU in float64 (the
     gradients by the names of ``records``)."""
-    steps, final, grads = run(on_device(records, device, dtype), options, "triton")
+    result, grads = run(on_device(records, device, dtype), options, "triton")
 
     def back(value):
+        if isinstance(value, tuple):
+            return type(value)(*map(back, value)) if hasattr(value, "_fields") else tuple(map(back, value))
         return None if value is None else value.double().cpu()
 
-    return (
-        type(steps)(*map(back, steps)),
-        type(final)(*map(back, final)),
-        {name: back(g) for name, g in grads.items()},
-    )
+    return DNTMResult(*map(back, result)), {name: back(g) for name, g in grads.items()}
 
 
 @pytest.mark.parametrize("case", list(TRITON_CASES))
@@ -338,19 +373,18 @@ def test_triton_chunked_run_equals_one_run():
     def part(cut):
         return DNTMInputs(inputs.projected[:, cut], inputs.draws[cut])
 
-    first, carry = dntm_sequence(part(slice(0, 1)), *records[1:], options, backend="triton")
-    rest, final = dntm_sequence(part(slice(1, 2)), carry, records[2], options, backend="triton")
-    steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
-    grads = grads_by_name(loss_of(steps, final), differentiable(*records))
-    assert_same((steps, final, grads), whole, atol=tol)
+    first = dntm_sequence(part(slice(0, 1)), *records[1:], options, backend="triton")
+    rest = dntm_sequence(part(slice(1, 2)), first.state, records[2], options, backend="triton")
+    joined = joined_result(first, rest)
+    grads = grads_by_name(loss_of(joined), differentiable(*records))
+    assert_same((joined, grads), whole, atol=tol)
     # and without a backward or trace to come (the forward keeps two state rows in turn)
     with torch.no_grad():
-        quick, final = dntm_sequence(*records, options._replace(keep=False, trace=False), backend="triton")
-    torch.testing.assert_close(quick.features, whole[0].features, atol=tol, rtol=0)
-    for name, value in final._asdict().items():
-        if value is not None:
-            want = getattr(whole[1], name)
-            torch.testing.assert_close(value, want, atol=tol, rtol=0, msg=lambda m: f"{name}: {m}")
+        quick = dntm_sequence(*records, options._replace(keep=False, trace=False), backend="triton")
+    assert quick.trace is None
+    want = {k: v for k, v in by_name(whole[0]).items() if not k.startswith("trace.")}
+    for name, value in by_name(quick).items():
+        torch.testing.assert_close(value, want[name], atol=tol, rtol=0, msg=lambda m: f"{name}: {m}")
 
 
 @pytest.mark.parametrize(
@@ -378,14 +412,19 @@ def test_triton_refuses_what_it_does_not_cover(kw):
         dntm_sequence(*problem(options), options, backend="triton")
 
 
-def test_cell_lists_triton_with_one_addressing_step_and_learned_writes():
+def test_op_covers_triton_with_one_addressing_step_and_learned_writes():
     from mannlab.models.dntm import DNTMCell
 
+    def covered(cell, backend="triton", with_trace=False):
+        options = cell.op_options(with_trace, True)
+        return options is not None and cell.op.covers(options, cell.op_weights(), backend)
+
     cell = DNTMCell(3, controller_size=4, memory_slots=4, addressing="reinforce")
-    assert cell.kernel_backends == ("numba", "triton")
-    assert cell.kernels_cover(True, "triton")  # samples in training
+    assert cell.op.BACKENDS[:2] == ("numba", "triton")
+    assert covered(cell, with_trace=True)  # samples in training
     cell.eval()
-    assert cell.kernels_cover(True, "triton")  # argmax in evaluation
-    assert not DNTMCell(3, location_shifts=1).kernels_cover(False, "triton")
-    assert not DNTMCell(3, addressing_steps=2).kernels_cover(False, "triton")
-    assert not DNTMCell(3, writes="sequential").kernels_cover(False, "triton")
+    assert covered(cell, with_trace=True)  # argmax in evaluation
+    assert DNTMCell(3, location_shifts=1).op_options(False, True) is None  # no word for it
+    assert not covered(DNTMCell(3, addressing_steps=2))
+    assert not covered(DNTMCell(3, writes="sequential"))
+    assert covered(DNTMCell(3, addressing_steps=2), "numba")

@@ -166,7 +166,7 @@ def test_two_threads_equal_one_to_rounding_and_repeat_exactly(name, kw, trace):
     cells are the same (the draws are inputs); a second two-thread run is bit-identical."""
     model = small_model(name, 4, 3, **kw)
     x = float64_seq(3, 9, 4)
-    assert base.sequence_backend(model.cell, x, None, trace)
+    assert base.sequence_backend(model.cell, x, None, trace) == "numba"
     one, g_one, joins_one = run(model, x, 1, trace)
     two, g_two, joins_two = run(model, x, 2, trace)
     again, g_again, _ = run(model, x, 2, trace)

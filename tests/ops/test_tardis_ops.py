@@ -12,9 +12,10 @@ import torch
 from mannlab.ops import use_kernels
 from mannlab.ops.tardis import (
     MODES,
-    TARDISCarry,
     TARDISInputs,
     TARDISOptions,
+    TARDISResult,
+    TARDISState,
     TARDISWeights,
     tardis_sequence,
 )
@@ -48,7 +49,7 @@ def problem(train=True, layer_norm=False, dropout=False, seed=0, t=T):
     inputs = TARDISInputs(rand(B, t, G, scale=1.0), rand(B, t, M, scale=1.0), gumbel, logistic, mask)
     counts = torch.randint(0, 3, (B, K), generator=gen).double()
     last = torch.nn.functional.one_hot(torch.tensor([1, 0, 3]), K).double()
-    state = TARDISCarry(rand(B, D), rand(B, D), rand(B, K, C), counts, last, torch.tensor(STEPS0))
+    state = TARDISState(rand(B, D), rand(B, D), rand(B, K, C), counts, last, torch.tensor(STEPS0))
     address = (torch.randint(0, 2, (K, A), generator=gen) * 2 - 1).double() / A**0.5
     ln = [v for size in (3 * D, D, D) for v in (1 + rand(size), rand(size))] if layer_norm else [None] * 6
     weights = TARDISWeights(
@@ -75,10 +76,11 @@ def differentiable(inputs, state, weights):
     return named
 
 
-def loss_of(steps, final, seed=5):
+def loss_of(result, seed=5):
     """A loss that reaches every output (with random weights, so no gradient cancels)."""
     gen = torch.Generator().manual_seed(seed)
-    values = [*steps, final.hidden, final.cell, final.content]
+    final = result.state
+    values = [result.features, *result.trace, final.hidden, final.cell, final.content]
     return sum((v * torch.randn(v.shape, generator=gen, dtype=torch.float64)).sum() for v in values)
 
 
@@ -89,20 +91,29 @@ def grads_by_name(loss, named):
 
 
 def run(records, options, backend):
-    """Per-step values, final state and the gradient of every differentiable argument by name
-    (None where no gradient reaches it: zeros)."""
-    steps, final = tardis_sequence(*records, options, backend=backend)
+    """The op's result (features, final state, trace) and the gradient of every differentiable
+    argument by name (None where no gradient reaches it: zeros)."""
+    result = tardis_sequence(*records, options, backend=backend)
     named = differentiable(*records)
-    grads = grads_by_name(loss_of(steps, final), named)
-    return steps, final, grads
+    grads = grads_by_name(loss_of(result), named)
+    return result, grads
+
+
+def by_name(result):
+    """The result's tensors by dotted name."""
+    named = {"features": result.features}
+    named.update({f"state.{k}": v for k, v in result.state._asdict().items()})
+    if result.trace is not None:
+        named.update({f"trace.{k}": v for k, v in result.trace._asdict().items()})
+    return named
 
 
 def assert_same(got, want, atol=1e-10):
-    (steps, final, grads), (steps_ref, final_ref, grads_ref) = got, want
-    for name, value in steps._asdict().items():
-        torch.testing.assert_close(value, getattr(steps_ref, name), atol=atol, rtol=0, msg=name)
-    for name, value in final._asdict().items():
-        torch.testing.assert_close(value, getattr(final_ref, name), atol=atol, rtol=0, msg=name)
+    (result, grads), (result_ref, grads_ref) = got, want
+    values, values_ref = by_name(result), by_name(result_ref)
+    assert values.keys() == values_ref.keys()
+    for name, value in values.items():
+        torch.testing.assert_close(value, values_ref[name], atol=atol, rtol=0, msg=name)
     assert grads.keys() == grads_ref.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(grad, grads_ref[name], atol=atol, rtol=0, msg=lambda m: f"{name}: {m}")
@@ -122,8 +133,10 @@ def test_numba_matches_reference(mode, train, layer_norm, dropout, learned):
     got = run(records, options, "numba")
     want = run(records, options, "reference")
     assert_same(got, want)
-    read_w = got[0].read_weights
-    assert torch.equal(read_w.sum(-1), torch.ones(B, T, dtype=torch.float64))  # one-hots
+    read_w = got[0].trace.read_weights
+    assert torch.equal(read_w.sum(-1), torch.ones(B, T, 1, dtype=torch.float64))  # one-hots
+    sampled = got[0].trace.sampled
+    assert torch.equal(sampled, torch.full((B, T), float(mode == "reinforce"), dtype=torch.float64))
 
 
 def test_inference_without_records_gives_the_same_values():
@@ -131,10 +144,28 @@ def test_inference_without_records_gives_the_same_values():
     records = problem(True, True, True)
     options = TARDISOptions(mode="gumbel", keep=False)
     with torch.no_grad():
-        steps, final = tardis_sequence(*records, options)
-        steps_ref, final_ref = tardis_sequence(*records, options, backend="reference")
-    for value, ref in zip((*steps, *final), (*steps_ref, *final_ref)):
-        torch.testing.assert_close(value, ref, atol=1e-10, rtol=0)
+        values = by_name(tardis_sequence(*records, options))
+        values_ref = by_name(tardis_sequence(*records, options, backend="reference"))
+    for name, value in values.items():
+        torch.testing.assert_close(value, values_ref[name], atol=1e-10, rtol=0, msg=name)
+
+
+def test_without_the_trace_the_same_features_and_state():
+    records = problem(True, True, True)
+    options = TARDISOptions(mode="reinforce")
+    with torch.no_grad():
+        result = tardis_sequence(*records, options._replace(trace=False))
+        with_trace = tardis_sequence(*records, options)
+    assert result.trace is None
+    assert torch.equal(result.features, with_trace.features)
+    for value, want in zip(result.state, with_trace.state):
+        assert torch.equal(value, want)
+
+
+def joined_result(first, rest):
+    """Two segments' results as one run's: features and trace over both, the second's state."""
+    trace = type(first.trace)(*(torch.cat(pair, 1) for pair in zip(first.trace, rest.trace)))
+    return TARDISResult(torch.cat([first.features, rest.features], 1), rest.state, trace)
 
 
 @pytest.mark.parametrize("mode", ["gumbel", "reinforce"])
@@ -150,13 +181,13 @@ def test_chunked_run_with_carried_state_equals_one_run(mode):
     def part(time):
         return TARDISInputs(inputs.gates[:, time], inputs.read[:, time], *(v[time] for v in inputs[2:]))
 
-    first, carry = tardis_sequence(part(slice(None, cut)), *records[1:], options)
-    rest, final = tardis_sequence(part(slice(cut, None)), carry, records[2], options)
-    steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
+    first = tardis_sequence(part(slice(None, cut)), *records[1:], options)
+    rest = tardis_sequence(part(slice(cut, None)), first.state, records[2], options)
+    joined = joined_result(first, rest)
     named = differentiable(*records)
-    grads = grads_by_name(loss_of(steps, final), named)
-    assert_same((steps, final, grads), whole, atol=1e-12)
-    assert torch.equal(final.steps, torch.tensor(STEPS0) + T)
+    grads = grads_by_name(loss_of(joined), named)
+    assert_same((joined, grads), whole, atol=1e-12)
+    assert torch.equal(joined.state.steps, torch.tensor(STEPS0) + T)
 
 
 def test_bad_records_get_clear_errors():
@@ -171,6 +202,10 @@ def test_bad_records_get_clear_errors():
         tardis_sequence(inputs, state, weights, TARDISOptions(mode="argmax"))
     with pytest.raises(ValueError, match="dropout must be"):
         tardis_sequence(inputs._replace(dropout=torch.ones(T, B, D + 1)), state, weights)
+    with pytest.raises(ValueError, match=r"TARDISState.content must be \(3, 4, 4\)"):
+        tardis_sequence(inputs, state._replace(content=state.content[:2]), weights)
+    with pytest.raises(ValueError, match="TARDISInputs.read must be"):
+        tardis_sequence(inputs._replace(read=inputs.read[..., 1:]), state, weights)
 
 
 # ---------------------------------------------------------------- Triton vs reference
@@ -199,16 +234,14 @@ def run_triton(records, options, device, dtype):
     """``run`` on the Triton backend, its values and gradients back on the CPU in float64."""
     from conftest import on_device
 
-    steps, final, grads = run(on_device(records, device, dtype), options, "triton")
+    result, grads = run(on_device(records, device, dtype), options, "triton")
 
     def back(value):
         return value.cpu() if not value.is_floating_point() else value.double().cpu()
 
-    return (
-        type(steps)(*map(back, steps)),
-        type(final)(*map(back, final)),
-        {n: back(g) for n, g in grads.items()},
-    )
+    trace = type(result.trace)(*map(back, result.trace))
+    final = type(result.state)(*map(back, result.state))
+    return TARDISResult(back(result.features), final, trace), {n: back(g) for n, g in grads.items()}
 
 
 @pytest.mark.parametrize(
@@ -257,15 +290,15 @@ def test_triton_chunked_run_equals_one_run():
     def part(time):
         return TARDISInputs(inputs.gates[:, time], inputs.read[:, time], *(v[time] for v in inputs[2:]))
 
-    first, carry = tardis_sequence(part(slice(None, 2)), *records[1:], options, backend="triton")
-    rest, final = tardis_sequence(part(slice(2, None)), carry, records[2], options, backend="triton")
-    steps = type(first)(*(torch.cat(pair, 1) for pair in zip(first, rest)))
-    grads = grads_by_name(loss_of(steps, final), differentiable(*records))
-    assert_same((steps, final, grads), whole, atol=tol)
+    first = tardis_sequence(part(slice(None, 2)), *records[1:], options, backend="triton")
+    rest = tardis_sequence(part(slice(2, None)), first.state, records[2], options, backend="triton")
+    joined = joined_result(first, rest)
+    grads = grads_by_name(loss_of(joined), differentiable(*records))
+    assert_same((joined, grads), whole, atol=tol)
     with torch.no_grad():
-        quick, quick_final = tardis_sequence(*records, options._replace(keep=False), backend="triton")
-    for value, want in zip((*quick, *quick_final), (*whole[0], *whole[1])):
-        torch.testing.assert_close(value, want, atol=tol, rtol=0)
+        quick = by_name(tardis_sequence(*records, options._replace(keep=False), backend="triton"))
+    for name, want in by_name(whole[0]).items():
+        torch.testing.assert_close(quick[name], want, atol=tol, rtol=0, msg=name)
 
 
 @pytest.mark.parametrize(
@@ -291,20 +324,32 @@ def test_model_on_triton_equals_step_loop(addressing, training, extra):
 
 def test_triton_refuses_what_it_does_not_cover():
     """Sizes past records.TRITON_MAX_SIZE (here the read MLP's width): a clear error, and the
-    cell does not list Triton for them."""
+    op does not cover them on Triton."""
     pytest.importorskip("triton")
     from mannlab.models.tardis import TARDISCell
     from mannlab.ops.tardis.records import TRITON_MAX_SIZE
 
     inputs, state, weights = problem()
-    wide = weights._replace(read_memory=torch.zeros(TRITON_MAX_SIZE + 1, A + C, dtype=torch.float64))
+    m = TRITON_MAX_SIZE + 1
+
+    def zeros(*shape):
+        return torch.zeros(*shape, dtype=torch.float64)
+
+    wide = weights._replace(
+        read_memory=zeros(m, A + C), read_hidden=zeros(m, D), read_usage=zeros(m, K), read_score=zeros(1, m)
+    )
     with pytest.raises(ValueError, match="Triton kernels implement sizes"):
-        tardis_sequence(inputs, state, wide, backend="triton")
+        tardis_sequence(inputs._replace(read=zeros(B, T, m)), state, wide, backend="triton")
+
+    def covered(cell, backend, with_trace=False):
+        return cell.op.covers(cell.op_options(with_trace, True), cell.op_weights(), backend)
+
     cell = TARDISCell(3, hidden_size=8, memory_slots=4, address_size=3, content_size=5)
-    assert cell.kernel_backends == ("numba", "triton")
-    assert cell.kernels_cover(True, "triton") and cell.kernels_cover(False, "triton")
-    assert not TARDISCell(3, hidden_size=TRITON_MAX_SIZE + 1).kernels_cover(False, "triton")
-    assert cell.kernels_cover(True)  # numba: every size
+    assert cell.op.BACKENDS[:2] == ("numba", "triton")
+    assert covered(cell, "triton", True) and covered(cell, "triton")
+    wide_cell = TARDISCell(3, hidden_size=TRITON_MAX_SIZE + 1)
+    assert not covered(wide_cell, "triton")
+    assert covered(wide_cell, "numba", True)  # numba: every size
 
 
 def test_triton_kernels_run_only_when_forced():
@@ -312,6 +357,7 @@ def test_triton_kernels_run_only_when_forced():
     policy and the switch "on" keeps CPU tensors on numba; forced, Triton applies."""
     pytest.importorskip("triton")
     from conftest import small_model
+    from mannlab.models.base import sequence_backend
     from mannlab.ops import dispatch
     from mannlab.ops.tardis import triton_kernels
 
@@ -319,6 +365,6 @@ def test_triton_kernels_run_only_when_forced():
     model = small_model("tardis", 3, 2)
     assert model.kernel_backends() == ("numba",)
     x = torch.zeros(1, 2, 3, dtype=torch.float64)
-    assert dispatch.sequence_backend(model.cell, x) == "numba"
+    assert sequence_backend(model.cell, x) == "numba"
     with use_kernels("triton"):
-        assert dispatch.sequence_backend(model.cell, x) == "triton"
+        assert sequence_backend(model.cell, x) == "triton"

@@ -127,17 +127,23 @@ from mannlab.nn import addressing as ntm_addressing
 from mannlab.nn import sampling, schedules
 from mannlab.nn.controllers import FNNController, GRUController, make_controller
 from mannlab.ops import dispatch
+from mannlab.ops import dntm as dntm_op
+from mannlab.ops.controller_codes import ACTIVATIONS, TANH
 from mannlab.ops.dntm import (
     NOISY_MODES,
-    DNTMCarry,
     DNTMInputs,
+    DNTMLocation,
     DNTMOptions,
+    DNTMState,
+    DNTMStepTrace,
+    DNTMTrace,
     DNTMWeights,
+    DNTMWriteCounts,
     dntm_sequence,
     head_sizes,
     reference,
 )
-from mannlab.ops.dntm.records import LRU_DECAY, SIMILARITY_EPS, WRITE_KEYS, WRITES, triton_covers
+from mannlab.ops.dntm.records import LRU_DECAY, SIMILARITY_EPS, WRITE_KEYS, WRITES
 
 ADDRESSING_MODES = ("soft", "reinforce", "argmax", "gumbel")
 NEXT_INPUT_DISTRIBUTIONS = ("bernoulli", "gaussian")
@@ -181,85 +187,6 @@ def check_shifts(location_shifts: Any, slots: int) -> int:
             f"(memory_slots + nop), got {location_shifts}"
         )
     return location_shifts
-
-
-# --------------------------------------------------------------------- state
-
-
-class DNTMLocation(NamedTuple):
-    """The previous final weightings w_{t-1} of NTM eq. 7, with location_shifts > 0."""
-
-    read: torch.Tensor  # (B, R, N')
-    write: torch.Tensor  # (B, H, N')
-
-
-class DNTMWriteCounts(NamedTuple):
-    """What writes="sequential" picks its cell from: the writes made so far in the episode
-    and the reads of each cell so far (the sum of the read weightings, one-hot when discrete)."""
-
-    written: torch.Tensor  # (B,)
-    reads: torch.Tensor  # (B, N')
-
-
-class DNTMState(NamedTuple):
-    """Recurrent state after a step: controller state, content part C (B, N', d_c),
-    read vectors φ (B, R, d_a + d_c), the LRU averages v of the read (B, R, N')
-    and write (B, H, N') heads, with location_shifts > 0 a :class:`DNTMLocation`
-    and with writes="sequential" a :class:`DNTMWriteCounts` (else ``()``, the default, as
-    the feed-forward controller's empty state, so code that builds the first five fields
-    keeps working). The address part A is a parameter, not state."""
-
-    controller: Any
-    content: torch.Tensor
-    read_vectors: torch.Tensor
-    read_lru: torch.Tensor
-    write_lru: torch.Tensor
-    location: Any = ()
-    counts: Any = ()
-
-
-def _traced(field: Optional[torch.Tensor]) -> torch.Tensor:
-    """A trace field of the op's steps (mannlab.ops.dntm.DNTMSteps): set, as the op ran with options.trace."""
-    assert field is not None
-    return field
-
-
-class DNTMStepTrace(NamedTuple):
-    """Per-step internals of the cell. With J addressing steps the head axis holds
-    J * heads entries, addressing step major (step 1's heads first)."""
-
-    read_weights: torch.Tensor  # (B, J*R, N')  w used for reading (one-hot if discrete)
-    write_weights: torch.Tensor  # (B, J*H, N')  u used for writing
-    read_probs: torch.Tensor  # (B, J*R, N')  soft w (the distribution sampled from)
-    write_probs: torch.Tensor  # (B, J*H, N')  soft u
-    read_vectors: torch.Tensor  # (B, R, d_a + d_c)  φ_t of the last addressing step
-    erase_vectors: torch.Tensor  # (B, J*H, d_c)  e_t
-    candidates: torch.Tensor  # (B, J*H, d_c)  c̄_t
-    input_gates: torch.Tensor  # (B, J*H)  α_t
-    key_strengths: torch.Tensor  # (B, J*(R+H))  β, read heads first in each step
-    lru_gates: torch.Tensor  # (B, J*(R+H))  γ
-    hidden: torch.Tensor  # (B, d_h)  h_t (controller output to the features)
-    sampled: torch.Tensor  # (B,)  1 where the weights were sampled (REINFORCE)
-    memory: torch.Tensor  # (B, N', d_a + d_c)  M_t = [A; C_t] after the write
-
-
-class DNTMTrace(NamedTuple):
-    """:class:`DNTMStepTrace` stacked over time (B, T, ...), plus the input sequence."""
-
-    read_weights: torch.Tensor
-    write_weights: torch.Tensor
-    read_probs: torch.Tensor
-    write_probs: torch.Tensor
-    read_vectors: torch.Tensor
-    erase_vectors: torch.Tensor
-    candidates: torch.Tensor
-    input_gates: torch.Tensor
-    key_strengths: torch.Tensor
-    lru_gates: torch.Tensor
-    hidden: torch.Tensor
-    sampled: torch.Tensor
-    memory: torch.Tensor
-    inputs: torch.Tensor  # (B, T, I)  x, for the baseline and next-input prediction
 
 
 class _LocationHeads(NamedTuple):
@@ -516,30 +443,41 @@ class DNTMCell(TemperatureCell):
         trace = self._trace(record, reads, h_out, sample, content) if with_trace else None
         return features, state, trace
 
-    # ------------------------------------------------------ the fused path
+    # ------------------------------------------------------ the whole-sequence op
 
-    # The compiled path always pays where it applies: it measured at least as fast as the
-    # tensor path at every size tried (module docstring).
-    kernel_ops = "dntm"
-    kernel_backends = ("numba", "triton")
+    op = dntm_op
 
-    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
-        """The numba kernels implement the GRU and the feed-forward (tanh) controller (any heads,
-        J, LRU, NOP, write keys, writes and addressing mode, with or without the trace), without
-        location-based addressing; the Triton kernels the same with J = 1 and learned writes
-        (records.triton_covers)."""
+    def op_options(self, with_trace: bool, backward: bool) -> Optional[DNTMOptions]:
+        """The op's options; None where the op has no word for the configuration: location-based
+        addressing, controllers other than the GRU and the feed-forward one, or a feed-forward
+        activation without a code (records.covers says which backends run the rest)."""
         controller = self.controller
         if self.location_shifts:
-            return False
-        covered = type(controller) is GRUController or (
-            type(controller) is FNNController and controller.activation is torch.tanh
+            return None
+        if type(controller) is GRUController:
+            activation: Optional[int] = TANH
+        elif type(controller) is FNNController:
+            activation = ACTIVATIONS.get(controller.activation)
+        else:
+            return None
+        if activation is None:
+            return None
+        return DNTMOptions(
+            mode=self._op_mode(),
+            addressing_steps=self.addressing_steps,
+            lru=self.lru,
+            nop=self.nop,
+            write_keys=self.write_keys,
+            writes=self.writes,
+            inverse_temperature=float(self.inverse_temperature),
+            keep=backward,
+            trace=with_trace,
+            similarity_eps=SIMILARITY_EPS,
+            lru_decay=LRU_DECAY,
+            activation=activation,
         )
-        if backend == "triton":
-            mode, steps = self._kernel_mode(), self.addressing_steps
-            return covered and triton_covers(DNTMOptions(mode, steps, writes=self.writes))
-        return covered
 
-    def _kernel_mode(self) -> str:
+    def _op_mode(self) -> str:
         """The op's addressing mode for this pass: section 4's samples in training (REINFORCE's
         or straight-through's), else argmax, for the discrete modes."""
         if not self.discrete():
@@ -547,75 +485,25 @@ class DNTMCell(TemperatureCell):
         mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
         return "sample" if mode == "reinforce" else mode
 
-    def run_kernels(
-        self, x: torch.Tensor, state: DNTMState, with_trace: bool, backward: bool, backend: str = "numba"
-    ):
-        """All steps of x (B, T, I) in the kernels of ``backend`` (mannlab.ops.dntm.dntm_sequence):
-        (features (B, T, F), final state, the fields of :class:`DNTMStepTrace` stacked over time
-        or None); ``backward``: a graph is recorded (dispatch.route)."""
-        B, T = x.shape[:2]
-        ctrl, content, reads, read_v, write_v, _, counts = state  # location is () here (kernels_cover)
-        gru = type(self.controller) is GRUController
-        mode = self._kernel_mode()
-        draws = self.draws(T * self.addressing_steps, B, x) if mode in NOISY_MODES else None
+    def op_weights(self) -> DNTMWeights:
         controller = self.controller
-        steps, final = dntm_sequence(
-            DNTMInputs(self.precompute(x), draws),
-            DNTMCarry(ctrl[0] if gru else None, content, reads, read_v, write_v, *(counts or (None, None))),
-            DNTMWeights(
-                read_weight=controller.read_weight,
-                recurrent_weight=controller.recurrent_weight if type(controller) is GRUController else None,
-                recurrent_bias=controller.recurrent_bias if type(controller) is GRUController else None,
-                head_weight=self.head_params.weight,
-                head_bias=self.head_params.bias,
-                address=self.address,
-            ),
-            DNTMOptions(
-                mode=mode,
-                addressing_steps=self.addressing_steps,
-                lru=self.lru,
-                nop=self.nop,
-                write_keys=self.write_keys,
-                writes=self.writes,
-                inverse_temperature=float(self.inverse_temperature),
-                keep=backward,
-                trace=with_trace,
-                similarity_eps=SIMILARITY_EPS,
-                lru_decay=LRU_DECAY,
-            ),
-            backend=backend,
+        return DNTMWeights(
+            read_weight=controller.read_weight,
+            recurrent_weight=controller.recurrent_weight if type(controller) is GRUController else None,
+            recurrent_bias=controller.recurrent_bias if type(controller) is GRUController else None,
+            head_weight=self.head_params.weight,
+            head_bias=self.head_params.bias,
+            address=self.address,
         )
-        new_counts: DNTMWriteCounts | tuple[()] = ()
-        if counts:
-            assert final.written is not None and final.reads is not None  # carried with sequential writes
-            new_counts = DNTMWriteCounts(final.written, final.reads)
-        state = DNTMState(
-            (final.hidden,) if gru else (),
-            final.content,
-            final.read_vectors,
-            final.read_lru,
-            final.write_lru,
-            (),
-            new_counts,
-        )
-        if not with_trace:
-            return steps.features, state, None
-        trace = DNTMStepTrace(  # stacked over time
-            read_weights=_traced(steps.read_weights),
-            write_weights=_traced(steps.write_weights),
-            read_probs=_traced(steps.read_probs),
-            write_probs=_traced(steps.write_probs),
-            read_vectors=steps.read_vectors,
-            erase_vectors=_traced(steps.erase_vectors),
-            candidates=_traced(steps.candidates),
-            input_gates=_traced(steps.input_gates),
-            key_strengths=_traced(steps.key_strengths),
-            lru_gates=_traced(steps.lru_gates),
-            hidden=steps.hidden,
-            sampled=x.new_full((B, T), float(mode == "sample")),
-            memory=_traced(steps.memory),
-        )
-        return steps.features, state, trace
+
+    def run_op(
+        self, x: torch.Tensor, state: DNTMState, options: DNTMOptions, weights: DNTMWeights, backend: str
+    ):
+        """All steps of x (B, T, I) through mannlab.ops.dntm.dntm_sequence on ``backend``, the
+        draws of all T J addressing steps first (as the step loop draws them)."""
+        B, T = x.shape[:2]
+        draws = self.draws(T * self.addressing_steps, B, x) if options.mode in NOISY_MODES else None
+        return dntm_sequence(DNTMInputs(self.precompute(x), draws), state, weights, options, backend)
 
     def _trace(self, record, reads, h_out, sample, content) -> DNTMStepTrace:
         def cat(i, field=None):

@@ -82,7 +82,7 @@ j), discounted into returns (eq. 16), centred and divided by their running stand
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -104,8 +104,16 @@ from mannlab.models.base import (
 )
 from mannlab.models.size_check import check_model_size
 from mannlab.nn import sampling
-from mannlab.ops.tardis import TARDISCarry, TARDISInputs, TARDISOptions, TARDISWeights, tardis_sequence
-from mannlab.ops.tardis.records import triton_covers
+from mannlab.ops import tardis as tardis_op
+from mannlab.ops.tardis import (
+    TARDISInputs,
+    TARDISOptions,
+    TARDISState,
+    TARDISStepTrace,
+    TARDISTrace,
+    TARDISWeights,
+    tardis_sequence,
+)
 from mannlab.ops.tardis.reference import normalise_usage
 
 ADDRESSING_MODES = ("gumbel", "reinforce", "argmax")
@@ -254,48 +262,6 @@ def write_rows(memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor)
     dtype (under autocast the value comes out of a linear layer in a lower one)."""
     dtype = memory.dtype
     return torch.lerp(memory, value.to(dtype).unsqueeze(1), weights.to(dtype).unsqueeze(-1))
-
-
-# --------------------------------------------------------------------- state
-
-
-class TARDISState(NamedTuple):
-    """Recurrent state: LSTM h, c (B, d_h); content C (B, k, c); read counts sum_{i<t} w^r_i
-    (B, k); last read one-hot (B, k); steps n since the memory was empty (B,) long."""
-
-    hidden: torch.Tensor
-    cell: torch.Tensor
-    content: torch.Tensor
-    read_counts: torch.Tensor
-    last_read: torch.Tensor
-    steps: torch.Tensor
-
-
-class TARDISStepTrace(NamedTuple):
-    read_weights: torch.Tensor  # (B, 1, k)  w^r_t (one-hot)
-    write_weights: torch.Tensor  # (B, 1, k)  slot written (sequential, then w^r_t)
-    read_probs: torch.Tensor  # (B, 1, k)  w̄^r_t = softmax(π_t)
-    read_vectors: torch.Tensor  # (B, q)  r_t
-    hidden: torch.Tensor  # (B, d_h)  h_t
-    resets: torch.Tensor  # (B, 2)  α_t, β_t
-    inverse_temperature: torch.Tensor  # (B,)  τ(h_{t-1}) or the scheduled 1/τ
-    usage: torch.Tensor  # (B, k)  u_t
-    sampled: torch.Tensor  # (B,)  1 where w^r_t was sampled (REINFORCE)
-
-
-class TARDISTrace(NamedTuple):
-    """:class:`TARDISStepTrace` stacked over time (B, T, ...), plus the inputs x (B, T, I)."""
-
-    read_weights: torch.Tensor
-    write_weights: torch.Tensor
-    read_probs: torch.Tensor
-    read_vectors: torch.Tensor
-    hidden: torch.Tensor
-    resets: torch.Tensor
-    inverse_temperature: torch.Tensor
-    usage: torch.Tensor
-    sampled: torch.Tensor
-    inputs: torch.Tensor
 
 
 # ---------------------------------------------------------------------- cell
@@ -504,33 +470,15 @@ class TARDISCell(TemperatureCell):
             )
         return features, state, trace
 
-    # ------------------------------------------------------ the kernels
+    # ------------------------------------------------------ the whole-sequence op
 
-    # Every TARDIS configuration is covered, with or without a trace (kernels_cover), and the
-    # numba kernels pay at every batch and size measured (kernels_pay; benchmarks/README.md).
-    kernel_ops = "tardis"
-    kernel_backends = ("numba", "triton")
+    op = tardis_op
 
-    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
-        """The numba kernels implement every configuration; the Triton kernels too, while the
-        sizes fit (records.triton_covers)."""
-        if backend == "triton":
-            mlp = self.read_head.score.in_features
-            return triton_covers(TARDISOptions(), self.hidden_size, self.slots, self.width, mlp)
-        return True
-
-    def run_kernels(
-        self, x: torch.Tensor, state: TARDISState, with_trace: bool, backward: bool, backend: str = "numba"
-    ):
-        """All steps of x (B, T, I) in the kernels of ``backend`` (mannlab.ops.tardis.tardis_sequence):
-        (features g (B, T, F), final state, the per-step trace fields as :class:`TARDISStepTrace`
-        stacked over time, or None). ``backward``: a graph is recorded (dispatch.route)."""
-        B, T = x.shape[:2]
-        mode = "argmax" if not self.training or self.addressing == "argmax" else self.addressing
-        gumbel, logistic, mask = self.draws(T, B, x)
-        inputs = TARDISInputs(self.input_gates(x), self.read_head.precompute(x), gumbel, logistic, mask)
-        options = TARDISOptions(
-            mode=mode,
+    def op_options(self, with_trace: bool, backward: bool) -> TARDISOptions:
+        """The op's options: every configuration has them (records.covers says which backends
+        run it)."""
+        return TARDISOptions(
+            mode="argmax" if not self.training or self.addressing == "argmax" else self.addressing,
             learned_temperature=self.temperature == "learned",
             inverse_temperature=float(self.inverse_temperature),
             eps=self.ln_gates.eps if self.ln_gates is not None else 1e-5,
@@ -538,25 +486,10 @@ class TARDISCell(TemperatureCell):
             last_read_penalty=LAST_READ_PENALTY,
             reset_temperature=RESET_TEMPERATURE,
             usage_eps=USAGE_EPS,
+            trace=with_trace,
         )
-        steps, final = tardis_sequence(inputs, TARDISCarry(*state), self._kernel_weights(), options, backend)
-        features = torch.tanh(self.fusion(torch.cat([steps.hidden, steps.reads], dim=-1)))  # eq. 11
-        trace = None
-        if with_trace:
-            trace = TARDISStepTrace(
-                steps.read_weights.unsqueeze(2),
-                steps.write_weights.unsqueeze(2),
-                steps.read_probs.unsqueeze(2),
-                steps.reads,
-                steps.hidden,
-                steps.resets,
-                steps.inverse_temperature,
-                steps.usage,
-                x.new_full((B, T), float(mode == "reinforce")),
-            )
-        return features, TARDISState(*final), trace
 
-    def _kernel_weights(self) -> TARDISWeights:
+    def op_weights(self) -> TARDISWeights:
         head, tau = self.read_head, self.temperature_layer
         ln: list[Optional[torch.Tensor]] = [None] * 6
         norms = (self.ln_gates, self.ln_candidate, self.ln_cell)
@@ -575,6 +508,22 @@ class TARDISCell(TemperatureCell):
             tau.bias,
             *ln,
         )
+
+    def run_op(
+        self,
+        x: torch.Tensor,
+        state: TARDISState,
+        options: TARDISOptions,
+        weights: TARDISWeights,
+        backend: str,
+    ):
+        """All steps of x (B, T, I) through mannlab.ops.tardis.tardis_sequence on ``backend``, all
+        steps' random numbers drawn first (as the step loop draws them); the fusion g of eq. 11
+        on the op's features."""
+        gumbel, logistic, mask = self.draws(x.shape[1], x.shape[0], x)
+        inputs = TARDISInputs(self.input_gates(x), self.read_head.precompute(x), gumbel, logistic, mask)
+        features, final, trace = tardis_sequence(inputs, state, weights, options, backend)
+        return torch.tanh(self.fusion(features)), final, trace  # eq. 11
 
 
 # -------------------------------------------------------------------- module

@@ -5,6 +5,7 @@
     numba_cache.py  numba's disk cache, stamped with numba_math.py too
     bridge.py       tensors to NumPy arrays, the kernels' BLAS threads
     threads.py      the whole-sequence kernels on torch.get_num_threads() threads (row blocks)
+    fields.py       records split back by name at an autograd Function's boundary
     <model>/        op.py (the public op), records.py, reference.py (the plain tensor loop),
                     numba_sequence.py over kernels.py (numba), triton_sequence.py over
                     triton_kernels.py (Triton: armin, ntm, dntm), memory_step.py (the step loop's memory op);

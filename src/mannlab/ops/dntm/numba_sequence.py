@@ -17,46 +17,48 @@ from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
 from mannlab.ops.dntm.records import (
     MODES,
-    DNTMCarry,
     DNTMInputs,
     DNTMOptions,
     DNTMResult,
-    DNTMSteps,
+    DNTMState,
+    DNTMStateRows,
     DNTMWeights,
     head_sizes,
+    model_state,
+    state_rows,
+    step_trace,
 )
+from mannlab.ops.fields import split_records
 from mannlab.ops.threads import KEEP, SUM, Blocks, Rows
 
 GUMBEL = MODES.index("gumbel")
 #: the op's differentiable arguments after the options, in the order DNTMSequence.apply takes them
-ARGUMENTS = DNTMInputs._fields + DNTMCarry._fields + DNTMWeights._fields
+ARGUMENTS = DNTMInputs._fields + DNTMStateRows._fields + DNTMWeights._fields
 
 
 def numba_sequence(
-    inputs: DNTMInputs, state: DNTMCarry, weights: DNTMWeights, options: DNTMOptions
+    inputs: DNTMInputs, state: DNTMState, weights: DNTMWeights, options: DNTMOptions
 ) -> DNTMResult:
-    """The whole-sequence op on the numba kernels (CPU float32/float64 tensors)."""
+    """The whole-sequence op on the numba kernels (CPU float32/float64 tensors): the state in
+    and out as the kernels' rows (records.state_rows, records.model_state)."""
     B, T = inputs.projected.shape[:2]
     R, H = state.read_lru.shape[1], state.write_lru.shape[1]
     N, dc = state.content.shape[1:]
     W, J, K = state.read_vectors.shape[-1], options.addressing_steps, R + H
-    flat = state._replace(read_vectors=state.read_vectors.flatten(1))  # the kernels' φ (B, R W)
-    out = SequenceOutputs(*DNTMSequence.apply(options, *inputs, *flat, *weights))
+    out = SequenceOutputs(*DNTMSequence.apply(options, *inputs, *state_rows(state), *weights))
     gru, sequential = weights.recurrent_weight is not None, options.writes == "sequential"
-    final = DNTMCarry(
-        out.hidden if gru else None,
-        out.content,
-        out.read_vectors.unflatten(1, (R, W)),
-        out.read_lru,
-        out.write_lru,
-        out.written if sequential else None,
-        out.reads if sequential else None,
+    rows = DNTMStateRows(
+        hidden=out.hidden if gru else None,
+        content=out.content,
+        read_vectors=out.read_vectors,
+        read_lru=out.read_lru,
+        write_lru=out.write_lru,
+        written=out.written if sequential else None,
+        reads=out.reads if sequential else None,
     )
-    features = out.features
-    dh = weights.head_weight.shape[1]
-    steps = DNTMSteps(features, features[..., :dh], features[..., dh:].unflatten(-1, (R, W)))
+    final = model_state(rows, state)
     if not options.trace:
-        return DNTMResult(steps, final)
+        return DNTMResult(out.features, final, None)
     probs = out.probs.view(B, T, J, K, N)
     read_p = probs[:, :, :, :R].reshape(B, T, J * R, N)
     write_p = probs[:, :, :, R:].reshape(B, T, J * H, N)
@@ -72,7 +74,10 @@ def numba_sequence(
     _, _, strengths, gates, erase, alpha, candidates = out.activations.view(B, T, J, -1).split(
         head_sizes(R, H, W, write_key_size, dc), -1
     )
-    steps = steps._replace(
+    trace = step_trace(
+        out.features,
+        state,
+        options,
         read_weights=read_w,
         write_weights=write_w,
         read_probs=read_p,
@@ -84,7 +89,7 @@ def numba_sequence(
         lru_gates=gates.reshape(B, T, J * K),
         memory=out.memory,
     )
-    return DNTMResult(steps, final)
+    return DNTMResult(out.features, final, trace)
 
 
 def checkpoint_interval(steps: int) -> int:
@@ -206,7 +211,7 @@ class DNTMSequence(torch.autograd.Function):
     """A whole D-NTM sequence (eqs. 1-13, section 4's discrete weightings) as one autograd node
     whose forward and backward are single calls of ops/dntm/kernels.py. Called by
     :func:`numba_sequence` with the options and the fields of the records in order (the
-    DNTMInputs, the DNTMCarry with φ flattened to (B, R W), the DNTMWeights); returns the
+    DNTMInputs, the state's :class:`DNTMStateRows`, the DNTMWeights); returns the
     :class:`SequenceOutputs`. The weight gradients are one matrix product each over all
     B T J steps."""
 
@@ -286,10 +291,8 @@ class DNTMSequence(torch.autograd.Function):
     def backward(ctx, *grads):
         d = SequenceOutputs(*grads)
         config = ctx.config
-        kept = SavedTensors(*ctx.saved_tensors[: len(SavedTensors._fields)])
-        rest = ctx.saved_tensors[len(SavedTensors._fields) :]
-        records = NumbaRecords(*rest[: len(NumbaRecords._fields)])
-        flat = rest[len(NumbaRecords._fields) :]
+        # then the per-block checkpoints, block after block
+        kept, records, flat = split_records(ctx.saved_tensors, SavedTensors, NumbaRecords)
         n = len(flat) // len(ctx.parts)
         blocks = [flat[i * n : (i + 1) * n] for i in range(len(ctx.parts))]  # the forward's, per block
         a = as_array
@@ -338,7 +341,7 @@ class DNTMSequence(torch.autograd.Function):
         d_xp, d_a, d_g, d_p, d_address, d_h0, d_phi0, d_c0, d_vr0, d_vw0 = (
             torch.from_numpy(g) for g in grads
         )
-        need = dict(zip(ARGUMENTS, ctx.needs_input_grad[1:]))
+        need = dict(zip(ARGUMENTS, ctx.needs_input_grad[1:]))  # after the options
         phiprev = blocks[0][0] if len(blocks) == 1 else torch.cat([block[0] for block in blocks])
         hnew = records.hnew
         hprev = (
@@ -351,7 +354,7 @@ class DNTMSequence(torch.autograd.Function):
             return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
 
         inputs = DNTMInputs(d_xp, None)
-        state = DNTMCarry(d_h0 if gru else None, d_c0, d_phi0, d_vr0, d_vw0, None, None)
+        state = DNTMStateRows(d_h0 if gru else None, d_c0, d_phi0, d_vr0, d_vw0, None, None)
         weights = DNTMWeights(
             read_weight=outer(d_a, phiprev) if need["read_weight"] else None,
             recurrent_weight=outer(d_g, hprev) if gru and need["recurrent_weight"] else None,

@@ -1,27 +1,36 @@
-"""``dntm_sequence(inputs, state, weights, options, backend="numba") -> (steps, state)``: a whole
-D-NTM sequence over the typed records of records.py, the only way in to the D-NTM's kernels.
-The backend "numba" runs numba_sequence.py's autograd Function over kernels.py (CPU),
-"triton" triton_sequence.py's over triton_kernels.py (GPU; on CPU tensors in Triton's
-interpreter; the options records.triton_covers, else a ValueError), "reference"
-reference.py's tensor loop. The records are checked here, once, for every
-backend; a caller fills them by name and never sees the kernels' argument order or the
-offsets of their outputs.
+"""The D-NTM's whole-sequence op, the only way in to its kernels:
+
+    features, state, trace = dntm_sequence(inputs, state, weights, options, backend="numba")
+
+over the typed records of records.py: ``state`` is the model's own :class:`DNTMState`, the
+trace its :class:`DNTMStepTrace`. The backend "numba" runs numba_sequence.py's autograd
+Function over kernels.py (CPU), "triton" triton_sequence.py's over triton_kernels.py (GPU; on
+CPU tensors in Triton's interpreter; the options records.covers, else a ValueError),
+"reference" reference.py's tensor loop. What each covers: records.covers. The records are
+checked here, once, for every backend; a caller fills them by name and never sees the kernels'
+argument order or the offsets of their outputs.
 """
 
 from __future__ import annotations
 
+from mannlab.ops.controller_codes import TANH
 from mannlab.ops.dntm.records import (
-    BACKENDS,
     MODES,
     NOISY_MODES,
     WRITE_KEYS,
     WRITES,
-    DNTMCarry,
     DNTMInputs,
     DNTMOptions,
     DNTMResult,
+    DNTMState,
     DNTMWeights,
 )
+
+#: the ops package's name (mannlab.ops.dntm) and its backends, compiled ones first: the numba
+#: kernels (CPU), the Triton kernels (GPU; on CPU tensors in Triton's interpreter), the plain
+#: tensor loop of reference.py
+NAME = "dntm"
+BACKENDS = ("numba", "triton", "reference")
 
 
 def _expect_size(name: str, value, shape: tuple) -> None:
@@ -30,7 +39,7 @@ def _expect_size(name: str, value, shape: tuple) -> None:
 
 
 def _check(
-    inputs: DNTMInputs, state: DNTMCarry, weights: DNTMWeights, options: DNTMOptions, backend: str
+    inputs: DNTMInputs, state: DNTMState, weights: DNTMWeights, options: DNTMOptions, backend: str
 ) -> None:
     for name, value, allowed in (
         ("mode", options.mode, MODES),
@@ -41,26 +50,48 @@ def _check(
             raise ValueError(f"DNTMOptions.{name} must be one of {allowed}, got {value!r}")
     if backend not in BACKENDS:
         raise ValueError(f"dntm_sequence's backend must be one of {BACKENDS}, got {backend!r}")
+    if options.activation != TANH:
+        raise ValueError(
+            f"DNTMOptions.activation: the op implements the tanh feed-forward controller (code {TANH}), "
+            f"got code {options.activation!r}"
+        )
+    if inputs.projected.dim() != 3:
+        raise ValueError(f"DNTMInputs.projected must be (B, T, .), got {tuple(inputs.projected.shape)}")
     B, T = inputs.projected.shape[:2]
     R, H = state.read_lru.shape[1], state.write_lru.shape[1]
-    N = state.content.shape[1]
+    N, dc = state.content.shape[1:]
     gru = weights.recurrent_weight is not None
-    if (state.hidden is not None) != gru:
+    if len(state.controller) != int(gru):
         raise ValueError(
-            "DNTMCarry.hidden: the GRU's h (B, d_h) with DNTMWeights.recurrent_weight, None for the "
-            f"feed-forward controller; got {'h' if state.hidden is not None else 'none'} with "
+            "DNTMState.controller: (h,) of the GRU with DNTMWeights.recurrent_weight, () for the "
+            f"feed-forward controller; got {len(state.controller)} tensors with "
             f"{'a' if gru else 'no'} recurrent weight"
         )
+    if state.location:
+        raise ValueError("DNTMState.location: the op has no location-based addressing, give ()")
     sequential = options.writes == "sequential"
     if sequential and H != 1:
         raise ValueError(f"DNTMOptions.writes='sequential' needs one write head, got {H}")
-    if (state.written is not None, state.reads is not None) != (sequential, sequential):
+    if bool(state.counts) != sequential:
         raise ValueError(
-            "DNTMCarry.written and .reads: the counts (B,) and (B, N') with writes='sequential', "
-            f"else None; got writes={options.writes!r}"
+            "DNTMState.counts: the DNTMWriteCounts (B,) and (B, N') with writes='sequential', "
+            f"else (); got writes={options.writes!r}"
         )
-    _expect_size("DNTMCarry.written", state.written, (B,))
-    _expect_size("DNTMCarry.reads", state.reads, (B, N))
+    if sequential:
+        _expect_size("DNTMState.counts.written", state.counts.written, (B,))
+        _expect_size("DNTMState.counts.reads", state.counts.reads, (B, N))
+    W = weights.address.shape[1] + dc
+    for field, tensor, shape in (
+        ("DNTMState.content", state.content, (B, N, dc)),
+        ("DNTMState.read_vectors", state.read_vectors, (B, R, W)),
+        ("DNTMState.read_lru", state.read_lru, (B, R, N)),
+        ("DNTMState.write_lru", state.write_lru, (B, H, N)),
+        ("DNTMWeights.read_weight", weights.read_weight, (weights.read_weight.shape[0], R * W)),
+        ("DNTMWeights.address", weights.address, (N, W - dc)),
+    ):
+        _expect_size(field, tensor, shape)
+    if gru:
+        _expect_size("DNTMState.controller[0]", state.controller[0], (B, weights.head_weight.shape[1]))
     noisy = options.mode in NOISY_MODES
     if (inputs.draws is not None) != noisy:
         raise ValueError(
@@ -73,14 +104,14 @@ def _check(
 
 def dntm_sequence(
     inputs: DNTMInputs,
-    state: DNTMCarry,
+    state: DNTMState,
     weights: DNTMWeights,
     options: DNTMOptions = DNTMOptions(),
     backend: str = "numba",
 ) -> DNTMResult:
     """A whole sequence of D-NTM steps (eqs. 1-13, section 4's discrete weightings): the
-    per-step features [h_t; φ_t] and, with ``options.trace``, the weightings, head activations
-    and memory (:class:`DNTMSteps`), and the final state. Differentiable in the input
+    per-step features [h_t; φ_t], the final state and, with ``options.trace``, the per-step
+    internals (:class:`DNTMStepTrace`). Differentiable in the input
     projections, h_0, C_0, φ_0, the LRU averages v_0 and every weight (not in the draws or the
     counts of sequential writes)."""
     _check(inputs, state, weights, options, backend)
@@ -97,4 +128,4 @@ def dntm_sequence(
     return numba_sequence(inputs, state, weights, options)
 
 
-__all__ = ["dntm_sequence"]
+__all__ = ["BACKENDS", "NAME", "dntm_sequence"]

@@ -21,13 +21,14 @@ from mannlab.nn import sampling
 from mannlab.ops.dntm.records import (
     LRU_DECAY,
     SIMILARITY_EPS,
-    DNTMCarry,
     DNTMInputs,
     DNTMOptions,
     DNTMResult,
-    DNTMSteps,
+    DNTMState,
     DNTMWeights,
+    DNTMWriteCounts,
     head_sizes,
+    step_trace,
 )
 
 # ---------------------------------------------------------------- one addressing step
@@ -183,10 +184,12 @@ def used_weights(probs, logits, exp, options: DNTMOptions) -> torch.Tensor:
 
 
 def dntm_reference(
-    inputs: DNTMInputs, state: DNTMCarry, weights: DNTMWeights, options: DNTMOptions
+    inputs: DNTMInputs, state: DNTMState, weights: DNTMWeights, options: DNTMOptions
 ) -> DNTMResult:
-    """The per-step values (:class:`DNTMSteps`) and the final state of a whole sequence."""
-    h, content, reads, read_v, write_v, written, read_counts = state
+    """The features [h_t; φ_t], the final state and the trace (if asked) of a whole sequence."""
+    h = state.controller[0] if state.controller else None
+    _, content, reads, read_v, write_v, _, counts = state
+    written, read_counts = counts if counts else (None, None)
     B, T = inputs.projected.shape[:2]
     R, H = read_v.shape[1], write_v.shape[1]
     N, dc = content.shape[1:]
@@ -245,18 +248,23 @@ def dntm_reference(
         features.append(torch.cat([h, reads.flatten(1)], dim=-1))
         memories.append(torch.cat([address, content], dim=-1))  # M_t after the step's writes
     out = torch.stack(features, 1)
-    dh = weights.head_weight.shape[1]  # d_h
-    steps = DNTMSteps(out, out[..., :dh], out[..., dh:].unflatten(-1, (R, W)))
-    hidden = h if weights.recurrent_weight is not None else None
-    final = DNTMCarry(hidden, content, reads, read_v, write_v, written, read_counts)
+    controller = (h,) if weights.recurrent_weight is not None else ()
+    counts = ()
+    if options.writes == "sequential":
+        assert written is not None and read_counts is not None  # carried with these writes
+        counts = DNTMWriteCounts(written, read_counts)
+    final = DNTMState(controller, content, reads, read_v, write_v, (), counts)
     if not options.trace:
-        return DNTMResult(steps, final)
+        return DNTMResult(out, final, None)
 
     def stacked(values, *shape):  # the T J steps' values (B, ...) -> (B, T, *shape)
         return torch.stack(values, 1).reshape(B, T, *shape)
 
     read_ws, write_ws, read_ps, write_ps, step_heads = zip(*per_step)
-    steps = steps._replace(
+    trace = step_trace(
+        out,
+        state,
+        options,
         read_weights=stacked(read_ws, J * R, N),
         write_weights=stacked(write_ws, J * H, N),
         read_probs=stacked(read_ps, J * R, N),
@@ -268,4 +276,4 @@ def dntm_reference(
         lru_gates=stacked([hd.gates for hd in step_heads], J * (R + H)),
         memory=torch.stack(memories, 1),
     )
-    return DNTMResult(steps, final)
+    return DNTMResult(out, final, trace)

@@ -4,7 +4,7 @@ the GPU's counterpart of numba_sequence.py, reached through
 Triton's interpreter (TRITON_INTERPRET=1), which is how tests/ops/test_dntm_ops.py checks them
 without a GPU.
 
-The kernels cover what records.triton_covers says; the op refuses the rest. The forward
+The kernels cover what records.covers says; the op refuses the rest. The forward
 launches one kernel over tiles of batch rows with the time loop inside; the backward one kernel
 with the time loop reversed, which returns the gradients of every step's pre-activations; the
 weight gradients are then one matrix product each over all B T steps. The trace's head
@@ -22,14 +22,17 @@ from mannlab.ops.dntm import triton_kernels as kernels
 from mannlab.ops.dntm.records import (
     MODES,
     NOISY_MODES,
-    DNTMCarry,
     DNTMInputs,
     DNTMOptions,
     DNTMResult,
-    DNTMSteps,
+    DNTMState,
+    DNTMStateRows,
     DNTMWeights,
+    covers,
     head_sizes,
-    triton_covers,
+    model_state,
+    state_rows,
+    step_trace,
 )
 from mannlab.ops.dntm.reference import activate_heads
 from mannlab.ops.triton_math import padded
@@ -180,11 +183,12 @@ class DNTMTritonSequence(torch.autograd.Function):
 
 
 def triton_sequence(
-    inputs: DNTMInputs, state: DNTMCarry, weights: DNTMWeights, options: DNTMOptions
+    inputs: DNTMInputs, state: DNTMState, weights: DNTMWeights, options: DNTMOptions
 ) -> DNTMResult:
     """The whole-sequence op on the Triton kernels (CUDA float32 tensors; any device in
-    Triton's interpreter), for the options :func:`triton_covers`."""
-    if not triton_covers(options):
+    Triton's interpreter), for the options records.covers: the state in and out as the
+    kernels' rows (records.state_rows, records.model_state)."""
+    if not covers(options, weights, "triton"):
         raise ValueError(
             "the D-NTM's Triton kernels implement addressing_steps=1 with writes='learned', got "
             f"addressing_steps={options.addressing_steps}, writes={options.writes!r}: take backend "
@@ -197,22 +201,21 @@ def triton_sequence(
     W = state.read_vectors.shape[-1]
     gru = weights.recurrent_weight is not None
     draws = inputs.draws.contiguous() if inputs.draws is not None else xp.new_ones(1)
+    start = state_rows(state)
     out, h, phi, content, read_v, write_v, probs, params, contents = DNTMTritonSequence.apply(
         options,
         draws,
         xp,
-        state.hidden,
-        state.content,
-        state.read_vectors.flatten(1),
-        state.read_lru,
-        state.write_lru,
+        start.hidden,
+        start.content,
+        start.read_vectors,
+        start.read_lru,
+        start.write_lru,
         *weights,
     )
-    final = DNTMCarry(h if gru else None, content, phi.unflatten(1, (R, W)), read_v, write_v)
-    dh = weights.head_weight.shape[1]
-    steps = DNTMSteps(out, out[..., :dh], out[..., dh:].unflatten(-1, (R, W)))
+    final = model_state(DNTMStateRows(h if gru else None, content, phi, read_v, write_v), state)
     if not options.trace:
-        return DNTMResult(steps, final)
+        return DNTMResult(out, final, None)
     probs = probs.transpose(0, 1)  # (B, T, R + H, N')
     read_p, write_p = probs[:, :, :R], probs[:, :, R:]
     if options.mode != "soft":  # the one-hots (of the samples from the draws E), without a gradient
@@ -230,7 +233,10 @@ def triton_sequence(
     x_write = xp[..., weights.read_weight.shape[0] :].reshape(B * T, -1)
     heads = activate_heads(params.transpose(0, 1).reshape(B * T, -1).split(sizes, -1), x_write, W)
     address = weights.address.to(content.dtype).expand(B, T, -1, -1)
-    steps = steps._replace(
+    trace = step_trace(
+        out,
+        state,
+        options,
         read_weights=read_w,
         write_weights=write_w,
         read_probs=read_p,
@@ -242,4 +248,4 @@ def triton_sequence(
         lru_gates=heads.gates.view(B, T, R + H),
         memory=torch.cat([address, contents.transpose(0, 1)], -1),
     )
-    return DNTMResult(steps, final)
+    return DNTMResult(out, final, trace)

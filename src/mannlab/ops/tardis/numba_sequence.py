@@ -15,14 +15,16 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
+from mannlab.ops.fields import split_records
 from mannlab.ops.tardis.records import (
     MODES,
-    TARDISCarry,
     TARDISInputs,
     TARDISOptions,
+    TARDISOutputs,
     TARDISResult,
-    TARDISSteps,
+    TARDISState,
     TARDISWeights,
+    sequence_result,
 )
 from mannlab.ops.threads import KEEP, SUM, Blocks, Rows
 
@@ -83,15 +85,11 @@ def kernel_weights(inputs: TARDISInputs, content: torch.Tensor, weights: TARDISW
 
 
 def numba_sequence(
-    inputs: TARDISInputs, state: TARDISCarry, weights: TARDISWeights, options: TARDISOptions
+    inputs: TARDISInputs, state: TARDISState, weights: TARDISWeights, options: TARDISOptions
 ) -> TARDISResult:
     """The whole-sequence op on the numba kernels (CPU float32/float64 tensors)."""
     outputs = TARDISSequence.apply(options, *inputs, *state, *kernel_weights(inputs, state.content, weights))
-    steps = TARDISSteps(*outputs[:8])
-    c, content, counts, last_read = outputs[8:]
-    T = inputs.gates.shape[1]
-    final = TARDISCarry(steps.hidden[:, -1].clone(), c, content, counts, last_read, state.steps + T)
-    return TARDISResult(steps, final)
+    return sequence_result(TARDISOutputs(*outputs), state, options, inputs.logistic is not None)
 
 
 class NumbaRecords(NamedTuple):
@@ -149,29 +147,35 @@ class SavedTensors(NamedTuple):
 class TARDISSequence(torch.autograd.Function):
     """A whole sequence of TARDIS steps (eqs. 1-10, 18-19, the writes of algorithm 1) as one
     autograd node whose forward and backward are single calls of ops/tardis/kernels.py.
-    Outputs: h_t, r_t, p_t = softmax(π_t), the read and write one-hots, [α_t, β_t], 1/τ_t, u_t
-    (B, T, .) and the final c, C, read counts, last read. Gradients not asked for are None
+    Inputs: the fields of :class:`TARDISInputs`, :class:`TARDISState` and :class:`KernelWeights`
+    side by side; outputs: the fields of :class:`TARDISOutputs`. Gradients not asked for are None
     (``set_materialize_grads(False)``), so parameters no gradient reaches stay None as on the
     tensor path (the read MLP under argmax reads, the temperature layer when 1/τ is unused).
     The weight gradients are one matrix product each over all B * T steps."""
 
     @staticmethod
     def forward(ctx, options: TARDISOptions, *tensors):
-        n_in, n_state = len(TARDISInputs._fields), len(TARDISCarry._fields)
-        xg, xr, gumbel, logistic, mask = TARDISInputs(*tensors[:n_in])
-        h0, c0, C0, counts0, last0, steps0 = TARDISCarry(*tensors[n_in : n_in + n_state])
-        w = KernelWeights(*tensors[n_in + n_state :])
-        mp0, aproj, address, w_hg, w_rg, w_m, w_c, w_qh, w_qu, score, w_tau, b_tau = w[:12]
-        lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b = w[12:]
+        inputs, state, w, _ = split_records(tensors, TARDISInputs, TARDISState, KernelWeights)
+        xg, xr, gumbel, logistic, mask = inputs
+        h0, c0, C0, counts0, last0, steps0 = state
         mode, train, learned = MODES.index(options.mode), logistic is not None, options.learned_temperature
-        use_ln, keep = lng_w is not None, options.keep
+        use_ln, keep = w.ln_gates_weight is not None, options.keep
         a = as_array
         dtype = a(xg).dtype
         none = np.zeros((1, 1, 1), dtype)
         one = np.ones(1, dtype)
-        lnv = [a(p) if p is not None else one for p in (lng_w, lng_b, lnc_w, lnc_b, lnm_w, lnm_b)]
+        norms = (
+            w.ln_gates_weight,
+            w.ln_gates_bias,
+            w.ln_candidate_weight,
+            w.ln_candidate_bias,
+            w.ln_cell_weight,
+            w.ln_cell_bias,
+        )
+        lnv = [a(p) if p is not None else one for p in norms]
         # everything h_t multiplies, [W_m; W_h; W_h^γ; w^τ] (c + 4d + 2 + m + 1, d): one product
-        w_h = torch.cat([w_m, w_hg, w_qh, w_tau.view(1, -1)]).detach()
+        h_rows = (w.micro_state, w.hidden_gates, w.read_hidden, w.temperature_weight.view(1, -1))
+        w_h = torch.cat(h_rows).detach()
         kernels = dispatch.load("tardis")
         assert kernels is not None  # dispatch chose this path: they loaded
         (h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last, saved) = threads.call(
@@ -186,18 +190,18 @@ class TARDISSequence(torch.autograd.Function):
                 Rows(a(h0)),
                 Rows(a(c0)),
                 Rows(a(C0)),
-                Rows(a(mp0)),
-                a(aproj),
-                a(address),
+                Rows(a(w.memory_projection)),
+                a(w.address_projection),
+                a(w.address),
                 Rows(a(counts0)),
                 Rows(a(last0)),
                 Rows(a(steps0)),
                 a(w_h.t()),
-                a(w_rg.t()),
-                a(w_c.t()),
-                a(w_qu.t()),
-                a(score),
-                a(b_tau),
+                a(w.read_gates.t()),
+                a(w.read_content.t()),
+                a(w.read_usage.t()),
+                a(w.read_score),
+                a(w.temperature_bias),
                 learned,
                 float(options.inverse_temperature),
                 use_ln,
@@ -235,16 +239,16 @@ class TARDISSequence(torch.autograd.Function):
                 usage=usage,
                 C=C,
                 mask=mask,
-                address=address,
-                aproj=aproj,
+                address=w.address,
+                aproj=w.address_projection,
                 steps0=steps0,
                 w_h=w_h,
-                w_rg=w_rg,
-                w_c=w_c,
-                score=score,
-                lng_w=lng_w,
-                lnc_w=lnc_w,
-                lnm_w=lnm_w,
+                w_rg=w.read_gates,
+                w_c=w.read_content,
+                score=w.read_score,
+                lng_w=w.ln_gates_weight,
+                lnc_w=w.ln_candidate_weight,
+                lnm_w=w.ln_cell_weight,
             )
             ctx.save_for_backward(*kept, *(torch.from_numpy(v) for block in saved.values for v in block))
         ctx.options, ctx.parts = (mode, learned, use_ln, options.reset_temperature), saved.parts
@@ -268,8 +272,8 @@ class TARDISSequence(torch.autograd.Function):
         d_last,
     ):
         mode, learned, use_ln, reset_temperature = ctx.options
-        kept = SavedTensors(*ctx.saved_tensors[: len(SavedTensors._fields)])
-        flat = ctx.saved_tensors[len(SavedTensors._fields) :]  # the kernels' records, block after block
+        # then the kernels' records, block after block
+        kept, flat = split_records(ctx.saved_tensors, SavedTensors)
         (
             h_all,
             r_all,
@@ -389,5 +393,5 @@ class TARDISSequence(torch.autograd.Function):
             ln_cell_bias=ln[5],
         )
         inputs = TARDISInputs(d_xg, read[0], None, None, None)
-        state = TARDISCarry(d_h0, d_c0, d_C0, None, None, None)
+        state = TARDISState(d_h0, d_c0, d_C0, None, None, None)
         return None, *inputs, *state, *weights

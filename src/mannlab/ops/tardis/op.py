@@ -1,40 +1,56 @@
 """TARDIS's whole-sequence op, the one entry to its kernels:
 
-    steps, state = tardis_sequence(inputs, state, weights, options, backend="numba")
+    features, state, trace = tardis_sequence(inputs, state, weights, options, backend="numba")
 
-over the typed records of records.py. ``backend`` picks the implementation: "numba" the autograd
+over the typed records of records.py: ``state`` is the model's own :class:`TARDISState`, the
+trace its :class:`TARDISStepTrace`. ``backend`` picks the implementation: "numba" the autograd
 Function over the CPU kernels (numba_sequence.py), "triton" the one over the Triton kernels
-(triton_sequence.py; GPU, or CPU tensors in Triton's interpreter; sizes records.triton_covers,
-else a ValueError), "reference" the plain tensor loop (reference.py); callers build the records
-by name and never see a kernel's argument order.
+(triton_sequence.py; GPU, or CPU tensors in Triton's interpreter; sizes records.covers, else a
+ValueError), "reference" the plain tensor loop (reference.py); callers build the records by name
+and never see a kernel's argument order. What each backend covers: records.covers.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
+import torch
+
 from mannlab.ops.tardis.records import (
-    BACKENDS,
     MODES,
     NOISY_MODES,
-    TARDISCarry,
     TARDISInputs,
     TARDISOptions,
     TARDISResult,
+    TARDISState,
     TARDISWeights,
+    sizes,
 )
 
+#: the ops package's name (mannlab.ops.tardis) and its backends, compiled ones first: the numba
+#: kernels (CPU), the Triton kernels (GPU; on CPU tensors in Triton's interpreter), the plain
+#: tensor loop of reference.py
+NAME = "tardis"
+BACKENDS = ("numba", "triton", "reference")
 
-def _expect_shape(name: str, value, shape: tuple) -> None:
+
+def _expect_shape(name: str, value: Optional[torch.Tensor], shape: tuple) -> None:
     if value is not None and tuple(value.shape) != shape:
-        raise ValueError(f"TARDISInputs.{name} must be {shape}, got {tuple(value.shape)}")
+        raise ValueError(f"{name} must be {shape}, got {tuple(value.shape)}")
 
 
-def _check(inputs: TARDISInputs, state: TARDISCarry, options: TARDISOptions, backend: str) -> None:
+def _check(
+    inputs: TARDISInputs, state: TARDISState, weights: TARDISWeights, options: TARDISOptions, backend: str
+) -> None:
     if options.mode not in MODES:
         raise ValueError(f"TARDISOptions.mode must be one of {MODES}, got {options.mode!r}")
     if backend not in BACKENDS:
         raise ValueError(f"tardis_sequence's backend must be one of {BACKENDS}, got {backend!r}")
+    if inputs.gates.dim() != 3:
+        raise ValueError(f"TARDISInputs.gates must be (B, T, G), got {tuple(inputs.gates.shape)}")
     B, T = inputs.gates.shape[:2]
-    d, k = state.hidden.shape[-1], state.content.shape[1]
+    d, k, q, m = sizes(weights)
+    c = state.content.shape[-1]
     noisy = inputs.logistic is not None and options.mode in NOISY_MODES
     if (inputs.gumbel is not None) != noisy:
         raise ValueError(
@@ -43,25 +59,36 @@ def _check(inputs: TARDISInputs, state: TARDISCarry, options: TARDISOptions, bac
             f"{'none' if inputs.gumbel is None else 'noise'} for mode {options.mode!r} "
             f"{'in training' if inputs.logistic is not None else 'at evaluation'}"
         )
-    _expect_shape("gumbel", inputs.gumbel, (T, B, k))
-    _expect_shape("logistic", inputs.logistic, (T, B, 2))
-    _expect_shape("dropout", inputs.dropout, (T, B, d))
-    _expect_shape("gates", inputs.gates, (B, T, 4 * d + 2))
+    _expect_shape("TARDISInputs.gumbel", inputs.gumbel, (T, B, k))
+    _expect_shape("TARDISInputs.logistic", inputs.logistic, (T, B, 2))
+    _expect_shape("TARDISInputs.dropout", inputs.dropout, (T, B, d))
+    _expect_shape("TARDISInputs.gates", inputs.gates, (B, T, 4 * d + 2))
+    _expect_shape("TARDISInputs.read", inputs.read, (B, T, m))
+    _expect_shape("TARDISState.hidden", state.hidden, (B, d))
+    _expect_shape("TARDISState.cell", state.cell, (B, d))
+    _expect_shape("TARDISState.content", state.content, (B, k, c))
+    _expect_shape("TARDISState.read_counts", state.read_counts, (B, k))
+    _expect_shape("TARDISState.last_read", state.last_read, (B, k))
+    _expect_shape("TARDISState.steps", state.steps, (B,))
+    _expect_shape("TARDISWeights.address", weights.address, (k, q - c))
+    _expect_shape("TARDISWeights.read_gates", weights.read_gates, (4 * d + 2, q))
+    _expect_shape("TARDISWeights.micro_state", weights.micro_state, (c, d))
 
 
 def tardis_sequence(
     inputs: TARDISInputs,
-    state: TARDISCarry,
+    state: TARDISState,
     weights: TARDISWeights,
     options: TARDISOptions = TARDISOptions(),
     backend: str = "numba",
 ) -> TARDISResult:
     """A whole sequence of TARDIS steps (eqs. 1-10, 18-19, the writes of algorithm 1): the
-    per-step h_t, r_t and trace values (:class:`TARDISSteps`) and the final state.
-    Differentiable in the input projections, h_0, c_0, C_0 and every weight (not in the noise,
-    the masks, the counts or the addresses). ``backend``: one of :data:`BACKENDS`, "numba"
-    (CPU), "triton" (GPU, or Triton's interpreter) or "reference"."""
-    _check(inputs, state, options, backend)
+    features [h_t; r_t] (B, T, d + q) the fusion g of eq. 11 reads, the final state and, with
+    ``options.trace``, the per-step internals (:class:`TARDISStepTrace`). Differentiable in the
+    input projections, h_0, c_0, C_0 and every weight (not in the noise, the masks, the counts
+    or the addresses). ``backend``: one of :data:`BACKENDS`, "numba" (CPU), "triton" (GPU, or
+    Triton's interpreter) or "reference"."""
+    _check(inputs, state, weights, options, backend)
     if backend == "reference":
         from mannlab.ops.tardis.reference import tardis_reference
 
@@ -75,4 +102,4 @@ def tardis_sequence(
     return numba_sequence(inputs, state, weights, options)
 
 
-__all__ = ["tardis_sequence"]
+__all__ = ["BACKENDS", "NAME", "tardis_sequence"]

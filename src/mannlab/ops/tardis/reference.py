@@ -15,12 +15,13 @@ import torch.nn.functional as F
 
 from mannlab.nn import sampling
 from mannlab.ops.tardis.records import (
-    TARDISCarry,
     TARDISInputs,
     TARDISOptions,
+    TARDISOutputs,
     TARDISResult,
-    TARDISSteps,
+    TARDISState,
     TARDISWeights,
+    sequence_result,
 )
 
 
@@ -43,10 +44,10 @@ def read_weights(logits, gumbel, inverse_temperature, options: TARDISOptions, tr
 
 
 def tardis_reference(
-    inputs: TARDISInputs, state: TARDISCarry, weights: TARDISWeights, options: TARDISOptions
+    inputs: TARDISInputs, state: TARDISState, weights: TARDISWeights, options: TARDISOptions
 ) -> TARDISResult:
-    """The per-step values h_t, r_t, w̄^r_t, w^r_t, w^w_t, [α_t, β_t], 1/τ_t, u_t (B, T, .) and
-    the final state of a whole sequence."""
+    """The features [h_t; r_t] (B, T, d + q), the final state and the trace (the per-step
+    w^r_t, w^w_t, w̄^r_t, r_t, h_t, [α_t, β_t], 1/τ_t, u_t) of a whole sequence."""
     h, c, content, counts, last_read, steps = state
     d, k = h.shape[-1], content.shape[1]
     train = inputs.logistic is not None
@@ -95,9 +96,9 @@ def tardis_reference(
         content = content + write_w.unsqueeze(-1) * (value.unsqueeze(1) - content)
         hard = read_w.detach()
         counts, last_read = counts + hard, hard
-        per_step.append(
+        per_step.append(  # TARDISOutputs' per-step fields, in order
             (h, r, torch.softmax(logits, -1), read_w, write_w, resets, inverse_temperature.squeeze(-1), usage)
         )
-    steps_out = TARDISSteps(*(torch.stack(field, 1) for field in zip(*per_step)))
-    final = TARDISCarry(h, c, content, counts, last_read, steps + inputs.gates.shape[1])
-    return TARDISResult(steps_out, final)
+    stacked = [torch.stack(field, 1) for field in zip(*per_step)]
+    outputs = TARDISOutputs._make([*stacked, c, content, counts, last_read])
+    return sequence_result(outputs, state, options, train)

@@ -18,7 +18,7 @@ read MLP's width, G = 4 d + 2):
     C_t: row n <- W_m h_t while n < k (n steps since the memory was empty), else the row
          just read                                                 eq. 2, algorithm 1
 
-They cover every configuration of the op (records.triton_covers: each size at most
+They cover every configuration of the op (records.covers: each size at most
 records.TRITON_MAX_SIZE). One program per tile of BLOCK_B batch rows; each step has a tile
 phase (the usage, 1/τ, the read MLP's query, the controller, the written value W_m h_t: the
 tile's rows at once, h and c in registers) and a rows' phase (each row's read on its memory in

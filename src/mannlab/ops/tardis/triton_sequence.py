@@ -13,20 +13,25 @@ the score a's (summed here from each step's terms) and the layer norms' gains an
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 from torch.autograd.function import once_differentiable
 
+from mannlab.ops.fields import split_records
 from mannlab.ops.tardis import triton_kernels as kernels
 from mannlab.ops.tardis.records import (
     MODES,
-    TARDISCarry,
+    TRITON_MAX_SIZE,
     TARDISInputs,
     TARDISOptions,
+    TARDISOutputs,
     TARDISResult,
-    TARDISSteps,
+    TARDISState,
     TARDISWeights,
-    triton_covers,
+    covers,
+    sequence_result,
 )
 from mannlab.ops.triton_math import padded
 
@@ -56,18 +61,45 @@ def _outer(grad: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return grad.reshape(-1, grad.shape[-1]).t() @ value.reshape(-1, value.shape[-1])
 
 
+class SavedInputs(NamedTuple):
+    """What the forward keeps of its inputs for the backward, before the weights (the noise
+    as the kernels took it: a placeholder where absent)."""
+
+    gates: torch.Tensor
+    read: torch.Tensor
+    gumbel: torch.Tensor
+    logistic: torch.Tensor
+    dropout: torch.Tensor
+    hidden: torch.Tensor
+    steps: torch.Tensor
+    last_read: torch.Tensor
+
+
+class SavedOutputs(NamedTuple):
+    """What the forward keeps of its outputs for the backward, after the weights: h_t, r_t,
+    softmax(π_t), the one-hots, [α_t, β_t], u_t, and with ``keep`` every step's c_t and C_t."""
+
+    hidden: torch.Tensor
+    reads: torch.Tensor
+    read_probs: torch.Tensor
+    read_weights: torch.Tensor
+    write_weights: torch.Tensor
+    resets: torch.Tensor
+    usage: torch.Tensor
+    cells: torch.Tensor
+    contents: torch.Tensor
+
+
 class TARDISTritonSequence(torch.autograd.Function):
-    """forward(options, *TARDISInputs, *TARDISCarry, *TARDISWeights) -> h_t, r_t, softmax(π_t),
-    the read and write one-hots, [α_t, β_t], 1/τ_t, u_t (B, T, .) and the final c, C, read
-    counts and last read, as numba_sequence.TARDISSequence. Gradients not asked for are None,
+    """forward(options, *TARDISInputs, *TARDISState, *TARDISWeights) -> the fields of
+    :class:`TARDISOutputs`, as numba_sequence.TARDISSequence. Gradients not asked for are None,
     so parameters no gradient reaches stay None as on the tensor path."""
 
     @staticmethod
     def forward(ctx, options: TARDISOptions, *tensors):
-        n_in, n_state = len(TARDISInputs._fields), len(TARDISCarry._fields)
-        xg, xr, gumbel, logistic, mask = TARDISInputs(*tensors[:n_in])
-        h0, c0, C0, counts0, last0, steps0 = TARDISCarry(*tensors[n_in : n_in + n_state])
-        weights = TARDISWeights(*tensors[n_in + n_state :])
+        inputs, state, weights, _ = split_records(tensors, TARDISInputs, TARDISState, TARDISWeights)
+        xg, xr, gumbel, logistic, mask = inputs
+        h0, c0, C0, counts0, last0, steps0 = state
         xg, xr, steps0 = xg.contiguous(), xr.contiguous(), steps0.contiguous()  # the backward reads them too
         B, T, _ = xg.shape
         D, K, C = h0.shape[1], C0.shape[1], C0.shape[2]
@@ -94,10 +126,10 @@ class TARDISTritonSequence(torch.autograd.Function):
         records = (new(B, T, D), new(B, T, K, C)) if keep else (new(1), new(1))
         dummy = new(1)
         noise = tuple(v.contiguous() if v is not None else dummy for v in (gumbel, logistic, mask))
-        state = [v.contiguous() for v in (h0, c0, counts0, last0)]
+        rows = [v.contiguous() for v in (h0, c0, counts0, last0)]
         sizes = _sizes(D, K, A, C, M)
         kernels.tardis_forward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
-            xg, xr, *noise, *state, steps0, *flat, *outputs, *records, new(B, sizes["S"]),
+            xg, xr, *noise, *rows, steps0, *flat, *outputs, *records, new(B, sizes["S"]),
             B, T, float(options.inverse_temperature), float(options.eps), float(options.last_read_penalty),
             float(options.reset_temperature), float(options.usage_eps), **sizes,
             MODE=MODES.index(options.mode), TRAIN=int(train), LEARNED=int(learned), LN=int(use_ln),
@@ -126,14 +158,12 @@ class TARDISTritonSequence(torch.autograd.Function):
         d_usage, d_c, d_content, d_counts, d_last = rest
         options = ctx.options
         train, learned, use_ln, use_mask = ctx.flags
-        saved = ctx.saved_tensors
-        xg, xr, gumbel, logistic, mask, h0, steps0, last0 = saved[:8]
-        n_flat = len(TARDISWeights._fields)
-        flat = saved[8 : 8 + n_flat]
-        h_all, r_all, probs, read_w, write_w, resets, usage, cs, mems = saved[8 + n_flat :]
+        ins, flat, outs, _ = split_records(ctx.saved_tensors, SavedInputs, TARDISWeights, SavedOutputs)
+        xg, xr, gumbel, logistic, mask, h0, steps0, last0 = ins
+        h_all, r_all, probs, read_w, write_w, resets, usage, cs, mems = outs
         B, T, D = h_all.shape
         K, C = mems.shape[2], mems.shape[3]
-        address, M = flat[0], flat[4].shape[0]
+        address, M = flat.address, flat.read_memory.shape[0]
         gumbel_st = options.mode == "gumbel" and train
         read_grad = gumbel_st or d_probs is not None  # does any gradient reach π?
         tau_grad = learned and (gumbel_st or d_tau is not None)
@@ -183,7 +213,7 @@ class TARDISTritonSequence(torch.autograd.Function):
             None, _outer(d_hp, hprev), _outer(d_rp, r_all), _outer(d_value, h_all), *read, *temperature, *ln
         )
         inputs = TARDISInputs(d_xg, d_xr, None, None, None)
-        state = TARDISCarry(d_h0, d_c0, d_C0, None, None, None)
+        state = TARDISState(d_h0, d_c0, d_C0, None, None, None)
         return None, *inputs, *state, *weights
 
 
@@ -195,21 +225,17 @@ def _flat_weights(weights: TARDISWeights, like: torch.Tensor) -> tuple:
 
 
 def triton_sequence(
-    inputs: TARDISInputs, state: TARDISCarry, weights: TARDISWeights, options: TARDISOptions
+    inputs: TARDISInputs, state: TARDISState, weights: TARDISWeights, options: TARDISOptions
 ) -> TARDISResult:
     """The whole-sequence op on the Triton kernels (CUDA float32 tensors; any device in
-    Triton's interpreter), for the sizes :func:`triton_covers`."""
-    d, k, c = state.hidden.shape[1], state.content.shape[1], state.content.shape[2]
-    a, m = weights.address.shape[1], weights.read_memory.shape[0]
-    if not triton_covers(options, d, k, a + c, m):
+    Triton's interpreter), for the sizes records.covers."""
+    if not covers(options, weights, "triton"):
+        d, k, c = state.hidden.shape[1], state.content.shape[1], state.content.shape[2]
+        a, m = weights.address.shape[1], weights.read_memory.shape[0]
         raise ValueError(
-            "TARDIS's Triton kernels implement sizes up to records.TRITON_MAX_SIZE, got d_h="
+            f"TARDIS's Triton kernels implement sizes up to {TRITON_MAX_SIZE}, got d_h="
             f"{d}, slots={k}, address + content={a + c}, read MLP={m}: take backend 'numba' or "
             "'reference'"
         )
     outputs = TARDISTritonSequence.apply(options, *inputs, *state, *weights)
-    steps = TARDISSteps(*outputs[:8])
-    c_T, content, counts, last_read = outputs[8:]
-    T = inputs.gates.shape[1]
-    final = TARDISCarry(steps.hidden[:, -1].clone(), c_T, content, counts, last_read, state.steps + T)
-    return TARDISResult(steps, final)
+    return sequence_result(TARDISOutputs(*outputs), state, options, inputs.logistic is not None)

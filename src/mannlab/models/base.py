@@ -167,11 +167,6 @@ class MemoryCell(nn.Module):
         state, the trace stacked over time or None)."""
         raise NotImplementedError(f"{type(self).__name__} has no op")
 
-    #: the ops package of this cell's compiled whole-sequence path ("tardis"), or None
-    kernel_ops: Optional[str] = None
-    #: the kernels its ops package has: numba (CPU) and, where written, Triton (GPU)
-    kernel_backends: tuple[str, ...] = ("numba",)
-
     def precompute(self, x: torch.Tensor) -> torch.Tensor:
         """The input's projections for every step at once (outside the time loop)."""
         raise NotImplementedError(f"{type(self).__name__} defines precompute")
@@ -183,23 +178,6 @@ class MemoryCell(nn.Module):
     def initial_state(self, batch_size: int, device: Any = None, dtype: Any = None) -> Any:
         """The state a sequence starts from."""
         raise NotImplementedError(f"{type(self).__name__} defines initial_state")
-
-    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool:
-        """Whether the kernels of ``backend`` implement this configuration (and the trace, if
-        asked)."""
-        return True
-
-    def kernels_pay(self, batch: int, backward: bool) -> bool:
-        """Whether the compiled path beats the step loop at this batch size; ``backward``: a
-        graph is recorded (training)."""
-        return True
-
-    def run_kernels(
-        self, x: torch.Tensor, state: Any, with_trace: bool, backward: bool, backend: str = "numba"
-    ):
-        """All steps of x (B, T, I) in the kernels of ``backend``: (features (B, T, F), final
-        state, the per-step trace fields stacked over time or None)."""
-        raise NotImplementedError(f"{type(self).__name__} has no compiled path")
 
     def forward(self, x_t: torch.Tensor, state: Any = None, return_trace: bool = False):
         """One step on x_t (B, input_size); state None starts a new sequence."""
@@ -266,12 +244,9 @@ def _plan(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool) -> tu
 
 
 def sequence_backend(cell: MemoryCell, x: torch.Tensor, state: Any = None, with_trace: bool = False) -> str:
-    """The backend a pass of ``cell`` over x (B, T, I) takes: "numba", "triton", or "" (the
-    step loop)."""
-    if cell.op is None:
-        route = dispatch.route(cell, x, state, with_trace)
-        return route.backend if route.compiled else ""
-    return _plan(cell, x, state, with_trace)[0]
+    """The backend a pass of ``cell`` over x (B, T, I) takes: "numba", "triton", "compiled", or
+    "" (the step loop)."""
+    return _plan(cell, x, state, with_trace)[0] if cell.op is not None else ""
 
 
 def run_sequence(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool):
@@ -281,12 +256,6 @@ def run_sequence(cell: MemoryCell, x: torch.Tensor, state: Any, with_trace: bool
         backend, options, weights = _plan(cell, x, state, with_trace)
         if backend:
             return cell.run_op(x, state, options, weights, backend)
-        return run_steps(cell, x, state, with_trace)
-    route = dispatch.route(cell, x, state, with_trace)
-    if route.compiled and route.backend == "triton":
-        return cell.run_kernels(x, state, with_trace, route.backward, backend="triton")
-    if route.compiled:
-        return cell.run_kernels(x, state, with_trace, route.backward)
     return run_steps(cell, x, state, with_trace)
 
 
@@ -349,20 +318,14 @@ class SequenceModel(Model):
         one draw from torch's RNG."""
 
     def kernel_backends(self) -> tuple[str, ...]:
-        """The kernels a training pass of this configuration can run on: "numba" (CPU),
-        "triton" (GPU, where Triton is installed and the kernels have run on a GPU); () for models
-        without memory kernels."""
+        """The kernels a training pass of this configuration can run on without being forced:
+        "numba" (CPU), "triton" (GPU, where Triton is installed and the kernels have run on a
+        GPU); () for models without an op (dispatch.available)."""
         cell = self._modules.get("cell")
-        if isinstance(cell, MemoryCell) and cell.op is not None:
-            options = cell.op_options(False, True)
-            return () if options is None else dispatch.available(cell.op, options, cell.op_weights())
-        if not isinstance(cell, MemoryCell) or cell.kernel_ops is None:
+        if not isinstance(cell, MemoryCell) or cell.op is None:
             return ()
-        found = ["numba"] if cell.kernels_cover(False) else []
-        triton = "triton" in cell.kernel_backends and dispatch.triton_checked(cell.kernel_ops)
-        if triton and cell.kernels_cover(False, "triton"):
-            found.append("triton")
-        return tuple(found)
+        options = cell.op_options(False, True)
+        return () if options is None else dispatch.available(cell.op, options, cell.op_weights())
 
     def __init__(self, input_size: int, output_size: Optional[int], features: int, batch_first: bool = True):
         super().__init__()

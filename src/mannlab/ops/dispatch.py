@@ -36,7 +36,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from functools import cache
 from types import ModuleType
-from typing import Any, NamedTuple, Optional, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -249,63 +249,3 @@ def available(op: SequenceOp, options: Any, weights: Any) -> tuple[str, ...]:
     if "triton" in op.BACKENDS and triton_checked(op.NAME) and op.covers(options, weights, "triton"):
         found.append("triton")
     return tuple(found)
-
-
-# ---- TRANSITIONAL: cells not yet moved to the op protocol (removed when all are) ----
-
-
-class KernelCell(Protocol):
-    """What :func:`route` reads of a cell (models/base.py's MemoryCell has the defaults)."""
-
-    kernel_ops: Optional[str]
-    kernel_backends: tuple[str, ...]
-
-    def kernels_cover(self, with_trace: bool, backend: str = "numba") -> bool: ...
-
-    def kernels_pay(self, batch: int, backward: bool) -> bool: ...
-
-    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
-
-
-class Route(NamedTuple):
-    """Which path a whole-sequence pass takes; ``backward``: a graph is recorded (only
-    worked out when a kernel path applies); ``backend``: "numba", "triton" or "" (the step
-    loop)."""
-
-    compiled: bool
-    backward: bool
-    backend: str = ""
-
-
-def sequence_backend(cell: KernelCell, x: torch.Tensor, with_trace: bool = False) -> str:
-    """The kernels a pass of ``cell`` over x (B, T, I) can take: "triton" where its Triton
-    kernels cover the configuration and apply to x, else "numba" where its numba kernels do,
-    else "" (whether numba pays is asked next, in route)."""
-    name = cell.kernel_ops
-    if name is None or torch.compiler.is_compiling():  # torch.compile traces the step loop
-        return ""
-    triton_cell = "triton" in cell.kernel_backends
-    if triton_cell and triton_applies(name, x) and cell.kernels_cover(with_trace, "triton"):
-        return "triton"
-    if kernels_mode() == "triton" or x.device.type == "cuda":
-        return ""  # forced Triton that cannot run, or a GPU without it: the tensor path
-    return "numba" if cell.kernels_cover(with_trace) and kernels_apply(name, x) else ""
-
-
-def sequence_applies(cell: KernelCell, x: torch.Tensor, with_trace: bool = False) -> bool:
-    """Whether a pass of ``cell`` over x (B, T, I) can take a kernel path."""
-    return bool(sequence_backend(cell, x, with_trace))
-
-
-def route(cell: KernelCell, x: torch.Tensor, state: Any, with_trace: bool) -> Route:
-    """The path of a pass of ``cell`` over x (B, T, I): Triton where its Triton kernels apply,
-    below :data:`TRITON_MAX_BATCH` (at any batch when forced); numba where its kernels cover
-    the configuration, apply to x and pay at this batch size; else the step loop."""
-    backend = sequence_backend(cell, x, with_trace)
-    if not backend:
-        return Route(False, False)
-    backward = records_graph(cell.parameters(), x, state)
-    if backend == "triton":
-        forced = kernels_mode() == "triton"
-        return Route(forced or x.shape[0] < TRITON_MAX_BATCH, backward, "triton")
-    return Route(cell.kernels_pay(x.shape[0], backward), backward, "numba")

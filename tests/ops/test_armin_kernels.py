@@ -277,7 +277,7 @@ def test_reference_trace_equals_the_module_step_loop(addressing, zoneout):
     options = cell.op_options(with_trace=True, backward=False)
     with torch.no_grad(), use_kernels(False):
         torch.manual_seed(2)
-        features, final, trace = model.run(x, cell.initial_state(B), True)
+        features, final, trace = model._run(x, cell.initial_state(B), True)
         torch.manual_seed(2)
         result = cell.run_op(x, cell.initial_state(B), options, cell.op_weights(), "reference")
     torch.testing.assert_close(result.features, features)

@@ -556,6 +556,6 @@ class ARMIN(CellTemperature, SequenceModel):
             return None
         return self.temperature_every, max(1, self.cell.slots - 1)
 
-    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+    def _run(self, x: torch.Tensor, state: Any, with_trace: bool):
         """The op on the backend dispatch chooses where it covers the pass, else the step loop."""
         return run_sequence(self.cell, x, state, with_trace)

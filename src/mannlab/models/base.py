@@ -300,9 +300,17 @@ class Model(nn.Module):
 
 
 class SequenceModel(Model):
-    """Base for every model: subclasses set ``self.cell`` (or override ``run``)."""
+    """Base for every model: subclasses set ``self.cell`` (or override ``_run``)."""
 
     cell: MemoryCell
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # help(), IDEs and the API pages show __init__'s own docstring, else nn.Module's
+        # generic one: point them at the model's Args instead.
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not init.__doc__:
+            init.__doc__ = f"Builds the model: {cls.__name__}'s arguments are its class docstring's Args."
 
     #: True for models whose training loss needs ``aux_loss(trace, step_nll)``.
     uses_aux_loss = False
@@ -387,14 +395,14 @@ class SequenceModel(Model):
             state = self.initial_state(x.shape[0], device=x.device, dtype=x.dtype)
         else:
             check_state(self, state, x.shape[0], x.device, x.dtype)
-        features, state, trace = self.run(x, state, return_trace)
+        features, state, trace = self._run(x, state, return_trace)
         y = self.head(features) if self.head is not None else features
         if not self.batch_first:
             y = y.transpose(0, 1)
         return (y, state, trace) if return_trace else (y, state)
 
-    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
-        """The time loop: the only Python loop in a model."""
+    def _run(self, x: torch.Tensor, state: Any, with_trace: bool):
+        """The time loop: the only Python loop in a model (internal: ``forward`` calls it)."""
         return run_steps(self.cell, x, state, with_trace)
 
     def _check_input(self, x: torch.Tensor) -> torch.Tensor:

@@ -232,6 +232,6 @@ class DNC(SequenceModel):
         super().__init__(input_size, output_size, controller_size + read_heads * memory_width, batch_first)
         self.cell = DNCCell(input_size, controller, controller_size, memory_slots, memory_width, read_heads)
 
-    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+    def _run(self, x: torch.Tensor, state: Any, with_trace: bool):
         """The compiled whole-sequence path where it applies (ops/dispatch.py), else the step loop."""
         return run_sequence(self.cell, x, state, with_trace)

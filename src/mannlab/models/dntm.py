@@ -793,7 +793,7 @@ class DNTM(CellTemperature, SequenceModel):
     def soft_minibatch(self, value: bool) -> None:
         self.cell.soft_minibatch = bool(value)
 
-    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+    def _run(self, x: torch.Tensor, state: Any, with_trace: bool):
         features, state, steps = run_sequence(self.cell, x, state, with_trace)
         return features, state, (DNTMTrace._make((*steps, x)) if with_trace else None)
 

@@ -84,7 +84,7 @@ class GRU(SequenceModel):
     def initial_state(self, batch_size: int, device=None, dtype=None) -> GRUState:
         return GRUState(self.h0.to(device=device, dtype=dtype).expand(-1, batch_size, -1).contiguous())
 
-    def run(self, x: torch.Tensor, state: GRUState, with_trace: bool):
+    def _run(self, x: torch.Tensor, state: GRUState, with_trace: bool):
         with _cpu_autocast_off(x):
             out, h = self.gru(x, state.hidden)
         h = h.to(x.dtype)  # the state in the input's dtype under autocast

@@ -156,7 +156,7 @@ class LSTM(SequenceModel):
 
         return LSTMState(batch(self.h0), batch(self.c0))
 
-    def run(self, x: torch.Tensor, state: LSTMState, with_trace: bool):
+    def _run(self, x: torch.Tensor, state: LSTMState, with_trace: bool):
         if self.fused:
             with _cpu_autocast_off(x):
                 out, (h, c) = self.lstm(x, tuple(state))

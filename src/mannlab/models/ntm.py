@@ -237,6 +237,6 @@ class NTM(SequenceModel):
             shift_range,
         )
 
-    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+    def _run(self, x: torch.Tensor, state: Any, with_trace: bool):
         """The time loop, or where it applies and pays the compiled whole sequence."""
         return run_sequence(self.cell, x, state, with_trace)

@@ -660,7 +660,7 @@ class TARDIS(CellTemperature, SequenceModel):
             return None
         return self.temperature_every, max(1, self.cell.slots - 1)
 
-    def run(self, x: torch.Tensor, state: Any, with_trace: bool):
+    def _run(self, x: torch.Tensor, state: Any, with_trace: bool):
         features, state, steps = run_sequence(self.cell, x, state, with_trace)
         return features, state, (TARDISTrace._make((*steps, x)) if with_trace else None)
 

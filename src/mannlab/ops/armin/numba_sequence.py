@@ -20,9 +20,9 @@ from mannlab.ops.armin.records import (
     ARMINWeights,
     PreactivationGrads,
     WeightRecords,
-    split_records,
 )
 from mannlab.ops.bridge import as_array
+from mannlab.ops.fields import split_records
 from mannlab.ops.threads import KEEP, Blocks, Rows
 
 

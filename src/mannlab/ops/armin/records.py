@@ -6,8 +6,7 @@ C = d_h + d_r (eq. 3's rows), G = 4 d_h + d_r (eq. 6's rows).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -172,14 +171,3 @@ def pays(options: ARMINOptions, weights: ARMINWeights, batch: int) -> bool:
     return batch == 1 or (
         rows_x_hidden <= KERNEL_MAX_INFER_ROWS_X_HIDDEN and hidden <= KERNEL_MAX_INFER_HIDDEN
     )
-
-
-def split_records(values: Sequence[Any], *records: Any) -> list[Any]:
-    """A backward's flat saved tensors back into the given record types, in order, each taking as
-    many values as it has fields; the values left over follow as one list."""
-    taken, start = [], 0
-    for record in records:
-        count = len(record._fields)
-        taken.append(record(*values[start : start + count]))
-        start += count
-    return [*taken, list(values[start:])]

@@ -20,9 +20,9 @@ from mannlab.ops.armin.records import (
     ARMINWeights,
     PreactivationGrads,
     WeightRecords,
-    split_records,
 )
 from mannlab.ops.armin.triton_kernels import BLOCK_B, BLOCK_K
+from mannlab.ops.fields import split_records
 
 
 class TritonRecords(NamedTuple):

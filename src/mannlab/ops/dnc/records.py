@@ -14,7 +14,16 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from mannlab.ops.controller_codes import ELMAN, FNN, LSTM, RELU, SIGMOID, TANH
+from mannlab.ops.controller_codes import (
+    ELMAN,
+    FNN,
+    LSTM,
+    RELU,
+    SIGMOID,
+    TANH,
+    controller_state,
+    controller_tensors,
+)
 
 __all__ = [
     "ELMAN",
@@ -145,19 +154,6 @@ class DNCStepResult(NamedTuple):
     trace: Optional[DNCStepTrace] = None
 
 
-def controller_tensors(state: DNCState, kind: int, hidden_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The controller's (h, c) (B, H) as the kernels step them: zeros where the controller keeps
-    none (the feed-forward one neither, Elman no c)."""
-    zeros = state.memory.new_zeros(state.memory.shape[0], hidden_size)
-    hidden = state.controller[0] if kind != FNN else zeros
-    return hidden, state.controller[1] if kind == LSTM else zeros
-
-
-def controller_state(kind: int, hidden: torch.Tensor, cell: torch.Tensor) -> tuple:
-    """The controller's state in the :class:`DNCState` from the kernels' (h, c)."""
-    return () if kind == FNN else (hidden, cell) if kind == LSTM else (hidden,)
-
-
 def step_state(controller: Any, step: DNCStepResult) -> DNCState:
     """The state after a step: the controller's, and the memory step's."""
     return DNCState(
@@ -193,7 +189,7 @@ def step_trace(step: DNCStepResult) -> DNCTrace:
 
 def kernel_rows(state: DNCState, options: DNCOptions, hidden_size: int) -> DNCStates:
     """The :class:`DNCState` as the kernels' :class:`DNCStates`."""
-    hidden, cell = controller_tensors(state, options.kind, hidden_size)
+    hidden, cell = controller_tensors(state.controller, options.kind, state.memory, hidden_size)
     return DNCStates(
         hidden=hidden,
         cell=cell,

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from mannlab.nn import addressing
+from mannlab.ops.controller_codes import controller_state, controller_tensors
 from mannlab.ops.dnc.records import (
     FNN,
     LSTM,
@@ -32,8 +33,6 @@ from mannlab.ops.dnc.records import (
     DNCStepTrace,
     DNCTrace,
     DNCWeights,
-    controller_state,
-    controller_tensors,
     step_state,
     step_trace,
 )
@@ -168,7 +167,7 @@ def dnc_sequence_reference(
     the initial state, the weights -> features (B, T, H + R W), the final state and the trace
     (if asked; detached, as the kernels would return it). ``step_function``:
     :func:`sequence_step`, or the same under torch.compile."""
-    h, c = controller_tensors(state, options.kind, weights.interface_weight.shape[1])
+    h, c = controller_tensors(state.controller, options.kind, state.memory, weights.interface_weight.shape[1])
     features, steps = [], []
     for x_t in x_proj.unbind(1):
         features_t, h, c, step = step_function(x_t, h, c, state, weights, options=options)

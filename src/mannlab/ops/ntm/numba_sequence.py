@@ -21,6 +21,7 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
+from mannlab.ops.controller_codes import controller_state, controller_tensors
 from mannlab.ops.ntm.records import (
     FNN,
     LSTM,
@@ -30,8 +31,6 @@ from mannlab.ops.ntm.records import (
     NTMStates,
     NTMTrace,
     NTMWeights,
-    controller_state,
-    controller_tensors,
 )
 from mannlab.ops.threads import Rows
 
@@ -168,7 +167,9 @@ def apply_sequence(function, x_proj, state: NTMState, weights: NTMWeights, optio
     """Calls an autograd Function of the shape of :class:`NTMSequence`: the :class:`NTMState` as
     the kernels' state rows (the controller's h and c, the reads side by side) in, the final
     rows back into an :class:`NTMState`, the trace as the :class:`NTMTrace` it returns."""
-    hidden, cell = controller_tensors(state, options.kind, weights.head_weight.shape[1])
+    hidden, cell = controller_tensors(
+        state.controller, options.kind, state.memory, weights.head_weight.shape[1]
+    )
     rows = NTMStates(
         hidden,
         cell,

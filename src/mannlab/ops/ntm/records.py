@@ -118,19 +118,6 @@ class NTMRecords(NamedTuple):
     gated: torch.Tensor
 
 
-def controller_tensors(state: NTMState, kind: int, hidden_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The controller's (h, c) (B, d_h) as the kernels step them: zeros where the controller
-    keeps none (the feed-forward one neither, Elman no c)."""
-    zeros = state.memory.new_zeros(state.memory.shape[0], hidden_size)
-    hidden = state.controller[0] if kind != FNN else zeros
-    return hidden, state.controller[1] if kind == LSTM else zeros
-
-
-def controller_state(kind: int, hidden: torch.Tensor, cell: torch.Tensor) -> tuple:
-    """The controller's state in the :class:`NTMState` from the kernels' (h, c)."""
-    return () if kind == FNN else (hidden, cell) if kind == LSTM else (hidden,)
-
-
 def covers(options: NTMOptions, weights: NTMWeights, backend: str) -> bool:
     """Every backend implements the feed-forward (tanh), Elman, LSTM and partially
     non-recurrent controllers, any heads and shifts, with or without the trace."""

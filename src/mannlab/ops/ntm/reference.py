@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from mannlab.nn import addressing as A
+from mannlab.ops.controller_codes import controller_state, controller_tensors
 from mannlab.ops.ntm.records import (
     FNN,
     LSTM,
@@ -41,8 +42,6 @@ from mannlab.ops.ntm.records import (
     NTMStates,
     NTMTrace,
     NTMWeights,
-    controller_state,
-    controller_tensors,
 )
 
 
@@ -141,7 +140,7 @@ def ntm_sequence_reference(
     the initial state, the weights -> features (B, T, d_h + R W), final state, trace (if asked;
     detached, as the kernels return it). ``step``: :func:`sequence_step`, or the same under
     torch.compile."""
-    h, c = controller_tensors(state, options.kind, weights.head_weight.shape[1])
+    h, c = controller_tensors(state.controller, options.kind, state.memory, weights.head_weight.shape[1])
     _, memory, reads, read_w, write_w = state
     row = NTMStates(h, c, reads.flatten(1), memory, read_w, write_w)
     heads_and_width = reads.shape[1:]

@@ -417,6 +417,7 @@ def sequence_backward(
     mp = mp_T.copy()
     dv = np.empty((B, cw), dtype)
     dvm = np.empty((B, m), dtype)
+    dw = np.zeros((B, k), dtype)
     drp = np.empty((B, G), dtype)
     dq = np.zeros((B, m), dtype)
     dgo = np.empty(d, dtype)
@@ -431,6 +432,20 @@ def sequence_backward(
     for t in range(T - 1, -1, -1):
         for b in range(B):  # the write (algorithm 1, eq. 2)
             j = jw[b, t]
+            if mode == GUMBEL and steps0[b] + t >= k:  # the written slot is the read one
+                for i in range(k):
+                    acc = d_writew[b, t, i]
+                    if i == j:
+                        for e in range(cw):
+                            acc += dC[b, i, e] * (v_all[b, t, e] - oldC[b, t, e])
+                        for e in range(m):
+                            acc += dmp[b, i, e] * (aproj[i, e] + vm_all[b, t, e] - oldmp[b, t, e])
+                    else:
+                        for e in range(cw):
+                            acc += dC[b, i, e] * (v_all[b, t, e] - C[b, i, e])
+                        for e in range(m):
+                            acc += dmp[b, i, e] * (aproj[i, e] + vm_all[b, t, e] - mp[b, i, e])
+                    dw[b, i] = acc
             for e in range(cw):
                 dv[b, e] = dC[b, j, e]
                 dC[b, j, e] = 0.0
@@ -521,8 +536,11 @@ def sequence_backward(
                 dpi[i] = 0.0
             dtau = 0.0
             if mode == GUMBEL:
+                filling = steps0[b] + t < k
                 for i in range(k):
                     acc = d_readw[b, t, i]
+                    if not filling:
+                        acc += dw[b, i]
                     for e in range(aw):
                         acc += dr[b, e] * address[i, e]
                     for e in range(cw):

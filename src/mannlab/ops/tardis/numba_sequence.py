@@ -223,10 +223,9 @@ class TARDISSequence(torch.autograd.Function):
         )
         h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, C, counts, last = outputs
         ctx.set_materialize_grads(False)
-        # the write slot is argmax w^r_t (algorithm 1): no gradient reaches it
-        ctx.mark_non_differentiable(usage, counts, last, write_w)
+        ctx.mark_non_differentiable(usage, counts, last)
         if options.mode != "gumbel":
-            ctx.mark_non_differentiable(read_w)
+            ctx.mark_non_differentiable(read_w, write_w)
         if not learned:
             ctx.mark_non_differentiable(tau)
         if keep:

@@ -91,7 +91,7 @@ def tardis_reference(
         h = o * torch.tanh(layer_norm(c, weights.ln_cell_weight, weights.ln_cell_bias))  # eq. 10
         step = steps + t  # algorithm 1: slot n while n < k, then the slot just read
         fill = F.one_hot(step.clamp(max=k - 1), k).to(read_w.dtype)
-        write_w = torch.where((step < k).unsqueeze(-1), fill, read_w.detach())  # j = argmax w^r_t
+        write_w = torch.where((step < k).unsqueeze(-1), fill, read_w)
         value = h @ weights.micro_state.t()  # eq. 2
         content = content + write_w.unsqueeze(-1) * (value.unsqueeze(1) - content)
         hard = read_w.detach()

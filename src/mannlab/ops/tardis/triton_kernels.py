@@ -657,7 +657,8 @@ def tardis_backward_kernel(
     ccol = tl.arange(0, CP)
     cmask = ccol < C
     kc = tl.arange(0, _KC)
-    V_AT: tl.constexpr = DP + MP  # the scratch's blocks: h_t | query | W_m h_t | d r_t
+    W_AT: tl.constexpr = DP + MP  # the scratch's blocks: h_t | query | d w^w | W_m h_t | d r_t
+    V_AT: tl.constexpr = W_AT + KP
     R_AT: tl.constexpr = V_AT + CP
     dc = _tile_load(d_c, rows, rmask, D, 0, dcol, dmask)
     dh = dc * 0.0  # of h_t from the steps after t
@@ -706,6 +707,9 @@ def tardis_backward_kernel(
                 g = tl.load(dmem + at, mask=ok, other=0.0)
                 w_w = tl.load(writew + (row * T + t) * K + slot, mask=sv, other=0.0)
                 d_v += tl.sum(w_w[:, None] * g, axis=0)
+                d_ww = tl.sum(g * (value[None, :] - tl.load(mem + at, mask=ok, other=0.0)), axis=1)
+                d_ww += tl.load(d_writew + (row * T + t) * K + slot, mask=sv, other=0.0)
+                tl.store(scratch + row * S + W_AT + slot, d_ww, mask=sv)
                 tl.store(dmem + at, g * (1.0 - w_w[:, None]), mask=ok)
             tl.store(d_value + (row * T + t) * C + ccol, d_v, mask=cv)
         tl.debug_barrier()  # the tile reads d v back
@@ -802,6 +806,9 @@ def tardis_backward_kernel(
                         m_k += tl.load(mem + kcol[:, None] * C + tl.where(qq >= A, qq - A, 0)[None, :],
                                        mask=ok & (qq >= A)[None, :], other=0.0)  # fmt: skip
                         d_y += tl.sum(m_k * tl.load(dr_row + qq, mask=qq < Q, other=0.0)[None, :], axis=1)
+                    step = tl.load(steps0 + row, mask=valid, other=0) + t
+                    d_ww = tl.load(scratch + row * S + W_AT + kcol, mask=kv, other=0.0)
+                    d_y += tl.where((kcol * 0 + step) < K, 0.0, d_ww)  # the written slot is the read one
                     d_z = relaxed * (d_y - tl.sum(relaxed * d_y, axis=0))
                     d_logits += tau_b * d_z
                     d_tau_v = tl.sum(d_z * tl.where(kmask, noisy, 0.0), axis=0)

@@ -137,10 +137,9 @@ class TARDISTritonSequence(torch.autograd.Function):
         )  # fmt: skip
         h_all, r_all, probs, read_w, write_w, resets, tau, usage, c, content, counts, last = outputs
         ctx.set_materialize_grads(False)
-        # the write slot is argmax w^r_t (algorithm 1): no gradient reaches it
-        ctx.mark_non_differentiable(usage, counts, last, write_w)
+        ctx.mark_non_differentiable(usage, counts, last)
         if options.mode != "gumbel":
-            ctx.mark_non_differentiable(read_w)
+            ctx.mark_non_differentiable(read_w, write_w)
         if not learned:
             ctx.mark_non_differentiable(tau)
         if keep:  # everything through save_for_backward (a tensor kept on ctx would make a cycle)

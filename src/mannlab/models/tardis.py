@@ -450,7 +450,9 @@ class TARDISCell(TemperatureCell):
         noise = (None, None) if logistic is None else (logistic[0], None if mask is None else mask[0])
         h_new, c, resets = self.controller(x_gates, h, c, r, noise)  # eqs. 7-10
         fill, filling = sequential_slots(steps, self.slots, read_w.dtype)
-        write_w = torch.where(filling, fill, read_w)  # algorithm 1
+        # algorithm 1: the slot just read, as the straight-through one-hot w^r_t, so its gradient
+        # reaches the read (the paper does not say; cut, copy learned far slower: DECISIONS.md)
+        write_w = torch.where(filling, fill, read_w)
         content = write_rows(content, write_w, self.micro_state(h_new))  # eq. 2
         features = torch.tanh(self.fusion(torch.cat([h_new, r], dim=-1)))  # eq. 11
         hard = read_w.detach()

@@ -61,7 +61,7 @@ DEFAULTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # the heads, which a clip of 10 left (nearly) whole, moved every weight by several lr steps
     # (RMSprop normalises each weight, momentum carries the step on) and threw nearly solved
     # runs back to chance: with 10, seed 1 did not solve in 2,000 steps; with 0.1 seeds 0-2
-    # solve in 550-700 (docs/RESULTS.md, Quick start).
+    # solved in 550-850 on earlier code, seed 0 at 500 today (docs/RESULTS.md, Quick start).
     ("ntm", "copy"): {
         "train": {"val_every": 50, "stop_after_solve": 200, "lr_after_solve": 3e-5, "clip_grad_norm": 0.1}
     },

@@ -39,5 +39,5 @@ def test_mathjax_is_bundled_and_internal_methods_are_filtered():
     assert "javascripts/mathjax/tex-svg.js" in scripts
     bundled = ROOT / "docs" / "javascripts" / "mathjax" / "tex-svg.js"
     assert bundled.stat().st_size > 1_000_000 and (bundled.parent / "LICENSE").is_file()
-    for internal in ("run_kernels", "kernels_cover", "kernels_pay", "precompute"):
+    for internal in ("op_options", "op_weights", "run_op", "precompute"):
         assert internal in config.split("filters:", 1)[1].split("\n\n", 1)[0]

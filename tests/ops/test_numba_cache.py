@@ -36,14 +36,16 @@ RUN = "from mannlab.ops import probe; print(probe.tracked(0.0), probe.untracked(
 
 
 def copy_ops(root: pathlib.Path) -> pathlib.Path:
-    """The cache module, the shared helpers and the probe, as a package of their own (no
-    torch: each fresh interpreter starts in about a second)."""
+    """The cache module, the shared helpers, the modules its lock imports and the probe, as a
+    package of their own (no torch: each fresh interpreter starts in about a second)."""
     ops = root / "mannlab" / "ops"
     ops.mkdir(parents=True)
     for package in (root / "mannlab", ops):
         (package / "__init__.py").write_text("")
     for name in ("numba_cache.py", "numba_math.py"):
         shutil.copy(OPS / name, ops / name)
+    for name in ("errors.py", "file_kinds.py", "safe_writes.py"):  # what the cache's lock imports
+        shutil.copy(OPS.parent / name, root / "mannlab" / name)
     (ops / "probe.py").write_text(PROBE)
     return ops
 

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -102,3 +103,23 @@ def test_sigint_while_a_kernel_runs(tmp_path):
     assert "interrupted; continue a run with --resume" in err and "SystemError" not in err
     assert RunDirLock.held(run) is None
     assert load_checkpoint(run / "checkpoints" / "last")[1]["step"] >= 1
+
+
+def test_an_interruption_before_the_first_checkpoint_says_how_to_start_again(monkeypatch, capsys):
+    # nothing may be on disk to resume from yet: the message also gives the command that starts it again
+    from mannlab import cli
+
+    argv = ["train", "--model", "lstm", "--task", "copy", "--run-dir", "my run"]
+    args = cli.build_parser().parse_args(argv)
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    args.func = interrupted
+    monkeypatch.setattr(cli, "build_parser", lambda: SimpleNamespace(parse_args=lambda argv: args))
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 130
+    err = capsys.readouterr().err
+    assert "continue a run with --resume" in err
+    assert "start it again: mannlab train --model lstm --task copy --run-dir 'my run'" in err

@@ -12,6 +12,7 @@ import argparse
 import difflib
 import os
 import re
+import shlex
 import sys
 from typing import NoReturn, Sequence
 
@@ -57,15 +58,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DivergedError as exc:
         _fail(exc, 1, args.debug)
     except KeyboardInterrupt:
-        _interrupted()
+        _interrupted(args, argv)
     except Exception as exc:  # noqa: BLE001 - a bug or the system (disk full): one line still
         if caused_by_interrupt(exc):  # Ctrl-C inside a compiled kernel (eval, gradflow, ...)
-            _interrupted()
+            _interrupted(args, argv)
         _fail(exc, 1, args.debug, unexpected=True)
 
 
-def _interrupted() -> NoReturn:
-    print("\nmannlab: interrupted; continue a run with --resume (from its last checkpoint)", file=sys.stderr)
+def _interrupted(args: argparse.Namespace, argv: Sequence[str] | None) -> NoReturn:
+    """Ctrl-C: say how to go on. A training interrupted before its first checkpoint has
+    nothing to resume, so the command that starts it again is said too."""
+    message = "interrupted; continue a run with --resume (from its last checkpoint)"
+    if getattr(args, "command", None) in ("train", "run") and not getattr(args, "resume", False):
+        again = shlex.join(["mannlab", *(sys.argv[1:] if argv is None else argv)])
+        message += f", or, if it stopped before its first checkpoint, start it again: {again}"
+    print(f"\nmannlab: {message}", file=sys.stderr)
     raise SystemExit(130) from None
 
 

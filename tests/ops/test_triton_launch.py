@@ -64,3 +64,30 @@ def test_wide_offsets_pass_two_to_the_31():
     assert out.item() == 784 * 4096 * 1024 > 2**31
     _record_offset[(1,)](out, 3, 1, 2)  # B == 1 is a constant to Triton: widened all the same
     assert out.item() == 6
+
+
+@pytest.mark.parametrize("family", ["ntm", "dnc", "dntm", "tardis"])
+def test_every_kernel_widens_the_batch_before_any_offset(family):
+    """Each whole-sequence kernel's offsets multiply B: B is widened before its first use (a
+    kernel that lost the line would index past 2**31 elements wrongly, which no test the
+    interpreter can run shows)."""
+    import importlib
+    import inspect
+    import re
+
+    kernels = importlib.import_module(f"mannlab.ops.{family}.triton_kernels")
+    launched = [f for name, f in vars(kernels).items() if name.endswith("_kernel")]
+    assert len(launched) == 2  # the forward and the backward
+    for kernel in launched:
+        body = inspect.getsource(kernel.fn).split("\n):\n", 1)[1]  # past the signature
+        first_use = re.search(r"\bB\b", body)
+        assert first_use and body[first_use.start() :].startswith("B = _wide(B)"), kernel.__name__
+
+
+def test_armin_draws_step_offset_is_wide():
+    """ARMIN's rows are int64 throughout; its one time x batch x width product is the draws'."""
+    import inspect
+
+    from mannlab.ops.armin import triton_kernels
+
+    assert "_wide(t) * B * width" in inspect.getsource(triton_kernels._step_draws.fn)

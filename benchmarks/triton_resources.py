@@ -5,13 +5,15 @@ For each model of bench_gpu.py whose cell has Triton kernels (``mannlab.ops.<nam
 triton_kernels``: ARMIN, the NTM, the D-NTM, and any model that gains them), one training step
 runs on CPU tensors with the kernels forced and every kernel launch caught instead of run: the
 launch code (ops/<name>/triton_sequence.py) works out the arguments, constexprs, BLOCK_B and
-num_warps as it does on a GPU. Each distinct launch is then compiled for the target (sm_90 by
+num_warps as it does on a GPU (the rows per program as on a GPU of ``--sms`` multiprocessors,
+or what ``--rows`` forces). Each distinct launch is then compiled for the target (sm_90 by
 default, Triton's own specialisation of the arguments) and ptxas' report is read: registers per
 thread, spill stores and loads, the stack frame (local memory per thread) and shared memory.
 
     python benchmarks/triton_resources.py                        # every model with kernels
     python benchmarks/triton_resources.py --models armin,ntm --json resources.json
     python benchmarks/triton_resources.py --models ntm --num-warps 8   # try another launch
+    python benchmarks/triton_resources.py --models ntm --batch 512 --rows 16   # force the rows
     python benchmarks/triton_resources.py --models tardis --options \
         '{"hidden_size": 128, "memory_slots": 128, "address_size": 32, "content_size": 96,
           "read_mlp_size": 128, "layer_norm": true, "recurrent_dropout": 0.1}'   # other sizes
@@ -42,7 +44,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gpu  # noqa: E402
-from mannlab.ops import dispatch, use_kernels  # noqa: E402
+from mannlab.ops import dispatch, triton_math, use_kernels  # noqa: E402
 
 
 def triton_models() -> list[str]:
@@ -155,6 +157,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 "module": kernel.module,
                 "kernel": kernel.__name__,
                 "num_warps": meta.num_warps,
+                "rows": constexprs.get("BLOCK_B"),
                 **ptxas_report(compiled.asm["ptx"], args.capability, meta.enable_fp_fusion),
                 "shared_bytes": meta.shared,
                 "compile_s": round(seconds, 1),
@@ -167,7 +170,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
 
 def line(row: dict) -> str:
     return (
-        f"{row['model']:>15} {row['kernel']:<22} warps {row['num_warps']}: {row['registers']} regs, "
+        f"{row['model']:>15} {row['kernel']:<22} rows {row['rows']} warps {row['num_warps']}: "
+        f"{row['registers']} regs, "
         f"spills {row['spill_stores']} B stored / {row['spill_loads']} B loaded, "
         f"stack {row['stack_bytes']} B, shared {row['shared_bytes']} B ({row['compile_s']} s)"
     )
@@ -175,13 +179,14 @@ def line(row: dict) -> str:
 
 def table(records: list[dict]) -> str:
     lines = [
-        "| model | kernel | warps | registers | spill stores B | spill loads B | stack (local) B "
+        "| model | kernel | rows | warps | registers | spill stores B | spill loads B | stack (local) B "
         "| shared B |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
         lines.append(
-            f"| {r['model']} | {r['kernel']} | {r['num_warps']} | {r['registers']} | {r['spill_stores']} | "
+            f"| {r['model']} | {r['kernel']} | {r['rows']} | {r['num_warps']} | {r['registers']} | "
+            f"{r['spill_stores']} | "
             f"{r['spill_loads']} | {r['stack_bytes']} | {r['shared_bytes']} |"
         )
     return "\n".join(lines)
@@ -195,6 +200,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=32, help="batch of the caught training step")
     parser.add_argument("--capability", type=int, default=90, help="compute capability (90: H100, H200)")
     parser.add_argument("--num-warps", type=int, help="compile with this num_warps instead of the launch's")
+    parser.add_argument(
+        "--sms", type=int, default=132, help="the GPU's multiprocessors the rows per program are chosen for"
+    )
+    parser.add_argument(
+        "--rows", type=int, help=f"force the rows per program ({triton_math.ROWS_VARIABLE}) of the kernels"
+    )
     parser.add_argument("--json", type=Path, help="also write the records and settings as JSON")
     parser.add_argument(
         "--options",
@@ -217,7 +228,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("triton_resources.py compiles the kernels: run it without TRITON_INTERPRET=1")
+    # the launches are caught on CPU tensors: count the SMs of the GPU they are compiled for
+    triton_math.multiprocessors = lambda device: args.sms
+    if args.rows is not None:
+        os.environ[triton_math.ROWS_VARIABLE] = str(args.rows)
     settings = {"triton": triton.__version__, "capability": args.capability, "batch": args.batch}
+    settings.update(sms=args.sms, rows=args.rows or "chosen")
     if args.options:
         settings["options"] = args.options
     print(" ".join(f"{k}={v}" for k, v in settings.items()), flush=True)

@@ -138,6 +138,28 @@ def triton_setup() -> tuple[str, torch.dtype, float]:
     return (device, torch.float32, 2e-4) if device == "cuda" else (device, torch.float64, 1e-10)
 
 
+#: batch rows per program the Triton kernels' tests force (MANNLAB_TRITON_ROWS), with a batch
+#: of 5: one row a program, a tail tile of 1 behind a full one, one tile of 16 with 11 empty rows
+TRITON_ROWS = (1, 4, 16)
+TRITON_ROWS_BATCH = 5
+
+
+def force_triton_rows(monkeypatch, launcher, rows: int) -> list[int]:
+    """Force ``rows`` per program through MANNLAB_TRITON_ROWS; the list fills with the rows each
+    launch of ``launcher`` (a family's triton_sequence module) took."""
+    from mannlab.ops import triton_math
+
+    monkeypatch.setenv(triton_math.ROWS_VARIABLE, str(rows))
+    taken: list[int] = []
+
+    def spy(*args):
+        taken.append(triton_math.rows_per_program(*args))
+        return taken[-1]
+
+    monkeypatch.setattr(launcher, "rows_per_program", spy)
+    return taken
+
+
 def on_device(records, device, dtype):
     """The records (NamedTuples of tensors, None or nested tuples of them) as fresh leaves on
     ``device`` in ``dtype`` (the draws and counts as values)."""

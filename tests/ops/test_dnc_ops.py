@@ -10,7 +10,7 @@ tests/ops/test_fused_dnc_step.py."""
 import pytest
 import torch
 
-from conftest import leaves, small_model, triton_setup
+from conftest import TRITON_ROWS, TRITON_ROWS_BATCH, force_triton_rows, leaves, small_model, triton_setup
 from mannlab.models import base
 from mannlab.models.dnc import DNCCell
 from mannlab.ops import dnc as dnc_op
@@ -48,7 +48,7 @@ def kernels_enabled():
         yield
 
 
-def problem(kind, seed=0, t=T):
+def problem(kind, seed=0, t=T, B=B):
     """x_proj, a random (normalised) state and weights; every tensor a leaf that requires grad."""
     gen = torch.Generator().manual_seed(seed)
     G = 4 * H if kind == LSTM else H
@@ -219,6 +219,19 @@ def test_triton_link_checkpoints_at_any_interval(every, monkeypatch):
     records = problem(LSTM, seed=2, t=3)
     options = DNCOptions(LSTM, TANH, True, backward=True)
     assert_same(run_triton(records, options), run(records, options, "reference"), atol=tol)
+
+
+@pytest.mark.parametrize("rows", TRITON_ROWS)
+def test_triton_at_any_rows_per_program(rows, monkeypatch):
+    """Forced rows per program, on a batch that leaves a tail tile (or one row a program)."""
+    from mannlab.ops.dnc import triton_sequence
+
+    taken = force_triton_rows(monkeypatch, triton_sequence, rows)
+    *_, tol = triton_setup()
+    records = problem(LSTM, seed=3, t=2, B=TRITON_ROWS_BATCH)
+    options = DNCOptions(LSTM, TANH, False, backward=True)
+    assert_same(run_triton(records, options), run(records, options, "reference"), atol=tol)
+    assert taken == [rows, rows]  # the forward's launch and the backward's
 
 
 def test_triton_chunked_run_equals_one_run():

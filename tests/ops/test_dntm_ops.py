@@ -14,7 +14,15 @@ import weakref
 import pytest
 import torch
 
-from conftest import assert_triton_equals_step_loop, on_device, small_model, triton_setup
+from conftest import (
+    TRITON_ROWS,
+    TRITON_ROWS_BATCH,
+    assert_triton_equals_step_loop,
+    force_triton_rows,
+    on_device,
+    small_model,
+    triton_setup,
+)
 from mannlab.ops import use_kernels
 from mannlab.ops.controller_codes import RELU
 from mannlab.ops.dntm import (
@@ -360,6 +368,20 @@ def test_triton_matches_reference(case):
     options = DNTMOptions(**option_kw)
     records = problem(options, t=2, batch=2, **problem_kw)
     assert_same(run_triton(records, options, device, dtype), run(records, options, "reference"), atol=tol)
+
+
+@pytest.mark.parametrize("rows", TRITON_ROWS)
+def test_triton_at_any_rows_per_program(rows, monkeypatch):
+    """Forced rows per program, on a batch that leaves a tail tile (or one row a program); noisy
+    reads, whose draws are indexed by time and batch."""
+    from mannlab.ops.dntm import triton_sequence
+
+    taken = force_triton_rows(monkeypatch, triton_sequence, rows)
+    device, dtype, tol = triton_setup()
+    options = DNTMOptions(mode="gumbel", inverse_temperature=2.5)
+    records = problem(options, reads=1, t=2, batch=TRITON_ROWS_BATCH)
+    assert_same(run_triton(records, options, device, dtype), run(records, options, "reference"), atol=tol)
+    assert taken == [rows, rows]  # the forward's launch and the backward's
 
 
 def test_triton_chunked_run_equals_one_run():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import mannlab
-from conftest import leaves, small_model
+from conftest import TRITON_ROWS, TRITON_ROWS_BATCH, force_triton_rows, leaves, small_model
 from mannlab.ops import dispatch, use_kernels
 from mannlab.ops import ntm as ntm_op
 from mannlab.ops.controller_codes import TANH
@@ -141,6 +141,21 @@ def test_backend_equals_reference(backend, config):
     result, grads = run(backend, case, device, dtype)
     ref, ref_grads = run("reference", case, "cpu", torch.float64)
     assert_same(result, grads, ref, ref_grads, tol)
+
+
+@pytest.mark.parametrize("rows", TRITON_ROWS)
+def test_triton_at_any_rows_per_program(rows, monkeypatch):
+    """Forced rows per program, on a batch that leaves a tail tile (or one row a program)."""
+    pytest.importorskip("triton")
+    from mannlab.ops.ntm import triton_sequence
+
+    taken = force_triton_rows(monkeypatch, triton_sequence, rows)
+    device, dtype, tol = backend_setup("triton")
+    case = problem(LSTM, B=TRITON_ROWS_BATCH, T=2, N=5, W=2)
+    result, grads = run("triton", case, device, dtype)
+    ref, ref_grads = run("reference", case, "cpu", torch.float64)
+    assert_same(result, grads, ref, ref_grads, tol)
+    assert taken == [rows, rows]  # the forward's launch and the backward's
 
 
 @pytest.mark.parametrize("backend", ["numba", "triton"])

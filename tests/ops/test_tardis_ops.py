@@ -9,6 +9,7 @@ limit. The model on the numba kernels against its own step loop is tests/models/
 import pytest
 import torch
 
+from conftest import TRITON_ROWS, TRITON_ROWS_BATCH
 from mannlab.ops import use_kernels
 from mannlab.ops.tardis import (
     MODES,
@@ -32,9 +33,11 @@ def kernels_enabled():
         yield
 
 
-def problem(train=True, layer_norm=False, dropout=False, seed=0, t=T):
-    """Random records of one op call; every float tensor but the draws a leaf that requires grad."""
+def problem(train=True, layer_norm=False, dropout=False, seed=0, t=T, batch=B):
+    """Random records of one op call; every float tensor but the draws a leaf that requires grad.
+    ``batch`` rows, their steps so far (STEPS0) and last reads in turn."""
     gen = torch.Generator().manual_seed(seed)
+    B = batch
 
     def rand(*shape, scale=0.5):
         return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).requires_grad_()
@@ -48,8 +51,15 @@ def problem(train=True, layer_norm=False, dropout=False, seed=0, t=T):
     mask = keep.to(torch.float64) / 0.7 if dropout else None  # bool / float would be float32
     inputs = TARDISInputs(rand(B, t, G, scale=1.0), rand(B, t, M, scale=1.0), gumbel, logistic, mask)
     counts = torch.randint(0, 3, (B, K), generator=gen).double()
-    last = torch.nn.functional.one_hot(torch.tensor([1, 0, 3]), K).double()
-    state = TARDISState(rand(B, D), rand(B, D), rand(B, K, C), counts, last, torch.tensor(STEPS0))
+    last = torch.nn.functional.one_hot(torch.tensor([(1, 0, 3)[i % 3] for i in range(B)]), K).double()
+    state = TARDISState(
+        rand(B, D),
+        rand(B, D),
+        rand(B, K, C),
+        counts,
+        last,
+        torch.tensor([STEPS0[i % len(STEPS0)] for i in range(B)]),
+    )
     address = (torch.randint(0, 2, (K, A), generator=gen) * 2 - 1).double() / A**0.5
     ln = [v for size in (3 * D, D, D) for v in (1 + rand(size), rand(size))] if layer_norm else [None] * 6
     weights = TARDISWeights(
@@ -223,8 +233,8 @@ TRITON_CASES = {
 T_TRITON = 3  # with STEPS0: a row filling throughout, one that fills and then writes where it reads, one full
 
 
-def triton_problem(train, layer_norm, dropout, options):
-    records = problem(train, layer_norm, dropout, t=T_TRITON)
+def triton_problem(train, layer_norm, dropout, options, batch=B, t=T_TRITON):
+    records = problem(train, layer_norm, dropout, t=t, batch=batch)
     if options.mode == "argmax" and train:
         records = (records[0]._replace(gumbel=None), *records[1:])
     return records
@@ -244,22 +254,31 @@ def run_triton(records, options, device, dtype):
     return TARDISResult(back(result.features), final, trace), {n: back(g) for n, g in grads.items()}
 
 
-@pytest.mark.parametrize(
-    "case, block", [(case, None) for case in TRITON_CASES] + [("gumbel-ln-dropout-scheduled", 2)]
-)
-def test_triton_matches_reference(case, block, monkeypatch):
-    """``block``: batch rows per program where not the default (2: several programs, each with
-    its own sums of the score's and the layer norms' gradients)."""
+@pytest.mark.parametrize("case", list(TRITON_CASES))
+def test_triton_matches_reference(case):
     from conftest import triton_setup
-    from mannlab.ops.tardis import triton_kernels
 
-    if block is not None:
-        monkeypatch.setattr(triton_kernels, "BLOCK_B", block)
     device, dtype, tol = triton_setup()
     problem_args, option_kw = TRITON_CASES[case]
     options = TARDISOptions(inverse_temperature=2.5, **option_kw)
     records = triton_problem(*problem_args, options)
     assert_same(run_triton(records, options, device, dtype), run(records, options, "reference"), atol=tol)
+
+
+@pytest.mark.parametrize("rows", TRITON_ROWS)
+def test_triton_at_any_rows_per_program(rows, monkeypatch):
+    """Forced rows per program, on a batch that leaves a tail tile (or one row a program): each
+    program has its own sums of the score's and the layer norms' gradients."""
+    from conftest import force_triton_rows, triton_setup
+    from mannlab.ops.tardis import triton_sequence
+
+    taken = force_triton_rows(monkeypatch, triton_sequence, rows)
+    device, dtype, tol = triton_setup()
+    problem_args, option_kw = TRITON_CASES["gumbel-ln-dropout-scheduled"]
+    options = TARDISOptions(inverse_temperature=2.5, **option_kw)
+    records = triton_problem(*problem_args, options, batch=TRITON_ROWS_BATCH, t=2)
+    assert_same(run_triton(records, options, device, dtype), run(records, options, "reference"), atol=tol)
+    assert taken == [rows]  # the backward's launch takes the forward's
 
 
 def test_triton_float32_matches_reference():

@@ -9,10 +9,13 @@ and argmax."""
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 import triton
 import triton.language as tl
+
+from mannlab.errors import ConfigError
 
 #: whether Triton runs in its interpreter (TRITON_INTERPRET=1: on CPU tensors, how the tests
 #: check the kernels without a GPU)
@@ -25,6 +28,70 @@ DTYPES = (torch.float32, torch.float64) if INTERPRETED else (torch.float32,)
 def padded(size: int, least: int = 1) -> int:
     """The power of two a size is padded to (at least ``least``)."""
     return max(least, triton.next_power_of_2(size))
+
+
+# ---------------------------------------------------------------- batch rows per program
+# One program of the NTM's, the D-NTM's, TARDIS's or the DNC's kernels takes a tile of batch
+# rows. 16 rows a program leave most multiprocessors idle at the batches people train with (2
+# programs at batch 32 on 132 SMs), so the launch takes about one program per SM instead.
+
+#: the environment variable that forces the rows per program (a power of two, 1 to 16), for
+#: benchmarks: MANNLAB_TRITON_ROWS=4
+ROWS_VARIABLE = "MANNLAB_TRITON_ROWS"
+#: the most rows a program takes (the tile phase's registers grow with them)
+MAX_ROWS = 16
+#: the Triton release from which these kernels take fewer than 16 rows: tl.dot of float32
+#: took 16 rows at least in older ones (this one is what the kernels were tested with)
+FEW_ROWS_TRITON = (3, 9)
+#: the multiprocessors counted off a GPU (the interpreter, or compiler reports of CPU
+#: launches): few, so that the tests' small batches take 1, 2 and 4 rows per program
+OFF_GPU_MULTIPROCESSORS = 2
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = re.match(r"(\d+)\.(\d+)", version).groups()  # type: ignore[union-attr]
+    return int(major), int(minor)
+
+
+def multiprocessors(device: torch.device) -> int:
+    """The SMs a launch on ``device`` can fill: the GPU's own, else a fixed few."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return OFF_GPU_MULTIPROCESSORS
+
+
+def forced_rows() -> int | None:
+    """The rows per program ``MANNLAB_TRITON_ROWS`` forces, or None where it is unset."""
+    value = os.environ.get(ROWS_VARIABLE, "").strip()
+    if not value:
+        return None
+    allowed = [2**i for i in range(MAX_ROWS.bit_length())]
+    if not value.isdigit() or int(value) not in allowed:
+        raise ConfigError(f"{ROWS_VARIABLE} takes one of {allowed}, got {value!r}")
+    return int(value)
+
+
+def rows_per_program(batch: int, device: torch.device) -> int:
+    """The batch rows per program of a launch over ``batch`` rows: ceil(batch / SMs) as a power of
+    two, from 1 to 16, or what ``MANNLAB_TRITON_ROWS`` forces; 16 on a GPU with a Triton older
+    than ``FEW_ROWS_TRITON``."""
+    if not INTERPRETED and _release(triton.__version__) < FEW_ROWS_TRITON:
+        return MAX_ROWS
+    forced = forced_rows()
+    if forced is not None:
+        return forced
+    return min(MAX_ROWS, padded(triton.cdiv(batch, multiprocessors(device))))
+
+
+# ---------------------------------------------------------------- int64 offsets
+
+
+@triton.jit
+def wide(index):
+    """``index`` as int64. A product of time, batch and width that indexes memory overflows
+    int32 from 2**31 elements on (batch 4,096 x 784 steps x 1,024 columns): the kernels widen
+    ``B`` first, so that every such product is made in int64."""
+    return tl.cast(index, tl.int64)
 
 
 @triton.jit

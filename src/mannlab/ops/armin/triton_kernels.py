@@ -37,6 +37,7 @@ from mannlab.ops.triton_math import BLOCK_K as BLOCK_K  # the columns of each pr
 from mannlab.ops.triton_math import chunked_dot
 from mannlab.ops.triton_math import row_argmax as _row_argmax
 from mannlab.ops.triton_math import row_softmax as _row_softmax
+from mannlab.ops.triton_math import wide as _wide
 
 #: the dtypes the kernels take (the GPU's float32; float64 is left to the other paths)
 DTYPES = (torch.float32,)
@@ -108,8 +109,10 @@ def _step_offsets(rows64, t, T, ch, cr, cn, H: tl.constexpr, R: tl.constexpr, N:
 
 @triton.jit
 def _step_draws(ptr, t, B, rows64, cols, width, mask):
-    """Step t's rows of a (T, B, width) array of draws (Gumbel noise, zoneout weights)."""
-    return tl.load(ptr + t * B * width + rows64[:, None] * width + cols[None, :], mask=mask, other=0.0)
+    """Step t's rows of a (T, B, width) array of draws (Gumbel noise, zoneout weights); t B width
+    in int64 (past 2**31 at T = 784, B = 4,096, width 1,024)."""
+    step = _wide(t) * B * width
+    return tl.load(ptr + step + rows64[:, None] * width + cols[None, :], mask=mask, other=0.0)
 
 
 @triton.jit

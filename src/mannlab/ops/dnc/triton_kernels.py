@@ -11,7 +11,8 @@ modes pi and the reads r; (iv) the features [h_out; r_t]. Every controller and r
 of the numba kernels (ops/dnc/kernels.py) is covered, with the same gradients: the allocation's
 sort order phi is a constant for the gradient, the usage is not.
 
-One program per tile of BLOCK_B batch rows. Each step has two phases:
+One program per tile of BLOCK_B batch rows (chosen at launch from the batch and the GPU's
+SMs: triton_math.rows_per_program). Each step has two phases:
 
     tile phase   (i) the controller for the tile's rows at once (products with W_r, W_h; c in
                  registers), then the interface vectors W_xi h_t + b_xi: triton_math's
@@ -50,7 +51,9 @@ controllers, the interface vector); the weight gradients are then one matrix pro
 all B T steps (triton_sequence.py).
 
 Sizes that are not powers of two are padded (masks on every load and store); every tl.dot has
-all three sizes >= 16 on a GPU (a chunked product's inner one is BLOCK_K = 16). float32 on the
+its inner and output sizes >= 16 on a GPU (a chunked product's inner one is BLOCK_K = 16) and
+BLOCK_B rows, 1 to 16. Offsets that multiply time, batch and width are int64 (``B`` is widened
+first: triton_math.wide). float32 on the
 GPU (tl.dot in IEEE precision, not TF32); float64 only in Triton's interpreter, where the tests
 check gradients.
 """
@@ -73,24 +76,22 @@ from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
 from mannlab.ops.triton_math import tile_load as _tile_load
 from mannlab.ops.triton_math import tile_store as _tile_store
+from mannlab.ops.triton_math import wide as _wide
 
 #: Whether these kernels have run on a GPU ("auto" uses only checked kernels). These were
 #: tested in Triton's interpreter only: until benchmarks/gpu_check.sh has run them on a GPU,
 #: they run only when forced (MANNLAB_KERNELS=triton).
 GPU_CHECKED = False
 
-#: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
-#: and there each row costs its own Python-level pass, so the tests' tiles are smaller
-BLOCK_B = 2 if INTERPRETED else 16
-
 #: rows of an (N, N) matrix (the links, the allocation's order) in registers at once: whole
 #: (N, N) tiles (N = 128: 128 registers a thread each at 4 warps) spill; in the interpreter
 #: 2, so that the tests' N = 4 and 7 take several slices, the last one partly masked
 LINK_ROWS = 2 if INTERPRETED else 16
 
-#: warps per program (as the NTM's): 8 halve the per-thread share of the row phase's (N, W)
-#: memory tiles and links' slices (sm_90, benchmarks/triton_resources.py, bench_gpu's dnc:
-#: forward 2.2 KB spilled instead of 3.4 KB at 4, backward 80 B instead of 632 B)
+#: warps per program (as the NTM's), whatever its rows (the row phase sets the registers): 8
+#: halve the per-thread share of the row phase's (N, W) memory tiles and links' slices (sm_90,
+#: benchmarks/triton_resources.py, bench_gpu's dnc: forward 2.2 KB spilled instead of 3.4 KB
+#: at 4, backward 80 B instead of 632 B)
 NUM_WARPS = 8
 
 # ---------------------------------------------------------------- what both kernels index
@@ -305,6 +306,7 @@ def dnc_forward_kernel(
     O_FREE: tl.constexpr = O_ERASE + W
     O_GA: tl.constexpr = O_FREE + R
     O_MODES: tl.constexpr = O_GA + 2
+    B = _wide(B)  # every offset made with it is int64
     pid = tl.program_id(0)
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, widx, wmask = _columns(
         pid, B, D, RW, P, N, W, DP, RWP, PP, NP, WP, BLOCK_B
@@ -470,6 +472,7 @@ def dnc_backward_kernel(
     O_FREE: tl.constexpr = O_ERASE + W
     O_GA: tl.constexpr = O_FREE + R
     O_MODES: tl.constexpr = O_GA + 2
+    B = _wide(B)  # every offset made with it is int64
     pid = tl.program_id(0)
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, widx, wmask = _columns(
         pid, B, D, RW, P, N, W, DP, RWP, PP, NP, WP, BLOCK_B

@@ -19,7 +19,7 @@ from torch.autograd.function import once_differentiable
 
 from mannlab.ops.dnc import triton_kernels as kernels
 from mannlab.ops.dnc.records import DNCOptions, DNCResult, DNCState, DNCWeights, apply_sequence
-from mannlab.ops.triton_math import padded
+from mannlab.ops.triton_math import padded, rows_per_program
 
 
 def checkpoint_interval(steps: int) -> int:
@@ -30,9 +30,9 @@ def checkpoint_interval(steps: int) -> int:
     return max(1, math.isqrt(max(steps, 1) - 1) + 1)
 
 
-def _sizes(xp, hidden, read_heads, slots, width, params, options: DNCOptions) -> dict:
+def _sizes(xp, batch, hidden, read_heads, slots, width, params, options: DNCOptions) -> dict:
     """The kernels' compile-time sizes, actual and padded to powers of two (tl.dot's to 16), and
-    their launch's num_warps."""
+    their launch's rows per program (``batch`` rows on ``xp``'s device) and num_warps."""
     return dict(
         D=hidden,
         G=xp.shape[-1],
@@ -48,7 +48,7 @@ def _sizes(xp, hidden, read_heads, slots, width, params, options: DNCOptions) ->
         KIND=options.kind,
         ACT=options.activation,
         PNR=int(options.pnr),
-        BLOCK_B=kernels.BLOCK_B,
+        BLOCK_B=rows_per_program(batch, xp.device),
         KC=kernels.BLOCK_K,
         LC=kernels.LINK_ROWS,
         num_warps=kernels.NUM_WARPS,
@@ -85,9 +85,10 @@ class DNCTritonSequence(torch.autograd.Function):
         out = xp.new_empty(B, T, D + R * W)
         w_r, w_xi, b_xi = (t.contiguous() for t in (w_r, w_xi, b_xi))
         w_h_arg = w_h.contiguous() if w_h is not None else w_r  # never read then
-        kernels.dnc_forward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
+        sizes = _sizes(xp, B, D, R, N, W, P, options)
+        kernels.dnc_forward_kernel[(triton.cdiv(B, sizes["BLOCK_B"]),)](
             xp.contiguous(), w_r, w_h_arg, w_xi, b_xi, *states, links, link_rec, gates, params, out,
-            B, T, every, KEEP=int(keep), **_sizes(xp, D, R, N, W, P, options),
+            B, T, every, KEEP=int(keep), **sizes,
         )  # fmt: skip
         ctx.options, ctx.every = options, every
         ctx.set_materialize_grads(False)
@@ -123,10 +124,11 @@ class DNCTritonSequence(torch.autograd.Function):
         d_xp = out.new_zeros(gates.shape)
         d_rec = out.new_zeros(gates.shape) if options.pnr else d_xp
         d_params = out.new_zeros(params.shape)
-        kernels.dnc_backward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
+        sizes = _sizes(gates, B, D, R, N, W, P, options)
+        kernels.dnc_backward_kernel[(triton.cdiv(B, sizes["BLOCK_B"]),)](
             w_r, w_h if w_h is not None else w_r, w_xi, hs, cs, mem, rws, wws, us, ps, link_rec,
             scratch, vectors, gates, params, out, given(d_out, out), g_h, g_c, g_r, g_m, g_wr, g_ww, g_u, g_p,
-            g_l, d_xp, d_rec, d_params, B, T, every, **_sizes(gates, D, R, N, W, P, options),
+            g_l, d_xp, d_rec, d_params, B, T, every, **sizes,
         )  # fmt: skip
         need, last = ctx.needs_input_grad, T % 2
         return (

@@ -6,7 +6,8 @@ backends take them) with one addressing step (J = 1) and learned writes, the GRU
 feed-forward (tanh) controller, LRU on or off, the NOP cell, write keys over [A; C] or C, any
 heads; the op (triton_sequence.py) refuses the rest.
 
-One program per tile of BLOCK_B batch rows. Each step has two phases:
+One program per tile of BLOCK_B batch rows (chosen at launch from the batch and the GPU's
+SMs: triton_math.rows_per_program). Each step has two phases:
 
     tile phase   the controller for the tile's rows at once (eqs. 1-2), then the head layer
                  p_t = W_p h_t + b_p. Each product reads its input (φ_{t-1}, h_{t-1}, h_t;
@@ -29,9 +30,10 @@ projection, W_h h_{t-1} + b_h, the head layer's output) and of A per row; the we
 are then one matrix product each over all B T steps (triton_sequence.py).
 
 Sizes that are not powers of two are padded (masks on every load and store); every tl.dot has
-all three sizes >= 16 on a GPU (BLOCK_B rows, BLOCK_K = 16 of the input, the output padded to
-16 at least). float32 on the GPU (tl.dot in IEEE precision, not TF32); float64 only in
-Triton's interpreter, where the tests check gradients.
+its inner and output sizes >= 16 on a GPU (BLOCK_K = 16 of the input, the output padded to 16
+at least) and BLOCK_B rows, 1 to 16. Offsets that multiply time, batch and width are int64
+(``B`` is widened first: triton_math.wide). float32 on the GPU (tl.dot in IEEE precision, not
+TF32); float64 only in Triton's interpreter, where the tests check gradients.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mannlab.ops.triton_math import BLOCK_K, INTERPRETED
+from mannlab.ops.triton_math import BLOCK_K
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
 from mannlab.ops.triton_math import chunked_dot as _chunked_dot
 from mannlab.ops.triton_math import gate_pre as _gate_pre
@@ -50,15 +52,12 @@ from mannlab.ops.triton_math import softplus as _softplus
 from mannlab.ops.triton_math import tanh as _tanh
 from mannlab.ops.triton_math import tile_load as _tile_load
 from mannlab.ops.triton_math import tile_store as _tile_store
+from mannlab.ops.triton_math import wide as _wide
 
 #: Whether these kernels have run on a GPU ("auto" uses only checked kernels). These were
 #: tested in Triton's interpreter only: until benchmarks/gpu_check.sh has run them on a GPU,
 #: they run only when forced (MANNLAB_KERNELS=triton).
 GPU_CHECKED = False
-
-#: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
-#: and there each row costs its own Python-level pass, so the tests' tiles are smaller
-BLOCK_B = 2 if INTERPRETED else 16
 
 #: the columns of each product's input per tl.dot (triton_math.chunked_dot)
 _KC = tl.constexpr(BLOCK_K)
@@ -480,6 +479,7 @@ def dntm_forward_kernel(
     F: tl.constexpr = D + R * W
     K: tl.constexpr = R + H
     OFF_KW, OFF_B, OFF_G, OFF_E, OFF_A, OFF_M = _param_offsets(R, H, W, KW, DC)
+    B = _wide(B)  # every offset made with it is int64
     pid = tl.program_id(0)
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, daidx, damask, dcidx, dcmask = (
         _tile_indices(pid, B, D, RW, P, N, DA, DC, DP, RWP, PP, NP, DAP, DCP, BLOCK_B)
@@ -646,6 +646,7 @@ def dntm_backward_kernel(
     F: tl.constexpr = D + R * W
     K: tl.constexpr = R + H
     OFF_KW, OFF_B, OFF_G, OFF_E, OFF_A, OFF_M = _param_offsets(R, H, W, KW, DC)
+    B = _wide(B)  # every offset made with it is int64
     pid = tl.program_id(0)
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask, nidx, nmask, daidx, damask, dcidx, dcmask = (
         _tile_indices(pid, B, D, RW, P, N, DA, DC, DP, RWP, PP, NP, DAP, DCP, BLOCK_B)

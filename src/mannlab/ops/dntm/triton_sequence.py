@@ -35,7 +35,7 @@ from mannlab.ops.dntm.records import (
     step_trace,
 )
 from mannlab.ops.dntm.reference import activate_heads
-from mannlab.ops.triton_math import padded
+from mannlab.ops.triton_math import padded, rows_per_program
 
 
 def _sizes(
@@ -76,7 +76,6 @@ def _sizes(
         MEMKEYS=int(memory_keys),
         MODE=MODES.index(options.mode),
         NOISY=int(options.mode in NOISY_MODES),
-        BLOCK_B=kernels.BLOCK_B,
     )
 
 
@@ -111,10 +110,12 @@ class DNTMTritonSequence(torch.autograd.Function):
         xp, w_read, w_head, b_head, address = (t.contiguous() for t in (xp, w_read, w_head, b_head, address))
         w_rec_arg = w_rec.contiguous() if gru else w_read  # never read then
         b_rec_arg = b_rec.contiguous() if gru else b_head
-        kernels.dntm_forward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
+        rows_each = rows_per_program(B, xp.device)
+        kernels.dntm_forward_kernel[(triton.cdiv(B, rows_each),)](
             xp, w_read, w_rec_arg, b_rec_arg, w_head, b_head, address,
             *states, gates, params, probs, out, draws, B, T,
-            float(options.similarity_eps), float(options.lru_decay), KEEP=int(keep), **sizes,
+            float(options.similarity_eps), float(options.lru_decay), KEEP=int(keep),
+            BLOCK_B=rows_each, **sizes,
         )  # fmt: skip
         ctx.options, ctx.gru = options, gru
         ctx.set_materialize_grads(False)
@@ -150,13 +151,14 @@ class DNTMTritonSequence(torch.autograd.Function):
         d_rec = xp.new_zeros(T, B, 3 * D) if gru else d_xp
         d_address = xp.new_zeros(B, N, DA)
         sizes = _sizes(D, w_read.shape[0], X, R, H, N, DA, DC, P, options, gru)
-        kernels.dntm_backward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
+        rows_each = rows_per_program(B, xp.device)
+        kernels.dntm_backward_kernel[(triton.cdiv(B, rows_each),)](
             xp, w_read, w_rec if gru else w_read, w_head, address,
             hs, contents, vrs, vws, gates, params, probs,
             given(d_out, xp.new_empty(B, T, D + phis.shape[2])), d_probs, d_contents,
             g_h, g_phi, g_c, g_vr, g_vw, d_address, d_xp, d_rec, d_params, draws,
             B, T, float(options.similarity_eps), float(options.lru_decay), float(options.inverse_temperature),
-            TRACE_GRADS=int(trace_grads), **sizes,
+            TRACE_GRADS=int(trace_grads), BLOCK_B=rows_each, **sizes,
         )  # fmt: skip
         need = ctx.needs_input_grad
 

@@ -2,7 +2,8 @@
 backward, each one kernel launch with the time loop inside (the technique of
 flash-linear-attention's fused_recurrent kernels and of mamba's selective scan).
 
-One program per tile of BLOCK_B batch rows. Each step has two phases:
+One program per tile of BLOCK_B batch rows (chosen at launch from the batch and the GPU's
+SMs: triton_math.rows_per_program). Each step has two phases:
 
     tile phase   (i) the controller for the tile's rows at once: its pre-activations as
                  products with W_r and W_h (re-read from global memory each step; they stay
@@ -24,9 +25,10 @@ gradients are then one matrix product each over all B T steps (triton_sequence.p
 input projection of all steps is one matrix product before the forward.
 
 Sizes that are not powers of two are padded (masks on every load and store); every tl.dot has
-all three sizes >= 16 (BLOCK_B = 16 rows, the other sizes padded to 16 at least). float32 on
-the GPU (tl.dot in IEEE precision, not TF32); float64 only in Triton's interpreter, where the
-tests check gradients.
+its inner and output sizes >= 16 (padded to 16 at least) and BLOCK_B rows, 1 to 16 (fewer than
+16 on Triton 3.9 and later). Offsets that multiply time, batch and width are int64 (``B`` is
+widened first: triton_math.wide). float32 on the GPU (tl.dot in IEEE precision, not TF32);
+float64 only in Triton's interpreter, where the tests check gradients.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ import triton.language as tl
 
 from mannlab.ops.triton_math import BLOCK_K as BLOCK_K  # the columns of each product's chunks
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
-from mannlab.ops.triton_math import INTERPRETED
 from mannlab.ops.triton_math import controller_backward as _controller_backward
 from mannlab.ops.triton_math import controller_forward as _controller_forward
 from mannlab.ops.triton_math import cosine_content as _content
@@ -47,15 +48,14 @@ from mannlab.ops.triton_math import softmax as _softmax
 from mannlab.ops.triton_math import softplus as _softplus
 from mannlab.ops.triton_math import tile_load as _tile_load
 from mannlab.ops.triton_math import tile_store as _tile_store
+from mannlab.ops.triton_math import wide as _wide
 
 #: Whether these kernels have run on a GPU ("auto" uses only checked kernels). An earlier
 #: version's GPU tests and bench_gpu.py ran on an H200 (benchmarks/README.md); False since:
 GPU_CHECKED = False  # products split into K chunks (spills cut) after that check: not run on a GPU yet
 
-#: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
-#: and there each row costs its own Python-level pass, so the tests' tiles are smaller
-BLOCK_B = 2 if INTERPRETED else 16
-#: warps per program: 8 halve the per-thread share of the row phase's (N, W) memory tiles
+#: warps per program, whatever its rows (the row phase, which sets the registers, goes row by
+#: row): 8 halve the per-thread share of the row phase's (N, W) memory tiles
 #: (sm_90, benchmarks/triton_resources.py: forward spills 2.8 KB instead of 5.3 KB at 4)
 NUM_WARPS = 8
 
@@ -307,6 +307,7 @@ def ntm_forward_kernel(
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
     K: tl.constexpr = H + R
+    B = _wide(B)  # every offset made with it is int64
     pid = tl.program_id(0)
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask = _tile_columns(
         pid, B, D, RW, P, DP, RWP, PP, BLOCK_B
@@ -450,6 +451,7 @@ def ntm_backward_kernel(
     RW: tl.constexpr = R * W
     F: tl.constexpr = D + R * W
     K: tl.constexpr = H + R
+    B = _wide(B)  # every offset made with it is int64
     pid = tl.program_id(0)
     rows, rmask, dcol, dmask, rcol, rwmask, pcol, pmask = _tile_columns(
         pid, B, D, RW, P, DP, RWP, PP, BLOCK_B

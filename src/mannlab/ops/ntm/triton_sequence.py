@@ -28,15 +28,16 @@ from mannlab.ops.ntm.records import (
     NTMWeights,
 )
 from mannlab.ops.ntm.reference import head_values
-from mannlab.ops.triton_math import padded
+from mannlab.ops.triton_math import padded, rows_per_program
 
 
-def _sizes(batch_shape, hidden, read_heads, write_heads, slots, params, options: NTMOptions) -> dict:
-    """The kernels' compile-time sizes, actual and padded to powers of two (tl.dot's to 16)."""
+def _sizes(like, batch, gates, hidden, read_heads, write_heads, slots, params, options: NTMOptions) -> dict:
+    """The kernels' compile-time sizes, actual and padded to powers of two (tl.dot's to 16), and
+    the rows per program of a launch over ``batch`` rows on ``like``'s device."""
     width, shifts = options.width, options.num_shifts
     return dict(
         D=hidden,
-        G=batch_shape[-1],
+        G=gates,
         R=read_heads,
         H=write_heads,
         N=slots,
@@ -51,7 +52,7 @@ def _sizes(batch_shape, hidden, read_heads, write_heads, slots, params, options:
         SP=padded(shifts),
         KIND=options.kind,
         PNR=options.pnr,
-        BLOCK_B=kernels.BLOCK_B,
+        BLOCK_B=rows_per_program(batch, like.device),
         KC=kernels.BLOCK_K,
         num_warps=kernels.NUM_WARPS,
     )
@@ -101,10 +102,10 @@ class NTMTritonSequence(torch.autograd.Function):
             gated=xp.new_empty(kept_steps, batch, write_heads + read_heads, slots),
         )
         out = xp.new_empty(batch, steps, hidden + read_heads * width)
-        sizes = _sizes(xp.shape, hidden, read_heads, write_heads, slots, params, options)
+        sizes = _sizes(xp, batch, xp.shape[2], hidden, read_heads, write_heads, slots, params, options)
         w_read, w_head, b_head = (t.contiguous() for t in (w_read, w_head, b_head))
         w_rec_arg = w_rec.contiguous() if w_rec is not None else w_read  # never read then
-        kernels.ntm_forward_kernel[(triton.cdiv(batch, kernels.BLOCK_B),)](
+        kernels.ntm_forward_kernel[(triton.cdiv(batch, sizes["BLOCK_B"]),)](
             xp.contiguous(),
             w_read,
             w_rec_arg,
@@ -157,8 +158,10 @@ class NTMTritonSequence(torch.autograd.Function):
         d_rec = out.new_empty(records.gates.shape) if options.pnr else d_xp
         d_params = out.new_zeros(records.params.shape)
         scratch = out.new_zeros(batch, write_heads + read_heads, slots)
-        sizes = _sizes(records.gates.shape, hidden, read_heads, write_heads, slots, params, options)
-        kernels.ntm_backward_kernel[(triton.cdiv(batch, kernels.BLOCK_B),)](
+        sizes = _sizes(
+            out, batch, records.gates.shape[2], hidden, read_heads, write_heads, slots, params, options
+        )
+        kernels.ntm_backward_kernel[(triton.cdiv(batch, sizes["BLOCK_B"]),)](
             w_read,
             w_rec if w_rec is not None else w_read,
             w_head,

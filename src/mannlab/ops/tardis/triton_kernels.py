@@ -19,7 +19,9 @@ read MLP's width, G = 4 d + 2):
          just read                                                 eq. 2, algorithm 1
 
 They cover every configuration of the op (records.covers: each size at most
-records.TRITON_MAX_SIZE). One program per tile of BLOCK_B batch rows; each step has a tile
+records.TRITON_MAX_SIZE). One program per tile of BLOCK_B batch rows (1 to 16, chosen at launch
+from the batch and the GPU's SMs: triton_math.rows_per_program; offsets that multiply time,
+batch and width are int64, ``B`` widened first: triton_math.wide); each step has a tile
 phase (the usage, 1/τ, the read MLP's query, the controller, the written value W_m h_t: the
 tile's rows at once, h and c in registers) and a rows' phase (each row's read on its memory in
 turn). The memory lives in global memory, in the final memory's buffer, which starts as C_0
@@ -47,7 +49,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mannlab.ops.triton_math import BLOCK_K, INTERPRETED
+from mannlab.ops.triton_math import BLOCK_K
 from mannlab.ops.triton_math import DTYPES as DTYPES  # float64 only in the interpreter
 from mannlab.ops.triton_math import chunked_dot as _chunked_dot
 from mannlab.ops.triton_math import sigmoid as _sigmoid
@@ -56,16 +58,12 @@ from mannlab.ops.triton_math import softplus as _softplus
 from mannlab.ops.triton_math import tanh as _tanh
 from mannlab.ops.triton_math import tile_load as _tile_load
 from mannlab.ops.triton_math import tile_store as _tile_store
+from mannlab.ops.triton_math import wide as _wide
 
 #: Whether these kernels have run on a GPU ("auto" uses only checked kernels). These were
 #: tested in Triton's interpreter only: until benchmarks/gpu_check.sh has run them on a GPU,
 #: they run only when forced (MANNLAB_KERNELS=triton).
 GPU_CHECKED = False
-
-#: batch rows per program: tl.dot needs 16 at least on a GPU; the interpreter takes any size,
-#: and runs the programs one after another at a cost per operation, not per row: the tests'
-#: batches fit one tile (a test sets 2 to run several programs)
-BLOCK_B = 4 if INTERPRETED else 16
 
 # the read modes (records.MODES)
 _GUMBEL = tl.constexpr(0)
@@ -484,6 +482,7 @@ def tardis_forward_kernel(
     KEEP: tl.constexpr,
     BLOCK_B: tl.constexpr,
 ):
+    B = _wide(B)  # every offset made with it is int64
     Q: tl.constexpr = A + C
     rows, rmask, dcol, dmask, kcol, kmask, qcol, qmask, cq, mcol, mmask = _indices(
         B, D, K, A, Q, M, DP, KP, QP, MP, BLOCK_B
@@ -648,6 +647,7 @@ def tardis_backward_kernel(
     USE_DPROBS: tl.constexpr,
     BLOCK_B: tl.constexpr,
 ):
+    B = _wide(B)  # every offset made with it is int64
     Q: tl.constexpr = A + C
     G: tl.constexpr = 4 * D + 2
     rows, rmask, dcol, dmask, kcol, kmask, qcol, qmask, cq, mcol, mmask = _indices(

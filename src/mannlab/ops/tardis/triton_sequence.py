@@ -33,10 +33,14 @@ from mannlab.ops.tardis.records import (
     covers,
     sequence_result,
 )
-from mannlab.ops.triton_math import padded
+from mannlab.ops.triton_math import padded, rows_per_program
 
 
-def _sizes(hidden: int, slots: int, address: int, content: int, mlp: int) -> dict:
+def _sizes(
+    like: torch.Tensor, batch: int, hidden: int, slots: int, address: int, content: int, mlp: int
+) -> dict:
+    """The kernels' compile-time sizes, actual and padded, and the rows per program of a launch
+    over ``batch`` rows on ``like``'s device."""
     sizes = dict(
         D=hidden,
         K=slots,
@@ -49,7 +53,7 @@ def _sizes(hidden: int, slots: int, address: int, content: int, mlp: int) -> dic
         CP=padded(content, 16),
         QP=padded(address + content, 16),
         MP=padded(mlp, 16),
-        BLOCK_B=kernels.BLOCK_B,
+        BLOCK_B=rows_per_program(batch, like.device),
     )
     # each row's scratch: h | the read MLP's query | d w^w | W_m h_t | d r_t (kernels' order)
     sizes["S"] = sizes["DP"] + sizes["MP"] + sizes["KP"] + sizes["CP"] + sizes["QP"]
@@ -127,8 +131,8 @@ class TARDISTritonSequence(torch.autograd.Function):
         dummy = new(1)
         noise = tuple(v.contiguous() if v is not None else dummy for v in (gumbel, logistic, mask))
         rows = [v.contiguous() for v in (h0, c0, counts0, last0)]
-        sizes = _sizes(D, K, A, C, M)
-        kernels.tardis_forward_kernel[(triton.cdiv(B, kernels.BLOCK_B),)](
+        sizes = _sizes(xg, B, D, K, A, C, M)
+        kernels.tardis_forward_kernel[(triton.cdiv(B, sizes["BLOCK_B"]),)](
             xg, xr, *noise, *rows, steps0, *flat, *outputs, *records, new(B, sizes["S"]),
             B, T, float(options.inverse_temperature), float(options.eps), float(options.last_read_penalty),
             float(options.reset_temperature), float(options.usage_eps), **sizes,
@@ -148,7 +152,7 @@ class TARDISTritonSequence(torch.autograd.Function):
                 *records,
             )  # fmt: skip
         ctx.options, ctx.flags = options, (train, learned, use_ln, mask is not None)
-        ctx.sizes = _sizes(D, K, A, C, M)
+        ctx.sizes = sizes  # the backward's launch takes the forward's rows per program
         return outputs
 
     @staticmethod

@@ -6,7 +6,8 @@ over typed records (records.py): ``inputs`` the :class:`ARMINInputs` (the projec
 draws), ``state`` the model's own :class:`ARMINState`, ``weights`` the :class:`ARMINWeights`,
 ``options`` the :class:`ARMINOptions`. ``backend`` runs it: "numba" the autograd Function over
 the CPU kernels (numba_sequence.py), "triton" the one over the GPU kernels (triton_sequence.py;
-GPU or Triton's interpreter), "reference" the plain tensor loop (reference.py). What each covers:
+GPU or Triton's interpreter), "compiled" the plain tensor loop of reference.py with its step
+under torch.compile (ops/compiled.py), "reference" that loop as it is. What each covers:
 records.covers (else a ValueError). Callers build the records by name and never see a kernel's
 argument order.
 """
@@ -25,10 +26,11 @@ from mannlab.ops.armin.records import (
     ARMINWeights,
     covers,
 )
+from mannlab.ops.compiled import compiled_step
 
 #: the ops package's name (mannlab.ops.armin) and its backends, compiled ones first
 NAME = "armin"
-BACKENDS = ("numba", "triton", "reference")
+BACKENDS = ("numba", "triton", "compiled", "reference")
 
 
 def _check(
@@ -41,7 +43,8 @@ def _check(
     if not covers(options, weights, backend):
         raise ValueError(
             f"armin_sequence: the {backend} backend does not cover {options} at these sizes (the "
-            "trace: the reference only; Triton: d_h, d_r, n_mem up to records.TRITON_MAX_SIZE)"
+            "trace: the reference and compiled only; Triton: d_h, d_r, n_mem up to "
+            "records.TRITON_MAX_SIZE)"
         )
     B, T = inputs.projected.shape[:2]
     n = state.memory.shape[1]
@@ -79,6 +82,13 @@ def armin_sequence(
         from mannlab.ops.armin.reference import armin_reference
 
         return armin_reference(inputs, state, weights, options)
+    if backend == "compiled":  # 1/τ a tensor: one compile for every 1/τ a schedule sets
+        from mannlab.ops.armin.reference import armin_reference, sequence_step
+
+        x = inputs.projected
+        step = compiled_step(sequence_step, options._replace(inverse_temperature=1.0), x.device.type)
+        temperature = torch.tensor(options.inverse_temperature, dtype=x.dtype, device=x.device)
+        return armin_reference(inputs, state, weights, options, step, temperature)
     function: type[torch.autograd.Function]
     if backend == "triton":
         from mannlab.ops.armin.triton_sequence import ARMINTritonSequence

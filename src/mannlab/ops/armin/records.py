@@ -82,7 +82,8 @@ class ARMINWeights(NamedTuple):
 class ARMINOptions(NamedTuple):
     """mode: one of :data:`MODES`; inverse_temperature: 1/τ of the Gumbel reads; eps: the layer
     norms' epsilon; backward: a backward follows (keep what it reads; False: inference, one
-    step's scratch); trace: return the :class:`ARMINTrace` (the reference backend's only)."""
+    step's scratch); trace: return the :class:`ARMINTrace` (the reference and compiled
+    backends only)."""
 
     mode: str = "gumbel"
     inverse_temperature: float = 1.0
@@ -145,9 +146,9 @@ TRITON_MAX_SIZE = 128
 def covers(options: ARMINOptions, weights: ARMINWeights, backend: str) -> bool:
     """Every backend runs the paper's configuration, which is all the op expresses (auto read,
     tied write, control gates, layer norm; zoneout or not; every addressing mode); the trace
-    only the reference (the model's step loop returns it otherwise); the Triton kernels while
-    d_h, d_r and n_mem are at most :data:`TRITON_MAX_SIZE`."""
-    if options.mode not in MODES or (options.trace and backend != "reference"):
+    only the reference and the compiled step (the model's step loop returns it otherwise); the
+    Triton kernels while d_h, d_r and n_mem are at most :data:`TRITON_MAX_SIZE`."""
+    if options.mode not in MODES or (options.trace and backend not in ("reference", "compiled")):
         return False
     return backend != "triton" or max(sizes(weights)) <= TRITON_MAX_SIZE
 

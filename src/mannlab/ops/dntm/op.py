@@ -6,13 +6,17 @@ over the typed records of records.py: ``state`` is the model's own :class:`DNTMS
 trace its :class:`DNTMStepTrace`. The backend "numba" runs numba_sequence.py's autograd
 Function over kernels.py (CPU), "triton" triton_sequence.py's over triton_kernels.py (GPU; on
 CPU tensors in Triton's interpreter; the options records.covers, else a ValueError),
-"reference" reference.py's tensor loop. What each covers: records.covers. The records are
+"compiled" reference.py's tensor loop with its step under torch.compile (ops/compiled.py),
+"reference" that loop as it is. What each covers: records.covers. The records are
 checked here, once, for every backend; a caller fills them by name and never sees the kernels'
 argument order or the offsets of their outputs.
 """
 
 from __future__ import annotations
 
+import torch
+
+from mannlab.ops.compiled import compiled_step
 from mannlab.ops.controller_codes import TANH
 from mannlab.ops.dntm.records import (
     MODES,
@@ -28,9 +32,9 @@ from mannlab.ops.dntm.records import (
 
 #: the ops package's name (mannlab.ops.dntm) and its backends, compiled ones first: the numba
 #: kernels (CPU), the Triton kernels (GPU; on CPU tensors in Triton's interpreter), the plain
-#: tensor loop of reference.py
+#: tensor loop of reference.py with its step compiled, and as it is
 NAME = "dntm"
-BACKENDS = ("numba", "triton", "reference")
+BACKENDS = ("numba", "triton", "compiled", "reference")
 
 
 def _expect_size(name: str, value, shape: tuple) -> None:
@@ -119,6 +123,13 @@ def dntm_sequence(
         from mannlab.ops.dntm.reference import dntm_reference
 
         return dntm_reference(inputs, state, weights, options)
+    if backend == "compiled":  # 1/τ a tensor: one compile for every 1/τ a schedule sets
+        from mannlab.ops.dntm.reference import dntm_reference, sequence_step
+
+        x = inputs.projected
+        step = compiled_step(sequence_step, options._replace(inverse_temperature=1.0), x.device.type)
+        temperature = torch.tensor(options.inverse_temperature, dtype=x.dtype, device=x.device)
+        return dntm_reference(inputs, state, weights, options, step, temperature)
     if backend == "triton":  # imports Triton: only when asked for
         from mannlab.ops.dntm.triton_sequence import triton_sequence
 

@@ -251,8 +251,9 @@ def step_trace(features: torch.Tensor, start: DNTMState, options: DNTMOptions, *
 
 def covers(options: DNTMOptions, weights: DNTMWeights, backend: str) -> bool:
     """Every backend implements the GRU and the feed-forward tanh controller (any heads, LRU,
-    NOP cell, write keys and addressing mode, with or without the trace); numba and the
-    reference any J and either writes, the Triton kernels J = 1 and learned writes."""
+    NOP cell, write keys and addressing mode, with or without the trace); numba, the reference
+    and the compiled step any J and either writes, the Triton kernels J = 1 and learned
+    writes."""
     if options.activation != TANH:
         return False
     return backend != "triton" or (options.addressing_steps == 1 and options.writes == "learned")

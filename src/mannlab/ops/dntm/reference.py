@@ -11,7 +11,7 @@ of records.py. Autograd differentiates it; the numba kernels are tested against 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -171,91 +171,123 @@ def controller_step(x: torch.Tensor, phi: torch.Tensor, h, weights: DNTMWeights)
     return torch.lerp(n, h, update)  # eq. 1: (1 - u) n + u h_{t-1}
 
 
-def used_weights(probs, logits, exp, options: DNTMOptions) -> torch.Tensor:
+def used_weights(probs, logits, exp, inverse_temperature, options: DNTMOptions) -> torch.Tensor:
     """The weighting a head uses (section 4): w itself, the one-hot of its sample from the
-    draws E, of its argmax, or the straight-through one-hot."""
+    draws E, of its argmax, or the straight-through one-hot (at 1/τ: a number or a 0-dim
+    tensor)."""
     if options.mode == "soft":
         return probs
     if options.mode == "argmax":
         return sampling.argmax_one_hot(probs)
     if options.mode == "sample":
         return sample_from_draws(probs, exp)
-    return straight_through(logits, probs, exp, options.inverse_temperature)
+    return straight_through(logits, probs, exp, inverse_temperature)
 
 
-def dntm_reference(
-    inputs: DNTMInputs, state: DNTMState, weights: DNTMWeights, options: DNTMOptions
-) -> DNTMResult:
-    """The features [h_t; φ_t], the final state and the trace (if asked) of a whole sequence."""
-    h = state.controller[0] if state.controller else None
-    _, content, reads, read_v, write_v, _, counts = state
+def sequence_step(inputs_t, inverse_temperature, row: DNTMState, fixed, weights: DNTMWeights, options):
+    """One time step, its J addressing steps (eqs. 1-13, section 4's weightings), from the step's
+    slices of the projected input and its draws (``inputs_t``: W x_t + b (B, P_c), the write
+    heads' [W_x x_t | v_α^T x_t] (B, H (d_c + 1)), the Exp(1) draws (J, B K' N') or None), 1/τ
+    (a number, or a 0-dim tensor), the state ``row`` before the step and ``fixed``: the
+    addresses A (B, N', a) and the access mask (N',) (0 at the NOP cell) -> ([h_t; φ_t]
+    (B, d_h + R W), the state after the step, and with ``options.trace`` the J addressing
+    steps' (w^r, w^w, probs of each, heads) and M_t, else None). The reference loop runs it as
+    it is; the "compiled" backend runs it under torch.compile (ops/compiled.py)."""
+    x_ctrl, x_write, draws = inputs_t
+    address, access = fixed
+    h = row.controller[0] if row.controller else None
+    _, content, reads, read_v, write_v, _, counts = row
     written, read_counts = counts if counts else (None, None)
-    B, T = inputs.projected.shape[:2]
-    R, H = read_v.shape[1], write_v.shape[1]
+    B, R, H = content.shape[0], read_v.shape[1], write_v.shape[1]
     N, dc = content.shape[1:]
-    W, J = reads.shape[-1], options.addressing_steps
+    W = reads.shape[-1]
     sizes = head_sizes(R, H, W, W if options.write_keys == "memory" else dc, dc)
-    access = torch.ones(N, dtype=content.dtype, device=content.device)
-    if options.nop:
-        access[-1] = 0.0  # the NOP cell
-    x_ctrl, x_write = inputs.projected.split([weights.read_weight.shape[0], H * (dc + 1)], dim=-1)
-    address = weights.address.to(content.dtype).expand(B, -1, -1)
     eps, decay = options.similarity_eps, options.lru_decay
-    features, per_step, memories = [], [], []
-    for t in range(T):
-        for j in range(J):
-            h = controller_step(x_ctrl[:, t], reads.flatten(1), h, weights)  # eqs. 1-2
-            raw = F.linear(h, weights.head_weight, weights.head_bias)
-            heads = activate_heads(raw.split(sizes, dim=-1), x_write[:, t], W)
-            memory = torch.cat([address, content], dim=-1)  # M_{s-1} = [A; C]
-            read_p, read_v, read_l = weighting(
-                heads.read_keys,
-                heads.strengths[:, :R],
-                heads.gates[:, :R],
-                memory,
-                read_v,
+    per_step = []
+    for j in range(options.addressing_steps):
+        h = controller_step(x_ctrl, reads.flatten(1), h, weights)  # eqs. 1-2
+        raw = F.linear(h, weights.head_weight, weights.head_bias)
+        heads = activate_heads(raw.split(sizes, dim=-1), x_write, W)
+        memory = torch.cat([address, content], dim=-1)  # M_{s-1} = [A; C]
+        read_p, read_v, read_l = weighting(
+            heads.read_keys,
+            heads.strengths[:, :R],
+            heads.gates[:, :R],
+            memory,
+            read_v,
+            options.lru,
+            eps,
+            decay,
+        )
+        exp = None if draws is None else draws[j]  # (B K' N')
+        read_exp = None if exp is None else exp[: B * R * N].view(B, R, N)
+        read_w = used_weights(read_p, read_l, read_exp, inverse_temperature, options)
+        if options.writes == "sequential":
+            assert written is not None and read_counts is not None  # carried with these writes
+            read_counts = read_counts + read_w.detach().sum(1)
+            write_w = write_p = sequential_write(written, read_counts, options.nop)
+            written = written + 1
+        else:
+            write_p, write_v, write_l = weighting(
+                heads.write_keys,
+                heads.strengths[:, R:],
+                heads.gates[:, R:],
+                memory if options.write_keys == "memory" else content,
+                write_v,
                 options.lru,
                 eps,
                 decay,
             )
-            exp = None if inputs.draws is None else inputs.draws[t * J + j]  # (B K' N')
-            read_exp = None if exp is None else exp[: B * R * N].view(B, R, N)
-            read_w = used_weights(read_p, read_l, read_exp, options)
-            if options.writes == "sequential":
-                assert written is not None and read_counts is not None  # carried with these writes
-                read_counts = read_counts + read_w.detach().sum(1)
-                write_w = write_p = sequential_write(written, read_counts, options.nop)
-                written = written + 1
-            else:
-                write_p, write_v, write_l = weighting(
-                    heads.write_keys,
-                    heads.strengths[:, R:],
-                    heads.gates[:, R:],
-                    memory if options.write_keys == "memory" else content,
-                    write_v,
-                    options.lru,
-                    eps,
-                    decay,
-                )
-                write_exp = None if exp is None else exp[B * R * N :].view(B, H, N)
-                write_w = used_weights(write_p, write_l, write_exp, options)
-            reads = read(memory, read_w, access)  # eq. 5
-            content = write(content, write_w, access, heads.erase, heads.candidate)  # eq. 6
-            if options.mode == "gumbel":  # the one-hots as values (their gradient is the step's)
-                read_w, write_w = read_w.detach(), write_w.detach()
-            per_step.append((read_w, write_w, read_p, write_p, heads))
-        assert h is not None  # set by the addressing steps (J >= 1)
-        features.append(torch.cat([h, reads.flatten(1)], dim=-1))
-        memories.append(torch.cat([address, content], dim=-1))  # M_t after the step's writes
-    out = torch.stack(features, 1)
+            write_exp = None if exp is None else exp[B * R * N :].view(B, H, N)
+            write_w = used_weights(write_p, write_l, write_exp, inverse_temperature, options)
+        reads = read(memory, read_w, access)  # eq. 5
+        content = write(content, write_w, access, heads.erase, heads.candidate)  # eq. 6
+        if options.mode == "gumbel":  # the one-hots as values (their gradient is the step's)
+            read_w, write_w = read_w.detach(), write_w.detach()
+        per_step.append((read_w, write_w, read_p, write_p, heads))
+    assert h is not None  # set by the addressing steps (J >= 1)
     controller = (h,) if weights.recurrent_weight is not None else ()
-    counts = ()
     if options.writes == "sequential":
         assert written is not None and read_counts is not None  # carried with these writes
         counts = DNTMWriteCounts(written, read_counts)
-    final = DNTMState(controller, content, reads, read_v, write_v, (), counts)
+    row = DNTMState(controller, content, reads, read_v, write_v, (), counts)
+    trace = (tuple(per_step), torch.cat([address, content], dim=-1)) if options.trace else None  # M_t
+    return torch.cat([h, reads.flatten(1)], dim=-1), row, trace
+
+
+def dntm_reference(
+    inputs: DNTMInputs,
+    state: DNTMState,
+    weights: DNTMWeights,
+    options: DNTMOptions,
+    step_function: Callable = sequence_step,
+    inverse_temperature: Optional[torch.Tensor] = None,
+) -> DNTMResult:
+    """The features [h_t; φ_t], the final state and the trace (if asked) of a whole sequence.
+    ``step_function``: :func:`sequence_step`, or the same under torch.compile, which takes 1/τ
+    as ``inverse_temperature`` (a 0-dim tensor; else ``options``' number)."""
+    content = state.content
+    B, T = inputs.projected.shape[:2]
+    R, H = state.read_lru.shape[1], state.write_lru.shape[1]
+    N, dc = content.shape[1:]
+    J = options.addressing_steps
+    access = torch.ones(N, dtype=content.dtype, device=content.device)
+    if options.nop:
+        access[-1] = 0.0  # the NOP cell
+    x_ctrl, x_write = inputs.projected.split([weights.read_weight.shape[0], H * (dc + 1)], dim=-1)
+    fixed = (weights.address.to(content.dtype).expand(B, -1, -1), access)
+    draws = (None,) * T if inputs.draws is None else inputs.draws.unflatten(0, (T, J)).unbind(0)
+    temperature = options.inverse_temperature if inverse_temperature is None else inverse_temperature
+    row, features, per_step, memories = state, [], [], []
+    for inputs_t in zip(x_ctrl.unbind(1), x_write.unbind(1), draws):
+        features_t, row, trace_t = step_function(inputs_t, temperature, row, fixed, weights, options=options)
+        features.append(features_t)
+        if trace_t is not None:
+            per_step.extend(trace_t[0])
+            memories.append(trace_t[1])  # M_t after the step's writes
+    out = torch.stack(features, 1)
     if not options.trace:
-        return DNTMResult(out, final, None)
+        return DNTMResult(out, row, None)
 
     def stacked(values, *shape):  # the T J steps' values (B, ...) -> (B, T, *shape)
         return torch.stack(values, 1).reshape(B, T, *shape)
@@ -276,4 +308,4 @@ def dntm_reference(
         lru_gates=stacked([hd.gates for hd in step_heads], J * (R + H)),
         memory=torch.stack(memories, 1),
     )
-    return DNTMResult(out, final, trace)
+    return DNTMResult(out, row, trace)

@@ -6,8 +6,9 @@ over the typed records of records.py: ``state`` is the model's own :class:`TARDI
 trace its :class:`TARDISStepTrace`. ``backend`` picks the implementation: "numba" the autograd
 Function over the CPU kernels (numba_sequence.py), "triton" the one over the Triton kernels
 (triton_sequence.py; GPU, or CPU tensors in Triton's interpreter; sizes records.covers, else a
-ValueError), "reference" the plain tensor loop (reference.py); callers build the records by name
-and never see a kernel's argument order. What each backend covers: records.covers.
+ValueError), "compiled" the plain tensor loop of reference.py with its step under torch.compile
+(ops/compiled.py), "reference" that loop as it is; callers build the records by name and never
+see a kernel's argument order. What each backend covers: records.covers.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Optional
 
 import torch
 
+from mannlab.ops.compiled import compiled_step
 from mannlab.ops.tardis.records import (
     MODES,
     NOISY_MODES,
@@ -29,9 +31,9 @@ from mannlab.ops.tardis.records import (
 
 #: the ops package's name (mannlab.ops.tardis) and its backends, compiled ones first: the numba
 #: kernels (CPU), the Triton kernels (GPU; on CPU tensors in Triton's interpreter), the plain
-#: tensor loop of reference.py
+#: tensor loop of reference.py with its step compiled, and as it is
 NAME = "tardis"
-BACKENDS = ("numba", "triton", "reference")
+BACKENDS = ("numba", "triton", "compiled", "reference")
 
 
 def _expect_shape(name: str, value: Optional[torch.Tensor], shape: tuple) -> None:
@@ -87,12 +89,16 @@ def tardis_sequence(
     ``options.trace``, the per-step internals (:class:`TARDISStepTrace`). Differentiable in the
     input projections, h_0, c_0, C_0 and every weight (not in the noise, the masks, the counts
     or the addresses). ``backend``: one of :data:`BACKENDS`, "numba" (CPU), "triton" (GPU, or
-    Triton's interpreter) or "reference"."""
+    Triton's interpreter), "compiled" or "reference"."""
     _check(inputs, state, weights, options, backend)
-    if backend == "reference":
-        from mannlab.ops.tardis.reference import tardis_reference
+    if backend in ("reference", "compiled"):
+        from mannlab.ops.tardis.reference import sequence_step, tardis_reference
 
-        return tardis_reference(inputs, state, weights, options)
+        step = sequence_step
+        if backend == "compiled":  # the step reads a scheduled 1/τ as a tensor: one compile for all
+            fixed = options._replace(inverse_temperature=1.0)
+            step = compiled_step(sequence_step, fixed, inputs.gates.device.type)
+        return tardis_reference(inputs, state, weights, options, step)
     if backend == "triton":  # imports Triton: only when asked for
         from mannlab.ops.tardis.triton_sequence import triton_sequence
 

@@ -211,10 +211,10 @@ def sizes(weights: TARDISWeights) -> tuple[int, int, int, int]:
 
 
 def covers(options: TARDISOptions, weights: TARDISWeights, backend: str) -> bool:
-    """The numba kernels (and the reference) implement every configuration: each read mode in
-    training and at evaluation, learned or scheduled 1/τ, layer norm, recurrent dropout, with
-    or without the trace; the Triton kernels too, while d_h, k, q = a + c and m are at most
-    :data:`TRITON_MAX_SIZE`."""
+    """The numba kernels, the reference and the compiled step implement every configuration:
+    each read mode in training and at evaluation, learned or scheduled 1/τ, layer norm,
+    recurrent dropout, with or without the trace; the Triton kernels too, while d_h, k,
+    q = a + c and m are at most :data:`TRITON_MAX_SIZE`."""
     return backend != "triton" or max(sizes(weights)) <= TRITON_MAX_SIZE
 
 

@@ -5,6 +5,7 @@ configuration: each torch.compile costs tens of CPU seconds."""
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from conftest import leaves, small_model
 from mannlab.models import base
@@ -23,8 +24,10 @@ def test_compiled_equals_reference_and_chunks():
     # a chunked run with the carried state equals one run (the same compiled step: no recompile)
     x_proj, state, weights, options = case
     x_proj, state, weights = to_leaves(x_proj, state, weights, "cpu", torch.float64)
+    graphs = counters["stats"]["unique_graphs"]
     first = ntm_sequence(x_proj[:, :2], state, weights, options, "compiled")
     second = ntm_sequence(x_proj[:, 2:], first.state, weights, options, "compiled")
+    assert counters["stats"]["unique_graphs"] == graphs  # other lengths, no new graph
     torch.testing.assert_close(torch.cat([first.features, second.features], 1), result.features.detach())
     for a, b in zip(leaves(second.state), leaves(result.state)):
         torch.testing.assert_close(a, b.detach())

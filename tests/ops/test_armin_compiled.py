@@ -7,9 +7,6 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from conftest import small_model
-from mannlab.models import base
-from mannlab.ops import use_kernels
 from mannlab.ops.armin import ARMINInputs, ARMINOptions, armin_sequence
 from test_armin_kernels import assert_same, problem, run
 
@@ -39,14 +36,3 @@ def test_compiled_equals_reference_and_chunks():
     hotter = options._replace(inverse_temperature=5.0)
     assert_same(run(*records, hotter, "compiled"), run(*records, hotter, "reference"), atol=1e-10)
     assert counters["stats"]["unique_graphs"] == graphs
-
-
-@pytest.mark.parametrize("with_trace", [False, True])
-def test_switch_chooses_the_compiled_backend(with_trace):
-    """The model's pass takes the compiled step where forced (the trace too), else not."""
-    model = small_model("armin", 4, 3)
-    x = torch.randn(2, 3, 4, dtype=torch.float64)
-    with use_kernels("compiled"):
-        assert base.sequence_backend(model.cell, x, None, with_trace) == "compiled"
-    with use_kernels(False):
-        assert base.sequence_backend(model.cell, x, None, with_trace) == ""

@@ -5,12 +5,8 @@ the switch that makes the model take it. One tiny configuration: each torch.comp
 of CPU seconds."""
 
 import pytest
-import torch
 from torch._dynamo.utils import counters
 
-from conftest import small_model
-from mannlab.models import base
-from mannlab.ops import use_kernels
 from mannlab.ops.tardis import TARDISInputs, TARDISOptions, tardis_sequence
 from test_tardis_ops import assert_same, differentiable, grads_by_name, joined_result, loss_of, problem, run
 
@@ -36,14 +32,3 @@ def test_compiled_equals_reference_and_chunks():
     hotter = options._replace(inverse_temperature=4.0)
     assert_same(run(records, hotter, "compiled"), run(records, hotter, "reference"))
     assert counters["stats"]["unique_graphs"] == graphs
-
-
-@pytest.mark.parametrize("with_trace", [False, True])
-def test_switch_chooses_the_compiled_backend(with_trace):
-    """The model's pass takes the compiled step where forced (the trace too), else not."""
-    model = small_model("tardis", 4, 3)
-    x = torch.randn(2, 3, 4, dtype=torch.float64)
-    with use_kernels("compiled"):
-        assert base.sequence_backend(model.cell, x, None, with_trace) == "compiled"
-    with use_kernels(False):
-        assert base.sequence_backend(model.cell, x, None, with_trace) == ""

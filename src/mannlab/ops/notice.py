@@ -15,9 +15,9 @@ log = logging.getLogger("mannlab")
 NAMES = {"ntm": "NTM", "dnc": "DNC", "dntm": "D-NTM", "tardis": "TARDIS", "armin": "ARMIN"}
 
 # One-off compile time of each ops package's kernels (forward and backward of the default
-# model, CPU seconds rounded up; how they were taken: docs/DECISIONS.md); numba's disk cache
-# makes later processes start at once.
-COMPILE_SECONDS = {"ntm": 70, "dnc": 80, "dntm": 70, "tardis": 50, "armin": 30}
+# model on copy at batch 16, float32, into an empty cache; CPU seconds rounded up; how they
+# were taken: docs/DECISIONS.md); numba's disk cache makes later processes start at once.
+COMPILE_SECONDS = {"ntm": 25, "dnc": 35, "dntm": 25, "tardis": 15, "armin": 12}
 
 _missing_said = False
 _triton_said = False

@@ -1,6 +1,7 @@
 """The numba helpers every kernel shares, each written once: scalar activations and their
 gradients, dot products, softmax, argmax, layer norm, vectorisable tanh and sigmoid over
-arrays, and a cache prefetch hint. Kernels import helpers from here only, never from each
+arrays, a cache prefetch hint, and ``assign``, the array copy kernels use instead of numba's
+slice assignment (see its docstring). Kernels import helpers from here only, never from each
 other (the cache stamp of ops/numba_cache.py covers this file; tests/ops/test_numba_cache.py
 checks the rule).
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -69,6 +71,20 @@ def softmax_into(logits, out):
         total += out[i]
     for i in range(logits.shape[0]):
         out[i] /= total
+
+
+@njit
+def assign(out, values):
+    """out[...] = values for two arrays of one shape (no broadcasting; they must not overlap),
+    a row at a time. Why not numba's slice assignment from an array: it compiles the formatting
+    of its shape-mismatch message (str, repr, joins of unicode) into every kernel that uses it,
+    and each caller optimises that code again: about a third of a family's first compile."""
+    if out.shape != values.shape:
+        raise ValueError("assign: the arrays' shapes differ")
+    for index in np.ndindex(values.shape[:-1]):
+        row_out, row_in = out[index], values[index]
+        for j in range(row_in.shape[0]):
+            row_out[j] = row_in[j]
 
 
 @njit

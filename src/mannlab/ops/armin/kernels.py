@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 from mannlab.ops.numba_cache import njit
-from mannlab.ops.numba_math import FAST, argmax, layer_norm, layer_norm_backward, sigmoid, softmax
+from mannlab.ops.numba_math import FAST, argmax, assign, layer_norm, layer_norm_backward, sigmoid, softmax
 
 SOFT, GUMBEL_RELAXED, GUMBEL_ST, ARGMAX = 0, 1, 2, 3
 
@@ -115,11 +115,11 @@ def sequence_forward(
     for t in range(T):
         ts = t if keep else 0
         if keep:
-            mem_all[:, ts] = memory
+            assign(mem_all[:, ts], memory)
         else:  # scratch rows of the one-hot reads and writes
             s_all[:, 0] = 0.0
             w_all[:, 0] = 0.0
-        hprev[:, ts] = h
+        assign(hprev[:, ts], h)
         hs_c = np.dot(h, wc_hT)  # (B, C)
         hs_s = np.dot(h, ws_hT)  # (B, N)
         for b in range(B):  # eqs. 9-10
@@ -129,13 +129,13 @@ def sequence_forward(
                 s_all[b, ts, argmax(logits)] = 1.0
             elif mode == SOFT:
                 softmax(logits, y_all[b, ts])
-                s_all[b, ts] = y_all[b, ts]
+                assign(s_all[b, ts], y_all[b, ts])
             else:
                 for j in range(N):
                     logits[j] = (logits[j] + noise[t, b, j]) * inv_tau
                 softmax(logits, y_all[b, ts])
                 if mode == GUMBEL_RELAXED:
-                    s_all[b, ts] = y_all[b, ts]
+                    assign(s_all[b, ts], y_all[b, ts])
                 else:
                     s_all[b, ts, argmax(y_all[b, ts])] = 1.0
             for k in range(R):
@@ -145,7 +145,7 @@ def sequence_forward(
                 if sj != 0.0:
                     for k in range(R):
                         r_t[b, k] += sj * memory[b, j, k]
-            r_all[b, ts] = r_t[b]
+            assign(r_all[b, ts], r_t[b])
         rc = np.dot(r_t, wc_rT)  # (B, C)
         for b in range(B):  # eqs. 3-5
             for k in range(C):
@@ -157,8 +157,8 @@ def sequence_forward(
                 hg[b, k] = c_all[b, ts, k] * h[b, k]
             for k in range(R):
                 rg[b, k] = c_all[b, ts, H + k] * r_t[b, k]
-            hg_all[b, ts] = hg[b]
-            rg_all[b, ts] = rg[b]
+            assign(hg_all[b, ts], hg[b])
+            assign(rg_all[b, ts], rg[b])
         gates = np.dot(hg, wg_hT) + np.dot(rg, wg_rT)  # (B, G)
         for b in range(B):  # eqs. 6-8
             for k in range(G):
@@ -180,19 +180,19 @@ def sequence_forward(
                 for k in range(H):
                     zk = zone[t, b, k]
                     hn[b, k] = zk * h[b, k] + (1.0 - zk) * hn[b, k]
-            hs_all[b, ts] = hn[b]
+            assign(hs_all[b, ts], hn[b])
             for k in range(R):
                 th = math.tanh(r_t[b, k])
                 th_all[b, ts, H + k] = th
                 out[b, t, H + k] = act[b, ts, 4 * H + k] * th
         value = np.dot(hn, wm_T) if use_map else hn.copy()  # section 3.3
         for b in range(B):  # the write
-            v_all[b, ts] = value[b]
+            assign(v_all[b, ts], value[b])
             step = steps0[b] + t
             if step < N:
                 w_all[b, ts, step] = 1.0
             else:
-                w_all[b, ts] = s_all[b, ts]
+                assign(w_all[b, ts], s_all[b, ts])
             for j in range(N):
                 wj = w_all[b, ts, j]
                 if wj == 0.0:
@@ -307,7 +307,7 @@ def sequence_backward(
                     dv[b, k] += wj * g
                     dm[b, j, k] = g * (1.0 - wj)
                 dw[b, j] = acc
-            d_v[b, t] = dv[b]
+            assign(d_v[b, t], dv[b])
         dhn_v = np.dot(dv, wm) if use_map else dv.copy()
         for b in range(B):  # eqs. 8, 7, 6
             for k in range(H):
@@ -327,7 +327,7 @@ def sequence_backward(
                 go = d_out[b, t, H + k]
                 dr[b, k] = go * orr * (1.0 - tr * tr)
                 d_yg[b, t, 4 * H + k] = go * tr * orr * (1.0 - orr)
-            d_yh[b, t] = dhn
+            assign(d_yh[b, t], dhn)
             layer_norm_backward(dhn, lnh_w, xh_all[b, t], rstd[b, t, 2], du)
             for k in range(H):
                 i, f, g = act[b, t, k], act[b, t, H + k], act[b, t, 2 * H + k]
@@ -336,7 +336,7 @@ def sequence_backward(
                 d_yg[b, t, H + k] = du[k] * hprev[b, t, k] * f * (1.0 - f)
                 d_yg[b, t, 2 * H + k] = du[k] * i * (1.0 - g * g)
             layer_norm_backward(d_yg[b, t], lng_w, xg_all[b, t], rstd[b, t, 1], da_g[b])
-            d_xg[b, t] = da_g[b]
+            assign(d_xg[b, t], da_g[b])
         dhg = np.dot(da_g, wg_h)  # (B, H)
         drg = np.dot(da_g, wg_r)  # (B, R)
         for b in range(B):  # eqs. 5, 4, 3
@@ -348,7 +348,7 @@ def sequence_backward(
                 c = c_all[b, t, H + k]
                 dr[b, k] += drg[b, k] * c
                 dzc[H + k] = drg[b, k] * r_all[b, t, k] * c * (1.0 - c)
-            d_yc[b, t] = dzc
+            assign(d_yc[b, t], dzc)
             layer_norm_backward(dzc, lnc_w, xc_all[b, t], rstd[b, t, 0], d_xc[b, t])
             for k in range(C):
                 dhs[b, k] = d_xc[b, t, k]

@@ -49,6 +49,7 @@ from mannlab.ops.numba_cache import njit
 from mannlab.ops.numba_math import (
     EPS,
     FAST,
+    assign,
     dot,
     prefetch,
     scaled_softmax_into,
@@ -108,7 +109,7 @@ def _offsets(read_heads, width):
 def _activate(raw, read_heads, width, act):
     """Raw interface vector -> activated (same layout) in act."""
     _, _, _, beta, erase, _, _, _, modes = _offsets(read_heads, width)
-    act[:beta] = raw[:beta]
+    assign(act[:beta], raw[:beta])
     for i in range(beta, erase):
         act[i] = 1.0 + softplus(raw[i])  # oneplus: beta >= 1
     for i in range(erase, modes):
@@ -121,7 +122,7 @@ def _activate(raw, read_heads, width, act):
 def _activate_backward(grad_act, raw, act, read_heads, width, grad_raw):
     """Gradient of the raw interface vector from that of the activated one."""
     _, _, _, beta, erase, _, _, _, modes = _offsets(read_heads, width)
-    grad_raw[:beta] = grad_act[:beta]
+    assign(grad_raw[:beta], grad_act[:beta])
     for i in range(beta, erase):
         grad_raw[i] = grad_act[i] * softplus_grad(raw[i])
     for i in range(erase, modes):
@@ -129,7 +130,7 @@ def _activate_backward(grad_act, raw, act, read_heads, width, grad_raw):
     for r in range(read_heads):
         head = slice(modes + 3 * r, modes + 3 * r + 3)
         pi, grad_pi = act[head], grad_act[head]
-        grad_raw[head] = pi * (grad_pi - dot(pi, grad_pi))
+        assign(grad_raw[head], pi * (grad_pi - dot(pi, grad_pi)))
 
 
 @njit(fastmath=FAST)
@@ -468,8 +469,8 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
     order = np.empty((batch, slots), np.int64)
     memory_t, new_t = np.empty((width, slots), dtype), np.empty((width, slots), dtype)
     for b in range(batch):
-        order[b] = np.arange(slots)  # the sort's starting permutation
-        memory_t[:] = memory[b].T  # the element step works on (W, N)
+        assign(order[b], np.arange(slots))  # the sort's starting permutation
+        assign(memory_t, memory[b].T)  # the element step works on (W, N)
         _element_forward(
             raw[b],
             memory_t,
@@ -492,7 +493,7 @@ def memory_step_forward(raw, memory, read_prev, write_prev, usage_prev, prec_pre
             order[b],
             False,
         )
-        new_memory[b] = new_t.T
+        assign(new_memory[b], new_t.T)
     return (
         (reads, new_memory, read_w, write_w, usage, prec, links),
         (act, vectors, paths, norms, key_norms, order),
@@ -525,7 +526,7 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
     grad_fwd, grad_bwd = np.empty((read_heads, slots)), np.empty((read_heads, slots))
     for r in range(read_heads):
         m = o_modes + 3 * r
-        grad_rw[:] = grad_read_w[r]
+        assign(grad_rw, grad_read_w[r])
         for j in range(width):
             grad_read = dtype.type(grad_reads[r, j])
             for i in range(slots):
@@ -534,8 +535,8 @@ def _element_backward(inputs, outputs, saved, grads_out, grads_in, grad_act):
         grad_act[m] = dot(grad_rw, backward[r])
         grad_act[m + 1] = dot(grad_rw, contents[r])
         grad_act[m + 2] = dot(grad_rw, forward[r])
-        grad_bwd[r, :] = act[m] * grad_rw
-        grad_fwd[r, :] = act[m + 2] * grad_rw
+        assign(grad_bwd[r, :], act[m] * grad_rw)
+        assign(grad_fwd[r, :], act[m + 2] * grad_rw)
         key = o_rkey + r * width
         grad_act[o_beta + r] = _content_backward(
             act[m + 1] * grad_rw,
@@ -640,8 +641,9 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
     memory_t, new_t = np.empty((width, slots), memory.dtype), np.empty((width, slots), memory.dtype)
     grad_new, g_memory = np.empty((width, slots), memory.dtype), np.empty((width, slots), memory.dtype)
     for b in range(memory.shape[0]):
-        grad_new[:] = grads_out[1][b].T  # accumulates M_t's gradient
-        memory_t[:], new_t[:] = memory[b].T, outputs[0][b].T
+        assign(grad_new, grads_out[1][b].T)  # accumulates M_t's gradient
+        assign(memory_t, memory[b].T)
+        assign(new_t, outputs[0][b].T)
         _element_backward(
             (raw[b], memory_t, read_prev[b], write_prev[b, 0], usage_prev[b], prec_prev[b], links_prev[b]),
             (new_t, outputs[1][b], outputs[2][b, 0], outputs[3][b]),
@@ -658,7 +660,7 @@ def memory_step_backward(inputs, outputs, saved, grads_out):
             (grads_in[0][b], g_memory, grads_in[2][b], grads_in[3][b, 0], grads_in[4][b], grads_in[5][b]),
             grad_act,
         )
-        grads_in[1][b] = g_memory.T
+        assign(grads_in[1][b], g_memory.T)
     return grads_in
 
 
@@ -748,12 +750,12 @@ def _controller_forward(kind, activation, pnr, hbar, pre, c_prev, gates, h, c, h
         else:
             for k in range(hidden):
                 gates[k] = max(hbar[k], 0.0)
-        h[:] = gates
-        c[:] = c_prev
+        assign(h, gates)
+        assign(c, c_prev)
     elif kind == ELMAN:
         tanh_array(pre, gates)
-        h[:] = gates
-        c[:] = c_prev
+        assign(h, gates)
+        assign(c, c_prev)
     else:
         tanh_array(pre[:hidden], gates[:hidden])  # eq. 2
         sigmoid_array(pre[hidden:], gates[hidden:])  # eqs. 3-5
@@ -765,7 +767,7 @@ def _controller_forward(kind, activation, pnr, hbar, pre, c_prev, gates, h, c, h
     if pnr:
         tanh_array(hbar[:hidden], h_out)
     else:
-        h_out[:] = h
+        assign(h_out, h)
 
 
 @njit(fastmath=FAST)
@@ -883,29 +885,38 @@ def sequence_forward(
         links, mems = np.empty((g, N, N), dtype), np.empty((g, 2, W, N), dtype)  # L updated in place
         for e in range(g):
             b = b0 + e
-            hs[b, 0], cs[b, 0], rs[b, 0] = h0[b], c0[b], r0[b]
-            mems[e, 0], wrs[b, 0], wws[b, 0] = m0[b].T, wr0[b], ww0[b]
-            us[b, 0], ps[b, 0], links[e] = u0[b], p0[b], l0[b]
+            assign(hs[b, 0], h0[b])
+            assign(cs[b, 0], c0[b])
+            assign(rs[b, 0], r0[b])
+            assign(mems[e, 0], m0[b].T)
+            assign(wrs[b, 0], wr0[b])
+            assign(wws[b, 0], ww0[b])
+            assign(us[b, 0], u0[b])
+            assign(ps[b, 0], p0[b])
+            assign(links[e], l0[b])
         for t in range(T):
             s, s1, st = _state_slots(t, keep)
             for e in range(g):
                 b = b0 + e
                 if keep and t % every == 0:
-                    ls[b, t // every], ms[b, t // every] = links[e], mems[e, t % 2]
+                    assign(ls[b, t // every], links[e])
+                    assign(ms[b, t // every], mems[e, t % 2])
                 # the allocation's sort starts from the previous step's order (same slot
                 # without keep) and M_{t-1}'s slot norms are those step t - 1 computed for
                 # its M_t
                 if t == 0:
-                    order[b, st] = np.arange(N)
+                    assign(order[b, st], np.arange(N))
                 elif keep:
-                    order[b, st] = order[b, st - 1]
-                    norms[b, st, 0] = norms[b, st - 1, 1]
+                    assign(order[b, st], order[b, st - 1])
+                    assign(norms[b, st, 0], norms[b, st - 1, 1])
                 else:
-                    norms[b, st, 0] = norms[b, st, 1]
-                hbar[e], r_prev[e], h_prev[e] = xp[b, t], rs[b, s], hs[b, s]
+                    assign(norms[b, st, 0], norms[b, st, 1])
+                assign(hbar[e], xp[b, t])
+                assign(r_prev[e], rs[b, s])
+                assign(h_prev[e], hs[b, s])
             _matmat_add(w_r_t, r_prev, hbar)
             if kind != FNN:
-                pre[:] = hbar
+                assign(pre, hbar)
                 _matmat_add(w_h_t, h_prev, pre)
             for e in range(g):
                 b = b0 + e
@@ -921,11 +932,12 @@ def sequence_forward(
                     cs[b, s1],
                     out[b, t, :H],
                 )
-                h_new[e], raw[e] = hs[b, s1], b_xi
+                assign(h_new[e], hs[b, s1])
+                assign(raw[e], b_xi)
             _matmat_add(w_xi_t, h_new, raw)  # the interface vectors W_xi h_t + b_i
             for e in range(g):
                 b = b0 + e
-                raws[b, st] = raw[e]
+                assign(raws[b, st], raw[e])
                 _element_forward(
                     raws[b, st],
                     mems[e, t % 2],
@@ -948,9 +960,10 @@ def sequence_forward(
                     order[b, st],
                     t > 0,
                 )
-                out[b, t, H:] = rs[b, s1]
+                assign(out[b, t, H:], rs[b, s1])
         for e in range(g):
-            l_last[b0 + e], m_last[b0 + e] = links[e], mems[e, T % 2].T
+            assign(l_last[b0 + e], links[e])
+            assign(m_last[b0 + e], mems[e, T % 2].T)
     last = T if keep else T % 2
     finals = (
         hs[:, last].copy(),
@@ -1005,9 +1018,9 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
         # gradients of the state after step t (carried back, in float64 but for the memory's
         # and the links', in the state's dtype), and of the one before
         dh, dc, dr = d_finals[0][b].astype(np.float64), d_finals[1][b].astype(np.float64), np.empty(RW)
-        dr[:] = d_finals[2][b]
+        assign(dr, d_finals[2][b])
         dm, dwr = np.empty((W, N), dtype), d_finals[4][b].astype(np.float64)
-        dm[:] = d_finals[3][b].T  # the memories transposed, as in the records
+        assign(dm, d_finals[3][b].T)  # the memories transposed, as in the records
         dww, du = d_finals[5][b].astype(np.float64), d_finals[6][b].astype(np.float64)
         # the links' gradient in the state's dtype, one buffer that each step turns from
         # dL_t into dL_{t-1} in place
@@ -1019,7 +1032,8 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
         segment, memories = np.empty((every, N, N), dtype), np.empty((every + 1, W, N), dtype)
         for k in range((T + every - 1) // every - 1, -1, -1):
             t0, t1 = k * every, min(T, (k + 1) * every)
-            segment[0], memories[0] = ls[b, k], ms[b, k]
+            assign(segment[0], ls[b, k])
+            assign(memories[0], ms[b, k])
             for t in range(t0, t1 - 1):
                 _link_update(segment[t - t0], wws[b, t + 1], ps[b, t], segment[t - t0 + 1])
             for t in range(t0, t1):
@@ -1042,9 +1056,9 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
                 )
                 dm, dm2, dwr, dwr2, dww, dww2 = dm2, dm, dwr2, dwr, dww2, dww
                 du, du2, dp, dp2 = du2, du, dp2, dp
-                d_raw[b, t] = g_raw
+                assign(d_raw[b, t], g_raw)
                 # h_t feeds the interface, the next step's controller and (standard) the output
-                d_state[:] = dh
+                assign(d_state, dh)
                 _matvec_t_add(w_xi, g_raw, d_state)
                 if not pnr:
                     d_state += d_out[b, t, :H]
@@ -1060,7 +1074,7 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
                     d_pre_t,
                     scratch,
                 )
-                d_hbar_t[:] = d_pre_t
+                assign(d_hbar_t, d_pre_t)
                 if pnr:  # h_out = tanh(hbar[:H]), eq. 10
                     for j in range(H):
                         d_hbar_t[j] += d_out[b, t, j] * (1.0 - out[b, t, j] * out[b, t, j])
@@ -1069,7 +1083,15 @@ def sequence_backward(out, records, w_r, w_h, w_xi, kind, activation, pnr, every
                     _matvec_t_add(w_h, d_pre_t, dh)
                 for j in range(RW):  # R W dots along G (the rows of w_r are only R W long)
                     dr[j] = _fast_dot(w_r_t[j], d_hbar_t)
-                d_pre[b, t], d_hbar[b, t] = d_pre_t, d_hbar_t
-        d_h0[b], d_c0[b], d_r0[b] = dh, dc, dr
-        d_m0[b], d_wr0[b], d_ww0[b], d_u0[b], d_p0[b], d_l0[b] = dm.T, dwr, dww, du, dp, dl
+                assign(d_pre[b, t], d_pre_t)
+                assign(d_hbar[b, t], d_hbar_t)
+        assign(d_h0[b], dh)
+        assign(d_c0[b], dc)
+        assign(d_r0[b], dr)
+        assign(d_m0[b], dm.T)
+        assign(d_wr0[b], dwr)
+        assign(d_ww0[b], dww)
+        assign(d_u0[b], du)
+        assign(d_p0[b], dp)
+        assign(d_l0[b], dl)
     return d_hbar, d_pre, d_raw, (d_h0, d_c0, d_r0, d_m0, d_wr0, d_ww0, d_u0, d_p0, d_l0)

@@ -55,6 +55,7 @@ from mannlab.ops.numba_cache import njit
 from mannlab.ops.numba_math import (
     FAST,
     argmax,
+    assign,
     sigmoid,
     sigmoid_array,
     softmax,
@@ -139,7 +140,7 @@ def _weighting(sim, beta, gamma, v, lru, decay, logits, probs):
 def _norms(address_norms2, content_t, with_a, out):
     """|m_i| of the cells of [A; C] (with_a; |a_i|^2 given) or of C (transposed, (d_c, N))."""
     if with_a:
-        out[:] = address_norms2
+        assign(out, address_norms2)
     else:
         out[:] = 0.0
     for d in range(content_t.shape[0]):
@@ -300,7 +301,7 @@ def _step_weights(probs, index, discrete, nop, weights):
             weights[k] = 0.0
             weights[k, index[k]] = 1.0
         else:
-            weights[k] = probs[k]
+            assign(weights[k], probs[k])
         if nop:
             weights[k, N - 1] = 0.0
 
@@ -375,7 +376,7 @@ def sequence_forward(
     if trace:  # A never changes: once
         for b in range(B):
             for t in range(T):
-                mtrace[b, t, :, :da] = address
+                assign(mtrace[b, t, :, :da], address)
     phiprev = np.empty((B, Sk, R * W), dtype)
     gates = np.empty((B, Sk if gru else 1, 3 * dh), dtype)  # r, u, n
     gn_all = np.empty((B, Sk if gru else 1, dh), dtype)  # W_hn h + b_hn
@@ -389,10 +390,10 @@ def sequence_forward(
     address_t = np.ascontiguousarray(address.T)
     content = np.empty((B, dc, N), dtype)
     for b in range(B):
-        content[b] = c0[b].T
+        assign(content[b], c0[b].T)
     v = np.empty((B, K, N), dtype)
-    v[:, :R] = vr0
-    v[:, R:] = vw0
+    assign(v[:, :R], vr0)
+    assign(v[:, R:], vw0)
     anorm2 = np.empty(N, dtype)
     _squared_norms(address_t, anorm2)
     norm_m = np.empty(N, dtype)  # |[a_i; c_i]|
@@ -419,12 +420,12 @@ def sequence_forward(
                 g = a
             for b in range(B):  # the controller, eqs. 1-2
                 if keep:
-                    phiprev[b, sk] = phi[b]
+                    assign(phiprev[b, sk], phi[b])
                 if gru:
                     _gru(xp[b, t], a[b], g[b], b_hh, h[b], hcur[b], gates[b, sk], gn_all[b, sk])
                 else:
                     _fnn(xp[b, t], a[b], hcur[b])
-                hnew_all[b, sr] = hcur[b]
+                assign(hnew_all[b, sr], hcur[b])
             pre = np.dot(hcur, w_pT)  # the head layer
             for b in range(B):
                 ab = act[b, sr]
@@ -442,9 +443,9 @@ def sequence_forward(
                 )
                 cb = content[b]
                 if keep and s % every == 0:
-                    c_saved[b, s // every] = cb
+                    assign(c_saved[b, s // every], cb)
                     if lru:
-                        v_saved[b, s // every] = v[b]
+                        assign(v_saved[b, s // every], v[b])
                 _norms(anorm2, cb, True, norm_m)
                 if not memory_keys:
                     _norms(anorm2, cb, False, norm_c)
@@ -479,16 +480,16 @@ def sequence_forward(
                     cb, weights[R:], ab[o_e:o_ah], ab[o_c : o_c + H * dc], discrete, chosen[R:], keepbuf
                 )  # eq. 6
                 if j == J - 1:
-                    out[b, t, :dh] = hcur[b]
-                    out[b, t, dh:] = phi[b]
+                    assign(out[b, t, :dh], hcur[b])
+                    assign(out[b, t, dh:], phi[b])
                     if trace:
-                        mtrace[b, t, :, da:] = cb.T
-            h[:] = hcur
+                        assign(mtrace[b, t, :, da:], cb.T)
+            assign(h, hcur)
     records = (hnew_all, act, beta_pre, probs, index, mtrace)
     saved = (phiprev, gates, gn_all, c_saved, v_saved)
     final = np.empty((B, N, dc), dtype)
     for b in range(B):
-        final[b] = content[b].T
+        assign(final[b], content[b].T)
     return out, h, phi, final, v[:, :R].copy(), v[:, R:].copy(), written, reads, records, saved
 
 
@@ -627,7 +628,7 @@ def _write_backward(g_new, g_old, content_t, weights, erase, cand, dw, d_erase, 
     H, N = weights.shape
     dc = content_t.shape[0]
     if not grad_w:
-        g_old[:] = g_new
+        assign(g_old, g_new)
         for hh in range(H):
             i = index[hh]
             seen = False
@@ -858,11 +859,11 @@ def sequence_backward(
     dphi = d_phiT.copy()
     dc_new = np.empty((B, dc, N), dtype)
     for b in range(B):
-        dc_new[b] = d_cT[b].T
+        assign(dc_new[b], d_cT[b].T)
     dc_old = np.empty((B, dc, N), dtype)
     dv = np.empty((B, K, N), dtype)
-    dv[:, :R] = d_vrT
-    dv[:, R:] = d_vwT
+    assign(dv[:, :R], d_vrT)
+    assign(dv[:, R:], d_vwT)
     anorm2 = np.empty(N, dtype)
     _squared_norms(address_t, anorm2)
     # one segment's recomputed memory: C_{s-1}, S, |k||m| + ε and v_{s-1} of each step
@@ -891,13 +892,13 @@ def sequence_backward(
         s0 = seg * every
         s1 = min(S, s0 + every)
         for b in range(B):  # recompute the segment
-            c_work[:] = c_saved[b, seg]
+            assign(c_work, c_saved[b, seg])
             if lru:
-                v_work[:] = v_saved[b, seg]
+                assign(v_work, v_saved[b, seg])
             for s in range(s0, s1):
                 q = s - s0
                 ab = act[b, s]
-                c_seg[b, q] = c_work
+                assign(c_seg[b, q], c_work)
                 _norms(anorm2, c_work, True, norm_m)
                 if not memory_keys:
                     _norms(anorm2, c_work, False, norm_c)
@@ -921,7 +922,7 @@ def sequence_backward(
                         den_seg[b, q, k],
                     )
                     if lru:
-                        v_seg[b, q, k] = v_work[k]
+                        assign(v_seg[b, q, k], v_work[k])
                         beta = ab[o_beta + k]
                         for i in range(N):
                             v_work[k, i] = decay * v_work[k, i] + (1.0 - decay) * (beta * sim_seg[b, q, k, i])
@@ -941,10 +942,13 @@ def sequence_backward(
             j = s - t * J
             for b in range(B):
                 if j == J - 1:  # the features [h; φ]
-                    dhs[b] += d_out[b, t, :dh]
-                    dphi[b] += d_out[b, t, dh:]
+                    # in place through views: no slice assignment (numba_math.assign says why)
+                    grad_h, grad_phi = dhs[b], dphi[b]
+                    grad_h += d_out[b, t, :dh]
+                    grad_phi += d_out[b, t, dh:]
                     if has_mtrace:
-                        dc_new[b] += d_mtrace[b, t, :, da:].T
+                        grad_content = dc_new[b]
+                        grad_content += d_mtrace[b, t, :, da:].T
                 cb = c_seg[b, q]
                 ab = act[b, s]
                 _norms(anorm2, cb, True, norm_m)
@@ -952,7 +956,7 @@ def sequence_backward(
                     _norms(anorm2, cb, False, norm_c)
                 _step_weights(probs[b, s], index[b, s], discrete, nop, weights)
                 if has_act:
-                    dact[:] = d_act[b, s]
+                    assign(dact, d_act[b, s])
                 else:
                     dact[:] = 0.0
                 dw[:, :] = 0.0
@@ -1057,7 +1061,7 @@ def sequence_backward(
                     d_xp[b, t, x_in:x_gate],
                     d_xp[b, t, x_gate:],
                 )
-                d_p_all[b, s] = dpre[b]
+                assign(d_p_all[b, s], dpre[b])
             dh_heads = np.dot(dpre, w_p)  # (B, d_h)
             for b in range(B):  # the controller
                 if gru:
@@ -1065,11 +1069,12 @@ def sequence_backward(
                     _gru_backward(
                         dhs[b], dh_heads[b], gates[b, s], gn_all[b, s], h_prev, da_s[b], dg_s[b], dh_keep[b]
                     )
-                    d_g_all[b, s] = dg_s[b]
+                    assign(d_g_all[b, s], dg_s[b])
                 else:
                     _fnn_backward(dhs[b], dh_heads[b], hnew_all[b, s], da_s[b])
-                d_a_all[b, s] = da_s[b]
-                d_xp[b, t, :Pc] += da_s[b]
+                assign(d_a_all[b, s], da_s[b])
+                grad_xp = d_xp[b, t, :Pc]
+                grad_xp += da_s[b]
             dphi = np.dot(da_s, w_r)  # dL/dφ_{s-1}
             if gru:
                 dhs = dh_keep + np.dot(dg_s, w_h)  # dL/dh_{s-1}
@@ -1082,7 +1087,7 @@ def sequence_backward(
                 d_address_t += d_mtrace[b, t, :, :da].T
     d_c0 = np.empty((B, N, dc), dtype)
     for b in range(B):
-        d_c0[b] = dc_new[b].T
+        assign(d_c0[b], dc_new[b].T)
     return (
         d_xp,
         d_a_all,

@@ -36,6 +36,7 @@ from mannlab.ops.numba_cache import njit
 from mannlab.ops.numba_math import (
     EPS,
     FAST,
+    assign,
     log_array,
     scaled_softmax_into,
     sigmoid,
@@ -151,7 +152,7 @@ def _address_backward(
     # interpolation
     grad_gate = ((content - previous) * grad_gated).sum()
     grad_content = gate * grad_gated
-    grad_previous[:] = grad_gated - grad_content
+    assign(grad_previous, grad_gated - grad_content)
     # content weights and the cosine similarity
     grad_logits = content * (grad_content - (content * grad_content).sum())
     grad_beta = (grad_logits * similarity).sum()
@@ -166,7 +167,7 @@ def _address_backward(
                 unit = memory[i, j] * inverse
                 grad_unit_key[j] += grad_sim * unit
                 grad_memory[i, j] += scale * (unit_key[j] - unit * similarity[i])
-    grad_key[:] = (grad_unit_key - unit_key * (unit_key * grad_unit_key).sum()) / key_norm
+    assign(grad_key, (grad_unit_key - unit_key * (unit_key * grad_unit_key).sum()) / key_norm)
     return grad_beta, grad_gate, grad_gamma
 
 
@@ -371,11 +372,11 @@ def _params_backward(
 ):
     """Gradients of one head's activated values -> its raw block of grad_params."""
     base = head * (width + 3 + num_shifts)
-    grad_params[base : base + width] = grad_key
+    assign(grad_params[base : base + width], grad_key)
     grad_params[base + width] = grad_beta * softplus_grad(params[base + width])
     grad_params[base + width + 1] = grad_gate * gate * (1.0 - gate)
     start = base + width + 2
-    grad_params[start : start + num_shifts] = shift * (grad_shift - (shift * grad_shift).sum())
+    assign(grad_params[start : start + num_shifts], shift * (grad_shift - (shift * grad_shift).sum()))
     grad_params[start + num_shifts] = grad_gamma * softplus_grad(params[start + num_shifts])
 
 
@@ -508,8 +509,8 @@ def _element_backward(
             shifts[h],
         )
         start = offset + h * 2 * width
-        grad_params[start : start + width] = grad_erase[h] * erase[h] * (1.0 - erase[h])
-        grad_params[start + width : start + 2 * width] = grad_add[h]
+        assign(grad_params[start : start + width], grad_erase[h] * erase[h] * (1.0 - erase[h]))
+        assign(grad_params[start + width : start + 2 * width], grad_add[h])
 
 
 @njit
@@ -607,7 +608,7 @@ def _controller_forward(kind, pnr, pre, c_prev, h, c, h_out):
         for k in range(hidden):
             h_out[k] = math.tanh(h_out[k])
     else:
-        h_out[:] = h
+        assign(h_out, h)
 
 
 @njit(nogil=True)  # row blocks run on threads at once (ops/threads.py)
@@ -659,24 +660,24 @@ def sequence_forward(
     shifts = np.empty((Ts, B, K, num_shifts), dtype)
     paths = np.empty((Ts, B, 4, K, N))
     key_norms, slot_norms = np.empty((Ts, B, K)), np.empty((Ts, B, 2, N))
-    hs[0] = h0
-    cs[0] = c0
-    reads[0] = r0
-    memory[0] = m0
-    read_w[0] = wr0
-    write_w[0] = ww0
+    assign(hs[0], h0)
+    assign(cs[0], c0)
+    assign(reads[0], r0)
+    assign(memory[0], m0)
+    assign(read_w[0], wr0)
+    assign(write_w[0], ww0)
     for t in range(T):
         now, nxt = (t, t + 1) if keep else (t % 2, (t + 1) % 2)
         ts = t if keep else 0
         pre = acts[ts]
-        pre[:] = xp[:, t] + np.dot(reads[now], w_read_t)  # W_x x_t + W_r r_{t-1} + b
+        assign(pre, xp[:, t] + np.dot(reads[now], w_read_t))  # W_x x_t + W_r r_{t-1} + b
         if pnr:
-            out[:, t, :hidden] = pre[:, :hidden]  # h'bar_t, eqs. 9 and 12
+            assign(out[:, t, :hidden], pre[:, :hidden])  # h'bar_t, eqs. 9 and 12
         if kind != FNN:
             pre += np.dot(hs[now], w_rec_t)  # + W_h h_{t-1}
         for b in range(B):  # (i)
             _controller_forward(kind, pnr, pre[b], cs[now, b], hs[nxt, b], cs[nxt, b], out[b, t, :hidden])
-        params[ts] = np.dot(hs[nxt], w_head_t) + b_head
+        assign(params[ts], np.dot(hs[nxt], w_head_t) + b_head)
         for b in range(B):  # (ii) and (iii)
             _element_forward(
                 params[ts, b],
@@ -703,7 +704,7 @@ def sequence_forward(
                 slot_norms[ts, b, 0],
                 slot_norms[ts, b, 1],
             )
-            out[b, t, hidden:] = reads[nxt, b]  # (iv)
+            assign(out[b, t, hidden:], reads[nxt, b])  # (iv)
     states = (hs, cs, reads, memory, read_w, write_w)
     records = (acts, params, erase, add, betas, gates, shifts, gammas, paths, key_norms, slot_norms)
     return out, states, records
@@ -807,7 +808,7 @@ def sequence_backward(
         for b in range(B):  # (i) the controller, eqs. 1-7
             _controller_backward(kind, acts[t, b], cs[t, b], cs[t + 1, b], grad_h[b], g_c[b], d_rec[t, b])
             if pnr:  # h_out = tanh(h'bar_t) also reads the z block of the input pre-activation
-                d_xp[t, b] = d_rec[t, b]
+                assign(d_xp[t, b], d_rec[t, b])
                 for k in range(hidden):
                     h_out = out[b, t, k]
                     d_xp[t, b, k] += d_out[b, t, k] * (1.0 - h_out * h_out)

@@ -52,6 +52,7 @@ from mannlab.ops.numba_cache import njit
 from mannlab.ops.numba_math import (
     FAST,
     argmax,
+    assign,
     branchless_sigmoid,
     layer_norm,
     layer_norm_backward,
@@ -176,8 +177,8 @@ def sequence_forward(
     hh = np.dot(h, w_hT)
     for t in range(T):
         ts = t if keep else 0
-        hprev[:, ts] = h
-        cprev[:, ts] = c
+        assign(hprev[:, ts], h)
+        assign(cprev[:, ts], c)
         for b in range(B):  # eq. 6: normalised usage
             mean = 0.0
             for i in range(k):
@@ -232,7 +233,7 @@ def sequence_forward(
                 r[b, e] = address[j, e]
             for e in range(cw):
                 r[b, aw + e] = C[b, j, e]
-            r_all[b, t] = r[b]
+            assign(r_all[b, t], r[b])
             counts[b, j] += 1.0
             for i in range(k):
                 last[b, i] = 0.0
@@ -257,8 +258,8 @@ def sequence_forward(
                 rstd[b, ts, 0] = layer_norm(gates, lng_w, lng_b, eps, xhat_g[b, ts], gates_n)
                 rstd[b, ts, 1] = layer_norm(candp, lnc_w, lnc_b, eps, xhat_c[b, ts], cand_n)
             else:
-                gates_n[:] = gates
-                cand_n[:] = candp
+                assign(gates_n, gates)
+                assign(cand_n, candp)
             sigmoid_array(gates_n, act[b, ts])  # f, i, o (eq. 7)
             tanh_array(cand_n, cand[b, ts])
             for e in range(d):  # eq. 9
@@ -269,7 +270,7 @@ def sequence_forward(
             if use_ln:
                 rstd[b, ts, 2] = layer_norm(c[b], lnm_w, lnm_b, eps, xhat_m[b, ts], c_out)
             else:
-                c_out[:] = c[b]
+                assign(c_out, c[b])
             tanh_array(c_out, th_all[b, ts])
             for e in range(d):  # eq. 10
                 hn = act[b, ts, 2 * d + e] * th_all[b, ts, e]
@@ -283,13 +284,13 @@ def sequence_forward(
             j = step if step < k else jr[b, ts]
             jw[b, ts] = j
             writew[b, t, j] = 1.0
-            oldC[b, ts] = C[b, j]
-            oldmp[b, ts] = mp[b, j]
-            C[b, j] = v[b]
+            assign(oldC[b, ts], C[b, j])
+            assign(oldmp[b, ts], mp[b, j])
+            assign(C[b, j], v[b])
             for e in range(m):
                 mp[b, j, e] = aproj[j, e] + vm[b, e]
-            v_all[b, ts] = v[b]
-            vm_all[b, ts] = vm[b]
+            assign(v_all[b, ts], v[b])
+            assign(vm_all[b, ts], vm[b])
     saved = (
         hprev,
         cprev,
@@ -457,9 +458,9 @@ def sequence_backward(
                 dmp[b, j, e] = 0.0
                 mp[b, j, e] = oldmp[b, t, e]
         dv += np.dot(dvm, w_c)  # (B, c)
-        dv_all[:, t] = dv
-        dvm_all[:, t] = dvm
-        dcar[:, :cw] = dv
+        assign(dv_all[:, t], dv)
+        assign(dvm_all[:, t], dvm)
+        assign(dcar[:, :cw], dv)
         dh = np.dot(dcar, w_h)  # (B, d): the gradient of h_t
         for b in range(B):
             for e in range(d):
@@ -476,7 +477,7 @@ def sequence_backward(
                     d_lnm_w[e] += dcout[e] * xhat_m[b, t, e]
                     d_lnm_b[e] += dcout[e]
             else:
-                dcn[:] = dcout
+                assign(dcn, dcout)
             for e in range(d):
                 dct = dc[b, e] + dcn[e]
                 f = act[b, t, e]
@@ -498,8 +499,8 @@ def sequence_backward(
                     d_lnc_w[e] += dcy[e] * xhat_c[b, t, e]
                     d_lnc_b[e] += dcy[e]
             else:
-                dgp[:] = dgy
-                dcp[:] = dcy
+                assign(dgp, dgy)
+                assign(dcp, dcy)
             alpha = resets[b, t, 0]
             beta = resets[b, t, 1]
             d_alpha = d_resets[b, t, 0]

@@ -537,14 +537,14 @@ def test_training_loop_drives_the_curriculum(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop._Trainer, "_figures", lambda self: {})
     seen = []
-    original = mannlab.DNTM.run
+    original = mannlab.DNTM._run
 
     def spy(self, x, state, with_trace):
         if self.training:
             seen.append(self.soft_minibatch)
         return original(self, x, state, with_trace)
 
-    monkeypatch.setattr(mannlab.DNTM, "run", spy)
+    monkeypatch.setattr(mannlab.DNTM, "_run", spy)
     config = RunConfig(
         model="dntm",
         task="copy",

@@ -54,3 +54,13 @@ def _compiled_step(step: Callable, options: Any, cuda_graphs: bool) -> Callable:
             return fast(*dense)
 
     return call
+
+
+def compiled_scheduled_step(
+    step: Callable, options: Any, like: torch.Tensor
+) -> tuple[Callable, torch.Tensor]:
+    """For a model whose 1/τ a schedule sets: ``step`` compiled once with the options' 1/τ fixed
+    at 1 (the step reads 1/τ as a 0-dim tensor, so a new 1/τ is a new value, not a new graph),
+    and the options' 1/τ as that tensor, in ``like``'s dtype and device."""
+    fast = compiled_step(step, options._replace(inverse_temperature=1.0), like.device.type)
+    return fast, torch.tensor(options.inverse_temperature, dtype=like.dtype, device=like.device)

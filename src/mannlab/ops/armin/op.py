@@ -26,7 +26,7 @@ from mannlab.ops.armin.records import (
     ARMINWeights,
     covers,
 )
-from mannlab.ops.compiled import compiled_step
+from mannlab.ops.compiled import compiled_scheduled_step
 
 #: the ops package's name (mannlab.ops.armin) and its backends, compiled ones first
 NAME = "armin"
@@ -85,9 +85,7 @@ def armin_sequence(
     if backend == "compiled":  # 1/τ a tensor: one compile for every 1/τ a schedule sets
         from mannlab.ops.armin.reference import armin_reference, sequence_step
 
-        x = inputs.projected
-        step = compiled_step(sequence_step, options._replace(inverse_temperature=1.0), x.device.type)
-        temperature = torch.tensor(options.inverse_temperature, dtype=x.dtype, device=x.device)
+        step, temperature = compiled_scheduled_step(sequence_step, options, inputs.projected)
         return armin_reference(inputs, state, weights, options, step, temperature)
     function: type[torch.autograd.Function]
     if backend == "triton":

@@ -14,9 +14,7 @@ argument order or the offsets of their outputs.
 
 from __future__ import annotations
 
-import torch
-
-from mannlab.ops.compiled import compiled_step
+from mannlab.ops.compiled import compiled_scheduled_step
 from mannlab.ops.controller_codes import TANH
 from mannlab.ops.dntm.records import (
     MODES,
@@ -29,17 +27,13 @@ from mannlab.ops.dntm.records import (
     DNTMState,
     DNTMWeights,
 )
+from mannlab.ops.fields import expect_shape
 
 #: the ops package's name (mannlab.ops.dntm) and its backends, compiled ones first: the numba
 #: kernels (CPU), the Triton kernels (GPU; on CPU tensors in Triton's interpreter), the plain
 #: tensor loop of reference.py with its step compiled, and as it is
 NAME = "dntm"
 BACKENDS = ("numba", "triton", "compiled", "reference")
-
-
-def _expect_size(name: str, value, shape: tuple) -> None:
-    if value is not None and tuple(value.shape) != shape:
-        raise ValueError(f"{name} must be {shape}, got {tuple(value.shape)}")
 
 
 def _check(
@@ -82,8 +76,8 @@ def _check(
             f"else (); got writes={options.writes!r}"
         )
     if sequential:
-        _expect_size("DNTMState.counts.written", state.counts.written, (B,))
-        _expect_size("DNTMState.counts.reads", state.counts.reads, (B, N))
+        expect_shape("DNTMState.counts.written", state.counts.written, (B,))
+        expect_shape("DNTMState.counts.reads", state.counts.reads, (B, N))
     W = weights.address.shape[1] + dc
     for field, tensor, shape in (
         ("DNTMState.content", state.content, (B, N, dc)),
@@ -93,9 +87,9 @@ def _check(
         ("DNTMWeights.read_weight", weights.read_weight, (weights.read_weight.shape[0], R * W)),
         ("DNTMWeights.address", weights.address, (N, W - dc)),
     ):
-        _expect_size(field, tensor, shape)
+        expect_shape(field, tensor, shape)
     if gru:
-        _expect_size("DNTMState.controller[0]", state.controller[0], (B, weights.head_weight.shape[1]))
+        expect_shape("DNTMState.controller[0]", state.controller[0], (B, weights.head_weight.shape[1]))
     noisy = options.mode in NOISY_MODES
     if (inputs.draws is not None) != noisy:
         raise ValueError(
@@ -103,7 +97,7 @@ def _check(
             f"got {'none' if inputs.draws is None else 'draws'} for mode {options.mode!r}"
         )
     sampled = R + (0 if sequential else H)
-    _expect_size("DNTMInputs.draws", inputs.draws, (T * options.addressing_steps, B * sampled * N))
+    expect_shape("DNTMInputs.draws", inputs.draws, (T * options.addressing_steps, B * sampled * N))
 
 
 def dntm_sequence(
@@ -126,9 +120,7 @@ def dntm_sequence(
     if backend == "compiled":  # 1/τ a tensor: one compile for every 1/τ a schedule sets
         from mannlab.ops.dntm.reference import dntm_reference, sequence_step
 
-        x = inputs.projected
-        step = compiled_step(sequence_step, options._replace(inverse_temperature=1.0), x.device.type)
-        temperature = torch.tensor(options.inverse_temperature, dtype=x.dtype, device=x.device)
+        step, temperature = compiled_scheduled_step(sequence_step, options, inputs.projected)
         return dntm_reference(inputs, state, weights, options, step, temperature)
     if backend == "triton":  # imports Triton: only when asked for
         from mannlab.ops.dntm.triton_sequence import triton_sequence

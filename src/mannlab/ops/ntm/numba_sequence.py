@@ -22,6 +22,7 @@ from torch.autograd.function import once_differentiable
 from mannlab.ops import dispatch, threads
 from mannlab.ops.bridge import as_array
 from mannlab.ops.controller_codes import controller_state, controller_tensors
+from mannlab.ops.fields import split_records
 from mannlab.ops.ntm.records import (
     FNN,
     LSTM,
@@ -103,7 +104,7 @@ class NTMSequence(torch.autograd.Function):
     def backward(ctx, d_out, d_h, d_c, d_r, d_m, d_wr, d_ww, *unused):
         options = ctx.options
         w_read, w_rec, w_head, out, *rest = ctx.saved_tensors
-        states, records = NTMStates(*rest[:6]), tuple(rest[6:])
+        states, records = split_records(rest, NTMStates)
         a = as_array
         dtype = a(out).dtype
 
@@ -178,11 +179,11 @@ def apply_sequence(function, x_proj, state: NTMState, weights: NTMWeights, optio
         state.read_weights,
         state.write_weights,
     )
-    out = function.apply(x_proj, *rows, *weights, options)
-    final = NTMStates(*out[1:7])
-    trace = NTMTrace(*out[7:]) if options.trace else None
+    features, *rest = function.apply(x_proj, *rows, *weights, options)
+    final, trace_fields = split_records(rest, NTMStates)
+    trace = NTMTrace(*trace_fields) if options.trace else None
     return NTMResult(
-        out[0],
+        features,
         NTMState(
             controller_state(options.kind, final.hidden, final.cell),
             final.memory,

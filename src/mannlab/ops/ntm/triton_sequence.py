@@ -16,6 +16,7 @@ import torch
 import triton
 from torch.autograd.function import once_differentiable
 
+from mannlab.ops.fields import split_records
 from mannlab.ops.ntm import triton_kernels as kernels
 from mannlab.ops.ntm.numba_sequence import apply_sequence, weight_gradients
 from mannlab.ops.ntm.records import (
@@ -137,7 +138,7 @@ class NTMTritonSequence(torch.autograd.Function):
     def backward(ctx, d_out, d_h, d_c, d_r, d_m, d_wr, d_ww, *unused):
         options = ctx.options
         w_read, w_rec, w_head, out, *rest = ctx.saved_tensors
-        states, records = NTMStates(*rest[:6]), NTMRecords(*rest[6:])
+        states, records, _ = split_records(rest, NTMStates, NTMRecords)
         steps, batch, hidden = states.hidden.shape[0] - 1, out.shape[0], states.hidden.shape[2]
         read_heads, slots = states.read_weights.shape[2:]
         write_heads, params = states.write_weights.shape[2], records.params.shape[2]

@@ -13,11 +13,8 @@ see a kernel's argument order. What each backend covers: records.covers.
 
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
-
-from mannlab.ops.compiled import compiled_step
+from mannlab.ops.compiled import compiled_scheduled_step
+from mannlab.ops.fields import expect_shape
 from mannlab.ops.tardis.records import (
     MODES,
     NOISY_MODES,
@@ -34,11 +31,6 @@ from mannlab.ops.tardis.records import (
 #: tensor loop of reference.py with its step compiled, and as it is
 NAME = "tardis"
 BACKENDS = ("numba", "triton", "compiled", "reference")
-
-
-def _expect_shape(name: str, value: Optional[torch.Tensor], shape: tuple) -> None:
-    if value is not None and tuple(value.shape) != shape:
-        raise ValueError(f"{name} must be {shape}, got {tuple(value.shape)}")
 
 
 def _check(
@@ -61,20 +53,20 @@ def _check(
             f"{'none' if inputs.gumbel is None else 'noise'} for mode {options.mode!r} "
             f"{'in training' if inputs.logistic is not None else 'at evaluation'}"
         )
-    _expect_shape("TARDISInputs.gumbel", inputs.gumbel, (T, B, k))
-    _expect_shape("TARDISInputs.logistic", inputs.logistic, (T, B, 2))
-    _expect_shape("TARDISInputs.dropout", inputs.dropout, (T, B, d))
-    _expect_shape("TARDISInputs.gates", inputs.gates, (B, T, 4 * d + 2))
-    _expect_shape("TARDISInputs.read", inputs.read, (B, T, m))
-    _expect_shape("TARDISState.hidden", state.hidden, (B, d))
-    _expect_shape("TARDISState.cell", state.cell, (B, d))
-    _expect_shape("TARDISState.content", state.content, (B, k, c))
-    _expect_shape("TARDISState.read_counts", state.read_counts, (B, k))
-    _expect_shape("TARDISState.last_read", state.last_read, (B, k))
-    _expect_shape("TARDISState.steps", state.steps, (B,))
-    _expect_shape("TARDISWeights.address", weights.address, (k, q - c))
-    _expect_shape("TARDISWeights.read_gates", weights.read_gates, (4 * d + 2, q))
-    _expect_shape("TARDISWeights.micro_state", weights.micro_state, (c, d))
+    expect_shape("TARDISInputs.gumbel", inputs.gumbel, (T, B, k))
+    expect_shape("TARDISInputs.logistic", inputs.logistic, (T, B, 2))
+    expect_shape("TARDISInputs.dropout", inputs.dropout, (T, B, d))
+    expect_shape("TARDISInputs.gates", inputs.gates, (B, T, 4 * d + 2))
+    expect_shape("TARDISInputs.read", inputs.read, (B, T, m))
+    expect_shape("TARDISState.hidden", state.hidden, (B, d))
+    expect_shape("TARDISState.cell", state.cell, (B, d))
+    expect_shape("TARDISState.content", state.content, (B, k, c))
+    expect_shape("TARDISState.read_counts", state.read_counts, (B, k))
+    expect_shape("TARDISState.last_read", state.last_read, (B, k))
+    expect_shape("TARDISState.steps", state.steps, (B,))
+    expect_shape("TARDISWeights.address", weights.address, (k, q - c))
+    expect_shape("TARDISWeights.read_gates", weights.read_gates, (4 * d + 2, q))
+    expect_shape("TARDISWeights.micro_state", weights.micro_state, (c, d))
 
 
 def tardis_sequence(
@@ -96,8 +88,7 @@ def tardis_sequence(
 
         step = sequence_step
         if backend == "compiled":  # the step reads a scheduled 1/τ as a tensor: one compile for all
-            fixed = options._replace(inverse_temperature=1.0)
-            step = compiled_step(sequence_step, fixed, inputs.gates.device.type)
+            step, _ = compiled_scheduled_step(sequence_step, options, inputs.gates)
         return tardis_reference(inputs, state, weights, options, step)
     if backend == "triton":  # imports Triton: only when asked for
         from mannlab.ops.tardis.triton_sequence import triton_sequence

@@ -96,13 +96,7 @@ def seed(text: str) -> int:
     """A seed: an integer in [0, MAX_SEED]."""
     from mannlab.config import MAX_SEED
 
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_SEED}], got {text!r}")
-    return value
+    return _bounded_integer(text, 0, MAX_SEED, f"an integer in [0, {MAX_SEED}]")
 
 
 def int_list(text: str, low: int = 0) -> list[int]:
@@ -171,12 +165,17 @@ def add_compute(parser: argparse.ArgumentParser) -> None:
 
 def non_negative_int(text: str) -> int:
     """An integer >= 0."""
+    return _bounded_integer(text, 0, float("inf"), "an integer >= 0")
+
+
+def _bounded_integer(text: str, low: int, high: float, expected: str) -> int:
+    """An integer in [low, high], else an argparse error saying it ``expected`` that."""
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+        value = low - 1
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
 
 
